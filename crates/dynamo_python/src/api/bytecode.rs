@@ -1,0 +1,277 @@
+//! Python face of `dynamo_bytecode`: `decode(code)` returns a list of `Instruction`s that can
+//! be edited, and `assemble(instructions, like=code)` turns them back into a code object.
+//! Jump targets and exception handlers are indices into the list, so an edit that inserts
+//! or removes instructions must renumber them.
+
+use dynamo_bytecode::opcode::raw_info;
+use dynamo_bytecode::{
+    assemble as assemble_rs, decode as decode_rs, stack_effect as stack_effect_rs,
+    ExceptionHandler, InstrIndex, Instruction as RsInstruction, Opcode, Operand, OperandKind,
+    Positions, RawCode,
+};
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
+
+use crate::errors::bytecode_error;
+
+type PyPositions = (Option<i32>, Option<i32>, Option<u32>, Option<u32>);
+
+/// One decoded instruction. `opname` is CPython's name for the raw opcode as decoded (for
+/// jumps, with its direction); the assembler picks the direction again from `target`.
+#[derive(Debug)]
+#[pyclass(module = "dynamo_rs.bytecode")]
+pub struct Instruction {
+    opcode: Opcode,
+    raw: u8,
+    /// The argument as CPython encodes it (for jumps: the relative offset); `None` for
+    /// opcodes without argument.
+    #[pyo3(get, set)]
+    arg: Option<u32>,
+    /// What the argument means, as `dis` shows it.
+    #[pyo3(get, set)]
+    argval: Py<PyAny>,
+    /// Byte offset in the decoded `co_code`; `None` for new instructions.
+    #[pyo3(get, set)]
+    offset: Option<u32>,
+    /// `(line, end_line, col, end_col)` as `code.co_positions()` gives them.
+    #[pyo3(get, set)]
+    positions: PyPositions,
+    /// Index of the jump target in the instruction list, for jumps.
+    #[pyo3(get, set)]
+    target: Option<usize>,
+    /// `(handler index, stack depth, lasti)` of the covering exception handler.
+    #[pyo3(get, set)]
+    exc_handler: Option<(usize, u32, bool)>,
+}
+
+fn opcode_from_name(name: &str) -> PyResult<(Opcode, u8)> {
+    let op = Opcode::from_name(name)
+        .ok_or_else(|| PyValueError::new_err(format!("unknown opcode name {name:?}")))?;
+    let raw = (0u8..=255)
+        .find(|&b| raw_info(b).is_some_and(|info| info.name == name))
+        .or(op.forward_byte())
+        .or(op.backward_byte())
+        .expect("every opcode has an encoding");
+    Ok((op, raw))
+}
+
+#[pymethods]
+impl Instruction {
+    #[new]
+    #[pyo3(signature = (opname, arg=None, *, target=None, positions=None, exc_handler=None))]
+    fn new(
+        py: Python<'_>,
+        opname: &str,
+        arg: Option<u32>,
+        target: Option<usize>,
+        positions: Option<PyPositions>,
+        exc_handler: Option<(usize, u32, bool)>,
+    ) -> PyResult<Self> {
+        let (opcode, raw) = opcode_from_name(opname)?;
+        Ok(Instruction {
+            opcode,
+            raw,
+            arg,
+            argval: arg.into_pyobject(py)?.into_any().unbind(),
+            offset: None,
+            positions: positions.unwrap_or((None, None, None, None)),
+            target,
+            exc_handler,
+        })
+    }
+
+    #[getter]
+    fn opname(&self) -> &'static str {
+        raw_info(self.raw).map_or(self.opcode.name(), |info| info.name)
+    }
+
+    #[setter]
+    fn set_opname(&mut self, name: &str) -> PyResult<()> {
+        (self.opcode, self.raw) = opcode_from_name(name)?;
+        Ok(())
+    }
+
+    /// The raw opcode byte as decoded (or as named at construction).
+    #[getter]
+    fn opcode(&self) -> u8 {
+        self.raw
+    }
+
+    /// The direction-free name (`POP_JUMP_IF_TRUE` for both raw directions).
+    #[getter]
+    fn base_opname(&self) -> &'static str {
+        self.opcode.name()
+    }
+
+    #[getter]
+    fn is_jump(&self) -> bool {
+        self.opcode.is_jump()
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> String {
+        let argval = self.argval.bind(py).repr().map(|r| r.to_string()).unwrap_or_default();
+        match (self.target, self.arg) {
+            (Some(t), _) => format!("<{} -> {t}>", self.opname()),
+            (None, Some(_)) => format!("<{} {argval}>", self.opname()),
+            (None, None) => format!("<{}>", self.opname()),
+        }
+    }
+}
+
+fn to_positions(p: &Positions) -> PyPositions {
+    (p.line, p.end_line, p.col, p.end_col)
+}
+
+fn from_positions(p: PyPositions) -> Positions {
+    Positions { line: p.0, end_line: p.1, col: p.2, end_col: p.3 }
+}
+
+/// Decodes a code object into a list of `Instruction`s.
+#[pyfunction]
+fn decode<'py>(py: Python<'py>, code: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
+    let co_code = code.getattr("co_code")?;
+    let co_code = co_code.cast::<PyBytes>().map_err(|_| PyTypeError::new_err("expected a code object"))?;
+    let exception_table = code.getattr("co_exceptiontable")?;
+    let line_table = code.getattr("co_linetable")?;
+    let first_line: i32 = code.getattr("co_firstlineno")?.extract()?;
+    let decoded = decode_rs(RawCode {
+        code: co_code.as_bytes(),
+        exception_table: exception_table.cast::<PyBytes>()?.as_bytes(),
+        line_table: line_table.cast::<PyBytes>()?.as_bytes(),
+        first_line,
+    })
+    .map_err(bytecode_error)?;
+
+    let consts = code.getattr("co_consts")?;
+    let consts = consts.cast::<PyTuple>()?;
+    let names = code.getattr("co_names")?;
+    let names = names.cast::<PyTuple>()?;
+    let varnames = code.getattr("co_varnames")?;
+    let varnames = varnames.cast::<PyTuple>()?;
+    let bytes = co_code.as_bytes();
+    let none = py.None();
+    let out = PyList::empty(py);
+    for (index, instruction) in decoded.instructions.iter().enumerate() {
+        let offset = decoded.offsets[index];
+        let raw = bytes[offset as usize];
+        let info = raw_info(raw).expect("decoder only yields known opcodes");
+        let target = instruction.jump_target().map(InstrIndex::index);
+        let arg = match instruction.operand {
+            Operand::None => None,
+            Operand::Jump(t) => {
+                let next = offset / 2 + 1;
+                let to = decoded.start_offsets[t.index()] / 2;
+                Some(next.abs_diff(to))
+            }
+            other => other.raw(),
+        };
+        let argval: Py<PyAny> = match instruction.operand {
+            Operand::None => none.clone_ref(py),
+            Operand::Const(i) => consts.get_item(i as usize)?.unbind(),
+            Operand::Name(i) => {
+                let i = if instruction.opcode == Opcode::LoadGlobal { i >> 1 } else { i };
+                names.get_item(i as usize)?.unbind()
+            }
+            Operand::Local(i) => varnames.get_item(i as usize)?.unbind(),
+            Operand::Cell(i) => code.call_method1("_varname_from_oparg", (i,))?.unbind(),
+            Operand::Compare(i) => {
+                let cmp = ["<", "<=", "==", "!=", ">", ">="];
+                match cmp.get(i as usize) {
+                    Some(s) => s.into_pyobject(py)?.into_any().unbind(),
+                    None => i.into_pyobject(py)?.into_any().unbind(),
+                }
+            }
+            Operand::Jump(t) => (decoded.start_offsets[t.index()]).into_pyobject(py)?.into_any().unbind(),
+            Operand::Int(i) => i.into_pyobject(py)?.into_any().unbind(),
+        };
+        let exc_handler = instruction.handler.map(|h| (h.target.index(), h.depth, h.lasti));
+        let obj = Instruction {
+            opcode: info.opcode,
+            raw,
+            arg,
+            argval,
+            offset: Some(offset),
+            positions: to_positions(&instruction.positions),
+            target,
+            exc_handler,
+        };
+        out.append(Bound::new(py, obj)?)?;
+    }
+    Ok(out)
+}
+
+fn to_rust(index: usize, item: &Bound<'_, PyAny>) -> PyResult<RsInstruction> {
+    let instruction = item.cast::<Instruction>().map_err(|_| {
+        PyTypeError::new_err(format!("instruction {index} is not a dynamo_rs.bytecode.Instruction"))
+    })?;
+    let i = instruction.borrow();
+    let missing = |what: &str| {
+        PyValueError::new_err(format!("instruction {index} ({}) needs {what}", i.opcode.name()))
+    };
+    let operand = match i.opcode.operand_kind() {
+        OperandKind::None => Operand::None,
+        OperandKind::Jump => Operand::Jump(InstrIndex(
+            u32::try_from(i.target.ok_or_else(|| missing("a target"))?)
+                .map_err(|_| missing("a target below 2**32"))?,
+        )),
+        kind => Operand::from_raw(kind, i.arg.ok_or_else(|| missing("an arg"))?),
+    };
+    let handler = match i.exc_handler {
+        Some((target, depth, lasti)) => Some(ExceptionHandler {
+            target: InstrIndex(u32::try_from(target).map_err(|_| missing("a handler below 2**32"))?),
+            depth,
+            lasti,
+        }),
+        None => None,
+    };
+    Ok(RsInstruction { opcode: i.opcode, operand, positions: from_positions(i.positions), handler })
+}
+
+/// Assembles instructions into a new code object that is `like` with new `co_code`,
+/// `co_exceptiontable`, `co_linetable` and `co_stacksize`.
+#[pyfunction]
+#[pyo3(signature = (instructions, like))]
+fn assemble<'py>(
+    py: Python<'py>,
+    instructions: &Bound<'py, PyAny>,
+    like: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let mut list = Vec::new();
+    for (index, item) in instructions.try_iter()?.enumerate() {
+        list.push(to_rust(index, &item?)?);
+    }
+    let first_line: i32 = like.getattr("co_firstlineno")?.extract()?;
+    let flags: u32 = like.getattr("co_flags")?.extract()?;
+    let assembled = assemble_rs(&list, first_line, flags).map_err(bytecode_error)?;
+    let kwargs = PyDict::new(py);
+    kwargs.set_item("co_code", PyBytes::new(py, &assembled.code))?;
+    kwargs.set_item("co_exceptiontable", PyBytes::new(py, &assembled.exception_table))?;
+    kwargs.set_item("co_linetable", PyBytes::new(py, &assembled.line_table))?;
+    kwargs.set_item("co_stacksize", assembled.stack_size)?;
+    like.call_method("replace", (), Some(&kwargs))
+}
+
+/// `dis.stack_effect` computed by our table: `jump` is True (taken), False, or None (max).
+#[pyfunction]
+#[pyo3(signature = (opcode, arg=None, *, jump=None))]
+fn stack_effect(opcode: u8, arg: Option<u32>, jump: Option<bool>) -> PyResult<i64> {
+    let info = raw_info(opcode).ok_or_else(|| PyValueError::new_err(format!("invalid opcode {opcode}")))?;
+    let takes_arg = info.operand != OperandKind::None;
+    if takes_arg != arg.is_some() {
+        return Err(PyValueError::new_err(if takes_arg {
+            "stack_effect: opcode requires oparg but oparg was not specified"
+        } else {
+            "stack_effect: opcode does not permit oparg but oparg was specified"
+        }));
+    }
+    Ok(stack_effect_rs(info.opcode, arg.unwrap_or(0), jump))
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Instruction>()?;
+    m.add_function(wrap_pyfunction!(decode, m)?)?;
+    m.add_function(wrap_pyfunction!(assemble, m)?)?;
+    m.add_function(wrap_pyfunction!(stack_effect, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,19 @@
+//! `dynamo_rs._native`: the only crate that knows about Python. Everything here is a thin
+//! binding over the pure-Rust crates; errors from them become Python exceptions in
+//! [`errors`].
+//!
+//! Module map:
+//! - [`api::bytecode`]: `decode`, `assemble`, `stack_effect` and the `Instruction` class.
+//! - [`errors`]: Python exception types and the conversion from Rust errors.
+
+use pyo3::prelude::*;
+
+pub mod api;
+pub mod errors;
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    api::bytecode::register(m)?;
+    errors::register(m)?;
+    Ok(())
+}
