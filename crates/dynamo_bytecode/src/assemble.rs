@@ -43,7 +43,11 @@ fn raw_byte(index: usize, instruction: &Instruction) -> Result<u8> {
         Operand::Jump(target) => target.index() <= index,
         _ => false,
     };
-    let byte = if backward { op.backward_byte() } else { op.forward_byte() };
+    let byte = if backward {
+        op.backward_byte()
+    } else {
+        op.forward_byte()
+    };
     byte.ok_or_else(|| BytecodeError::BadInstruction {
         index,
         reason: format!(
@@ -63,16 +67,25 @@ fn check(index: usize, instruction: &Instruction, len: usize) -> Result<()> {
     let expected = op.operand_kind();
     let got = instruction.operand.kind();
     if expected != got {
-        return bad(format!("{} takes a {expected:?} operand, not {got:?}", op.name()));
+        return bad(format!(
+            "{} takes a {expected:?} operand, not {got:?}",
+            op.name()
+        ));
     }
     if let Some(target) = instruction.jump_target() {
         if target.index() >= len {
-            return bad(format!("jump target {} is past the last instruction", target.0));
+            return bad(format!(
+                "jump target {} is past the last instruction",
+                target.0
+            ));
         }
     }
     if let Some(handler) = instruction.handler {
         if handler.target.index() >= len {
-            return bad(format!("exception handler {} is past the last instruction", handler.target.0));
+            return bad(format!(
+                "exception handler {} is past the last instruction",
+                handler.target.0
+            ));
         }
     }
     Ok(())
@@ -87,7 +100,10 @@ fn layout(instructions: &[Instruction]) -> Result<Layout> {
         bytes.push(raw_byte(index, instruction)?);
         args.push(instruction.operand.raw().unwrap_or(0));
     }
-    let caches: Vec<u32> = instructions.iter().map(|i| u32::from(i.opcode.caches())).collect();
+    let caches: Vec<u32> = instructions
+        .iter()
+        .map(|i| u32::from(i.opcode.caches()))
+        .collect();
     let mut starts = vec![0u32; len + 1];
     // Every span only grows as prefixes are added, so growing sizes until nothing changes
     // reaches the smallest consistent layout: the one CPython's compiler produces.
@@ -100,25 +116,55 @@ fn layout(instructions: &[Instruction]) -> Result<Layout> {
         starts[len] = at;
         let mut changed = false;
         for (index, instruction) in instructions.iter().enumerate() {
-            let Some(target) = instruction.jump_target() else { continue };
+            let Some(target) = instruction.jump_target() else {
+                continue;
+            };
             let next = starts[index] + extended_args(args[index]) + 1;
             let to = starts[target.index()];
-            let arg = if target.index() <= index { next - to } else { to - next };
+            let arg = if target.index() <= index {
+                next - to
+            } else {
+                to - next
+            };
             if extended_args(arg) > extended_args(args[index]) {
                 changed = true;
             }
             args[index] = arg;
         }
         if !changed {
-            return Ok(Layout { bytes, args, starts });
+            return Ok(Layout {
+                bytes,
+                args,
+                starts,
+            });
         }
     }
 }
 
 /// Encodes `instructions` for a code object whose first line is `first_line` and whose flags
-/// are `co_flags` (generators start with a value on the stack).
+/// are `co_flags` (generators start with a value on the stack), with `co_stacksize` found by
+/// stack analysis.
 pub fn assemble(instructions: &[Instruction], first_line: i32, co_flags: u32) -> Result<Assembled> {
-    let Layout { bytes, args, starts } = layout(instructions)?;
+    let stack_size = stack_depths(instructions, co_flags)?.max;
+    let (code, exception_table, line_table) = encode(instructions, first_line)?;
+    Ok(Assembled {
+        code,
+        exception_table,
+        line_table,
+        stack_size,
+    })
+}
+
+/// Encodes `co_code`, `co_exceptiontable` and `co_linetable`, without stack analysis.
+pub fn encode(
+    instructions: &[Instruction],
+    first_line: i32,
+) -> Result<(Vec<u8>, Vec<u8>, Vec<u8>)> {
+    let Layout {
+        bytes,
+        args,
+        starts,
+    } = layout(instructions)?;
     let mut code = Vec::with_capacity(starts[instructions.len()] as usize * 2);
     let mut lines = LineTableWriter::new(first_line);
     for (index, instruction) in instructions.iter().enumerate() {
@@ -127,12 +173,19 @@ pub fn assemble(instructions: &[Instruction], first_line: i32, co_flags: u32) ->
         for shift in (1..=prefixes).rev() {
             code.extend_from_slice(&[EXTENDED_ARG, (arg >> (8 * shift)) as u8]);
         }
-        let low = if instruction.opcode.operand_kind() == OperandKind::None { 0 } else { arg as u8 };
+        let low = if instruction.opcode.operand_kind() == OperandKind::None {
+            0
+        } else {
+            arg as u8
+        };
         code.extend_from_slice(&[bytes[index], low]);
         for _ in 0..instruction.opcode.caches() {
             code.extend_from_slice(&[CACHE, 0]);
         }
-        lines.push(&instruction.positions, (starts[index + 1] - starts[index]) as usize);
+        lines.push(
+            &instruction.positions,
+            (starts[index + 1] - starts[index]) as usize,
+        );
     }
 
     let mut entries: Vec<ExceptionTableEntry> = Vec::new();
@@ -155,7 +208,5 @@ pub fn assemble(instructions: &[Instruction], first_line: i32, co_flags: u32) ->
     }
     let mut exception_table = Vec::new();
     encode_exception_table(&entries, &mut exception_table);
-
-    let stack_size = stack_depths(instructions, co_flags)?.max;
-    Ok(Assembled { code, exception_table, line_table: lines.finish(), stack_size })
+    Ok((code, exception_table, lines.finish()))
 }

@@ -71,8 +71,15 @@ impl Cfg {
                     }
                 }
             }
-            let handler = instructions[start].handler.and_then(|h| block_at(h.target.index()));
-            blocks.push(BasicBlock { start, end, successors, handler });
+            let handler = instructions[start]
+                .handler
+                .and_then(|h| block_at(h.target.index()));
+            blocks.push(BasicBlock {
+                start,
+                end,
+                successors,
+                handler,
+            });
         }
         Cfg { blocks, block_of }
     }

@@ -29,8 +29,10 @@ pub struct Decoded {
 
 pub fn decode(raw: RawCode<'_>) -> Result<Decoded> {
     let code = raw.code;
-    if code.len() % 2 != 0 {
-        return Err(BytecodeError::Truncated { offset: code.len() - 1 });
+    if !code.len().is_multiple_of(2) {
+        return Err(BytecodeError::Truncated {
+            offset: code.len() - 1,
+        });
     }
     let units = code.len() / 2;
     let mut instructions = Vec::with_capacity(units);
@@ -67,13 +69,22 @@ pub fn decode(raw: RawCode<'_>) -> Result<Decoded> {
             return Err(BytecodeError::ExtendedArgWithoutArgument { offset });
         }
         let arg = u32::try_from((ext << 8) | u64::from(code[offset + 1])).map_err(|_| {
-            BytecodeError::BadInstruction { index: instructions.len(), reason: "argument wider than 32 bits".into() }
+            BytecodeError::BadInstruction {
+                index: instructions.len(),
+                reason: "argument wider than 32 bits".into(),
+            }
         })?;
         unit += 1;
         for _ in 0..info.caches {
-            let cache = code.get(unit * 2).copied().ok_or(BytecodeError::Truncated { offset: unit * 2 })?;
+            let cache = code
+                .get(unit * 2)
+                .copied()
+                .ok_or(BytecodeError::Truncated { offset: unit * 2 })?;
             if cache != CACHE {
-                return Err(BytecodeError::BadCache { offset: unit * 2, byte: cache });
+                return Err(BytecodeError::BadCache {
+                    offset: unit * 2,
+                    byte: cache,
+                });
             }
             unit += 1;
         }
@@ -105,19 +116,36 @@ pub fn decode(raw: RawCode<'_>) -> Result<Decoded> {
         (slot != u32::MAX && (slot as usize) < count).then_some(InstrIndex(slot))
     };
     for &(index, target, offset) in &pending_jumps {
-        let resolved = resolve(target).ok_or(BytecodeError::BadJumpTarget { offset, target: target * 2 })?;
+        let resolved = resolve(target).ok_or(BytecodeError::BadJumpTarget {
+            offset,
+            target: target * 2,
+        })?;
         instructions[index].operand = Operand::Jump(resolved);
     }
 
     for entry in decode_exception_table(raw.exception_table)? {
-        let bad = |reason| BytecodeError::BadExceptionTable { offset: entry.start as usize * 2, reason };
-        let first = index_at_unit.get(entry.start as usize).copied().filter(|&i| i != u32::MAX);
-        let last = index_at_unit.get(entry.end as usize).copied().filter(|&i| i != u32::MAX);
+        let bad = |reason| BytecodeError::BadExceptionTable {
+            offset: entry.start as usize * 2,
+            reason,
+        };
+        let first = index_at_unit
+            .get(entry.start as usize)
+            .copied()
+            .filter(|&i| i != u32::MAX);
+        let last = index_at_unit
+            .get(entry.end as usize)
+            .copied()
+            .filter(|&i| i != u32::MAX);
         let (Some(first), Some(last)) = (first, last) else {
             return Err(bad("range is not on instruction boundaries"));
         };
-        let target = resolve(i64::from(entry.target)).ok_or(bad("handler is not an instruction"))?;
-        let handler = ExceptionHandler { target, depth: entry.depth, lasti: entry.lasti };
+        let target =
+            resolve(i64::from(entry.target)).ok_or(bad("handler is not an instruction"))?;
+        let handler = ExceptionHandler {
+            target,
+            depth: entry.depth,
+            lasti: entry.lasti,
+        };
         for instruction in &mut instructions[first as usize..last as usize] {
             if instruction.handler.is_some() {
                 return Err(bad("ranges overlap"));
@@ -130,5 +158,9 @@ pub fn decode(raw: RawCode<'_>) -> Result<Decoded> {
     for (instruction, &start) in instructions.iter_mut().zip(&start_offsets) {
         instruction.positions = positions[start as usize / 2];
     }
-    Ok(Decoded { instructions, offsets, start_offsets })
+    Ok(Decoded {
+        instructions,
+        offsets,
+        start_offsets,
+    })
 }

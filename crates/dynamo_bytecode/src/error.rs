@@ -37,7 +37,10 @@ impl fmt::Display for BytecodeError {
                 write!(f, "unknown opcode {byte} at byte offset {offset}")
             }
             BytecodeError::BadCache { offset, byte } => {
-                write!(f, "inline cache at byte offset {offset} holds opcode {byte}, not CACHE")
+                write!(
+                    f,
+                    "inline cache at byte offset {offset} holds opcode {byte}, not CACHE"
+                )
             }
             BytecodeError::ExtendedArgWithoutArgument { offset } => write!(
                 f,

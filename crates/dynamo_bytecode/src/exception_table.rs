@@ -28,7 +28,9 @@ pub fn decode_exception_table(table: &[u8]) -> Result<Vec<ExceptionTableEntry>> 
         let length = read_varint(table, &mut pos)?;
         let target = read_varint(table, &mut pos)?;
         let depth_lasti = read_varint(table, &mut pos)?;
-        let end = start.checked_add(length).ok_or_else(|| bad(pos, "range overflows"))?;
+        let end = start
+            .checked_add(length)
+            .ok_or_else(|| bad(pos, "range overflows"))?;
         entries.push(ExceptionTableEntry {
             start,
             end,
@@ -95,8 +97,20 @@ mod tests {
     #[test]
     fn round_trips_small_and_large_values() {
         let entries = vec![
-            ExceptionTableEntry { start: 0, end: 3, target: 9, depth: 0, lasti: false },
-            ExceptionTableEntry { start: 70, end: 5000, target: 1 << 20, depth: 77, lasti: true },
+            ExceptionTableEntry {
+                start: 0,
+                end: 3,
+                target: 9,
+                depth: 0,
+                lasti: false,
+            },
+            ExceptionTableEntry {
+                start: 70,
+                end: 5000,
+                target: 1 << 20,
+                depth: 77,
+                lasti: true,
+            },
         ];
         let mut bytes = Vec::new();
         encode_exception_table(&entries, &mut bytes);

@@ -106,7 +106,12 @@ pub struct Instruction {
 
 impl Instruction {
     pub fn new(opcode: Opcode, operand: Operand) -> Instruction {
-        Instruction { opcode, operand, positions: Positions::default(), handler: None }
+        Instruction {
+            opcode,
+            operand,
+            positions: Positions::default(),
+            handler: None,
+        }
     }
 
     pub fn jump_target(&self) -> Option<InstrIndex> {

@@ -29,7 +29,7 @@ pub mod opcode;
 pub mod py311;
 pub mod stack_depth;
 
-pub use assemble::{assemble, Assembled};
+pub use assemble::{assemble, encode, Assembled};
 pub use decode::{decode, Decoded, RawCode};
 pub use error::{BytecodeError, Result};
 pub use instruction::{ExceptionHandler, InstrIndex, Instruction, Operand, Positions};

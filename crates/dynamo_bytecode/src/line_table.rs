@@ -36,26 +36,46 @@ pub fn decode_line_table(
             NONE => Positions::default(),
             NO_COLUMN => {
                 line = line.wrapping_add(read_svarint(table, &mut pos)?);
-                Positions { line: Some(line), end_line: Some(line), col: None, end_col: None }
+                Positions {
+                    line: Some(line),
+                    end_line: Some(line),
+                    col: None,
+                    end_col: None,
+                }
             }
             LONG => {
                 line = line.wrapping_add(read_svarint(table, &mut pos)?);
                 let end_line = line.wrapping_add(read_varint(table, &mut pos)? as i32);
                 let col = read_varint(table, &mut pos)?.checked_sub(1);
                 let end_col = read_varint(table, &mut pos)?.checked_sub(1);
-                Positions { line: Some(line), end_line: Some(end_line), col, end_col }
+                Positions {
+                    line: Some(line),
+                    end_line: Some(end_line),
+                    col,
+                    end_col,
+                }
             }
             ONE_LINE_0..=12 => {
                 line = line.wrapping_add(i32::from(kind - ONE_LINE_0));
                 let col = u32::from(read_byte(table, &mut pos)?);
                 let end_col = u32::from(read_byte(table, &mut pos)?);
-                Positions { line: Some(line), end_line: Some(line), col: Some(col), end_col: Some(end_col) }
+                Positions {
+                    line: Some(line),
+                    end_line: Some(line),
+                    col: Some(col),
+                    end_col: Some(end_col),
+                }
             }
             _ => {
                 let second = read_byte(table, &mut pos)?;
                 let col = u32::from(kind) * 8 + u32::from((second >> 4) & 7);
                 let end_col = col + u32::from(second & 15);
-                Positions { line: Some(line), end_line: Some(line), col: Some(col), end_col: Some(end_col) }
+                Positions {
+                    line: Some(line),
+                    end_line: Some(line),
+                    col: Some(col),
+                    end_col: Some(end_col),
+                }
             }
         };
         out.extend(std::iter::repeat_n(positions, length));
@@ -68,7 +88,9 @@ pub fn decode_line_table(
 }
 
 fn read_byte(table: &[u8], pos: &mut usize) -> Result<u8> {
-    let byte = *table.get(*pos).ok_or_else(|| bad(*pos, "table ends inside an entry"))?;
+    let byte = *table
+        .get(*pos)
+        .ok_or_else(|| bad(*pos, "table ends inside an entry"))?;
     if byte & 0x80 != 0 {
         return Err(bad(*pos, "start bit inside an entry"));
     }
@@ -96,7 +118,11 @@ fn read_varint(table: &[u8], pos: &mut usize) -> Result<u32> {
 fn read_svarint(table: &[u8], pos: &mut usize) -> Result<i32> {
     let raw = read_varint(table, pos)?;
     let magnitude = (raw >> 1) as i32;
-    Ok(if raw & 1 == 1 { magnitude.wrapping_neg() } else { magnitude })
+    Ok(if raw & 1 == 1 {
+        magnitude.wrapping_neg()
+    } else {
+        magnitude
+    })
 }
 
 fn bad(offset: usize, reason: &'static str) -> BytecodeError {
@@ -112,7 +138,10 @@ pub struct LineTableWriter {
 
 impl LineTableWriter {
     pub fn new(first_line: i32) -> LineTableWriter {
-        LineTableWriter { out: Vec::new(), line: first_line }
+        LineTableWriter {
+            out: Vec::new(),
+            line: first_line,
+        }
     }
 
     /// Adds the location of one instruction that is `units` code units long.
@@ -196,18 +225,31 @@ mod tests {
     use super::*;
 
     fn at(line: i32, end_line: i32, col: u32, end_col: u32) -> Positions {
-        Positions { line: Some(line), end_line: Some(end_line), col: Some(col), end_col: Some(end_col) }
+        Positions {
+            line: Some(line),
+            end_line: Some(end_line),
+            col: Some(col),
+            end_col: Some(end_col),
+        }
     }
 
     #[test]
     fn every_entry_kind_round_trips() {
         let rows = [
-            (at(1, 1, 4, 9), 1),                 // short
-            (at(3, 3, 100, 120), 2),             // one line, delta 2
-            (at(3, 3, 200, 300), 1),             // long: wide columns
-            (at(2, 7, 0, 5), 11),                // long, multi-line, split 8 + 3
-            (Positions::default(), 1),           // no location
-            (Positions { line: Some(-4), end_line: Some(-4), col: None, end_col: None }, 1),
+            (at(1, 1, 4, 9), 1),       // short
+            (at(3, 3, 100, 120), 2),   // one line, delta 2
+            (at(3, 3, 200, 300), 1),   // long: wide columns
+            (at(2, 7, 0, 5), 11),      // long, multi-line, split 8 + 3
+            (Positions::default(), 1), // no location
+            (
+                Positions {
+                    line: Some(-4),
+                    end_line: Some(-4),
+                    col: None,
+                    end_col: None,
+                },
+                1,
+            ),
         ];
         let mut writer = LineTableWriter::new(1);
         let mut expected = Vec::new();
@@ -216,7 +258,10 @@ mod tests {
             expected.extend(std::iter::repeat_n(p, units));
         }
         let table = writer.finish();
-        assert_eq!(decode_line_table(&table, 1, expected.len()).unwrap(), expected);
+        assert_eq!(
+            decode_line_table(&table, 1, expected.len()).unwrap(),
+            expected
+        );
     }
 
     #[test]

@@ -68,7 +68,9 @@ impl Opcode {
             .forward_byte()
             .or(self.backward_byte())
             .expect("every opcode has at least one encoding");
-        RAW[byte as usize].as_ref().expect("generated table is complete")
+        RAW[byte as usize]
+            .as_ref()
+            .expect("generated table is complete")
     }
 
     pub fn operand_kind(self) -> OperandKind {
@@ -85,7 +87,10 @@ impl Opcode {
         if let Some(op) = Opcode::ALL.iter().find(|op| op.name() == name) {
             return Some(*op);
         }
-        RAW.iter().flatten().find(|info| info.name == name).map(|info| info.opcode)
+        RAW.iter()
+            .flatten()
+            .find(|info| info.name == name)
+            .map(|info| info.opcode)
     }
 
     pub fn is_jump(self) -> bool {
@@ -100,6 +105,9 @@ impl Opcode {
     /// An instruction after which control never reaches the next instruction.
     pub fn ends_flow(self) -> bool {
         self.is_unconditional_jump()
-            || matches!(self, Opcode::ReturnValue | Opcode::RaiseVarargs | Opcode::Reraise)
+            || matches!(
+                self,
+                Opcode::ReturnValue | Opcode::RaiseVarargs | Opcode::Reraise
+            )
     }
 }

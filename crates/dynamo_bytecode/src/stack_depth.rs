@@ -42,7 +42,10 @@ pub fn stack_depths(instructions: &[Instruction], co_flags: u32) -> Result<Stack
         walker.run()?;
     }
     let max = u32::try_from(walker.max).map_err(|_| bad(0, "stack too deep".into()))?;
-    Ok(StackDepths { before: walker.before, max })
+    Ok(StackDepths {
+        before: walker.before,
+        max,
+    })
 }
 
 fn bad(index: usize, reason: String) -> BytecodeError {
@@ -61,14 +64,20 @@ impl Walker<'_> {
     /// must arrive at the same depth.
     fn reach(&mut self, index: usize, depth: i64, from: usize) -> Result<bool> {
         if index >= self.before.len() {
-            return Err(bad(from, format!("control flows to instruction {index}, past the end")));
+            return Err(bad(
+                from,
+                format!("control flows to instruction {index}, past the end"),
+            ));
         }
         if depth < 0 {
             return Err(bad(from, format!("stack depth would be {depth}")));
         }
         match self.before[index] {
             Some(known) if i64::from(known) == depth => Ok(false),
-            Some(known) => Err(bad(index, format!("reached with depth {known} and {depth}"))),
+            Some(known) => Err(bad(
+                index,
+                format!("reached with depth {known} and {depth}"),
+            )),
             None => {
                 self.before[index] = Some(depth as u32);
                 self.max = self.max.max(depth);
@@ -117,7 +126,11 @@ impl Walker<'_> {
             let instruction = &instructions[index];
             let arg = instruction.effect_arg();
             let known = |i: usize| self.before.get(i).copied().flatten().map(i64::from);
-            let fall_through = if instruction.opcode.ends_flow() { None } else { known(index + 1) };
+            let fall_through = if instruction.opcode.ends_flow() {
+                None
+            } else {
+                known(index + 1)
+            };
             let depth = match (fall_through, instruction.jump_target()) {
                 (Some(next), _) => Some(next - stack_effect(instruction.opcode, arg, Some(false))),
                 (None, Some(target)) => known(target.index())
@@ -135,7 +148,9 @@ impl Walker<'_> {
             return Ok(true);
         }
         let orphan_handler = instructions.iter().enumerate().find(|(i, instr)| {
-            self.before[*i].is_none() && instr.opcode == Opcode::PushExcInfo && instr.handler.is_some()
+            self.before[*i].is_none()
+                && instr.opcode == Opcode::PushExcInfo
+                && instr.handler.is_some()
         });
         if let Some((index, instruction)) = orphan_handler {
             let depth = instruction.handler.expect("filtered on handler").depth;

@@ -37,10 +37,12 @@ pub fn stack_effect(op: Opcode, arg: u32, jump: Option<bool>) -> i64 {
         BuildMap => 1 - 2 * arg,
         BuildConstKeyMap | RaiseVarargs | Precall => -arg,
         LoadGlobal => 1 + (arg & 1),
-        MakeFunction => -((arg & 0x01 != 0) as i64
-            + (arg & 0x02 != 0) as i64
-            + (arg & 0x04 != 0) as i64
-            + (arg & 0x08 != 0) as i64),
+        MakeFunction => {
+            -((arg & 0x01 != 0) as i64
+                + (arg & 0x02 != 0) as i64
+                + (arg & 0x04 != 0) as i64
+                + (arg & 0x08 != 0) as i64)
+        }
         BuildSlice => {
             if arg == 3 {
                 -2

@@ -13,7 +13,10 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
-use crate::errors::bytecode_error;
+use crate::errors::{bytecode_error, BytecodeError};
+
+/// `dis.cmp_op`, which `COMPARE_OP`'s argument indexes.
+const COMPARE_OPS: [&str; 6] = ["<", "<=", "==", "!=", ">", ">="];
 
 type PyPositions = (Option<i32>, Option<i32>, Option<u32>, Option<u32>);
 
@@ -110,7 +113,12 @@ impl Instruction {
     }
 
     fn __repr__(&self, py: Python<'_>) -> String {
-        let argval = self.argval.bind(py).repr().map(|r| r.to_string()).unwrap_or_default();
+        let argval = self
+            .argval
+            .bind(py)
+            .repr()
+            .map(|r| r.to_string())
+            .unwrap_or_default();
         match (self.target, self.arg) {
             (Some(t), _) => format!("<{} -> {t}>", self.opname()),
             (None, Some(_)) => format!("<{} {argval}>", self.opname()),
@@ -124,14 +132,47 @@ fn to_positions(p: &Positions) -> PyPositions {
 }
 
 fn from_positions(p: PyPositions) -> Positions {
-    Positions { line: p.0, end_line: p.1, col: p.2, end_col: p.3 }
+    Positions {
+        line: p.0,
+        end_line: p.1,
+        col: p.2,
+        end_col: p.3,
+    }
+}
+
+/// `FORMAT_VALUE`'s argument as `dis` shows it: (conversion function or None, has a spec).
+fn format_value_argval(py: Python<'_>, arg: u32) -> PyResult<Py<PyAny>> {
+    let builtins = py.import("builtins")?;
+    let conversion = match arg & 3 {
+        0 => py.None(),
+        1 => builtins.getattr("str")?.unbind(),
+        2 => builtins.getattr("repr")?.unbind(),
+        _ => builtins.getattr("ascii")?.unbind(),
+    };
+    Ok((conversion, arg & 4 != 0)
+        .into_pyobject(py)?
+        .into_any()
+        .unbind())
+}
+
+fn type_name(obj: &Bound<'_, PyAny>) -> String {
+    obj.get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "?".into())
 }
 
 /// Decodes a code object into a list of `Instruction`s.
 #[pyfunction]
 fn decode<'py>(py: Python<'py>, code: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
-    let co_code = code.getattr("co_code")?;
-    let co_code = co_code.cast::<PyBytes>().map_err(|_| PyTypeError::new_err("expected a code object"))?;
+    let not_code = || {
+        PyTypeError::new_err(format!(
+            "decode() expects a code object, not {}",
+            type_name(code)
+        ))
+    };
+    let co_code = code.getattr("co_code").map_err(|_| not_code())?;
+    let co_code = co_code.cast::<PyBytes>().map_err(|_| not_code())?;
     let exception_table = code.getattr("co_exceptiontable")?;
     let line_table = code.getattr("co_linetable")?;
     let first_line: i32 = code.getattr("co_firstlineno")?.extract()?;
@@ -166,26 +207,52 @@ fn decode<'py>(py: Python<'py>, code: &Bound<'py, PyAny>) -> PyResult<Bound<'py,
             }
             other => other.raw(),
         };
+        let lookup = |table: &Bound<'py, PyTuple>, what: &str, i: u32| -> PyResult<Py<PyAny>> {
+            table.get_item(i as usize).map(Bound::unbind).map_err(|_| {
+                BytecodeError::new_err(format!(
+                    "{} at byte offset {offset}: {what} index {i} is out of range ({} entries)",
+                    info.name,
+                    table.len()
+                ))
+            })
+        };
         let argval: Py<PyAny> = match instruction.operand {
             Operand::None => none.clone_ref(py),
-            Operand::Const(i) => consts.get_item(i as usize)?.unbind(),
+            Operand::Const(i) => lookup(consts, "co_consts", i)?,
             Operand::Name(i) => {
-                let i = if instruction.opcode == Opcode::LoadGlobal { i >> 1 } else { i };
-                names.get_item(i as usize)?.unbind()
+                let i = if instruction.opcode == Opcode::LoadGlobal {
+                    i >> 1
+                } else {
+                    i
+                };
+                lookup(names, "co_names", i)?
             }
-            Operand::Local(i) => varnames.get_item(i as usize)?.unbind(),
-            Operand::Cell(i) => code.call_method1("_varname_from_oparg", (i,))?.unbind(),
-            Operand::Compare(i) => {
-                let cmp = ["<", "<=", "==", "!=", ">", ">="];
-                match cmp.get(i as usize) {
-                    Some(s) => s.into_pyobject(py)?.into_any().unbind(),
-                    None => i.into_pyobject(py)?.into_any().unbind(),
-                }
+            Operand::Local(i) => lookup(varnames, "co_varnames", i)?,
+            Operand::Cell(i) => code
+                .call_method1("_varname_from_oparg", (i,))
+                .map_err(|_| {
+                    BytecodeError::new_err(format!(
+                        "{} at byte offset {offset}: cell index {i} is out of range",
+                        info.name
+                    ))
+                })?
+                .unbind(),
+            Operand::Compare(i) => match COMPARE_OPS.get(i as usize) {
+                Some(s) => s.into_pyobject(py)?.into_any().unbind(),
+                None => i.into_pyobject(py)?.into_any().unbind(),
+            },
+            Operand::Jump(t) => decoded.start_offsets[t.index()]
+                .into_pyobject(py)?
+                .into_any()
+                .unbind(),
+            Operand::Int(i) if instruction.opcode == Opcode::FormatValue => {
+                format_value_argval(py, i)?
             }
-            Operand::Jump(t) => (decoded.start_offsets[t.index()]).into_pyobject(py)?.into_any().unbind(),
             Operand::Int(i) => i.into_pyobject(py)?.into_any().unbind(),
         };
-        let exc_handler = instruction.handler.map(|h| (h.target.index(), h.depth, h.lasti));
+        let exc_handler = instruction
+            .handler
+            .map(|h| (h.target.index(), h.depth, h.lasti));
         let obj = Instruction {
             opcode: info.opcode,
             raw,
@@ -203,11 +270,16 @@ fn decode<'py>(py: Python<'py>, code: &Bound<'py, PyAny>) -> PyResult<Bound<'py,
 
 fn to_rust(index: usize, item: &Bound<'_, PyAny>) -> PyResult<RsInstruction> {
     let instruction = item.cast::<Instruction>().map_err(|_| {
-        PyTypeError::new_err(format!("instruction {index} is not a dynamo_rs.bytecode.Instruction"))
+        PyTypeError::new_err(format!(
+            "instruction {index} is not a dynamo_rs.bytecode.Instruction"
+        ))
     })?;
     let i = instruction.borrow();
     let missing = |what: &str| {
-        PyValueError::new_err(format!("instruction {index} ({}) needs {what}", i.opcode.name()))
+        PyValueError::new_err(format!(
+            "instruction {index} ({}) needs {what}",
+            i.opcode.name()
+        ))
     };
     let operand = match i.opcode.operand_kind() {
         OperandKind::None => Operand::None,
@@ -219,13 +291,20 @@ fn to_rust(index: usize, item: &Bound<'_, PyAny>) -> PyResult<RsInstruction> {
     };
     let handler = match i.exc_handler {
         Some((target, depth, lasti)) => Some(ExceptionHandler {
-            target: InstrIndex(u32::try_from(target).map_err(|_| missing("a handler below 2**32"))?),
+            target: InstrIndex(
+                u32::try_from(target).map_err(|_| missing("a handler below 2**32"))?,
+            ),
             depth,
             lasti,
         }),
         None => None,
     };
-    Ok(RsInstruction { opcode: i.opcode, operand, positions: from_positions(i.positions), handler })
+    Ok(RsInstruction {
+        opcode: i.opcode,
+        operand,
+        positions: from_positions(i.positions),
+        handler,
+    })
 }
 
 /// Assembles instructions into a new code object that is `like` with new `co_code`,
@@ -246,7 +325,10 @@ fn assemble<'py>(
     let assembled = assemble_rs(&list, first_line, flags).map_err(bytecode_error)?;
     let kwargs = PyDict::new(py);
     kwargs.set_item("co_code", PyBytes::new(py, &assembled.code))?;
-    kwargs.set_item("co_exceptiontable", PyBytes::new(py, &assembled.exception_table))?;
+    kwargs.set_item(
+        "co_exceptiontable",
+        PyBytes::new(py, &assembled.exception_table),
+    )?;
     kwargs.set_item("co_linetable", PyBytes::new(py, &assembled.line_table))?;
     kwargs.set_item("co_stacksize", assembled.stack_size)?;
     like.call_method("replace", (), Some(&kwargs))
@@ -256,7 +338,8 @@ fn assemble<'py>(
 #[pyfunction]
 #[pyo3(signature = (opcode, arg=None, *, jump=None))]
 fn stack_effect(opcode: u8, arg: Option<u32>, jump: Option<bool>) -> PyResult<i64> {
-    let info = raw_info(opcode).ok_or_else(|| PyValueError::new_err(format!("invalid opcode {opcode}")))?;
+    let info = raw_info(opcode)
+        .ok_or_else(|| PyValueError::new_err(format!("invalid opcode {opcode}")))?;
     let takes_arg = info.operand != OperandKind::None;
     if takes_arg != arg.is_some() {
         return Err(PyValueError::new_err(if takes_arg {

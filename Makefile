@@ -1,0 +1,47 @@
+# One-command setup: every target creates .venv, installs requirements.txt and builds the
+# extension in release mode first, so a fresh clone needs nothing but `make demo` or `make test`.
+
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+DEPS := $(VENV)/.requirements-installed
+export PATH := $(HOME)/.cargo/bin:$(PATH)
+export VIRTUAL_ENV := $(abspath $(VENV))
+
+.PHONY: all build demo test test-rust test-python lint bench bench-quick clean
+
+all: test
+
+$(DEPS): requirements.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	touch $(DEPS)
+
+build: $(DEPS)
+	$(VENV)/bin/maturin develop --release --quiet
+
+demo: build
+	$(PY) -m dynamo_rs demo
+
+lint: $(DEPS)
+	cargo fmt --all --check
+	cargo clippy --workspace --all-targets --quiet -- -D warnings
+	$(PY) tools/gen_opcodes.py --check
+
+test-rust:
+	cargo test --workspace --quiet
+
+test-python: build
+	$(PY) -m pytest -q
+
+test: lint test-rust test-python
+
+bench: build
+	$(PY) benchmarks/run.py
+
+bench-quick: build
+	$(PY) benchmarks/run.py --quick
+
+clean:
+	rm -rf target $(VENV)
