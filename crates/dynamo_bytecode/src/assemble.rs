@@ -145,8 +145,8 @@ fn layout(instructions: &[Instruction]) -> Result<Layout> {
 /// are `co_flags` (generators start with a value on the stack), with `co_stacksize` found by
 /// stack analysis.
 pub fn assemble(instructions: &[Instruction], first_line: i32, co_flags: u32) -> Result<Assembled> {
-    let stack_size = stack_depths(instructions, co_flags)?.max;
     let (code, exception_table, line_table) = encode(instructions, first_line)?;
+    let stack_size = stack_depths(instructions, co_flags)?.max;
     Ok(Assembled {
         code,
         exception_table,

@@ -95,6 +95,9 @@ impl Walker<'_> {
             let instruction = &instructions[index];
             let arg = instruction.effect_arg();
             let after = depth + stack_effect(instruction.opcode, arg, Some(false));
+            if after < 0 {
+                return Err(bad(index, format!("stack depth would be {after}")));
+            }
             self.max = self.max.max(after);
             if let Some(target) = instruction.jump_target() {
                 let taken = depth + stack_effect(instruction.opcode, arg, Some(true));
