@@ -5,6 +5,7 @@ PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 DEPS := $(VENV)/.requirements-installed
+INSTALLED := $(VENV)/.dynamo-rs-installed
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 export VIRTUAL_ENV := $(abspath $(VENV))
 
@@ -18,8 +19,14 @@ $(DEPS): requirements.txt
 	$(PY) -m pip install --quiet -r requirements.txt
 	touch $(DEPS)
 
-build: $(DEPS)
+# The first build installs the package (editable); later ones only rebuild the extension in
+# place, which skips maturin's pip pass over torch's dependencies.
+$(INSTALLED): $(DEPS)
 	$(VENV)/bin/maturin develop --release --quiet
+	touch $(INSTALLED)
+
+build: $(INSTALLED)
+	$(VENV)/bin/maturin develop --release --quiet --skip-install
 
 demo: build
 	$(PY) -m dynamo_rs demo

@@ -54,6 +54,15 @@ def operand_kind(op: int) -> str:
     return "OperandKind::Int"
 
 
+def raw_info_literal(name: str, op: int) -> str:
+    direction = "Direction::Backward" if "BACKWARD" in name else "Direction::Forward"
+    if op not in opcode.hasjrel and op not in opcode.hasjabs:
+        direction = "Direction::None"
+    return (f"RawOpInfo {{ name: \"{name}\", opcode: Opcode::{camel(folded_name(name))}, "
+            f"caches: {opcode._inline_cache_entries[op]}, operand: {operand_kind(op)}, "
+            f"direction: {direction} }}")
+
+
 def generate() -> str:
     if sys.version_info[:2] != (3, 11):
         raise SystemExit(f"run with CPython 3.11, not {sys.version.split()[0]}")
@@ -76,7 +85,7 @@ def generate() -> str:
     out.append("use crate::opcode::{Direction, OperandKind, RawOpInfo};\n")
     out.append("\n/// One opcode of CPython 3.11 with jump directions folded away.\n")
     out.append("#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]\n")
-    out.append("#[allow(clippy::upper_case_acronyms)]\npub enum Opcode {\n")
+    out.append("#[repr(u8)]\npub enum Opcode {\n")
     for key in folded:
         out.append(f"    {camel(key)},\n")
     out.append("}\n\n")
@@ -106,18 +115,19 @@ def generate() -> str:
         out.append(f"            Opcode::{camel(key)} => {value},\n")
     out.append("        }\n    }\n}\n\n")
 
+    out.append("/// Facts about each direction-free opcode, indexed by `Opcode as usize` (the forward\n")
+    out.append("/// encoding's facts; caches and operand kind do not depend on direction).\n")
+    out.append(f"pub static INFO: [RawOpInfo; {len(folded)}] = [\n")
+    for key, entry in folded.items():
+        op = entry["forward"] if entry["forward"] is not None else entry["backward"]
+        name = opcode.opname[op]
+        out.append(f"    {raw_info_literal(name, op)},\n")
+    out.append("];\n\n")
     out.append("/// Facts about every raw opcode byte; `None` for bytes that are not 3.11 opcodes.\n")
     out.append("pub static RAW: [Option<RawOpInfo>; 256] = {\n")
     out.append("    let mut t: [Option<RawOpInfo>; 256] = [None; 256];\n")
     for name, op in real:
-        direction = "Direction::Backward" if "BACKWARD" in name else "Direction::Forward"
-        if op not in opcode.hasjrel and op not in opcode.hasjabs:
-            direction = "Direction::None"
-        out.append(
-            f"    t[{op}] = Some(RawOpInfo {{ name: \"{name}\", opcode: Opcode::{camel(folded_name(name))}, "
-            f"caches: {opcode._inline_cache_entries[op]}, operand: {operand_kind(op)}, "
-            f"direction: {direction} }});\n"
-        )
+        out.append(f"    t[{op}] = Some({raw_info_literal(name, op)});\n")
     out.append("    t\n};\n")
     return "".join(out)
 

@@ -11,6 +11,26 @@ rebuilds `co_exceptiontable`, `co_linetable` and `co_stacksize`; for unedited in
 the result is byte for byte the original.
 """
 
-from dynamo_rs._native import BytecodeError, Instruction, assemble, decode, stack_effect
+from dynamo_rs._native import (
+    BytecodeError,
+    Instruction,
+    assemble,
+    basic_blocks,
+    decode,
+    live_locals,
+    round_trip_tables,
+    stack_depths,
+    stack_effect,
+)
 
-__all__ = ["BytecodeError", "Instruction", "assemble", "decode", "stack_effect"]
+__all__ = [
+    "BytecodeError",
+    "Instruction",
+    "assemble",
+    "basic_blocks",
+    "decode",
+    "live_locals",
+    "round_trip_tables",
+    "stack_depths",
+    "stack_effect",
+]

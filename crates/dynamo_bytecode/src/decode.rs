@@ -4,7 +4,7 @@
 
 use crate::error::{BytecodeError, Result};
 use crate::exception_table::decode_exception_table;
-use crate::instruction::{ExceptionHandler, InstrIndex, Instruction, Operand};
+use crate::instruction::{ExceptionHandler, InstrIndex, Instruction, Operand, Positions};
 use crate::line_table::decode_line_table;
 use crate::opcode::{raw_info, Direction, OperandKind, CACHE, EXTENDED_ARG, HAVE_ARGUMENT};
 
@@ -154,9 +154,17 @@ pub fn decode(raw: RawCode<'_>) -> Result<Decoded> {
         }
     }
 
-    let positions = decode_line_table(raw.line_table, raw.first_line, units)?;
+    // Each instruction takes the location of its first code unit.
+    let runs = decode_line_table(raw.line_table, raw.first_line)?;
+    let mut run = 0;
+    let mut run_end = runs.first().map_or(0, |r| r.units);
     for (instruction, &start) in instructions.iter_mut().zip(&start_offsets) {
-        instruction.positions = positions[start as usize / 2];
+        let unit = start / 2;
+        while run < runs.len() && run_end <= unit {
+            run += 1;
+            run_end += runs.get(run).map_or(0, |r| r.units);
+        }
+        instruction.positions = runs.get(run).map_or(Positions::default(), |r| r.positions);
     }
     Ok(Decoded {
         instructions,

@@ -15,13 +15,17 @@ const NO_COLUMN: u8 = 13;
 const LONG: u8 = 14;
 const NONE: u8 = 15;
 
-/// Decodes the table into one `Positions` per code unit.
-pub fn decode_line_table(
-    table: &[u8],
-    first_line: i32,
-    code_units: usize,
-) -> Result<Vec<Positions>> {
-    let mut out = Vec::with_capacity(code_units);
+/// `units` consecutive code units that share `positions`: one table entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LineRun {
+    pub units: u32,
+    pub positions: Positions,
+}
+
+/// Decodes the table into its entries, in code order. Code units past the last entry have no
+/// location, as CPython reports them.
+pub fn decode_line_table(table: &[u8], first_line: i32) -> Result<Vec<LineRun>> {
+    let mut out = Vec::with_capacity(table.len() / 2);
     let mut line = first_line;
     let mut pos = 0;
     while pos < table.len() {
@@ -31,7 +35,7 @@ pub fn decode_line_table(
         }
         pos += 1;
         let kind = (head >> 3) & 0x0f;
-        let length = usize::from(head & 7) + 1;
+        let units = u32::from(head & 7) + 1;
         let positions = match kind {
             NONE => Positions::default(),
             NO_COLUMN => {
@@ -78,11 +82,7 @@ pub fn decode_line_table(
                 }
             }
         };
-        out.extend(std::iter::repeat_n(positions, length));
-    }
-    if out.len() < code_units {
-        // CPython reports no location for code units the table does not reach.
-        out.resize(code_units, Positions::default());
+        out.push(LineRun { units, positions });
     }
     Ok(out)
 }
@@ -258,15 +258,17 @@ mod tests {
             expected.extend(std::iter::repeat_n(p, units));
         }
         let table = writer.finish();
-        assert_eq!(
-            decode_line_table(&table, 1, expected.len()).unwrap(),
-            expected
-        );
+        let per_unit: Vec<Positions> = decode_line_table(&table, 1)
+            .unwrap()
+            .iter()
+            .flat_map(|run| std::iter::repeat_n(run.positions, run.units as usize))
+            .collect();
+        assert_eq!(per_unit, expected);
     }
 
     #[test]
     fn rejects_truncated_entries() {
-        assert!(decode_line_table(&[0xf0], 1, 1).is_err());
-        assert!(decode_line_table(&[0x00], 1, 1).is_err());
+        assert!(decode_line_table(&[0xf0], 1).is_err());
+        assert!(decode_line_table(&[0x00], 1).is_err());
     }
 }

@@ -4,7 +4,7 @@
 //! `opcode` module does not list, so they are stated here once.
 
 pub use crate::py311::table::Opcode;
-use crate::py311::table::RAW;
+use crate::py311::table::{INFO, RAW};
 
 /// How an instruction's argument is interpreted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,13 +64,7 @@ impl Opcode {
     /// Facts shared by every raw encoding of this opcode (caches and operand kind do not
     /// depend on direction).
     pub fn info(self) -> &'static RawOpInfo {
-        let byte = self
-            .forward_byte()
-            .or(self.backward_byte())
-            .expect("every opcode has at least one encoding");
-        RAW[byte as usize]
-            .as_ref()
-            .expect("generated table is complete")
+        &INFO[self as usize]
     }
 
     pub fn operand_kind(self) -> OperandKind {

@@ -10,6 +10,7 @@ use dynamo_bytecode::{
     Positions, RawCode,
 };
 use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
@@ -171,11 +172,13 @@ fn decode<'py>(py: Python<'py>, code: &Bound<'py, PyAny>) -> PyResult<Bound<'py,
             type_name(code)
         ))
     };
-    let co_code = code.getattr("co_code").map_err(|_| not_code())?;
+    let co_code = code
+        .getattr(intern!(py, "co_code"))
+        .map_err(|_| not_code())?;
     let co_code = co_code.cast::<PyBytes>().map_err(|_| not_code())?;
-    let exception_table = code.getattr("co_exceptiontable")?;
-    let line_table = code.getattr("co_linetable")?;
-    let first_line: i32 = code.getattr("co_firstlineno")?.extract()?;
+    let exception_table = code.getattr(intern!(py, "co_exceptiontable"))?;
+    let line_table = code.getattr(intern!(py, "co_linetable"))?;
+    let first_line: i32 = code.getattr(intern!(py, "co_firstlineno"))?.extract()?;
     let decoded = decode_rs(RawCode {
         code: co_code.as_bytes(),
         exception_table: exception_table.cast::<PyBytes>()?.as_bytes(),
@@ -184,11 +187,11 @@ fn decode<'py>(py: Python<'py>, code: &Bound<'py, PyAny>) -> PyResult<Bound<'py,
     })
     .map_err(bytecode_error)?;
 
-    let consts = code.getattr("co_consts")?;
+    let consts = code.getattr(intern!(py, "co_consts"))?;
     let consts = consts.cast::<PyTuple>()?;
-    let names = code.getattr("co_names")?;
+    let names = code.getattr(intern!(py, "co_names"))?;
     let names = names.cast::<PyTuple>()?;
-    let varnames = code.getattr("co_varnames")?;
+    let varnames = code.getattr(intern!(py, "co_varnames"))?;
     let varnames = varnames.cast::<PyTuple>()?;
     let bytes = co_code.as_bytes();
     let none = py.None();
@@ -320,8 +323,8 @@ fn assemble<'py>(
     for (index, item) in instructions.try_iter()?.enumerate() {
         list.push(to_rust(index, &item?)?);
     }
-    let first_line: i32 = like.getattr("co_firstlineno")?.extract()?;
-    let flags: u32 = like.getattr("co_flags")?.extract()?;
+    let first_line: i32 = like.getattr(intern!(py, "co_firstlineno"))?.extract()?;
+    let flags: u32 = like.getattr(intern!(py, "co_flags"))?.extract()?;
     let assembled = assemble_rs(&list, first_line, flags).map_err(bytecode_error)?;
     let kwargs = PyDict::new(py);
     kwargs.set_item("co_code", PyBytes::new(py, &assembled.code))?;
@@ -332,6 +335,106 @@ fn assemble<'py>(
     kwargs.set_item("co_linetable", PyBytes::new(py, &assembled.line_table))?;
     kwargs.set_item("co_stacksize", assembled.stack_size)?;
     like.call_method("replace", (), Some(&kwargs))
+}
+
+/// `(co_code, co_exceptiontable, co_linetable, co_stacksize)`.
+type RawTables<'py> = (
+    Bound<'py, PyBytes>,
+    Bound<'py, PyBytes>,
+    Bound<'py, PyBytes>,
+    u32,
+);
+
+/// Decodes and re-assembles `code` entirely in Rust, returning the new
+/// `(co_code, co_exceptiontable, co_linetable, co_stacksize)` without building Python
+/// instructions or a code object: the cost the tracer itself pays.
+#[pyfunction]
+fn round_trip_tables<'py>(py: Python<'py>, code: &Bound<'py, PyAny>) -> PyResult<RawTables<'py>> {
+    let co_code = code.getattr(intern!(py, "co_code"))?;
+    let exception_table = code.getattr(intern!(py, "co_exceptiontable"))?;
+    let line_table = code.getattr(intern!(py, "co_linetable"))?;
+    let first_line: i32 = code.getattr(intern!(py, "co_firstlineno"))?.extract()?;
+    let flags: u32 = code.getattr(intern!(py, "co_flags"))?.extract()?;
+    let decoded = decode_rs(RawCode {
+        code: co_code.cast::<PyBytes>()?.as_bytes(),
+        exception_table: exception_table.cast::<PyBytes>()?.as_bytes(),
+        line_table: line_table.cast::<PyBytes>()?.as_bytes(),
+        first_line,
+    })
+    .map_err(bytecode_error)?;
+    let assembled =
+        assemble_rs(&decoded.instructions, first_line, flags).map_err(bytecode_error)?;
+    Ok((
+        PyBytes::new(py, &assembled.code),
+        PyBytes::new(py, &assembled.exception_table),
+        PyBytes::new(py, &assembled.line_table),
+        assembled.stack_size,
+    ))
+}
+
+fn decode_for_analysis(
+    py: Python<'_>,
+    code: &Bound<'_, PyAny>,
+) -> PyResult<(Vec<RsInstruction>, u32)> {
+    let co_code = code.getattr(intern!(py, "co_code"))?;
+    let exception_table = code.getattr(intern!(py, "co_exceptiontable"))?;
+    let line_table = code.getattr(intern!(py, "co_linetable"))?;
+    let first_line: i32 = code.getattr(intern!(py, "co_firstlineno"))?.extract()?;
+    let decoded = decode_rs(RawCode {
+        code: co_code.cast::<PyBytes>()?.as_bytes(),
+        exception_table: exception_table.cast::<PyBytes>()?.as_bytes(),
+        line_table: line_table.cast::<PyBytes>()?.as_bytes(),
+        first_line,
+    })
+    .map_err(bytecode_error)?;
+    let mut locals = 0usize;
+    for field in ["co_varnames", "co_cellvars", "co_freevars"] {
+        locals += code.getattr(field)?.len()?;
+    }
+    Ok((
+        decoded.instructions,
+        u32::try_from(locals).unwrap_or(u32::MAX),
+    ))
+}
+
+/// For each instruction (as indexed by `decode`), the local indices ("localsplus": fast
+/// locals, then cells, then free variables) that are live just before it.
+#[pyfunction]
+fn live_locals(py: Python<'_>, code: &Bound<'_, PyAny>) -> PyResult<Vec<Vec<u32>>> {
+    let (instructions, locals) = decode_for_analysis(py, code)?;
+    let live = dynamo_bytecode::liveness::liveness(&instructions, locals);
+    Ok((0..instructions.len())
+        .map(|i| live.live_locals(i))
+        .collect())
+}
+
+/// Basic blocks as `(start, end, successor blocks, handler block or None)`, instruction
+/// indices as in `decode`.
+#[pyfunction]
+fn basic_blocks(py: Python<'_>, code: &Bound<'_, PyAny>) -> PyResult<Vec<BlockTuple>> {
+    let (instructions, _) = decode_for_analysis(py, code)?;
+    let cfg = dynamo_bytecode::cfg::Cfg::build(&instructions);
+    Ok(cfg
+        .blocks
+        .iter()
+        .map(|b| {
+            let successors = b.successors.iter().map(|s| s.0 as usize).collect();
+            (b.start, b.end, successors, b.handler.map(|h| h.0 as usize))
+        })
+        .collect())
+}
+
+type BlockTuple = (usize, usize, Vec<usize>, Option<usize>);
+
+/// Stack depth before each instruction (`None` where no path reaches), as the assembler
+/// computes it for `co_stacksize`.
+#[pyfunction]
+fn stack_depths(py: Python<'_>, code: &Bound<'_, PyAny>) -> PyResult<Vec<Option<u32>>> {
+    let (instructions, _) = decode_for_analysis(py, code)?;
+    let flags: u32 = code.getattr(intern!(py, "co_flags"))?.extract()?;
+    let depths =
+        dynamo_bytecode::stack_depth::stack_depths(&instructions, flags).map_err(bytecode_error)?;
+    Ok(depths.before)
 }
 
 /// `dis.stack_effect` computed by our table: `jump` is True (taken), False, or None (max).
@@ -356,5 +459,9 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(decode, m)?)?;
     m.add_function(wrap_pyfunction!(assemble, m)?)?;
     m.add_function(wrap_pyfunction!(stack_effect, m)?)?;
+    m.add_function(wrap_pyfunction!(round_trip_tables, m)?)?;
+    m.add_function(wrap_pyfunction!(live_locals, m)?)?;
+    m.add_function(wrap_pyfunction!(basic_blocks, m)?)?;
+    m.add_function(wrap_pyfunction!(stack_depths, m)?)?;
     Ok(())
 }

@@ -1,0 +1,68 @@
+"""Regenerates the README's performance table from benchmarks/results.json, so no figure in
+the README is ever copied by hand.
+
+    python benchmarks/report.py     # rewrite the table from the committed results
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+README = os.path.join(ROOT, "README.md")
+START, END = "<!-- bench:start -->", "<!-- bench:end -->"
+
+
+def table(results: dict) -> str:
+    m = results["machine"]
+    lines = [
+        f"Measured {results['date']} on {m['cpus']} CPUs ({m['platform']}), Python {m['python']}, "
+        f"torch {m['torch']}; medians of {_runs(results)} alternating runs, [min–max].",
+        "",
+        "| benchmark | dynamo-rs | reference | ratio |",
+        "|---|---|---|---|",
+    ]
+    bc = results["sections"].get("bytecode")
+    if bc:
+        f = bc["figures"]
+        ref = f["bytecode (PyPI)"]
+        for name in ("dynamo_rs (Python API)", "dynamo_rs (Rust core)"):
+            ours = f[name]
+            lines.append(
+                f"| decode + assemble, {bc['sample_code_objects']:,} stdlib code objects "
+                f"({name.split('(')[1][:-1]}) | {_rate(ours)} | {_rate(ref)} "
+                f"(`bytecode` {bc['bytecode_version']}) | **{ours['speedup_vs_bytecode']:.0f}×** |"
+            )
+    return "\n".join(lines)
+
+
+def _rate(figure: dict) -> str:
+    t = figure["seconds"]
+    return (f"{figure['code_objects_per_second']:,.0f} code objects/s "
+            f"({t['median']*1e3:.0f} ms [{t['min']*1e3:.0f}–{t['max']*1e3:.0f}])")
+
+
+def _runs(results: dict) -> int:
+    for section in results["sections"].values():
+        for figure in section["figures"].values():
+            return figure["seconds"]["runs"]
+    return 0
+
+
+def update_readme(results: dict) -> None:
+    with open(README) as f:
+        text = f.read()
+    pattern = re.compile(re.escape(START) + ".*?" + re.escape(END), re.S)
+    if not pattern.search(text):
+        raise SystemExit(f"README.md has no {START} ... {END} block")
+    text = pattern.sub(lambda _: f"{START}\n{table(results)}\n{END}", text)
+    with open(README, "w") as f:
+        f.write(text)
+    print("updated the README's performance table")
+
+
+if __name__ == "__main__":
+    with open(os.path.join(ROOT, "benchmarks", "results.json")) as f:
+        update_readme(json.load(f))

@@ -1,0 +1,165 @@
+"""dynamo-rs benchmarks, side by side with a reference measured in the same process.
+
+    python benchmarks/run.py            # full run (make bench)
+    python benchmarks/run.py --quick    # small samples, few repetitions (CI keeps it from rotting)
+
+Each section measures our code and its reference alternately, several repetitions after a
+warm-up, and records min/median/max of every figure plus the ratio of medians. Results go to
+benchmarks/results.json (or --out); `benchmarks/report.py` turns them into the README table.
+Timings are reported, never asserted.
+
+Sections so far:
+- bytecode: decode + assemble round trip over the standard library's code objects, ours
+  (through the Python API, and the Rust core alone) next to the PyPI `bytecode` library's
+  `ConcreteBytecode.from_code(code).to_code()`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from typing import Callable
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+
+
+def stats(samples: list[float]) -> dict:
+    return {"min": min(samples), "median": statistics.median(samples), "max": max(samples),
+            "runs": len(samples)}
+
+
+def alternate(repetitions: int, runs: dict[str, Callable[[], None]]) -> dict[str, dict]:
+    """Times each callable `repetitions` times, interleaved so drift hits all alike."""
+    for run in runs.values():  # warm-up
+        run()
+    samples: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(repetitions):
+        for name, run in runs.items():
+            gc.collect()
+            start = time.perf_counter()
+            run()
+            samples[name].append(time.perf_counter() - start)
+    return {name: stats(s) for name, s in samples.items()}
+
+
+def bench_bytecode(quick: bool) -> dict:
+    import bytecode as pypi_bytecode
+
+    from corpus import code_objects, stdlib_files
+    from dynamo_rs import bytecode as ours
+
+    codes = [code for _, code in code_objects(stdlib_files())]
+    # The pure-Python reference needs about a minute for the whole corpus, so both sides run
+    # on the same evenly spaced sample; the Rust sides also run on the whole corpus.
+    step = 40 if quick else 8
+    sample = codes[::step]
+    repetitions = 3 if quick else 5
+
+    def ours_api(corpus):
+        return lambda: [ours.assemble(ours.decode(c), like=c) for c in corpus]
+
+    def ours_core(corpus):
+        return lambda: [ours.round_trip_tables(c) for c in corpus]
+
+    def reference():
+        for c in sample:
+            pypi_bytecode.ConcreteBytecode.from_code(c).to_code()
+
+    times = alternate(repetitions, {
+        "dynamo_rs (Python API)": ours_api(sample),
+        "dynamo_rs (Rust core)": ours_core(sample),
+        "bytecode (PyPI)": reference,
+    })
+    full = alternate(repetitions, {
+        "dynamo_rs (Python API)": ours_api(codes),
+        "dynamo_rs (Rust core)": ours_core(codes),
+    })
+    ref = times["bytecode (PyPI)"]["median"]
+    n_instructions = sum(len(c.co_code) // 2 for c in sample)
+    figures = {}
+    for name, t in times.items():
+        figures[name] = {
+            "seconds": t,
+            "code_objects_per_second": len(sample) / t["median"],
+            "code_units_per_second": n_instructions / t["median"],
+            "speedup_vs_bytecode": ref / t["median"],
+        }
+    for name, t in full.items():
+        figures[f"{name}, whole corpus"] = {
+            "seconds": t, "code_objects_per_second": len(codes) / t["median"],
+        }
+    return {
+        "what": "decode + assemble round trip of stdlib code objects",
+        "sample_code_objects": len(sample),
+        "corpus_code_objects": len(codes),
+        "bytecode_version": pypi_bytecode.__version__,
+        "figures": figures,
+        "ratio": {"dynamo_rs (Python API) / bytecode": ref / times["dynamo_rs (Python API)"]["median"],
+                  "dynamo_rs (Rust core) / bytecode": ref / times["dynamo_rs (Rust core)"]["median"]},
+    }
+
+
+SECTIONS: dict[str, Callable[[bool], dict]] = {"bytecode": bench_bytecode}
+
+
+def machine() -> dict:
+    import torch
+
+    def version(cmd: list[str]) -> str:
+        try:
+            return subprocess.run(cmd, capture_output=True, text=True, check=False).stdout.strip()
+        except OSError:
+            return "unknown"
+
+    return {
+        "platform": platform.platform(), "processor": platform.processor(),
+        "cpus": os.cpu_count(), "python": sys.version.split()[0], "torch": torch.__version__,
+        "rustc": version(["rustc", "--version"]),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small samples, 3 repetitions")
+    parser.add_argument("--only", help="comma-separated sections: " + ", ".join(SECTIONS))
+    parser.add_argument("--out", help="default: benchmarks/results.json, or "
+                        "benchmarks/out/quick.json with --quick (not committed)")
+    args = parser.parse_args()
+    if args.out is None:
+        args.out = os.path.join(ROOT, "benchmarks", *(("out", "quick.json") if args.quick
+                                                      else ("results.json",)))
+    names = args.only.split(",") if args.only else list(SECTIONS)
+    results = {"machine": machine(), "quick": args.quick,
+               "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "sections": {}}
+    for name in names:
+        print(f"== {name}", flush=True)
+        section = SECTIONS[name](args.quick)
+        results["sections"][name] = section
+        for figure, values in section["figures"].items():
+            t = values["seconds"]
+            extra = (f"  {values['speedup_vs_bytecode']:.1f}x bytecode"
+                     if "speedup_vs_bytecode" in values else "")
+            print(f"  {figure:42s} median {t['median']*1e3:9.1f} ms "
+                  f"[{t['min']*1e3:.1f}-{t['max']*1e3:.1f}]  "
+                  f"{values['code_objects_per_second']:10.0f} code objects/s{extra}")
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(results, f, indent=2)
+    print(f"wrote {args.out}")
+    if not args.quick and not args.only:
+        from report import update_readme
+
+        update_readme(results)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
