@@ -99,21 +99,19 @@ def generate() -> str:
     out.append("    pub const fn name(self) -> &'static str {\n        match self {\n")
     for key in folded:
         out.append(f"            Opcode::{camel(key)} => \"{key}\",\n")
-    out.append("        }\n    }\n\n")
-    out.append("    /// The raw 3.11 opcode byte used when the jump goes forward (or the only byte).\n")
-    out.append("    pub const fn forward_byte(self) -> Option<u8> {\n        match self {\n")
-    for key, entry in folded.items():
-        fwd = entry["forward"]
-        value = f"Some({fwd})" if fwd is not None else "None"
-        out.append(f"            Opcode::{camel(key)} => {value},\n")
-    out.append("        }\n    }\n\n")
-    out.append("    /// The raw 3.11 opcode byte used when the jump goes backward, if there is one.\n")
-    out.append("    pub const fn backward_byte(self) -> Option<u8> {\n        match self {\n")
-    for key, entry in folded.items():
-        bwd = entry["backward"]
-        value = f"Some({bwd})" if bwd is not None else "None"
-        out.append(f"            Opcode::{camel(key)} => {value},\n")
-    out.append("        }\n    }\n}\n\n")
+    out.append("        }\n    }\n")
+    for direction, doc in (
+        ("forward", "used when the jump goes forward (or the only byte)"),
+        ("backward", "used when the jump goes backward, if there is one"),
+    ):
+        out.append(f"\n    /// The raw 3.11 opcode byte {doc}.\n")
+        out.append(f"    pub const fn {direction}_byte(self) -> Option<u8> {{\n        match self {{\n")
+        for key, entry in folded.items():
+            byte = entry[direction]
+            value = f"Some({byte})" if byte is not None else "None"
+            out.append(f"            Opcode::{camel(key)} => {value},\n")
+        out.append("        }\n    }\n")
+    out.append("}\n\n")
 
     out.append("/// Facts about each direction-free opcode, indexed by `Opcode as usize` (the forward\n")
     out.append("/// encoding's facts; caches and operand kind do not depend on direction).\n")

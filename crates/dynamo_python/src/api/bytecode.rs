@@ -5,7 +5,7 @@
 
 use dynamo_bytecode::opcode::raw_info;
 use dynamo_bytecode::{
-    assemble as assemble_rs, decode as decode_rs, stack_effect as stack_effect_rs,
+    assemble as assemble_rs, decode as decode_rs, stack_effect as stack_effect_rs, Decoded,
     ExceptionHandler, InstrIndex, Instruction as RsInstruction, Opcode, Operand, OperandKind,
     Positions, RawCode,
 };
@@ -163,19 +163,23 @@ fn type_name(obj: &Bound<'_, PyAny>) -> String {
         .unwrap_or_else(|_| "?".into())
 }
 
-/// Decodes a code object into a list of `Instruction`s.
-#[pyfunction]
-fn decode<'py>(py: Python<'py>, code: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
+/// Reads a code object's raw tables and decodes them; the one path from a Python code object
+/// to `dynamo_bytecode`. Returns `co_code` too, for callers that look at raw bytes.
+fn decode_code_object<'py>(
+    py: Python<'py>,
+    code: &Bound<'py, PyAny>,
+    caller: &str,
+) -> PyResult<(Bound<'py, PyBytes>, Decoded)> {
     let not_code = || {
         PyTypeError::new_err(format!(
-            "decode() expects a code object, not {}",
+            "{caller}() expects a code object, not {}",
             type_name(code)
         ))
     };
     let co_code = code
         .getattr(intern!(py, "co_code"))
         .map_err(|_| not_code())?;
-    let co_code = co_code.cast::<PyBytes>().map_err(|_| not_code())?;
+    let co_code = co_code.cast_into::<PyBytes>().map_err(|_| not_code())?;
     let exception_table = code.getattr(intern!(py, "co_exceptiontable"))?;
     let line_table = code.getattr(intern!(py, "co_linetable"))?;
     let first_line: i32 = code.getattr(intern!(py, "co_firstlineno"))?.extract()?;
@@ -186,6 +190,13 @@ fn decode<'py>(py: Python<'py>, code: &Bound<'py, PyAny>) -> PyResult<Bound<'py,
         first_line,
     })
     .map_err(bytecode_error)?;
+    Ok((co_code, decoded))
+}
+
+/// Decodes a code object into a list of `Instruction`s.
+#[pyfunction]
+fn decode<'py>(py: Python<'py>, code: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
+    let (co_code, decoded) = decode_code_object(py, code, "decode")?;
 
     let consts = code.getattr(intern!(py, "co_consts"))?;
     let consts = consts.cast::<PyTuple>()?;
@@ -350,18 +361,9 @@ type RawTables<'py> = (
 /// instructions or a code object: the cost the tracer itself pays.
 #[pyfunction]
 fn round_trip_tables<'py>(py: Python<'py>, code: &Bound<'py, PyAny>) -> PyResult<RawTables<'py>> {
-    let co_code = code.getattr(intern!(py, "co_code"))?;
-    let exception_table = code.getattr(intern!(py, "co_exceptiontable"))?;
-    let line_table = code.getattr(intern!(py, "co_linetable"))?;
+    let (_, decoded) = decode_code_object(py, code, "round_trip_tables")?;
     let first_line: i32 = code.getattr(intern!(py, "co_firstlineno"))?.extract()?;
     let flags: u32 = code.getattr(intern!(py, "co_flags"))?.extract()?;
-    let decoded = decode_rs(RawCode {
-        code: co_code.cast::<PyBytes>()?.as_bytes(),
-        exception_table: exception_table.cast::<PyBytes>()?.as_bytes(),
-        line_table: line_table.cast::<PyBytes>()?.as_bytes(),
-        first_line,
-    })
-    .map_err(bytecode_error)?;
     let assembled =
         assemble_rs(&decoded.instructions, first_line, flags).map_err(bytecode_error)?;
     Ok((
@@ -376,17 +378,7 @@ fn decode_for_analysis(
     py: Python<'_>,
     code: &Bound<'_, PyAny>,
 ) -> PyResult<(Vec<RsInstruction>, u32)> {
-    let co_code = code.getattr(intern!(py, "co_code"))?;
-    let exception_table = code.getattr(intern!(py, "co_exceptiontable"))?;
-    let line_table = code.getattr(intern!(py, "co_linetable"))?;
-    let first_line: i32 = code.getattr(intern!(py, "co_firstlineno"))?.extract()?;
-    let decoded = decode_rs(RawCode {
-        code: co_code.cast::<PyBytes>()?.as_bytes(),
-        exception_table: exception_table.cast::<PyBytes>()?.as_bytes(),
-        line_table: line_table.cast::<PyBytes>()?.as_bytes(),
-        first_line,
-    })
-    .map_err(bytecode_error)?;
+    let (_, decoded) = decode_code_object(py, code, "analysis")?;
     let mut locals = 0usize;
     for field in ["co_varnames", "co_cellvars", "co_freevars"] {
         locals += code.getattr(field)?.len()?;
