@@ -4,7 +4,8 @@ At this stage the package exposes the bytecode layer (`dynamo_rs.bytecode`); cap
 (`compile`, `reset`, `explain`) follows the roadmap in the README.
 """
 
-from dynamo_rs import bytecode
+from dynamo_rs import bytecode, config
+from dynamo_rs.eval_frame import disable
 
-__all__ = ["bytecode"]
+__all__ = ["bytecode", "config", "disable"]
 __version__ = "0.1.0"

@@ -5,15 +5,18 @@
 //! Module map:
 //! - [`api::bytecode`]: `decode`, `assemble`, `stack_effect` and the `Instruction` class.
 //! - [`errors`]: Python exception types and the conversion from Rust errors.
+//! - [`eval_frame`]: the PEP 523 frame hook and the per-code cache of transformed code.
 
 use pyo3::prelude::*;
 
 pub mod api;
 pub mod errors;
+pub mod eval_frame;
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     api::bytecode::register(m)?;
     errors::register(m)?;
+    eval_frame::register(m)?;
     Ok(())
 }

@@ -1,0 +1,276 @@
+//! Running a transformed code object in place of a frame's own.
+//!
+//! The frame CPython prepared is laid out for the original code, so the transformed code runs
+//! in a frame of its own: we call a function object made for it (the entry's *runner*) with
+//! the arguments the original frame was given, read back from its argument slots. CPython
+//! binds them again exactly as for the original call (positional, keyword-only, `*args`,
+//! `**kwargs`; defaults are already applied), the new code's own `MAKE_CELL` and
+//! `COPY_FREE_VARS` prologue creates cells and loads the closure, and the new frame links to
+//! the caller, so tracebacks and `f_back` look as if the original had run. The original frame
+//! is then discarded by CPython as usual.
+//!
+//! The runner borrows the original function's globals, builtins and closure for the call
+//! (see `CacheEntry::runner`), and the hook lets the runner's frame through uninterpreted by
+//! recognising its code (see `hook::PENDING`).
+
+use std::ptr;
+
+use pyo3::exceptions::PySystemError;
+use pyo3::ffi;
+use pyo3::prelude::*;
+
+use super::cache::{CacheEntry, FrameLayout};
+use super::cpython311::InterpreterFrame;
+use super::hook::PENDING;
+use super::owned::OwnedRef;
+
+/// Makes the runner function for `code`, with nothing borrowed yet.
+///
+/// # Safety
+/// `code` is a code object and `globals` a live dict; the GIL is held.
+pub unsafe fn make_runner(
+    py: Python<'_>,
+    code: &Bound<'_, PyAny>,
+    globals: *mut ffi::PyObject,
+) -> PyResult<OwnedRef> {
+    // SAFETY: GIL held; `code` is a code object (validated by the caller) and `globals` the
+    // live globals dict of the frame being replaced.
+    unsafe {
+        let func = ffi::PyFunction_New(code.as_ptr(), globals);
+        let func = OwnedRef::from_owned(func).ok_or_else(|| PyErr::fetch(py))?;
+        let f = func.as_ptr().cast::<ffi::PyFunctionObject>();
+        // Hold nothing between calls: these are filled in by `run_entry`.
+        for field in [
+            ptr::addr_of_mut!((*f).func_globals),
+            ptr::addr_of_mut!((*f).func_builtins),
+            ptr::addr_of_mut!((*f).func_closure),
+        ] {
+            let old = *field;
+            *field = ptr::null_mut();
+            ffi::Py_XDECREF(old);
+        }
+        Ok(func)
+    }
+}
+
+/// Puts `globals`, `builtins`, `closure` into the runner for one call and takes them out
+/// again on drop, restoring what an enclosing (recursive) call had put there.
+struct Borrowed {
+    func: *mut ffi::PyFunctionObject,
+    saved: [*mut ffi::PyObject; 3],
+}
+
+impl Borrowed {
+    /// # Safety
+    /// `func` is a live runner; the three objects are live (or null for the closure).
+    unsafe fn new(
+        func: *mut ffi::PyFunctionObject,
+        globals: *mut ffi::PyObject,
+        builtins: *mut ffi::PyObject,
+        closure: *mut ffi::PyObject,
+    ) -> Borrowed {
+        // SAFETY: caller's contract; each stored pointer carries its own new reference.
+        unsafe {
+            let saved = [
+                (*func).func_globals,
+                (*func).func_builtins,
+                (*func).func_closure,
+            ];
+            ffi::Py_INCREF(globals);
+            ffi::Py_INCREF(builtins);
+            ffi::Py_XINCREF(closure);
+            (*func).func_globals = globals;
+            (*func).func_builtins = builtins;
+            (*func).func_closure = closure;
+            Borrowed { func, saved }
+        }
+    }
+}
+
+impl Drop for Borrowed {
+    fn drop(&mut self) {
+        // SAFETY: the runner is alive (the entry holds it); we release the references we took
+        // and put back what was there before, which the enclosing call still owns.
+        unsafe {
+            let f = self.func;
+            let current = [(*f).func_globals, (*f).func_builtins, (*f).func_closure];
+            (*f).func_globals = self.saved[0];
+            (*f).func_builtins = self.saved[1];
+            (*f).func_closure = self.saved[2];
+            for obj in current {
+                ffi::Py_XDECREF(obj);
+            }
+        }
+    }
+}
+
+/// Runs `entry`'s code with the arguments of `frame`, returning a new reference or null with
+/// an exception set, as a frame evaluator does.
+///
+/// # Safety
+/// `frame` is live, has not started, and belongs to a code object with layout `layout`; the
+/// GIL is held.
+pub unsafe fn run_entry(
+    py: Python<'_>,
+    frame: *mut InterpreterFrame,
+    layout: &FrameLayout,
+    entry: &CacheEntry,
+) -> *mut ffi::PyObject {
+    // SAFETY: live frame (caller); arguments occupy the first `arg_slots()` localsplus slots
+    // and are all bound in a frame that has not started.
+    unsafe {
+        let runner = entry.runner.as_ptr();
+        let _borrowed = Borrowed::new(
+            runner.cast(),
+            (*frame).f_globals,
+            (*frame).f_builtins,
+            (*(*frame).f_func).func_closure,
+        );
+        let positional = layout.argcount;
+        let kwonly = layout.kwonlyargcount;
+        let mut args: smallvec_like::Args = smallvec_like::Args::new();
+        for i in 0..positional + kwonly {
+            let value = InterpreterFrame::local(frame, i);
+            if value.is_null() {
+                return unbound_argument(py, layout, i);
+            }
+            args.push(value);
+        }
+        if !layout.has_varargs && !layout.has_varkw {
+            let kwnames = layout
+                .kwonly_names
+                .as_ref()
+                .map_or(ptr::null_mut(), OwnedRef::as_ptr);
+            return call(runner, entry, args.as_slice(), positional, kwnames);
+        }
+        // Rebuild `*args` and `**kwargs` as separate arguments.
+        let mut slot = positional + kwonly;
+        let mut kw_values: Vec<*mut ffi::PyObject> = args.as_slice()[positional..].to_vec();
+        let mut all: Vec<*mut ffi::PyObject> = args.as_slice()[..positional].to_vec();
+        if layout.has_varargs {
+            let star = InterpreterFrame::local(frame, slot);
+            slot += 1;
+            if star.is_null() {
+                return unbound_argument(py, layout, slot - 1);
+            }
+            for i in 0..ffi::PyTuple_GET_SIZE(star) {
+                all.push(ffi::PyTuple_GET_ITEM(star, i));
+            }
+        }
+        let nargs = all.len();
+        let mut names: Vec<*mut ffi::PyObject> = Vec::new();
+        if let Some(kwonly_names) = &layout.kwonly_names {
+            for i in 0..ffi::PyTuple_GET_SIZE(kwonly_names.as_ptr()) {
+                names.push(ffi::PyTuple_GET_ITEM(kwonly_names.as_ptr(), i));
+            }
+        }
+        if layout.has_varkw {
+            let dict = InterpreterFrame::local(frame, slot);
+            if dict.is_null() {
+                return unbound_argument(py, layout, slot);
+            }
+            let mut pos: ffi::Py_ssize_t = 0;
+            let mut key: *mut ffi::PyObject = ptr::null_mut();
+            let mut value: *mut ffi::PyObject = ptr::null_mut();
+            while ffi::PyDict_Next(dict, &mut pos, &mut key, &mut value) != 0 {
+                names.push(key);
+                kw_values.push(value);
+            }
+        }
+        all.extend(kw_values);
+        let kwnames = if names.is_empty() {
+            None
+        } else {
+            // The dict and the frame keep every name alive; the tuple takes its own references.
+            let tuple = ffi::PyTuple_New(names.len() as isize);
+            if tuple.is_null() {
+                return ptr::null_mut();
+            }
+            for (i, name) in names.iter().enumerate() {
+                ffi::Py_INCREF(*name);
+                ffi::PyTuple_SET_ITEM(tuple, i as isize, *name);
+            }
+            OwnedRef::from_owned(tuple)
+        };
+        call(
+            runner,
+            entry,
+            &all,
+            nargs,
+            kwnames.as_ref().map_or(ptr::null_mut(), OwnedRef::as_ptr),
+        )
+    }
+}
+
+/// # Safety
+/// GIL held; `args` are live objects; `kwnames` names the trailing `args.len() - nargs`.
+unsafe fn call(
+    runner: *mut ffi::PyObject,
+    entry: &CacheEntry,
+    args: &[*mut ffi::PyObject],
+    nargs: usize,
+    kwnames: *mut ffi::PyObject,
+) -> *mut ffi::PyObject {
+    let previous = PENDING.with(|p| p.replace(entry.code.as_ptr()));
+    // SAFETY: caller's contract; vectorcall borrows the argument array for the call.
+    let result = unsafe { ffi::PyObject_Vectorcall(runner, args.as_ptr(), nargs, kwnames) };
+    // Normally the hook cleared it on entering the runner's frame; not if binding failed.
+    PENDING.with(|p| p.set(previous));
+    result
+}
+
+fn unbound_argument(py: Python<'_>, layout: &FrameLayout, slot: usize) -> *mut ffi::PyObject {
+    let name = layout
+        .names
+        .get(slot)
+        .map(|n| n.bind(py).to_string())
+        .unwrap_or_default();
+    PySystemError::new_err(format!(
+        "dynamo_rs: argument {name:?} of {} is unbound when the frame starts",
+        layout.location
+    ))
+    .restore(py);
+    ptr::null_mut()
+}
+
+/// A fixed-capacity argument buffer that spills to the heap, so the common call (a handful
+/// of arguments) allocates nothing.
+mod smallvec_like {
+    use pyo3::ffi;
+
+    pub struct Args {
+        inline: [*mut ffi::PyObject; 8],
+        len: usize,
+        heap: Vec<*mut ffi::PyObject>,
+    }
+
+    impl Args {
+        pub fn new() -> Args {
+            Args {
+                inline: [std::ptr::null_mut(); 8],
+                len: 0,
+                heap: Vec::new(),
+            }
+        }
+
+        pub fn push(&mut self, value: *mut ffi::PyObject) {
+            if self.len < self.inline.len() && self.heap.is_empty() {
+                self.inline[self.len] = value;
+                self.len += 1;
+            } else {
+                if self.heap.is_empty() {
+                    self.heap.extend_from_slice(&self.inline[..self.len]);
+                }
+                self.heap.push(value);
+            }
+        }
+
+        pub fn as_slice(&self) -> &[*mut ffi::PyObject] {
+            if self.heap.is_empty() {
+                &self.inline[..self.len]
+            } else {
+                &self.heap
+            }
+        }
+    }
+}

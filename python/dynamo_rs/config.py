@@ -1,0 +1,71 @@
+"""dynamo_rs settings. Assign attributes to change them:
+
+    import dynamo_rs
+    dynamo_rs.config.cache_size_limit = 4
+
+- cache_size_limit (8): compiled versions kept per code object; past it the code object
+  stops being compiled (one warning) and only reuses what it has.
+- suppress_errors (True): a failure while compiling a frame gives one warning and the frame
+  runs uncompiled; False raises it instead.
+- skip_torch (True): never intercept frames of torch's own files (user code calling into
+  torch is still captured; torch's modules are inlined from there).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import types
+
+
+def _package_dir(name: str) -> str | None:
+    import importlib.util
+
+    spec = importlib.util.find_spec(name)
+    if spec is None or spec.origin is None:
+        return None
+    return os.path.dirname(spec.origin) + os.sep
+
+
+class _Config(types.ModuleType):
+    """A module whose attributes forward to the native hook when set."""
+
+    def __init__(self) -> None:
+        super().__init__(__name__, __doc__)
+        object.__setattr__(self, "_values", {})
+        self.cache_size_limit = 8
+        self.suppress_errors = True
+        self.skip_torch = True
+
+    def __getattr__(self, name: str):
+        values = object.__getattribute__(self, "_values")
+        if name in values:
+            return values[name]
+        raise AttributeError(f"dynamo_rs.config has no setting {name!r}")
+
+    def __setattr__(self, name: str, value) -> None:
+        from dynamo_rs import _native
+
+        values = object.__getattribute__(self, "_values")
+        if name == "cache_size_limit":
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"cache_size_limit must be a positive int, not {value!r}")
+            _native.configure(cache_size_limit=value)
+        elif name == "suppress_errors":
+            _native.configure(suppress_errors=bool(value))
+            value = bool(value)
+        elif name == "skip_torch":
+            value = bool(value)
+            prefixes = [p for p in (_package_dir("dynamo_rs"),) if p]
+            if value:
+                prefixes += [p for p in (_package_dir("torch"),) if p]
+            _native.configure(skip_prefixes=prefixes)
+        else:
+            raise AttributeError(f"dynamo_rs.config has no setting {name!r}")
+        values[name] = value
+
+    def __dir__(self):
+        return sorted(object.__getattribute__(self, "_values"))
+
+
+sys.modules[__name__] = _Config()

@@ -1,0 +1,37 @@
+"""The frame-evaluation hook, as Python sees it.
+
+`set_eval_frame(callback)` installs `callback(frame, cache_size)` for the calling thread
+(None removes it) and returns the previous one. On a cache miss the callback gets the frame
+object (`types.FrameType`) and the number of cached versions of its code, runs with the hook
+off, and returns None (run the original code), `SKIP` (run it and never intercept this code
+again), or `(check, code)`: a new cache entry whose `code` (same arguments and free
+variables as the original) runs whenever `check(f_locals)` is true (`check=None`: always).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable, TypeVar
+
+from dynamo_rs import _native
+
+SKIP = _native.SKIP
+set_eval_frame = _native.set_eval_frame
+skip_code = _native.skip_code
+reset_code = _native.reset_code
+cache_entries = _native.cache_entries
+code_mode = _native.code_mode
+stats = _native.stats
+reset_stats = _native.reset_stats
+is_enabled = _native.is_enabled
+
+F = TypeVar("F", bound=Callable)
+
+
+def disable(fn: F | None = None) -> F:
+    """Runs `fn` (and everything it calls) without interception. Usable as a decorator."""
+    if fn is None:
+        return disable  # type: ignore[return-value]
+    wrapper = _native.DisabledFunction(fn)
+    functools.update_wrapper(wrapper, fn)
+    return wrapper  # type: ignore[return-value]
