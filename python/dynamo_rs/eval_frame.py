@@ -19,6 +19,7 @@ SKIP = _native.SKIP
 set_eval_frame = _native.set_eval_frame
 skip_code = _native.skip_code
 reset_code = _native.reset_code
+reset_all = _native.reset_all
 cache_entries = _native.cache_entries
 code_mode = _native.code_mode
 stats = _native.stats

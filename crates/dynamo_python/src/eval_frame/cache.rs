@@ -244,18 +244,67 @@ pub struct ExtraStateInner {
 #[derive(Debug)]
 pub struct ExtraState {
     pub layout: FrameLayout,
+    /// The mode the code started with, which a reset returns to (generators stay skipped).
+    pub initial_mode: Mode,
     /// Borrowed only for short, Python-free stretches: guards and callbacks may run Python
     /// code that looks at this state through the introspection functions.
     pub inner: RefCell<ExtraStateInner>,
 }
 
+impl ExtraState {
+    /// Drops every entry and returns to the initial mode. The entries are dropped after the
+    /// borrow ends, since dropping them may run Python code (finalizers of guard objects).
+    pub fn reset(&self) {
+        let entries = {
+            let mut inner = self.inner.borrow_mut();
+            inner.mode = self.initial_mode;
+            inner.warned_limit = false;
+            std::mem::take(&mut inner.entries)
+        };
+        drop(entries);
+    }
+}
+
 static EXTRA_INDEX: AtomicIsize = AtomicIsize::new(-1);
+
+/// Every live `ExtraState` (as an address), so that `reset_all` can reach them; entries are
+/// removed by the free function when their code object dies.
+static LIVE_STATES: std::sync::Mutex<Vec<usize>> = std::sync::Mutex::new(Vec::new());
+
+/// How many code objects currently carry our state.
+pub fn live_state_count() -> usize {
+    LIVE_STATES.lock().map(|s| s.len()).unwrap_or(0)
+}
+
+/// Resets every code object's cache (`dynamo_rs.reset()`).
+///
+/// # Safety
+/// The GIL is held.
+pub unsafe fn reset_all() {
+    let states: Vec<usize> = LIVE_STATES.lock().map(|s| s.clone()).unwrap_or_default();
+    for address in states {
+        // A reset may run Python code that frees code objects; only touch states still live.
+        let live = LIVE_STATES
+            .lock()
+            .map(|s| s.contains(&address))
+            .unwrap_or(false);
+        if live {
+            // SAFETY: listed states are alive (removed before being freed); GIL held.
+            unsafe { (*(address as *const ExtraState)).reset() };
+        }
+    }
+}
 
 /// Called by CPython when a code object with our state dies (GIL held).
 unsafe extern "C" fn free_extra_state(state: *mut c_void) {
     if !state.is_null() {
         // Never unwind into CPython.
         let _ = std::panic::catch_unwind(|| {
+            if let Ok(mut live) = LIVE_STATES.lock() {
+                if let Some(at) = live.iter().position(|&a| a == state as usize) {
+                    live.swap_remove(at);
+                }
+            }
             // SAFETY: we stored a Box<ExtraState> there and CPython frees it exactly once.
             drop(unsafe { Box::from_raw(state.cast::<ExtraState>()) });
         });
@@ -312,13 +361,13 @@ pub unsafe fn get_or_init_extra(
     }
     // SAFETY: live code object (caller).
     let code_obj = unsafe { Bound::from_borrowed_ptr(py, code) };
+    let prefixes = skip_prefixes.lock().map(|p| p.clone()).unwrap_or_default();
+    let mode = initial_mode(&code_obj, &prefixes)?;
     let state = Box::new(ExtraState {
         layout: FrameLayout::read(&code_obj)?,
+        initial_mode: mode,
         inner: RefCell::new(ExtraStateInner {
-            mode: initial_mode(
-                &code_obj,
-                &skip_prefixes.lock().map(|p| p.clone()).unwrap_or_default(),
-            )?,
+            mode,
             entries: Vec::new(),
             warned_limit: false,
         }),
@@ -330,6 +379,9 @@ pub unsafe fn get_or_init_extra(
         // SAFETY: CPython did not take it.
         drop(unsafe { Box::from_raw(ptr) });
         return Err(PyErr::fetch(py));
+    }
+    if let Ok(mut live) = LIVE_STATES.lock() {
+        live.push(ptr as usize);
     }
     Ok(ptr)
 }

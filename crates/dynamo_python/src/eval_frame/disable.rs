@@ -9,7 +9,8 @@ use super::hook::call_disabled;
 #[pyclass(module = "dynamo_rs._native", dict, weakref)]
 #[derive(Debug)]
 pub struct DisabledFunction {
-    #[pyo3(get, name = "__wrapped__")]
+    /// The wrapped callable (`__wrapped__` is set in the instance dict by
+    /// `functools.update_wrapper`).
     wrapped: Py<PyAny>,
 }
 

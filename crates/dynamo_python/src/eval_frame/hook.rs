@@ -84,10 +84,13 @@ impl Default for HookDisabled {
 
 impl Drop for HookDisabled {
     fn drop(&mut self) {
-        // Whatever was set meanwhile (set_eval_frame inside a disabled region) is replaced by
-        // the outer setting; its reference is released.
+        // A callback set inside the disabled region is replaced by the outer setting, as if
+        // `set_eval_frame(None)` had been called for it.
         let inner = CALLBACK.with(|c| c.replace(self.0));
         if !inner.is_null() {
+            if ACTIVE_THREADS.fetch_sub(1, Ordering::AcqRel) == 1 {
+                install(false);
+            }
             // SAFETY: the GIL is held wherever the hook is disabled; we owned that reference.
             unsafe { ffi::Py_DECREF(inner) };
         }

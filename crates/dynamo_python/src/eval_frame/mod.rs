@@ -65,24 +65,24 @@ fn skip_code(py: Python<'_>, code: &Bound<'_, PyAny>) -> PyResult<()> {
     Ok(())
 }
 
-/// Drops every cache entry of `code` and forgets whether it was skipped.
+/// Drops every cache entry of `code` and returns it to how the hook first saw it.
 #[pyfunction]
 fn reset_code(code: &Bound<'_, PyAny>) -> PyResult<()> {
     let code = code_arg(code)?;
     // SAFETY: live code object, GIL held.
     let extra = unsafe { get_extra(code.as_ptr()) };
     if !extra.is_null() {
-        // SAFETY: the state lives as long as `code`. The entries are dropped after the borrow
-        // ends: dropping them may run Python code (finalizers of guard objects).
-        let entries = unsafe {
-            let mut inner = (*extra).inner.borrow_mut();
-            inner.mode = Mode::Default;
-            inner.warned_limit = false;
-            std::mem::take(&mut inner.entries)
-        };
-        drop(entries);
+        // SAFETY: the state lives as long as `code`.
+        unsafe { (*extra).reset() };
     }
     Ok(())
+}
+
+/// Drops the cache entries of every code object (`dynamo_rs.reset()`).
+#[pyfunction]
+fn reset_all(_py: Python<'_>) {
+    // SAFETY: the GIL is held (`_py`).
+    unsafe { cache::reset_all() };
 }
 
 /// The cache entries of `code` as `(check, code)` pairs, most recently used first.
@@ -121,7 +121,7 @@ fn code_mode(code: &Bound<'_, PyAny>) -> PyResult<&'static str> {
 }
 
 /// Counters since start (or the last `reset_stats`): frames examined, hits, misses,
-/// callback calls, frames skipped.
+/// callback calls, frames skipped; and how many code objects carry our state right now.
 #[pyfunction]
 fn stats<'py>(py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
@@ -134,6 +134,7 @@ fn stats<'py>(py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
     ] {
         d.set_item(name, STATS[index].load(Ordering::Relaxed))?;
     }
+    d.set_item("live_code_states", cache::live_state_count())?;
     Ok(d)
 }
 
@@ -180,6 +181,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(set_eval_frame, m)?)?;
     m.add_function(wrap_pyfunction!(skip_code, m)?)?;
     m.add_function(wrap_pyfunction!(reset_code, m)?)?;
+    m.add_function(wrap_pyfunction!(reset_all, m)?)?;
     m.add_function(wrap_pyfunction!(cache_entries, m)?)?;
     m.add_function(wrap_pyfunction!(code_mode, m)?)?;
     m.add_function(wrap_pyfunction!(stats, m)?)?;
