@@ -8,7 +8,8 @@
 - suppress_errors (True): a failure while compiling a frame gives one warning and the frame
   runs uncompiled; False raises it instead.
 - skip_torch (True): never intercept frames of torch's own files (user code calling into
-  torch is still captured; torch's modules are inlined from there).
+  torch is still captured; torch's modules are inlined from there). Applies to code objects
+  first seen after the change, and to all after `dynamo_rs.reset()`.
 """
 
 from __future__ import annotations

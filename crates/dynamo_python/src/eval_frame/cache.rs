@@ -48,6 +48,8 @@ pub struct FrameLayout {
     pub stacksize: usize,
     /// `qualname (file:line)`, for messages.
     pub location: String,
+    pub filename: String,
+    pub flags: u32,
 }
 
 impl FrameLayout {
@@ -68,20 +70,18 @@ pub const CO_VARARGS: u32 = 0x04;
 pub const CO_VARKEYWORDS: u32 = 0x08;
 pub const CO_GENERATOR_LIKE: u32 = 0x20 | 0x80 | 0x200 | 0x100;
 
-/// Decides, when a code object is first seen, whether the hook should ever look at it.
-pub fn initial_mode(code: &Bound<'_, PyAny>, skip_prefixes: &[String]) -> PyResult<Mode> {
-    let flags: u32 = code.getattr("co_flags")?.extract()?;
-    if flags & CO_GENERATOR_LIKE != 0 {
-        return Ok(Mode::Skip);
-    }
-    let filename: String = code.getattr("co_filename")?.extract()?;
-    if skip_prefixes
-        .iter()
-        .any(|p| filename.starts_with(p.as_str()))
+/// Decides whether the hook should look at a code object's frames at all: not for
+/// generators and coroutines, nor for files under one of `skip_prefixes`.
+pub fn initial_mode(layout: &FrameLayout, skip_prefixes: &[String]) -> Mode {
+    if layout.flags & CO_GENERATOR_LIKE != 0
+        || skip_prefixes
+            .iter()
+            .any(|p| layout.filename.starts_with(p.as_str()))
     {
-        return Ok(Mode::Skip);
+        Mode::Skip
+    } else {
+        Mode::Default
     }
-    Ok(Mode::Default)
 }
 
 impl FrameLayout {
@@ -120,6 +120,8 @@ impl FrameLayout {
             first_free,
             stacksize: code.getattr("co_stacksize")?.extract()?,
             location: format!("{qualname} ({filename}:{line})"),
+            filename,
+            flags,
         })
     }
 }
@@ -244,20 +246,19 @@ pub struct ExtraStateInner {
 #[derive(Debug)]
 pub struct ExtraState {
     pub layout: FrameLayout,
-    /// The mode the code started with, which a reset returns to (generators stay skipped).
-    pub initial_mode: Mode,
     /// Borrowed only for short, Python-free stretches: guards and callbacks may run Python
     /// code that looks at this state through the introspection functions.
     pub inner: RefCell<ExtraStateInner>,
 }
 
 impl ExtraState {
-    /// Drops every entry and returns to the initial mode. The entries are dropped after the
-    /// borrow ends, since dropping them may run Python code (finalizers of guard objects).
-    pub fn reset(&self) {
+    /// Drops every entry and decides the mode afresh from the current skip prefixes
+    /// (generators stay skipped). The entries are dropped after the borrow ends, since
+    /// dropping them may run Python code (finalizers of guard objects).
+    pub fn reset(&self, skip_prefixes: &[String]) {
         let entries = {
             let mut inner = self.inner.borrow_mut();
-            inner.mode = self.initial_mode;
+            inner.mode = initial_mode(&self.layout, skip_prefixes);
             inner.warned_limit = false;
             std::mem::take(&mut inner.entries)
         };
@@ -280,7 +281,7 @@ pub fn live_state_count() -> usize {
 ///
 /// # Safety
 /// The GIL is held.
-pub unsafe fn reset_all() {
+pub unsafe fn reset_all(skip_prefixes: &[String]) {
     let states: Vec<usize> = LIVE_STATES.lock().map(|s| s.clone()).unwrap_or_default();
     for address in states {
         // A reset may run Python code that frees code objects; only touch states still live.
@@ -290,7 +291,7 @@ pub unsafe fn reset_all() {
             .unwrap_or(false);
         if live {
             // SAFETY: listed states are alive (removed before being freed); GIL held.
-            unsafe { (*(address as *const ExtraState)).reset() };
+            unsafe { (*(address as *const ExtraState)).reset(skip_prefixes) };
         }
     }
 }
@@ -362,10 +363,10 @@ pub unsafe fn get_or_init_extra(
     // SAFETY: live code object (caller).
     let code_obj = unsafe { Bound::from_borrowed_ptr(py, code) };
     let prefixes = skip_prefixes.lock().map(|p| p.clone()).unwrap_or_default();
-    let mode = initial_mode(&code_obj, &prefixes)?;
+    let layout = FrameLayout::read(&code_obj)?;
+    let mode = initial_mode(&layout, &prefixes);
     let state = Box::new(ExtraState {
-        layout: FrameLayout::read(&code_obj)?,
-        initial_mode: mode,
+        layout,
         inner: RefCell::new(ExtraStateInner {
             mode,
             entries: Vec::new(),

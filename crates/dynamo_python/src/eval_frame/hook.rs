@@ -53,6 +53,10 @@ pub static SUPPRESS_ERRORS: AtomicBool = AtomicBool::new(true);
 /// File-name prefixes whose code is never intercepted (our package, torch).
 pub static SKIP_PREFIXES: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
+pub fn skip_prefixes() -> Vec<String> {
+    SKIP_PREFIXES.lock().map(|p| p.clone()).unwrap_or_default()
+}
+
 /// Counters for tests and benchmarks.
 pub static STATS: [AtomicU64; 5] = [const { AtomicU64::new(0) }; 5];
 pub const STAT_FRAMES: usize = 0;

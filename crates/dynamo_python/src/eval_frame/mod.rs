@@ -73,7 +73,7 @@ fn reset_code(code: &Bound<'_, PyAny>) -> PyResult<()> {
     let extra = unsafe { get_extra(code.as_ptr()) };
     if !extra.is_null() {
         // SAFETY: the state lives as long as `code`.
-        unsafe { (*extra).reset() };
+        unsafe { (*extra).reset(&hook::skip_prefixes()) };
     }
     Ok(())
 }
@@ -82,7 +82,7 @@ fn reset_code(code: &Bound<'_, PyAny>) -> PyResult<()> {
 #[pyfunction]
 fn reset_all(_py: Python<'_>) {
     // SAFETY: the GIL is held (`_py`).
-    unsafe { cache::reset_all() };
+    unsafe { cache::reset_all(&hook::skip_prefixes()) };
 }
 
 /// The cache entries of `code` as `(check, code)` pairs, most recently used first.
