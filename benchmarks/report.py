@@ -35,6 +35,22 @@ def table(results: dict) -> str:
                 f"({name.split('(')[1][:-1]}) | {_rate(ours)} | {_rate(ref)} "
                 f"(`bytecode` {bc['bytecode_version']}) | **{ours['speedup_vs_bytecode']:.0f}×** |"
             )
+    hook = results["sections"].get("hook")
+    if hook:
+        f = hook["figures"]
+        for kind in ("ints", "tensors"):
+            ours = f[f"dynamo_rs overhead per hit ({kind})"]["ns"]
+            plain = f[f"plain call ({kind})"]["ns_per_call"]
+            if kind == "tensors":
+                theirs = f["torch.compile overhead per hit (tensors)"]["ns"]
+                ref = f"{theirs:,.0f} ns (torch.compile, no-op backend)"
+                ratio = f"**{theirs / ours:.0f}×** less"
+            else:
+                ref, ratio = "—", "—"
+            lines.append(
+                f"| frame hook: added cost of a cache hit, `add(a, b)` on {kind} "
+                f"(plain call {plain:.0f} ns) | {ours:.0f} ns | {ref} | {ratio} |"
+            )
     return "\n".join(lines)
 
 

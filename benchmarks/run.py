@@ -9,6 +9,8 @@ benchmarks/results.json (or --out); `benchmarks/report.py` turns them into the R
 Timings are reported, never asserted.
 
 Sections so far:
+- hook: per-call cost of the frame hook on a cache hit (2-argument function, always-true
+  guard), next to the plain call and to torch.compile's per-call cost (no-op backend).
 - bytecode: decode + assemble round trip over the standard library's code objects, ours
   (through the Python API, and the Rust core alone) next to the PyPI `bytecode` library's
   `ConcreteBytecode.from_code(code).to_code()`.
@@ -107,7 +109,93 @@ def bench_bytecode(quick: bool) -> dict:
     }
 
 
-SECTIONS: dict[str, Callable[[bool], dict]] = {"bytecode": bench_bytecode}
+def bench_hook(quick: bool) -> dict:
+    """Per-call cost of the frame hook on a cache hit, next to the same call without the hook
+    and next to torch.compile's per-call cost with a backend that returns the graph as is."""
+    import torch
+    import torch._dynamo
+
+    from dynamo_rs import bytecode as ours
+    from dynamo_rs import eval_frame
+
+    calls = 20_000 if quick else 200_000
+    repetitions = 3 if quick else 5
+
+    def add(a, b):
+        return a + b
+
+    def loop(fn, a, b, n):
+        for _ in range(n):
+            fn(a, b)
+
+    transformed = ours.assemble(ours.decode(add.__code__), like=add.__code__)
+
+    def callback(frame, cache_size):
+        if frame.f_code is add.__code__:
+            return (None, transformed)
+        return eval_frame.SKIP
+
+    class Hooked:
+        def __init__(self, a, b):
+            self.a, self.b = a, b
+
+        def __call__(self):
+            previous = eval_frame.set_eval_frame(callback)
+            try:
+                loop(add, self.a, self.b, calls)
+            finally:
+                eval_frame.set_eval_frame(previous)
+
+    def no_op_backend(gm, example_inputs):
+        return gm.forward
+
+    x, y = torch.ones(4), torch.ones(4)
+    torch._dynamo.reset()
+    compiled = torch.compile(add, backend=no_op_backend)
+    compiled(x, y)  # compile once; the loop then measures hits only
+
+    times = alternate(repetitions, {
+        "plain call (ints)": lambda: loop(add, 1, 2, calls),
+        "dynamo_rs hit (ints)": Hooked(1, 2),
+        "plain call (tensors)": lambda: loop(add, x, y, calls),
+        "dynamo_rs hit (tensors)": Hooked(x, y),
+        "torch.compile hit (tensors)": lambda: loop(compiled, x, y, calls),
+    })
+    per_call = {name: t["median"] / calls * 1e9 for name, t in times.items()}
+    ours_int = per_call["dynamo_rs hit (ints)"] - per_call["plain call (ints)"]
+    ours_tensor = per_call["dynamo_rs hit (tensors)"] - per_call["plain call (tensors)"]
+    theirs = per_call["torch.compile hit (tensors)"] - per_call["plain call (tensors)"]
+    figures = {
+        name: {"seconds": t, "ns_per_call": per_call[name]} for name, t in times.items()
+    }
+    figures["dynamo_rs overhead per hit (ints)"] = {"ns": ours_int}
+    figures["dynamo_rs overhead per hit (tensors)"] = {"ns": ours_tensor}
+    figures["torch.compile overhead per hit (tensors)"] = {"ns": theirs}
+    return {
+        "what": "per-call cost of a cache hit on a 2-argument function, always-true guard",
+        "calls_per_run": calls,
+        "figures": figures,
+        "ratio": {"torch.compile overhead / dynamo_rs overhead (tensors)": theirs / ours_tensor},
+    }
+
+
+SECTIONS: dict[str, Callable[[bool], dict]] = {"bytecode": bench_bytecode, "hook": bench_hook}
+
+
+def describe(values: dict) -> str:
+    parts = []
+    if "seconds" in values:
+        t = values["seconds"]
+        parts.append(f"median {t['median']*1e3:9.1f} ms [{t['min']*1e3:.1f}-{t['max']*1e3:.1f}]")
+    if "code_objects_per_second" in values:
+        parts.append(f"{values['code_objects_per_second']:10.0f} code objects/s")
+    if "speedup_vs_bytecode" in values:
+        parts.append(f"{values['speedup_vs_bytecode']:.1f}x bytecode")
+    if "ns_per_call" in values:
+        parts.append(f"{values['ns_per_call']:8.1f} ns/call")
+    if "ns" in values:
+        parts.append(f"{values['ns']:8.1f} ns")
+    return "  ".join(parts)
 
 
 def machine() -> dict:
@@ -144,12 +232,9 @@ def main() -> int:
         section = SECTIONS[name](args.quick)
         results["sections"][name] = section
         for figure, values in section["figures"].items():
-            t = values["seconds"]
-            extra = (f"  {values['speedup_vs_bytecode']:.1f}x bytecode"
-                     if "speedup_vs_bytecode" in values else "")
-            print(f"  {figure:42s} median {t['median']*1e3:9.1f} ms "
-                  f"[{t['min']*1e3:.1f}-{t['max']*1e3:.1f}]  "
-                  f"{values['code_objects_per_second']:10.0f} code objects/s{extra}")
+            print(f"  {figure:42s} {describe(values)}")
+        for ratio, value in section.get("ratio", {}).items():
+            print(f"  ratio {ratio}: {value:.1f}")
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(results, f, indent=2)
