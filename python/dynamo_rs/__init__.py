@@ -1,10 +1,12 @@
 """dynamo-rs: TorchDynamo's graph capture, with a Rust core.
 
-At this stage the package exposes the bytecode layer (`dynamo_rs.bytecode`); capture
-(`compile`, `reset`, `explain`) follows the roadmap in the README.
+`dynamo_rs.compile(model, backend=...)` is used like `torch.compile`; `dynamo_rs.bytecode` and
+`dynamo_rs.eval_frame` expose the layers below it.
 """
 
 from dynamo_rs import bytecode, config
+from dynamo_rs._native import BackendCompilerFailed, CompileError, Unsupported
+from dynamo_rs.compiler import OptimizedModule, compile
 from dynamo_rs.eval_frame import disable
 
 
@@ -15,5 +17,15 @@ def reset() -> None:
     _native.reset_all()
 
 
-__all__ = ["bytecode", "config", "disable", "reset"]
+__all__ = [
+    "BackendCompilerFailed",
+    "CompileError",
+    "OptimizedModule",
+    "Unsupported",
+    "bytecode",
+    "compile",
+    "config",
+    "disable",
+    "reset",
+]
 __version__ = "0.1.0"

@@ -12,10 +12,33 @@ create_exception!(
     "Bytecode that cannot be decoded or assembled; the message says what and where."
 );
 
+create_exception!(
+    dynamo_rs,
+    CompileError,
+    pyo3::exceptions::PyRuntimeError,
+    "Base of the errors compilation raises to the user (with fullgraph=True); the frame hook \
+     always lets these through, whatever config.suppress_errors says."
+);
+create_exception!(
+    dynamo_rs,
+    Unsupported,
+    CompileError,
+    "Code dynamo_rs cannot capture in one graph; the message says what and where."
+);
+create_exception!(
+    dynamo_rs,
+    BackendCompilerFailed,
+    CompileError,
+    "The backend raised while compiling a graph."
+);
+
 pub fn bytecode_error(err: RustBytecodeError) -> PyErr {
     BytecodeError::new_err(err.to_string())
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add("BytecodeError", m.py().get_type::<BytecodeError>())
+    m.add("BytecodeError", m.py().get_type::<BytecodeError>())?;
+    m.add("CompileError", m.py().get_type::<CompileError>())?;
+    m.add("Unsupported", m.py().get_type::<Unsupported>())?;
+    m.add("BackendCompilerFailed", m.py().get_type::<BackendCompilerFailed>())
 }

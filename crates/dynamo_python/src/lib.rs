@@ -6,10 +6,12 @@
 //! - [`api::bytecode`]: `decode`, `assemble`, `stack_effect` and the `Instruction` class.
 //! - [`errors`]: Python exception types and the conversion from Rust errors.
 //! - [`eval_frame`]: the PEP 523 frame hook and the per-code cache of transformed code.
+//! - [`capture`]: symbolic execution of a frame into an FX graph, its guard and new code.
 
 use pyo3::prelude::*;
 
 pub mod api;
+pub mod capture;
 pub mod errors;
 pub mod eval_frame;
 
@@ -18,5 +20,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     api::bytecode::register(m)?;
     errors::register(m)?;
     eval_frame::register(m)?;
+    capture::register(m)?;
     Ok(())
 }

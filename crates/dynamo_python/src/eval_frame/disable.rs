@@ -14,6 +14,13 @@ pub struct DisabledFunction {
     wrapped: Py<PyAny>,
 }
 
+impl DisabledFunction {
+    /// Wraps a callable known to be callable (a compiled graph).
+    pub fn wrap(wrapped: Bound<'_, PyAny>) -> DisabledFunction {
+        DisabledFunction { wrapped: wrapped.unbind() }
+    }
+}
+
 #[pymethods]
 impl DisabledFunction {
     #[new]

@@ -247,7 +247,8 @@ unsafe fn eval_frame(
             return unsafe { run_entry(py, frame, &extra.layout, &entry) };
         }
         Err(err) => {
-            if !SUPPRESS_ERRORS.load(Ordering::Relaxed) {
+            let always_raise = err.is_instance_of::<crate::errors::CompileError>(py);
+            if always_raise || !SUPPRESS_ERRORS.load(Ordering::Relaxed) {
                 err.restore(py);
                 return ptr::null_mut();
             }
@@ -339,6 +340,8 @@ unsafe fn call_callback(
     check_compatible(&original, &code, location)?;
     let guard: Box<dyn FrameGuard> = if check.is_none() {
         Box::new(AlwaysValid)
+    } else if check.is_instance_of::<crate::capture::guards::NativeGuard>() {
+        Box::new(crate::capture::guards::NativeGuardRef(OwnedRef::from_bound(&check)))
     } else if check.is_callable() {
         Box::new(PythonGuard(OwnedRef::from_bound(&check)))
     } else {

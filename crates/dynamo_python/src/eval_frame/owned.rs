@@ -16,6 +16,12 @@ use pyo3::prelude::*;
 
 pub struct OwnedRef(NonNull<ffi::PyObject>);
 
+// SAFETY: the pointer is only dereferenced, incref'd or decref'd with the GIL held (the module
+// invariant above), which serialises every access across threads.
+unsafe impl Send for OwnedRef {}
+// SAFETY: as for Send: shared access never touches the object without the GIL.
+unsafe impl Sync for OwnedRef {}
+
 impl OwnedRef {
     /// Takes a new strong reference to `ptr`.
     ///

@@ -1,0 +1,220 @@
+//! Code generation: the code object that replaces a captured frame. It keeps the original
+//! prologue (`MAKE_CELL`, `COPY_FREE_VARS`, `RESUME`), loads every graph input from its
+//! source, calls the compiled graph (stored in `co_consts`), and rebuilds the frame's return
+//! value from the graph's outputs, constants and sources.
+
+use std::rc::Rc;
+
+use dynamo_bytecode::{InstrIndex, Instruction, Opcode, Operand, Positions};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyTuple};
+
+use super::source::{ItemKey, Source};
+use super::translator::{unsupported, CResult, CaptureError};
+use crate::eval_frame::owned::OwnedRef;
+
+/// How the transformed code rebuilds the value the frame returns.
+#[derive(Debug)]
+pub enum Rebuild {
+    /// Item `k` of the graph's output tuple.
+    Output(usize),
+    Const(OwnedRef),
+    Source(Rc<Source>),
+    Tuple(Vec<Rebuild>),
+    List(Vec<Rebuild>),
+    Dict(Vec<(OwnedRef, Rebuild)>),
+}
+
+pub struct CodeGen<'py> {
+    py: Python<'py>,
+    code: Bound<'py, PyAny>,
+    consts: Vec<Bound<'py, PyAny>>,
+    names: Vec<String>,
+    slot_names: Vec<String>,
+    /// Slots holding cells once the prologue has run (cell and free variables).
+    cell_slots: Vec<bool>,
+    out: Vec<Instruction>,
+    positions: Positions,
+}
+
+impl<'py> CodeGen<'py> {
+    pub fn new(code: &Bound<'py, PyAny>, prologue: &[Instruction], slot_names: Vec<String>) -> CResult<CodeGen<'py>> {
+        let py = code.py();
+        let consts: Vec<_> = code.getattr("co_consts")?.try_iter()?.collect::<PyResult<_>>()?;
+        let names: Vec<String> = code.getattr("co_names")?.try_iter()?.map(|n| n.map(|n| n.to_string())).collect::<PyResult<_>>()?;
+        let cellvars: Vec<String> = code.getattr("co_cellvars")?.extract()?;
+        let freevars: Vec<String> = code.getattr("co_freevars")?.extract()?;
+        let cell_slots = slot_names.iter().map(|n| cellvars.contains(n) || freevars.contains(n)).collect();
+        let positions = prologue.last().map(|i| i.positions).unwrap_or_default();
+        let out = prologue.iter().map(|i| Instruction { handler: None, ..*i }).collect();
+        Ok(CodeGen { py, code: code.clone(), consts, names, slot_names, cell_slots, out, positions })
+    }
+
+    fn emit(&mut self, opcode: Opcode, operand: Operand) {
+        self.out.push(Instruction { opcode, operand, positions: self.positions, handler: None });
+    }
+
+    fn const_index(&mut self, value: &Bound<'py, PyAny>) -> u32 {
+        // Identity, not equality: 1 and True are equal but must stay distinct.
+        if let Some(i) = self.consts.iter().position(|c| c.is(value)) {
+            return i as u32;
+        }
+        self.consts.push(value.clone());
+        (self.consts.len() - 1) as u32
+    }
+
+    fn name_index(&mut self, name: &str) -> u32 {
+        if let Some(i) = self.names.iter().position(|n| n == name) {
+            return i as u32;
+        }
+        self.names.push(name.to_string());
+        (self.names.len() - 1) as u32
+    }
+
+    pub fn load_const(&mut self, value: &Bound<'py, PyAny>) {
+        let i = self.const_index(value);
+        self.emit(Opcode::LoadConst, Operand::Const(i));
+    }
+
+    /// Emits code that pushes the value of `source`.
+    pub fn load_source(&mut self, source: &Source) -> CResult<()> {
+        let py = self.py;
+        match source {
+            Source::Local(name) => {
+                let Some(slot) = self.slot_names.iter().position(|n| n == name) else {
+                    return unsupported(format!("no local named {name} to load"));
+                };
+                if self.cell_slots[slot] {
+                    self.emit(Opcode::LoadDeref, Operand::Cell(slot as u32));
+                } else {
+                    self.emit(Opcode::LoadFast, Operand::Local(slot as u32));
+                }
+            }
+            Source::Global { globals, builtins, name, root } => {
+                let in_globals = globals.bind(py).cast::<PyDict>().map_err(PyErr::from)?.contains(name)?;
+                if *root {
+                    let i = self.name_index(name);
+                    self.emit(Opcode::LoadGlobal, Operand::Name(i << 1));
+                } else {
+                    let container = if in_globals { globals.bind(py).clone() } else { builtins.bind(py).clone() };
+                    self.load_const(&container);
+                    let key = pyo3::types::PyString::new(py, name).into_any();
+                    if container.cast::<PyDict>().is_ok() {
+                        self.load_const(&key);
+                        self.emit(Opcode::BinarySubscr, Operand::None);
+                    } else {
+                        let i = self.name_index(name);
+                        self.emit(Opcode::LoadAttr, Operand::Name(i));
+                    }
+                }
+            }
+            Source::Cell(cell) => {
+                self.load_const(&cell.bind(py).clone());
+                let i = self.name_index("cell_contents");
+                self.emit(Opcode::LoadAttr, Operand::Name(i));
+            }
+            Source::Attr(base, attr) => {
+                self.load_source(base)?;
+                let i = self.name_index(attr);
+                self.emit(Opcode::LoadAttr, Operand::Name(i));
+            }
+            Source::Item(base, key) => {
+                self.load_source(base)?;
+                let key = match key {
+                    ItemKey::Int(i) => i.into_pyobject(py)?.into_any(),
+                    ItemKey::Str(s) => pyo3::types::PyString::new(py, s).into_any(),
+                };
+                self.load_const(&key);
+                self.emit(Opcode::BinarySubscr, Operand::None);
+            }
+        }
+        Ok(())
+    }
+
+    /// Emits the call of the compiled graph with its inputs; leaves the output tuple on the
+    /// stack.
+    pub fn call_graph(&mut self, compiled: &Bound<'py, PyAny>, inputs: &[Rc<Source>]) -> CResult<()> {
+        self.emit(Opcode::PushNull, Operand::None);
+        self.load_const(compiled);
+        for source in inputs {
+            self.load_source(source)?;
+        }
+        let n = inputs.len() as u32;
+        self.emit(Opcode::Precall, Operand::Int(n));
+        self.emit(Opcode::Call, Operand::Int(n));
+        Ok(())
+    }
+
+    /// Pushes the return value; `above` is how many values sit above the output tuple.
+    fn rebuild(&mut self, plan: &Rebuild, above: u32) -> CResult<()> {
+        let py = self.py;
+        match plan {
+            Rebuild::Output(k) => {
+                self.emit(Opcode::Copy, Operand::Int(above + 1));
+                let index = (*k as i64).into_pyobject(py)?.into_any();
+                self.load_const(&index);
+                self.emit(Opcode::BinarySubscr, Operand::None);
+            }
+            Rebuild::Const(v) => self.load_const(&v.bind(py).clone()),
+            Rebuild::Source(s) => self.load_source(s)?,
+            Rebuild::Tuple(items) | Rebuild::List(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    self.rebuild(item, above + i as u32)?;
+                }
+                let n = Operand::Int(items.len() as u32);
+                let op = if matches!(plan, Rebuild::Tuple(_)) { Opcode::BuildTuple } else { Opcode::BuildList };
+                self.emit(op, n);
+            }
+            Rebuild::Dict(entries) => {
+                for (i, (key, value)) in entries.iter().enumerate() {
+                    self.load_const(&key.bind(py).clone());
+                    self.rebuild(value, above + 2 * i as u32 + 1)?;
+                }
+                self.emit(Opcode::BuildMap, Operand::Int(entries.len() as u32));
+            }
+        }
+        Ok(())
+    }
+
+    /// Finishes the code: rebuild the result, drop the output tuple, return.
+    pub fn finish(mut self, plan: &Rebuild) -> CResult<Bound<'py, PyAny>> {
+        let py = self.py;
+        self.rebuild(plan, 0)?;
+        self.emit(Opcode::Swap, Operand::Int(2));
+        self.emit(Opcode::PopTop, Operand::None);
+        self.emit(Opcode::ReturnValue, Operand::None);
+        let first_line: i32 = self.code.getattr("co_firstlineno")?.extract()?;
+        let flags: u32 = self.code.getattr("co_flags")?.extract()?;
+        let assembled = dynamo_bytecode::assemble(&self.out, first_line, flags)
+            .map_err(|e| CaptureError::Unsupported(format!("internal: generated code does not assemble: {e}")))?;
+        let kwargs = PyDict::new(py);
+        kwargs.set_item("co_code", PyBytes::new(py, &assembled.code))?;
+        kwargs.set_item("co_exceptiontable", PyBytes::new(py, &assembled.exception_table))?;
+        kwargs.set_item("co_linetable", PyBytes::new(py, &assembled.line_table))?;
+        kwargs.set_item("co_stacksize", assembled.stack_size)?;
+        kwargs.set_item("co_consts", PyTuple::new(py, &self.consts)?)?;
+        kwargs.set_item("co_names", PyTuple::new(py, &self.names)?)?;
+        Ok(self.code.call_method("replace", (), Some(&kwargs))?)
+    }
+}
+
+/// The prologue of a code object: everything up to and including its first `RESUME`.
+pub fn prologue(instructions: &[Instruction]) -> CResult<Vec<Instruction>> {
+    match instructions.iter().position(|i| i.opcode == Opcode::Resume) {
+        Some(end) => {
+            let head = &instructions[..=end];
+            if head.iter().any(|i| i.jump_target().is_some()) {
+                return unsupported("a prologue with jumps");
+            }
+            Ok(head.iter().map(|i| Instruction { operand: fix_jump(i.operand), ..*i }).collect())
+        }
+        None => unsupported("code without RESUME"),
+    }
+}
+
+fn fix_jump(operand: Operand) -> Operand {
+    match operand {
+        Operand::Jump(t) => Operand::Jump(InstrIndex(t.0)),
+        other => other,
+    }
+}

@@ -1,0 +1,314 @@
+//! Guards: the checks that must hold on a later call for the compiled code to be reused.
+//!
+//! The translator records one guard per (source, kind). [`NativeGuard`] compiles them into a
+//! flat plan in which every distinct source is resolved once per check, parents before
+//! children (a guard tree, flattened), and evaluates it in Rust: identity and type checks are
+//! pointer compares, constants compare by value, lengths by `len`. All tensors are checked
+//! in one call of torch's C++ `TensorGuards` (dtype, device, shape, stride, requires_grad,
+//! dispatch keys). Grad mode is checked last.
+
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyString, PyTuple};
+
+use super::source::{ItemKey, Source};
+use crate::eval_frame::cache::{FrameGuard, FrameLayout, FrameView};
+use crate::eval_frame::owned::OwnedRef;
+
+#[derive(Debug)]
+pub enum GuardKind {
+    Tensor(OwnedRef),
+    Equals(OwnedRef),
+    Id(OwnedRef),
+    Type(OwnedRef),
+    Len(usize),
+}
+
+#[derive(Debug, Default)]
+pub struct GuardSet {
+    pub guards: Vec<(Rc<Source>, GuardKind)>,
+    seen: HashMap<(String, u8), ()>,
+    pub grad_mode: Option<bool>,
+}
+
+impl GuardSet {
+    pub fn add(&mut self, source: Rc<Source>, kind: GuardKind) {
+        let tag = match kind {
+            GuardKind::Tensor(_) => 0,
+            GuardKind::Equals(_) => 1,
+            GuardKind::Id(_) => 2,
+            GuardKind::Type(_) => 3,
+            GuardKind::Len(_) => 4,
+        };
+        let key = (source_key(&source), tag);
+        if self.seen.insert(key, ()).is_none() {
+            self.guards.push((source, kind));
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.guards.len() + usize::from(self.grad_mode.is_some())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A stable text key for a source (embedded objects by address).
+fn source_key(source: &Source) -> String {
+    match source {
+        Source::Local(name) => format!("L[{name}]"),
+        Source::Global { globals, name, .. } => format!("G{:p}[{name}]", globals.as_ptr()),
+        Source::Cell(cell) => format!("C{:p}", cell.as_ptr()),
+        Source::Attr(base, attr) => format!("{}.{attr}", source_key(base)),
+        Source::Item(base, ItemKey::Int(i)) => format!("{}[{i}]", source_key(base)),
+        Source::Item(base, ItemKey::Str(k)) => format!("{}[{k:?}]", source_key(base)),
+    }
+}
+
+/// How one step of the plan reaches its value.
+enum Access {
+    Local(usize),
+    Global { globals: OwnedRef, builtins: OwnedRef, name: OwnedRef },
+    Cell(OwnedRef),
+    Attr(usize, OwnedRef),
+    Item(usize, OwnedRef),
+}
+
+enum Check {
+    Id(OwnedRef),
+    Type(OwnedRef),
+    Equals(OwnedRef),
+    Len(usize),
+    Tensor,
+}
+
+struct Step {
+    access: Access,
+    checks: Vec<Check>,
+}
+
+/// The compiled guard of one cache entry.
+#[pyclass(module = "dynamo_rs._native")]
+pub struct NativeGuard {
+    steps: Vec<Step>,
+    /// torch's C++ tensor checker, built from the example tensors, if there are tensors.
+    tensor_guards: Option<OwnedRef>,
+    grad_mode: Option<bool>,
+    is_grad_enabled: OwnedRef,
+    /// Guard descriptions, for `describe()`.
+    descriptions: Vec<String>,
+}
+
+impl std::fmt::Debug for NativeGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "NativeGuard({} steps)", self.steps.len())
+    }
+}
+
+impl NativeGuard {
+    pub fn build(py: Python<'_>, set: &GuardSet, layout_names: &[String]) -> PyResult<NativeGuard> {
+        let mut steps: Vec<Step> = Vec::new();
+        let mut index_of: HashMap<String, usize> = HashMap::new();
+        let mut tensors: Vec<Bound<'_, PyAny>> = Vec::new();
+        let mut descriptions = Vec::new();
+        for (source, kind) in &set.guards {
+            let step = intern_source(py, source, layout_names, &mut steps, &mut index_of)?;
+            let check = match kind {
+                GuardKind::Tensor(example) => {
+                    tensors.push(example.bind(py).clone());
+                    Check::Tensor
+                }
+                GuardKind::Equals(v) => Check::Equals(v.clone()),
+                GuardKind::Id(v) => Check::Id(v.clone()),
+                GuardKind::Type(t) => Check::Type(t.clone()),
+                GuardKind::Len(n) => Check::Len(*n),
+            };
+            descriptions.push(format!("{} {}", source.describe(), describe_kind(py, kind)));
+            steps[step].checks.push(check);
+        }
+        let tensor_guards = if tensors.is_empty() {
+            None
+        } else {
+            let sizes: Vec<Vec<i64>> = tensors.iter().map(|t| t.getattr("shape")?.extract()).collect::<PyResult<_>>()?;
+            let strides: Vec<Vec<i64>> = tensors.iter().map(|t| t.call_method0("stride")?.extract()).collect::<PyResult<_>>()?;
+            let kwargs = PyDict::new(py);
+            kwargs.set_item("dynamic_dims_sizes", sizes)?;
+            kwargs.set_item("dynamic_dims_strides", strides)?;
+            let cls = py.import("torch._C._dynamo.guards")?.getattr("TensorGuards")?;
+            Some(OwnedRef::from_bound(&cls.call(PyTuple::new(py, &tensors)?, Some(&kwargs))?))
+        };
+        if let Some(mode) = set.grad_mode {
+            descriptions.push(format!("torch.is_grad_enabled() == {mode}"));
+        }
+        Ok(NativeGuard {
+            steps,
+            tensor_guards,
+            grad_mode: set.grad_mode,
+            is_grad_enabled: OwnedRef::from_bound(&py.import("torch")?.getattr("is_grad_enabled")?),
+            descriptions,
+        })
+    }
+
+    fn evaluate(&self, py: Python<'_>, view: &FrameView<'_>) -> PyResult<bool> {
+        let mut values: Vec<Option<Bound<'_, PyAny>>> = Vec::with_capacity(self.steps.len());
+        let mut tensors: Vec<Bound<'_, PyAny>> = Vec::new();
+        for step in &self.steps {
+            let value = match &step.access {
+                Access::Local(i) => {
+                    // SAFETY: the index was looked up in this code's layout; the frame is live.
+                    let ptr = unsafe { view.value(*i) };
+                    // SAFETY: a live object owned by the frame (or null).
+                    (!ptr.is_null()).then(|| unsafe { Bound::from_borrowed_ptr(py, ptr) })
+                }
+                Access::Global { globals, builtins, name } => {
+                    let globals = globals.bind(py).cast::<PyDict>().map_err(PyErr::from)?.clone();
+                    match globals.get_item(name.bind(py))? {
+                        Some(v) => Some(v),
+                        None => {
+                            let builtins = builtins.bind(py);
+                            match builtins.cast::<PyDict>() {
+                                Ok(d) => d.get_item(name.bind(py))?,
+                                Err(_) => builtins.getattr(name.bind(py).cast::<PyString>()?).ok(),
+                            }
+                        }
+                    }
+                }
+                Access::Cell(cell) => cell.bind(py).getattr("cell_contents").ok(),
+                Access::Attr(parent, name) => match &values[*parent] {
+                    Some(base) => base.getattr(name.bind(py).cast::<PyString>()?).ok(),
+                    None => None,
+                },
+                Access::Item(parent, key) => match &values[*parent] {
+                    Some(base) => base.get_item(key.bind(py)).ok(),
+                    None => None,
+                },
+            };
+            let Some(value) = value else {
+                if step.checks.is_empty() {
+                    values.push(None);
+                    continue;
+                }
+                return Ok(false);
+            };
+            for check in &step.checks {
+                let ok = match check {
+                    Check::Id(expected) => value.as_ptr() == expected.as_ptr(),
+                    Check::Type(expected) => value.get_type().as_ptr() == expected.as_ptr(),
+                    Check::Equals(expected) => {
+                        let expected = expected.bind(py);
+                        value.get_type().is(expected.get_type()) && value.eq(expected)?
+                    }
+                    Check::Len(n) => value.len().ok() == Some(*n),
+                    Check::Tensor => {
+                        tensors.push(value.clone());
+                        true
+                    }
+                };
+                if !ok {
+                    return Ok(false);
+                }
+            }
+            values.push(Some(value));
+        }
+        if let Some(tensor_guards) = &self.tensor_guards {
+            let args = PyTuple::new(py, &tensors)?;
+            if !tensor_guards.bind(py).call_method1("check", args)?.is_truthy()? {
+                return Ok(false);
+            }
+        }
+        if let Some(mode) = self.grad_mode {
+            if self.is_grad_enabled.bind(py).call0()?.is_truthy()? != mode {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+}
+
+fn describe_kind(py: Python<'_>, kind: &GuardKind) -> String {
+    match kind {
+        GuardKind::Tensor(_) => "tensor matches (dtype, device, shape, stride, requires_grad)".into(),
+        GuardKind::Equals(v) => format!("== {}", v.bind(py).repr().map(|r| r.to_string()).unwrap_or_default()),
+        GuardKind::Id(v) => format!("is the same object ({})", v.bind(py).get_type().name().map(|n| n.to_string()).unwrap_or_default()),
+        GuardKind::Type(t) => format!("has type {}", t.bind(py).getattr("__name__").map(|n| n.to_string()).unwrap_or_default()),
+        GuardKind::Len(n) => format!("has length {n}"),
+    }
+}
+
+/// The plan step that produces `source`'s value, adding it (and its parents) if new.
+fn intern_source(
+    py: Python<'_>,
+    source: &Source,
+    layout_names: &[String],
+    steps: &mut Vec<Step>,
+    index_of: &mut HashMap<String, usize>,
+) -> PyResult<usize> {
+    let key = source_key(source);
+    if let Some(&i) = index_of.get(&key) {
+        return Ok(i);
+    }
+    let access = match source {
+        Source::Local(name) => match layout_names.iter().position(|n| n == name) {
+            Some(i) => Access::Local(i),
+            None => return Err(pyo3::exceptions::PyRuntimeError::new_err(format!("no local named {name}"))),
+        },
+        Source::Global { globals, builtins, name, .. } => Access::Global {
+            globals: globals.clone(),
+            builtins: builtins.clone(),
+            name: OwnedRef::from_bound(PyString::intern(py, name).as_any()),
+        },
+        Source::Cell(cell) => Access::Cell(cell.clone()),
+        Source::Attr(base, attr) => {
+            let parent = intern_source(py, base, layout_names, steps, index_of)?;
+            Access::Attr(parent, OwnedRef::from_bound(PyString::intern(py, attr).as_any()))
+        }
+        Source::Item(base, key) => {
+            let parent = intern_source(py, base, layout_names, steps, index_of)?;
+            let key = match key {
+                ItemKey::Int(i) => i.into_pyobject(py)?.into_any(),
+                ItemKey::Str(s) => PyString::new(py, s).into_any(),
+            };
+            Access::Item(parent, OwnedRef::from_bound(&key))
+        }
+    };
+    steps.push(Step { access, checks: Vec::new() });
+    index_of.insert(key, steps.len() - 1);
+    Ok(steps.len() - 1)
+}
+
+#[pymethods]
+impl NativeGuard {
+    /// Human-readable list of the checks.
+    fn describe(&self) -> Vec<String> {
+        self.descriptions.clone()
+    }
+
+    fn __len__(&self) -> usize {
+        self.descriptions.len()
+    }
+}
+
+/// Lets the frame hook run a `NativeGuard` without going through Python.
+#[derive(Debug)]
+pub struct NativeGuardRef(pub OwnedRef);
+
+impl FrameGuard for NativeGuardRef {
+    fn check(&self, py: Python<'_>, frame: &FrameView<'_>) -> PyResult<bool> {
+        let guard = self.0.bind(py);
+        let guard = guard.cast::<NativeGuard>().map_err(PyErr::from)?;
+        guard.borrow().evaluate(py, frame)
+    }
+
+    fn as_python(&self, py: Python<'_>) -> Py<PyAny> {
+        self.0.bind(py).clone().unbind()
+    }
+}
+
+/// The localsplus names of a frame layout, for resolving `Source::Local`.
+pub fn layout_names(py: Python<'_>, layout: &FrameLayout) -> Vec<String> {
+    layout.names.iter().map(|n| n.bind(py).to_string()).collect()
+}

@@ -1,0 +1,113 @@
+//! Handles to the Python objects the translator uses, looked up once per compiled frame.
+
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList};
+
+pub struct Helpers<'py> {
+    pub new_fake_mode: Bound<'py, PyAny>,
+    pub to_fake: Bound<'py, PyAny>,
+    pub run_fake: Bound<'py, PyAny>,
+    pub export: Bound<'py, PyAny>,
+    pub node_ref: Bound<'py, PyAny>,
+    pub binary_ops: Bound<'py, PyList>,
+    pub compare_ops: Bound<'py, PyList>,
+    pub unary_ops: Bound<'py, PyDict>,
+    pub is_graph_function: Bound<'py, PyAny>,
+    pub tensor_type: Bound<'py, PyAny>,
+    pub module_type: Bound<'py, PyAny>,
+    pub tuple_type: Bound<'py, PyAny>,
+    pub list_type: Bound<'py, PyAny>,
+    pub function_type: Bound<'py, PyAny>,
+    pub method_type: Bound<'py, PyAny>,
+    pub signature: Bound<'py, PyAny>,
+    pub operator: Bound<'py, PyAny>,
+    pub builtins: Bound<'py, PyAny>,
+    pub torch: Bound<'py, PyAny>,
+    /// Types whose values are immutable constants, embedded in graphs and guarded by value.
+    pub constant_types: Bound<'py, PyAny>,
+    /// Callables evaluated at trace time when their arguments are constants.
+    pub foldable: Bound<'py, PyAny>,
+    /// Functions that report whether code is being compiled: true while tracing.
+    pub is_compiling: Vec<Bound<'py, PyAny>>,
+}
+
+impl<'py> Helpers<'py> {
+    pub fn load(py: Python<'py>) -> PyResult<Helpers<'py>> {
+        let capture = py.import("dynamo_rs._capture")?;
+        let torch = py.import("torch")?;
+        let builtins = py.import("builtins")?;
+        let types = py.import("types")?;
+        let constant_types = pyo3::types::PyTuple::new(
+            py,
+            [
+                builtins.getattr("type")?.call1((py.None(),))?,
+                builtins.getattr("bool")?,
+                builtins.getattr("int")?,
+                builtins.getattr("float")?,
+                builtins.getattr("complex")?,
+                builtins.getattr("str")?,
+                builtins.getattr("bytes")?,
+                builtins.getattr("type")?.call1((builtins.getattr("Ellipsis")?,))?,
+                torch.getattr("dtype")?,
+                torch.getattr("device")?,
+                torch.getattr("Size")?,
+                torch.getattr("memory_format")?,
+                torch.getattr("layout")?,
+                builtins.getattr("slice")?,
+                builtins.getattr("range")?,
+            ],
+        )?
+        .into_any();
+        let mut is_compiling = vec![torch.getattr("compiler")?.getattr("is_compiling")?];
+        if let Ok(dynamo) = py.import("torch._dynamo") {
+            if let Ok(f) = dynamo.getattr("is_compiling") {
+                is_compiling.push(f);
+            }
+        }
+        if let Ok(utils) = py.import("torch._dynamo.external_utils") {
+            if let Ok(f) = utils.getattr("is_compiling") {
+                is_compiling.push(f);
+            }
+        }
+        Ok(Helpers {
+            new_fake_mode: capture.getattr("new_fake_mode")?,
+            to_fake: capture.getattr("to_fake")?,
+            run_fake: capture.getattr("run_fake")?,
+            export: capture.getattr("export")?,
+            node_ref: capture.getattr("NodeRef")?,
+            binary_ops: capture.getattr("BINARY_OPS")?.cast_into()?,
+            compare_ops: capture.getattr("COMPARE_OPS")?.cast_into()?,
+            unary_ops: capture.getattr("UNARY_OPS")?.cast_into()?,
+            is_graph_function: capture.getattr("is_graph_function")?,
+            foldable: capture.getattr("FOLDABLE")?,
+            tensor_type: torch.getattr("Tensor")?,
+            module_type: torch.getattr("nn")?.getattr("Module")?,
+            tuple_type: builtins.getattr("tuple")?,
+            list_type: builtins.getattr("list")?,
+            function_type: types.getattr("FunctionType")?,
+            method_type: types.getattr("MethodType")?,
+            signature: py.import("inspect")?.getattr("signature")?,
+            operator: py.import("operator")?.into_any(),
+            builtins: builtins.into_any(),
+            torch: torch.into_any(),
+            constant_types,
+            is_compiling,
+        })
+    }
+
+    /// Whether `value` is an immutable constant (tuples of constants included).
+    pub fn is_constant(&self, value: &Bound<'py, PyAny>) -> PyResult<bool> {
+        if value.is_instance(&self.constant_types)? {
+            return Ok(true);
+        }
+        if value.get_type().is(&self.tuple_type) {
+            for item in value.try_iter()? {
+                if !self.is_constant(&item?)? {
+                    return Ok(false);
+                }
+            }
+            return Ok(true);
+        }
+        Ok(false)
+    }
+}

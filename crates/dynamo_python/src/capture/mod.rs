@@ -1,0 +1,257 @@
+//! Capture: turning a frame into an FX graph, a guard and a code object that calls the graph.
+//!
+//! [`Converter`] is the frame hook's callback for `dynamo_rs.compile`. For a frame it:
+//! 1. translates the bytecode symbolically ([`translator`], one opcode family per `ops_*`
+//!    file) over variable trackers ([`vars`]) with sources ([`source`]), building the graph
+//!    IR ([`graph`]) and recording guards ([`guards`]);
+//! 2. exports the graph to `torch.fx` and hands it to the backend with the real inputs;
+//! 3. generates the replacement code ([`codegen`]) and compiles the guard.
+//!
+//! A frame the translator cannot handle runs eagerly (one log line, and it is not retried);
+//! with `fullgraph=True` the reason is raised as `dynamo_rs.Unsupported` instead.
+
+pub mod codegen;
+pub mod graph;
+pub mod guards;
+pub mod helpers;
+mod ops_arith;
+mod ops_build;
+mod ops_call;
+mod ops_control;
+mod ops_load_store;
+pub mod source;
+pub mod translator;
+pub mod vars;
+
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList, PyTuple};
+
+use crate::errors::{BackendCompilerFailed, Unsupported};
+use crate::eval_frame::owned::OwnedRef;
+use codegen::{CodeGen, Rebuild};
+use graph::{Arg, Op};
+use guards::NativeGuard;
+use helpers::Helpers;
+use source::Source;
+use translator::{frame_state, unsupported, CResult, CaptureError, Tracer};
+use vars::{VarId, VarKind};
+
+/// The callback `dynamo_rs.compile` installs: compiles a frame into `(guard, code)`.
+#[pyclass(module = "dynamo_rs._native")]
+#[derive(Debug)]
+pub struct Converter {
+    backend: Py<PyAny>,
+    fullgraph: bool,
+    /// Graphs compiled and operations captured, for tests and the demo.
+    #[pyo3(get)]
+    graphs: usize,
+    #[pyo3(get)]
+    ops: usize,
+    #[pyo3(get)]
+    guards: usize,
+    /// Frames that ran eagerly, with the reason.
+    #[pyo3(get)]
+    failures: Vec<(String, String)>,
+}
+
+#[pymethods]
+impl Converter {
+    #[new]
+    #[pyo3(signature = (backend, *, fullgraph=false))]
+    fn new(backend: Py<PyAny>, fullgraph: bool) -> Self {
+        Converter { backend, fullgraph, graphs: 0, ops: 0, guards: 0, failures: Vec::new() }
+    }
+
+    fn __call__(&mut self, py: Python<'_>, frame: &Bound<'_, PyAny>, cache_size: usize) -> PyResult<Py<PyAny>> {
+        let _ = cache_size;
+        let helpers = Helpers::load(py)?;
+        let mut tracer = Tracer::new(py, helpers)?;
+        match self.convert(py, &mut tracer, frame) {
+            Ok(Some((guard, code))) => Ok((guard, code).into_pyobject(py)?.into_any().unbind()),
+            Ok(None) => Ok(crate::eval_frame::hook::skip_sentinel(py).clone().unbind()),
+            Err(err) => {
+                let where_ = tracer.location();
+                let (message, backend_failed) = match err {
+                    CaptureError::Unsupported(reason) => (format!("{reason} at {where_}"), false),
+                    CaptureError::Python(err) => {
+                        let backend = err.is_instance_of::<BackendCompilerFailed>(py);
+                        (if backend { err.value(py).to_string() } else { format!("internal error at {where_}: {}", err.value(py)) }, backend)
+                    }
+                };
+                if self.fullgraph {
+                    return Err(if backend_failed { BackendCompilerFailed::new_err(message) } else { Unsupported::new_err(message) });
+                }
+                self.failures.push((where_, message.clone()));
+                let logger = py.import("logging")?.call_method1("getLogger", ("dynamo_rs",))?;
+                logger.call_method1("warning", ("dynamo_rs could not compile a frame; it runs eagerly: %s", message))?;
+                Ok(crate::eval_frame::hook::skip_sentinel(py).clone().unbind())
+            }
+        }
+    }
+}
+
+impl Converter {
+    fn convert<'py>(
+        &mut self,
+        py: Python<'py>,
+        tracer: &mut Tracer<'py>,
+        frame: &Bound<'py, PyAny>,
+    ) -> CResult<Option<(Py<NativeGuard>, Bound<'py, PyAny>)>> {
+        let h = tracer.h.clone();
+        let code = frame.getattr("f_code")?;
+        let f_locals = frame.getattr("f_locals")?.cast_into::<PyDict>().map_err(PyErr::from)?;
+        let globals = frame.getattr("f_globals")?.cast_into::<PyDict>().map_err(PyErr::from)?;
+        let builtins = frame.getattr("f_builtins")?;
+        tracer.guards.grad_mode = Some(h.torch.call_method0("is_grad_enabled")?.is_truthy()?);
+
+        let mut state = frame_state(&code, globals, builtins, true)?;
+        let argcount: usize = code.getattr("co_argcount")?.extract::<usize>()? + code.getattr("co_kwonlyargcount")?.extract::<usize>()?;
+        let flags: u32 = code.getattr("co_flags")?.extract()?;
+        let nargs = argcount + usize::from(flags & 0x04 != 0) + usize::from(flags & 0x08 != 0);
+        let nfree = code.getattr("co_freevars")?.len()?;
+        let first_free = state.slot_names.len() - nfree;
+        for slot in (0..nargs).chain(first_free..state.slot_names.len()) {
+            let name = state.slot_names[slot].clone();
+            if let Some(value) = f_locals.get_item(&name)? {
+                let id = tracer.wrap(&value, Some(Rc::new(Source::Local(name))))?;
+                state.locals[slot] = Some(id);
+            }
+        }
+        let slot_names = state.slot_names.clone();
+        let prologue = codegen::prologue(&state.instructions)?;
+        let result = tracer.run(&mut state)?;
+
+        if tracer.graph.op_count() == 0 {
+            return Ok(None); // nothing to compile: run the frame as it is
+        }
+        let mut outputs: Vec<graph::NodeId> = Vec::new();
+        let mut output_index: HashMap<graph::NodeId, usize> = HashMap::new();
+        let plan = rebuild_plan(tracer, result, &mut outputs, &mut output_index)?;
+
+        // Export and compile.
+        let gm = export(py, tracer, &outputs)?;
+        let examples: Vec<_> = tracer.inputs.iter().map(|i| i.example.bind(py).clone()).collect();
+        let example_list = PyList::new(py, &examples)?;
+        let compiled = match self.backend.bind(py).call1((&gm, &example_list)) {
+            Ok(c) => c,
+            Err(err) => {
+                return Err(CaptureError::Python(BackendCompilerFailed::new_err(format!(
+                    "backend {} raised {}: {} while compiling {}",
+                    backend_name(self.backend.bind(py)),
+                    err.get_type(py).name().map(|n| n.to_string()).unwrap_or_default(),
+                    err.value(py),
+                    tracer.location_stack.first().cloned().unwrap_or_default()
+                ))));
+            }
+        };
+        let compiled = Bound::new(py, crate::eval_frame::disable::DisabledFunction::wrap(compiled))?;
+
+        let mut gen = CodeGen::new(&code, &prologue, slot_names.clone())?;
+        let inputs: Vec<Rc<Source>> = tracer.inputs.iter().map(|i| i.source.clone()).collect();
+        gen.call_graph(compiled.as_any(), &inputs)?;
+        let new_code = gen.finish(&plan)?;
+
+        let guard = NativeGuard::build(py, &tracer.guards, &slot_names)?;
+        self.graphs += 1;
+        self.ops += tracer.graph.op_count();
+        self.guards += tracer.guards.len();
+        Ok(Some((Py::new(py, guard)?, new_code)))
+    }
+}
+
+fn backend_name(backend: &Bound<'_, PyAny>) -> String {
+    backend
+        .getattr("__name__")
+        .or_else(|_| backend.get_type().getattr("__name__"))
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "backend".into())
+}
+
+/// How to rebuild the return value, collecting the graph outputs it needs.
+fn rebuild_plan(
+    tracer: &Tracer<'_>,
+    id: VarId,
+    outputs: &mut Vec<graph::NodeId>,
+    index: &mut HashMap<graph::NodeId, usize>,
+) -> CResult<Rebuild> {
+    let py = tracer.py;
+    Ok(match tracer.kind(id) {
+        VarKind::Tensor { node, .. } => {
+            let k = *index.entry(*node).or_insert_with(|| {
+                outputs.push(*node);
+                outputs.len() - 1
+            });
+            Rebuild::Output(k)
+        }
+        VarKind::Const(v) => Rebuild::Const(v.clone()),
+        VarKind::Object(v) => match tracer.source(id) {
+            Some(source) => Rebuild::Source(source),
+            None => {
+                let obj = v.bind(py);
+                let immutable = obj.is_callable() || obj.is_instance_of::<pyo3::types::PyModule>() || obj.is_instance_of::<pyo3::types::PyType>();
+                if !immutable {
+                    return unsupported("returning an object created while tracing");
+                }
+                Rebuild::Const(v.clone())
+            }
+        },
+        VarKind::Tuple(items) => Rebuild::Tuple(items.iter().map(|&i| rebuild_plan(tracer, i, outputs, index)).collect::<CResult<_>>()?),
+        VarKind::List(items) => Rebuild::List(items.iter().map(|&i| rebuild_plan(tracer, i, outputs, index)).collect::<CResult<_>>()?),
+        VarKind::Dict(entries) => Rebuild::Dict(
+            entries.iter().map(|(k, v)| Ok((k.clone(), rebuild_plan(tracer, *v, outputs, index)?))).collect::<CResult<_>>()?,
+        ),
+        other => return unsupported(format!("returning {}", translator::kind_name(other))),
+    })
+}
+
+/// Builds the `torch.fx.GraphModule` from the graph IR.
+fn export<'py>(py: Python<'py>, tracer: &Tracer<'py>, outputs: &[graph::NodeId]) -> CResult<Bound<'py, PyAny>> {
+    let h = tracer.h.clone();
+    let to_py = |arg: &Arg| -> PyResult<Bound<'py, PyAny>> { arg_to_python(py, &h, arg) };
+    let nodes = PyList::empty(py);
+    let fakes = PyList::empty(py);
+    for node in &tracer.graph.nodes {
+        let (op, target): (&str, Bound<'py, PyAny>) = match &node.op {
+            Op::Placeholder => ("placeholder", py.None().into_bound(py)),
+            Op::CallFunction(f) => ("call_function", f.bind(py).clone()),
+            Op::CallMethod(m) => ("call_method", pyo3::types::PyString::new(py, m).into_any()),
+        };
+        let args = PyTuple::new(py, node.args.iter().map(to_py).collect::<PyResult<Vec<_>>>()?)?;
+        let kwargs = PyDict::new(py);
+        for (k, v) in &node.kwargs {
+            kwargs.set_item(k, to_py(v)?)?;
+        }
+        nodes.append((op, &node.name, target, args, kwargs))?;
+        fakes.append(node.fake.bind(py))?;
+    }
+    let outs = PyTuple::new(py, outputs.iter().map(|n| h.node_ref.call1((n.0 as i64,))).collect::<PyResult<Vec<_>>>()?)?;
+    Ok(h.export.call1((nodes, outs, fakes))?)
+}
+
+fn arg_to_python<'py>(py: Python<'py>, h: &Helpers<'py>, arg: &Arg) -> PyResult<Bound<'py, PyAny>> {
+    Ok(match arg {
+        Arg::Node(n) => h.node_ref.call1((n.0 as i64,))?,
+        Arg::Const(v) => v.bind(py).clone(),
+        Arg::Tuple(items) => PyTuple::new(py, items.iter().map(|a| arg_to_python(py, h, a)).collect::<PyResult<Vec<_>>>()?)?.into_any(),
+        Arg::List(items) => PyList::new(py, items.iter().map(|a| arg_to_python(py, h, a)).collect::<PyResult<Vec<_>>>()?)?.into_any(),
+        Arg::Dict(entries) => {
+            let d = PyDict::new(py);
+            for (k, v) in entries {
+                d.set_item(k.bind(py), arg_to_python(py, h, v)?)?;
+            }
+            d.into_any()
+        }
+    })
+}
+
+#[allow(dead_code)]
+fn _owned(_: OwnedRef) {}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Converter>()?;
+    m.add_class::<NativeGuard>()?;
+    Ok(())
+}

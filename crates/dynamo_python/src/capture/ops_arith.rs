@@ -1,0 +1,264 @@
+//! Operators: `BINARY_OP`, `COMPARE_OP`, `IS_OP`, `CONTAINS_OP`, the unary operators and
+//! subscripts. On known values they are evaluated at trace time; with a tensor operand they
+//! become graph nodes calling the Python operator (`operator.add`, `operator.getitem`, ...).
+
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+
+use super::graph::Op;
+use super::source::{ItemKey, Source};
+use super::translator::{kind_name, unsupported, CResult, FrameState, Flow, Tracer};
+use super::vars::{VarId, VarKind};
+use crate::eval_frame::owned::OwnedRef;
+
+impl<'py> Tracer<'py> {
+    pub(super) fn op_binary(&mut self, f: &mut FrameState<'py>, kind: u32) -> CResult<Flow> {
+        let rhs = self.pop(f)?;
+        let lhs = self.pop(f)?;
+        let op = self.h.binary_ops.get_item(kind as usize)?;
+        let result = self.apply_operator(&op, vec![lhs, rhs])?;
+        f.stack.push(result);
+        Ok(Flow::Continue)
+    }
+
+    pub(super) fn op_compare(&mut self, f: &mut FrameState<'py>, kind: u32) -> CResult<Flow> {
+        let rhs = self.pop(f)?;
+        let lhs = self.pop(f)?;
+        let op = self.h.compare_ops.get_item(kind as usize)?;
+        let result = self.apply_operator(&op, vec![lhs, rhs])?;
+        f.stack.push(result);
+        Ok(Flow::Continue)
+    }
+
+    pub(super) fn op_unary(&mut self, f: &mut FrameState<'py>, name: &str) -> CResult<Flow> {
+        let value = self.pop(f)?;
+        if name == "not" && matches!(self.kind(value), VarKind::Tensor { .. }) {
+            return unsupported("`not` of a tensor (its value decides a branch)");
+        }
+        let op = self.h.unary_ops.get_item(name)?.ok_or_else(|| pyo3::exceptions::PyKeyError::new_err(name.to_string()))?;
+        let result = if name == "not" {
+            let truth = self.truth(value)?;
+            self.constant(&(!truth).into_pyobject(self.py)?.to_owned().into_any())
+        } else {
+            self.apply_operator(&op, vec![value])?
+        };
+        f.stack.push(result);
+        Ok(Flow::Continue)
+    }
+
+    pub(super) fn op_is(&mut self, f: &mut FrameState<'py>, invert: u32) -> CResult<Flow> {
+        let rhs = self.pop(f)?;
+        let lhs = self.pop(f)?;
+        let same = match (self.kind(lhs), self.kind(rhs)) {
+            (VarKind::Tensor { node: a, .. }, VarKind::Tensor { node: b, .. }) => a == b,
+            (VarKind::Tensor { .. }, _) | (_, VarKind::Tensor { .. }) => false,
+            (VarKind::Const(a) | VarKind::Object(a), VarKind::Const(b) | VarKind::Object(b)) => a.as_ptr() == b.as_ptr(),
+            (VarKind::Tuple(_) | VarKind::List(_) | VarKind::Dict(_), VarKind::Const(_) | VarKind::Object(_))
+            | (VarKind::Const(_) | VarKind::Object(_), VarKind::Tuple(_) | VarKind::List(_) | VarKind::Dict(_)) => {
+                // A container built in the trace is never the same object as an existing one,
+                // except constants like None, which containers are not.
+                false
+            }
+            _ if lhs == rhs => true,
+            (a, b) => return unsupported(format!("`is` between {} and {}", kind_name(a), kind_name(b))),
+        };
+        let result = same != (invert == 1);
+        let id = self.constant(&result.into_pyobject(self.py)?.to_owned().into_any());
+        f.stack.push(id);
+        Ok(Flow::Continue)
+    }
+
+    pub(super) fn op_contains(&mut self, f: &mut FrameState<'py>, invert: u32) -> CResult<Flow> {
+        let container = self.pop(f)?;
+        let item = self.pop(f)?;
+        if self.contains_tensor(item) {
+            return unsupported("`in` with a tensor");
+        }
+        let needle = self.python_value(item)?;
+        let found = match self.kind(container) {
+            VarKind::Dict(entries) => {
+                let mut found = false;
+                for (k, _) in entries {
+                    if k.bind(self.py).eq(&needle)? {
+                        found = true;
+                        break;
+                    }
+                }
+                found
+            }
+            VarKind::Tuple(_) | VarKind::List(_) | VarKind::Const(_) | VarKind::Object(_) => {
+                if self.contains_tensor(container) {
+                    return unsupported("`in` on a container of tensors");
+                }
+                self.python_value(container)?.contains(&needle)?
+            }
+            other => return unsupported(format!("`in` on {}", kind_name(other))),
+        };
+        let id = self.constant(&(found != (invert == 1)).into_pyobject(self.py)?.to_owned().into_any());
+        f.stack.push(id);
+        Ok(Flow::Continue)
+    }
+
+    /// Applies a Python operator: on tensors a graph node, on containers the container
+    /// operation, on known values the real result.
+    pub fn apply_operator(&mut self, op: &Bound<'py, PyAny>, args: Vec<VarId>) -> CResult<VarId> {
+        let py = self.py;
+        if args.iter().any(|&a| matches!(self.kind(a), VarKind::Tensor { .. })) {
+            let name = super::ops_call::function_name(op);
+            return self.graph_call(Op::CallFunction(OwnedRef::from_bound(op)), &name, args, Vec::new());
+        }
+        let name = super::ops_call::function_name(op);
+        // Tuple and list concatenation and repetition keep their trackers.
+        if args.len() == 2 && matches!(name.as_str(), "add" | "iadd") {
+            if let (VarKind::Tuple(a), VarKind::Tuple(b)) | (VarKind::List(a), VarKind::List(b)) = (self.kind(args[0]), self.kind(args[1])) {
+                let is_tuple = matches!(self.kind(args[0]), VarKind::Tuple(_));
+                let mut items = a.clone();
+                items.extend(b.iter().copied());
+                let kind = if is_tuple { VarKind::Tuple(items) } else { VarKind::List(items) };
+                return Ok(self.add(kind, None));
+            }
+        }
+        if args.iter().any(|&a| self.contains_tensor(a)) {
+            return unsupported(format!("operator {name} on a container holding tensors"));
+        }
+        let values = args.iter().map(|&a| self.python_value(a)).collect::<CResult<Vec<_>>>()?;
+        let result = match op.call1(PyTuple::new(py, values)?) {
+            Ok(r) => r,
+            Err(err) => return unsupported(format!("operator {name} raised {err} while tracing")),
+        };
+        if self.h.is_constant(&result)? {
+            Ok(self.constant(&result))
+        } else {
+            self.wrap(&result, None)
+        }
+    }
+
+    /// The truth value of a known value (a tensor's would need its data).
+    pub fn truth(&mut self, id: VarId) -> CResult<bool> {
+        let py = self.py;
+        Ok(match self.kind(id) {
+            VarKind::Const(v) | VarKind::Object(v) => {
+                let v = v.bind(py);
+                if let VarKind::Object(_) = self.kind(id) {
+                    let t = v.get_type();
+                    if t.hasattr("__bool__")? || t.hasattr("__len__")? {
+                        // The answer depends on the object's state, which no guard covers.
+                        if !v.is_instance(&self.h.module_type)? {
+                            return unsupported(format!("the truth value of {}", super::ops_call::describe(&v)));
+                        }
+                    }
+                }
+                v.is_truthy()?
+            }
+            VarKind::Tuple(items) | VarKind::List(items) => !items.is_empty(),
+            VarKind::Dict(entries) => !entries.is_empty(),
+            VarKind::Function(_) | VarKind::Method { .. } => true,
+            VarKind::Tensor { .. } => return unsupported("a branch on a tensor's value"),
+            other => return unsupported(format!("the truth value of {}", kind_name(other))),
+        })
+    }
+
+    pub(super) fn op_subscr(&mut self, f: &mut FrameState<'py>) -> CResult<Flow> {
+        let index = self.pop(f)?;
+        let container = self.pop(f)?;
+        let result = self.subscript(container, index)?;
+        f.stack.push(result);
+        Ok(Flow::Continue)
+    }
+
+    pub fn subscript(&mut self, container: VarId, index: VarId) -> CResult<VarId> {
+        let py = self.py;
+        if matches!(self.kind(container), VarKind::Tensor { .. }) {
+            let getitem = self.h.operator.getattr("getitem")?;
+            return self.graph_call(Op::CallFunction(OwnedRef::from_bound(&getitem)), "getitem", vec![container, index], Vec::new());
+        }
+        if self.contains_tensor(index) {
+            return unsupported("indexing a container with a tensor");
+        }
+        let key = self.python_value(index)?;
+        match self.kind(container) {
+            VarKind::Tuple(items) | VarKind::List(items) => {
+                let items = items.clone();
+                let is_tuple = matches!(self.kind(container), VarKind::Tuple(_));
+                if let Ok(i) = key.extract::<i64>() {
+                    let n = items.len() as i64;
+                    let at = if i < 0 { i + n } else { i };
+                    return match items.get(at as usize) {
+                        Some(&item) if at >= 0 => Ok(item),
+                        _ => unsupported("index out of range while tracing"),
+                    };
+                }
+                // A slice: index the tracker list with the real slice.
+                let positions = pyo3::types::PyList::new(py, 0..items.len())?;
+                let picked: Vec<usize> = positions.as_any().get_item(&key).and_then(|v| v.extract()).map_err(|e| {
+                    super::translator::CaptureError::Unsupported(format!("indexing a sequence with {key}: {e}"))
+                })?;
+                let chosen = picked.into_iter().map(|i| items[i]).collect();
+                Ok(self.add(if is_tuple { VarKind::Tuple(chosen) } else { VarKind::List(chosen) }, None))
+            }
+            VarKind::Dict(entries) => {
+                for (k, v) in entries {
+                    if k.bind(py).eq(&key)? {
+                        return Ok(*v);
+                    }
+                }
+                unsupported(format!("missing dict key {key}"))
+            }
+            VarKind::Const(v) | VarKind::Object(v) => {
+                let v = v.bind(py).clone();
+                let item = match v.get_item(&key) {
+                    Ok(item) => item,
+                    Err(err) => return unsupported(format!("indexing raised {err} while tracing")),
+                };
+                let item_key = if let Ok(i) = key.extract::<i64>() {
+                    Some(ItemKey::Int(i))
+                } else {
+                    key.extract::<String>().ok().map(ItemKey::Str)
+                };
+                let source = match (self.source(container), item_key) {
+                    (Some(s), Some(k)) => Some(std::rc::Rc::new(Source::Item(s, k))),
+                    _ => None,
+                };
+                self.wrap(&item, source)
+            }
+            other => unsupported(format!("indexing {}", kind_name(other))),
+        }
+    }
+
+    pub(super) fn op_store_subscr(&mut self, f: &mut FrameState<'py>) -> CResult<Flow> {
+        let index = self.pop(f)?;
+        let container = self.pop(f)?;
+        let value = self.pop(f)?;
+        match self.kind(container) {
+            VarKind::Tensor { .. } => {
+                let setitem = self.h.operator.getattr("setitem")?;
+                self.graph_call(Op::CallFunction(OwnedRef::from_bound(&setitem)), "setitem", vec![container, index, value], Vec::new())?;
+                Ok(Flow::Continue)
+            }
+            VarKind::Dict(_) if self.source(container).is_none() => {
+                let key = self.python_value(index)?;
+                if let VarKind::Dict(entries) = &mut self.vars[container.0 as usize].kind {
+                    if let Some(slot) = entries.iter_mut().find(|(k, _)| k.bind(self.py).eq(&key).unwrap_or(false)) {
+                        slot.1 = value;
+                    } else {
+                        entries.push((OwnedRef::from_bound(&key), value));
+                    }
+                }
+                Ok(Flow::Continue)
+            }
+            VarKind::List(items) if self.source(container).is_none() => {
+                let i: i64 = self.python_value(index)?.extract()?;
+                let n = items.len() as i64;
+                let at = if i < 0 { i + n } else { i };
+                if at < 0 || at >= n {
+                    return unsupported("list index out of range while tracing");
+                }
+                if let VarKind::List(items) = &mut self.vars[container.0 as usize].kind {
+                    items[at as usize] = value;
+                }
+                Ok(Flow::Continue)
+            }
+            other => unsupported(format!("item assignment on {} (a side effect to replay)", kind_name(other))),
+        }
+    }
+}

@@ -1,0 +1,205 @@
+//! Building and unpacking containers: `BUILD_*`, `LIST_APPEND`/`EXTEND`, `MAP_ADD`,
+//! `DICT_UPDATE`/`MERGE`, `UNPACK_SEQUENCE`/`EX`, and string formatting of known values.
+//! Containers built in the trace are trackers of trackers, so they may hold tensors.
+
+use pyo3::prelude::*;
+use pyo3::types::{PySlice, PyString};
+
+use super::translator::{kind_name, unsupported, CResult, FrameState, Flow, Tracer};
+use super::vars::{VarId, VarKind};
+use crate::eval_frame::owned::OwnedRef;
+
+impl<'py> Tracer<'py> {
+    pub(super) fn op_build_tuple(&mut self, f: &mut FrameState<'py>, n: u32) -> CResult<Flow> {
+        let items = self.popn(f, n as usize)?;
+        let id = self.add(VarKind::Tuple(items), None);
+        f.stack.push(id);
+        Ok(Flow::Continue)
+    }
+
+    pub(super) fn op_build_list(&mut self, f: &mut FrameState<'py>, n: u32) -> CResult<Flow> {
+        let items = self.popn(f, n as usize)?;
+        let id = self.add(VarKind::List(items), None);
+        f.stack.push(id);
+        Ok(Flow::Continue)
+    }
+
+    pub(super) fn op_build_map(&mut self, f: &mut FrameState<'py>, n: u32) -> CResult<Flow> {
+        let flat = self.popn(f, 2 * n as usize)?;
+        let mut entries = Vec::new();
+        for pair in flat.chunks(2) {
+            let key = self.key(pair[0])?;
+            entries.push((key, pair[1]));
+        }
+        let id = self.add(VarKind::Dict(entries), None);
+        f.stack.push(id);
+        Ok(Flow::Continue)
+    }
+
+    pub(super) fn op_build_const_key_map(&mut self, f: &mut FrameState<'py>, n: u32) -> CResult<Flow> {
+        let keys = self.pop(f)?;
+        let values = self.popn(f, n as usize)?;
+        let keys = self.python_value(keys)?;
+        let mut entries = Vec::new();
+        for (k, v) in keys.try_iter()?.zip(values) {
+            entries.push((OwnedRef::from_bound(&k?), v));
+        }
+        let id = self.add(VarKind::Dict(entries), None);
+        f.stack.push(id);
+        Ok(Flow::Continue)
+    }
+
+    fn key(&self, id: VarId) -> CResult<OwnedRef> {
+        match self.kind(id) {
+            VarKind::Const(v) => Ok(v.clone()),
+            other => unsupported(format!("a dict key that is {}", kind_name(other))),
+        }
+    }
+
+    pub(super) fn op_build_slice(&mut self, f: &mut FrameState<'py>, n: u32) -> CResult<Flow> {
+        let parts = self.popn(f, n as usize)?;
+        if parts.iter().any(|&p| self.contains_tensor(p)) {
+            return unsupported("a slice with tensor bounds");
+        }
+        let values = parts.iter().map(|&p| self.python_value(p)).collect::<CResult<Vec<_>>>()?;
+        let py = self.py;
+        let slice = py.import("builtins")?.getattr("slice")?.call1(pyo3::types::PyTuple::new(py, values)?)?;
+        let _ = PySlice::new(py, 0, 0, 1);
+        let id = self.constant(&slice);
+        f.stack.push(id);
+        Ok(Flow::Continue)
+    }
+
+    pub(super) fn op_build_string(&mut self, f: &mut FrameState<'py>, n: u32) -> CResult<Flow> {
+        let parts = self.popn(f, n as usize)?;
+        let mut out = String::new();
+        for p in parts {
+            out.push_str(&self.python_value(p)?.str()?.to_string());
+        }
+        let id = self.constant(PyString::new(self.py, &out).as_any());
+        f.stack.push(id);
+        Ok(Flow::Continue)
+    }
+
+    pub(super) fn op_format_value(&mut self, f: &mut FrameState<'py>, flags: u32) -> CResult<Flow> {
+        let spec = if flags & 0x04 != 0 { Some(self.pop(f)?) } else { None };
+        let value = self.pop(f)?;
+        if self.contains_tensor(value) {
+            return unsupported("formatting a tensor into a string");
+        }
+        let py = self.py;
+        let mut v = self.python_value(value)?;
+        v = match flags & 0x03 {
+            1 => v.str()?.into_any(),
+            2 => v.repr()?.into_any(),
+            3 => py.import("builtins")?.getattr("ascii")?.call1((v,))?,
+            _ => v,
+        };
+        let spec = match spec {
+            Some(s) => self.python_value(s)?,
+            None => PyString::new(py, "").into_any(),
+        };
+        let formatted = py.import("builtins")?.getattr("format")?.call1((v, spec))?;
+        let id = self.constant(&formatted);
+        f.stack.push(id);
+        Ok(Flow::Continue)
+    }
+
+    /// The list at `depth` below the top of the stack, for in-place list opcodes.
+    fn list_at(&mut self, f: &FrameState<'py>, depth: u32) -> CResult<VarId> {
+        match f.stack.len().checked_sub(depth as usize).and_then(|i| f.stack.get(i)) {
+            Some(&id) => Ok(id),
+            None => unsupported("stack underflow while translating"),
+        }
+    }
+
+    pub(super) fn op_list_append(&mut self, f: &mut FrameState<'py>, depth: u32) -> CResult<Flow> {
+        let value = self.pop(f)?;
+        let list = self.list_at(f, depth)?;
+        match &mut self.vars[list.0 as usize].kind {
+            VarKind::List(items) => items.push(value),
+            _ => return unsupported("LIST_APPEND on something that is not a traced list"),
+        }
+        Ok(Flow::Continue)
+    }
+
+    pub(super) fn op_list_extend(&mut self, f: &mut FrameState<'py>, depth: u32) -> CResult<Flow> {
+        let iterable = self.pop(f)?;
+        let new_items = self.items_of(iterable)?;
+        let list = self.list_at(f, depth)?;
+        match &mut self.vars[list.0 as usize].kind {
+            VarKind::List(items) => items.extend(new_items),
+            _ => return unsupported("LIST_EXTEND on something that is not a traced list"),
+        }
+        Ok(Flow::Continue)
+    }
+
+    pub(super) fn op_list_to_tuple(&mut self, f: &mut FrameState<'py>) -> CResult<Flow> {
+        let list = self.pop(f)?;
+        let items = self.items_of(list)?;
+        let id = self.add(VarKind::Tuple(items), None);
+        f.stack.push(id);
+        Ok(Flow::Continue)
+    }
+
+    pub(super) fn op_map_add(&mut self, f: &mut FrameState<'py>, depth: u32) -> CResult<Flow> {
+        let value = self.pop(f)?;
+        let key = self.pop(f)?;
+        let key = self.key(key)?;
+        let dict = self.list_at(f, depth)?;
+        match &mut self.vars[dict.0 as usize].kind {
+            VarKind::Dict(entries) => entries.push((key, value)),
+            _ => return unsupported("MAP_ADD on something that is not a traced dict"),
+        }
+        Ok(Flow::Continue)
+    }
+
+    pub(super) fn op_dict_update(&mut self, f: &mut FrameState<'py>, depth: u32) -> CResult<Flow> {
+        let update = self.pop(f)?;
+        let new_entries = match self.kind(update) {
+            VarKind::Dict(entries) => entries.clone(),
+            other => return unsupported(format!("dict update from {}", kind_name(other))),
+        };
+        let dict = self.list_at(f, depth)?;
+        let py = self.py;
+        match &mut self.vars[dict.0 as usize].kind {
+            VarKind::Dict(entries) => {
+                for (k, v) in new_entries {
+                    if let Some(slot) = entries.iter_mut().find(|(old, _)| old.bind(py).eq(k.bind(py)).unwrap_or(false)) {
+                        slot.1 = v;
+                    } else {
+                        entries.push((k, v));
+                    }
+                }
+            }
+            _ => return unsupported("DICT_UPDATE on something that is not a traced dict"),
+        }
+        Ok(Flow::Continue)
+    }
+
+    pub(super) fn op_unpack_sequence(&mut self, f: &mut FrameState<'py>, n: u32) -> CResult<Flow> {
+        let seq = self.pop(f)?;
+        let items = self.items_of(seq)?;
+        if items.len() != n as usize {
+            return unsupported(format!("unpacking {} values into {n}", items.len()));
+        }
+        f.stack.extend(items.into_iter().rev());
+        Ok(Flow::Continue)
+    }
+
+    pub(super) fn op_unpack_ex(&mut self, f: &mut FrameState<'py>, arg: u32) -> CResult<Flow> {
+        let before = (arg & 0xff) as usize;
+        let after = (arg >> 8) as usize;
+        let seq = self.pop(f)?;
+        let items = self.items_of(seq)?;
+        if items.len() < before + after {
+            return unsupported("not enough values to unpack");
+        }
+        let middle = self.add(VarKind::List(items[before..items.len() - after].to_vec()), None);
+        let mut out: Vec<VarId> = items[..before].to_vec();
+        out.push(middle);
+        out.extend_from_slice(&items[items.len() - after..]);
+        f.stack.extend(out.into_iter().rev());
+        Ok(Flow::Continue)
+    }
+}

@@ -1,0 +1,601 @@
+//! Calls: `CALL`, `CALL_FUNCTION_EX`, `MAKE_FUNCTION`, and what a call means for each kind
+//! of callee:
+//!
+//! - a torch function (or `torch.nn.functional`) with tensor arguments: one graph node;
+//! - a tensor method: a graph node, or a constant for metadata (`size()`, `dim()`, ...);
+//! - a Python function, a method, `nn.Module.__call__`: inlined (translated in a nested
+//!   frame), modules only when they have no hooks;
+//! - a pure builtin (`len`, `isinstance`, `range`, `math.*`, `operator.*`, ...) on known
+//!   values: evaluated at trace time;
+//! - anything else: unsupported.
+
+use std::rc::Rc;
+
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple};
+
+use super::graph::{Arg, Op};
+use super::guards::GuardKind;
+use super::source::Source;
+use super::translator::{frame_state, kind_name, unsupported, CResult, CaptureError, FrameState, Flow, Tracer};
+use super::vars::{Cell, TracedFunction, VarId, VarKind};
+use crate::eval_frame::owned::OwnedRef;
+
+const CO_GENERATOR_LIKE: u32 = 0x20 | 0x80 | 0x100 | 0x200;
+
+impl<'py> Tracer<'py> {
+    pub(super) fn op_call(&mut self, f: &mut FrameState<'py>, argc: u32) -> CResult<Flow> {
+        let kw_names = f.kw_names.take();
+        let mut args = self.popn(f, argc as usize)?;
+        let callable_or_self = self.pop(f)?;
+        let first = self.pop(f)?;
+        let callee = if matches!(self.kind(first), VarKind::Null) {
+            callable_or_self
+        } else {
+            args.insert(0, callable_or_self);
+            first
+        };
+        let mut kwargs = Vec::new();
+        if let Some(names) = kw_names {
+            let n = names.len();
+            let values = args.split_off(args.len() - n);
+            for (name, value) in names.iter().zip(values) {
+                kwargs.push((name.to_string(), value));
+            }
+        }
+        let result = self.call_function(callee, args, kwargs)?;
+        f.stack.push(result);
+        Ok(Flow::Continue)
+    }
+
+    pub(super) fn op_call_function_ex(&mut self, f: &mut FrameState<'py>, flags: u32) -> CResult<Flow> {
+        let kwargs_var = if flags & 1 == 1 { Some(self.pop(f)?) } else { None };
+        let args_var = self.pop(f)?;
+        let callee = self.pop(f)?;
+        let _null = self.pop(f)?;
+        let args = self.items_of(args_var)?;
+        let mut kwargs = Vec::new();
+        if let Some(kw) = kwargs_var {
+            match self.kind(kw) {
+                VarKind::Dict(entries) => {
+                    for (k, v) in entries.clone() {
+                        kwargs.push((k.bind(self.py).to_string(), v));
+                    }
+                }
+                other => return unsupported(format!("**kwargs from {}", kind_name(other))),
+            }
+        }
+        let result = self.call_function(callee, args, kwargs)?;
+        f.stack.push(result);
+        Ok(Flow::Continue)
+    }
+
+    pub(super) fn op_make_function(&mut self, f: &mut FrameState<'py>, flags: u32) -> CResult<Flow> {
+        let code = self.pop(f)?;
+        let closure = if flags & 0x08 != 0 { Some(self.pop(f)?) } else { None };
+        if flags & 0x04 != 0 {
+            self.pop(f)?; // annotations do not affect behaviour
+        }
+        let kwdefaults = if flags & 0x02 != 0 { Some(self.pop(f)?) } else { None };
+        let defaults = if flags & 0x01 != 0 { Some(self.pop(f)?) } else { None };
+        let Some(code_obj) = self.real(code) else {
+            return unsupported("MAKE_FUNCTION without a code object");
+        };
+        let mut cells = Vec::new();
+        if let Some(closure) = closure {
+            for item in self.items_of(closure)? {
+                match self.kind(item) {
+                    VarKind::CellRef(cell) => cells.push(cell.clone()),
+                    other => return unsupported(format!("a closure made of {}", kind_name(other))),
+                }
+            }
+        }
+        let function = TracedFunction {
+            code: OwnedRef::from_bound(&code_obj),
+            globals: OwnedRef::from_bound(f.globals.as_any()),
+            builtins: OwnedRef::from_bound(&f.builtins),
+            defaults,
+            kwdefaults,
+            closure: cells,
+        };
+        let id = self.add(VarKind::Function(Rc::new(function)), None);
+        f.stack.push(id);
+        Ok(Flow::Continue)
+    }
+
+    pub fn call_function(&mut self, callee: VarId, args: Vec<VarId>, kwargs: Vec<(String, VarId)>) -> CResult<VarId> {
+        let py = self.py;
+        match self.kind(callee) {
+            VarKind::Method { receiver, name, func: None } => {
+                let (receiver, name) = (*receiver, name.clone());
+                self.tensor_method(receiver, &name, args, kwargs)
+            }
+            VarKind::Method { receiver, func: Some(func), .. } => {
+                let (receiver, func) = (*receiver, func.bind(py).clone());
+                let mut all = vec![receiver];
+                all.extend(args);
+                self.call_python(&func, all, kwargs)
+            }
+            VarKind::Function(function) => {
+                let function = function.clone();
+                self.inline_traced(&function, args, kwargs)
+            }
+            VarKind::Const(obj) | VarKind::Object(obj) => {
+                let obj = obj.bind(py).clone();
+                self.call_object(&obj, args, kwargs)
+            }
+            other => unsupported(format!("calling {}", kind_name(other))),
+        }
+    }
+
+    fn any_tensor(&self, args: &[VarId], kwargs: &[(String, VarId)]) -> bool {
+        args.iter().any(|&a| self.contains_tensor(a)) || kwargs.iter().any(|(_, v)| self.contains_tensor(*v))
+    }
+
+    fn call_object(&mut self, obj: &Bound<'py, PyAny>, args: Vec<VarId>, kwargs: Vec<(String, VarId)>) -> CResult<VarId> {
+        let py = self.py;
+        let h = self.h.clone();
+        if h.is_compiling.iter().any(|f| f.is(obj)) {
+            return Ok(self.constant(&true.into_pyobject(py)?.to_owned().into_any()));
+        }
+        if obj.is_instance(&h.module_type)? {
+            return self.call_module(obj, args, kwargs);
+        }
+        if self.any_tensor(&args, &kwargs) && h.is_graph_function.call1((obj,))?.is_truthy()? {
+            return self.graph_call(Op::CallFunction(OwnedRef::from_bound(obj)), &function_name(obj), args, kwargs);
+        }
+        if obj.is(&h.builtins.getattr("super")?) && args.is_empty() {
+            return unsupported("super() outside a method the translator knows");
+        }
+        if obj.is_instance(&h.function_type)? {
+            return self.call_python(obj, args, kwargs);
+        }
+        if obj.is_instance(&h.method_type)? {
+            let receiver = self.wrap(&obj.getattr("__self__")?, None)?;
+            let mut all = vec![receiver];
+            all.extend(args);
+            return self.call_python(&obj.getattr("__func__")?, all, kwargs);
+        }
+        if h.foldable.contains(obj).unwrap_or(false) {
+            return self.call_builtin(obj, args, kwargs);
+        }
+        unsupported(format!("calling {}", describe(obj)))
+    }
+
+    /// `module(*args)`: inline `forward` when no hooks could run.
+    fn call_module(&mut self, module: &Bound<'py, PyAny>, args: Vec<VarId>, kwargs: Vec<(String, VarId)>) -> CResult<VarId> {
+        for hooks in ["_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks"] {
+            if module.getattr(hooks)?.len()? != 0 {
+                return unsupported(format!("a call of {} with {hooks}", describe(module)));
+            }
+        }
+        let globals = self.py.import("torch.nn.modules.module")?;
+        for hooks in ["_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
+            "_global_backward_pre_hooks", "_global_forward_hooks_always_called"] {
+            if globals.getattr(hooks)?.len()? != 0 {
+                return unsupported(format!("a module call with global {hooks} registered"));
+            }
+        }
+        let forward = module.get_type().getattr("forward")?;
+        if !forward.is_instance(&self.h.function_type)? {
+            return unsupported(format!("{} whose forward is not a Python function", describe(module)));
+        }
+        // The module object itself: find or make its tracker (it is usually the callee's).
+        let module_var = self.wrap(module, None)?;
+        let mut all = vec![module_var];
+        all.extend(args);
+        self.call_python(&forward, all, kwargs)
+    }
+
+    /// Inlines a Python function: binds the arguments as CPython would and translates its
+    /// code in a nested frame.
+    pub fn call_python(&mut self, func: &Bound<'py, PyAny>, args: Vec<VarId>, kwargs: Vec<(String, VarId)>) -> CResult<VarId> {
+        let py = self.py;
+        let code = func.getattr("__code__")?;
+        let flags: u32 = code.getattr("co_flags")?.extract()?;
+        if flags & CO_GENERATOR_LIKE != 0 {
+            return unsupported(format!("calling the generator or coroutine {}", describe(func)));
+        }
+        let globals = func.getattr("__globals__")?.cast_into::<PyDict>().map_err(PyErr::from)?;
+        let builtins = match globals.get_item("__builtins__")? {
+            Some(b) => b,
+            None => self.h.builtins.clone(),
+        };
+        let mut state = frame_state(&code, globals, builtins, false)?;
+        self.bind_arguments(&mut state, func, &args, &kwargs)?;
+        let closure = func.getattr("__closure__")?;
+        if !closure.is_none() {
+            let first_free = state.slot_names.len() - closure.len()?;
+            for (i, cell) in closure.try_iter()?.enumerate() {
+                state.cells.insert(first_free + i, Cell::Real(OwnedRef::from_bound(&cell?)));
+            }
+        }
+        let _ = py;
+        self.enter_depth()?;
+        let result = self.run(&mut state);
+        self.depth -= 1;
+        result
+    }
+
+    fn inline_traced(&mut self, function: &Rc<TracedFunction>, args: Vec<VarId>, kwargs: Vec<(String, VarId)>) -> CResult<VarId> {
+        let py = self.py;
+        let code = function.code.bind(py).clone();
+        let flags: u32 = code.getattr("co_flags")?.extract()?;
+        if flags & CO_GENERATOR_LIKE != 0 {
+            return unsupported("calling a generator expression or a nested generator");
+        }
+        // A real function of the same shape, only for argument binding: defaults are markers
+        // standing for the tracked default values.
+        let markers = self.py.import("dynamo_rs._capture")?.getattr("NodeRef")?;
+        let defaults = match function.defaults {
+            Some(d) => {
+                let items = self.items_of(d)?;
+                let objs: Vec<_> = items.iter().map(|v| markers.call1((DEFAULT_MARK + v.0 as i64,))).collect::<PyResult<_>>()?;
+                PyTuple::new(py, objs)?.into_any()
+            }
+            None => py.None().into_bound(py),
+        };
+        let dummy_cells: Vec<_> = function.closure.iter().map(|_| py.import("types")?.getattr("CellType")?.call0()).collect::<PyResult<_>>()?;
+        let closure = if dummy_cells.is_empty() { py.None().into_bound(py) } else { PyTuple::new(py, dummy_cells)?.into_any() };
+        let shape = self.h.function_type.call1((&code, function.globals.bind(py), "f", defaults, closure))?;
+        if let Some(kw) = function.kwdefaults {
+            let d = PyDict::new(py);
+            if let VarKind::Dict(entries) = self.kind(kw) {
+                for (k, v) in entries.clone() {
+                    d.set_item(k.bind(py), markers.call1((DEFAULT_MARK + v.0 as i64,))?)?;
+                }
+            }
+            shape.setattr("__kwdefaults__", d)?;
+        }
+        let globals = function.globals.bind(py).cast::<PyDict>().map_err(PyErr::from)?.clone();
+        let mut state = frame_state(&code, globals, function.builtins.bind(py).clone(), false)?;
+        self.bind_arguments(&mut state, &shape, &args, &kwargs)?;
+        let first_free = state.slot_names.len() - function.closure.len();
+        for (i, cell) in function.closure.iter().enumerate() {
+            state.cells.insert(first_free + i, cell.clone());
+        }
+        self.enter_depth()?;
+        let result = self.run(&mut state);
+        self.depth -= 1;
+        result
+    }
+
+    /// Binds call arguments to `func`'s parameters with `inspect.signature(func).bind`,
+    /// passing marker objects that stand for the trackers.
+    fn bind_arguments(&mut self, state: &mut FrameState<'py>, func: &Bound<'py, PyAny>, args: &[VarId], kwargs: &[(String, VarId)]) -> CResult<()> {
+        let py = self.py;
+        let markers = py.import("dynamo_rs._capture")?.getattr("NodeRef")?;
+        let marker_args: Vec<_> = args.iter().map(|v| markers.call1((v.0 as i64,))).collect::<PyResult<_>>()?;
+        let marker_kwargs = PyDict::new(py);
+        for (name, v) in kwargs {
+            marker_kwargs.set_item(name, markers.call1((v.0 as i64,))?)?;
+        }
+        let signature = self.h.signature.call1((func,))?;
+        let bound = match signature.call_method("bind", PyTuple::new(py, marker_args)?, Some(&marker_kwargs)) {
+            Ok(b) => b,
+            Err(err) => return unsupported(format!("arguments do not fit {}: {err}", describe(func))),
+        };
+        bound.call_method0("apply_defaults")?;
+        let arguments = bound.getattr("arguments")?;
+        for item in arguments.call_method0("items")?.try_iter()? {
+            let (name, value): (String, Bound<'py, PyAny>) = item?.extract()?;
+            let Some(slot) = state.slot_names.iter().position(|n| *n == name) else {
+                return unsupported(format!("parameter {name} has no slot"));
+            };
+            let var = self.unmark(&value, &markers)?;
+            state.locals[slot] = Some(var);
+        }
+        Ok(())
+    }
+
+    /// Maps a bound argument back to a tracker: markers are the call's own arguments,
+    /// tuples and dicts of markers are `*args` and `**kwargs`, anything else is a default.
+    fn unmark(&mut self, value: &Bound<'py, PyAny>, markers: &Bound<'py, PyAny>) -> CResult<VarId> {
+        if value.is_instance(markers)? {
+            let index: i64 = value.getattr("index")?.extract()?;
+            return Ok(VarId((index % DEFAULT_MARK) as u32));
+        }
+        if value.get_type().is(&self.h.tuple_type) && value.try_iter()?.any(|v| v.map(|v| v.is_instance(markers).unwrap_or(false)).unwrap_or(false)) {
+            let items = value.try_iter()?.map(|v| self.unmark(&v?, markers)).collect::<CResult<Vec<_>>>()?;
+            return Ok(self.add(VarKind::Tuple(items), None));
+        }
+        if value.get_type().is(&self.h.tuple_type) && value.len()? == 0 {
+            return Ok(self.add(VarKind::Tuple(Vec::new()), None));
+        }
+        if let Ok(dict) = value.cast::<PyDict>() {
+            let mut entries = Vec::new();
+            for (k, v) in dict.iter() {
+                let v = self.unmark(&v, markers)?;
+                entries.push((OwnedRef::from_bound(&k), v));
+            }
+            return Ok(self.add(VarKind::Dict(entries), None));
+        }
+        // A default value of a real function.
+        self.wrap(value, None)
+    }
+
+    /// A tensor method call.
+    fn tensor_method(&mut self, receiver: VarId, name: &str, args: Vec<VarId>, kwargs: Vec<(String, VarId)>) -> CResult<VarId> {
+        let py = self.py;
+        let VarKind::Tensor { fake, .. } = self.kind(receiver) else {
+            return unsupported(format!("method {name} of {}", kind_name(self.kind(receiver))));
+        };
+        let fake = fake.bind(py).clone();
+        match name {
+            "size" | "dim" | "ndimension" | "numel" | "nelement" | "stride" | "is_contiguous" | "element_size"
+            | "is_floating_point" | "is_complex" | "__len__" => {
+                if self.any_tensor(&args, &kwargs) {
+                    return unsupported(format!("tensor.{name} with tensor arguments"));
+                }
+                let a = args.iter().map(|&v| self.python_value(v)).collect::<CResult<Vec<_>>>()?;
+                let value = fake.call_method1(name, PyTuple::new(py, a)?)?;
+                Ok(self.constant(&value))
+            }
+            "item" | "tolist" | "numpy" | "__bool__" | "__int__" | "__float__" | "nonzero" | "cpu_numpy" => {
+                unsupported(format!("tensor.{name}() needs the tensor's data"))
+            }
+            _ => {
+                let mut all = vec![receiver];
+                all.extend(args);
+                self.graph_call(Op::CallMethod(name.to_string()), name, all, kwargs)
+            }
+        }
+    }
+
+    /// Records one graph node, running the operation on fake tensors for its result.
+    pub fn graph_call(&mut self, op: Op, name: &str, args: Vec<VarId>, kwargs: Vec<(String, VarId)>) -> CResult<VarId> {
+        let py = self.py;
+        let fake_args = args.iter().map(|&a| self.fake_value(a)).collect::<CResult<Vec<_>>>()?;
+        let fake_kwargs = PyDict::new(py);
+        for (k, v) in &kwargs {
+            fake_kwargs.set_item(k, self.fake_value(*v)?)?;
+        }
+        let target: Bound<'py, PyAny> = match &op {
+            Op::CallFunction(f) => f.bind(py).clone(),
+            Op::CallMethod(m) => pyo3::types::PyString::new(py, m).into_any(),
+            Op::Placeholder => return unsupported("internal: placeholder as a call"),
+        };
+        let result = match self.h.run_fake.call1((&self.fake_mode, &target, PyTuple::new(py, fake_args)?, fake_kwargs)) {
+            Ok(r) => r,
+            Err(err) => return unsupported(format!("{name} failed on fake tensors: {err}")),
+        };
+        let graph_args = args.iter().map(|&a| self.graph_arg(a)).collect::<CResult<Vec<_>>>()?;
+        let graph_kwargs = kwargs.iter().map(|(k, v)| Ok((k.clone(), self.graph_arg(*v)?))).collect::<CResult<Vec<_>>>()?;
+        let node = self.graph.add(op, name, graph_args, graph_kwargs, OwnedRef::from_bound(&result));
+        self.wrap_node_result(node, &result, name)
+    }
+
+    fn wrap_node_result(&mut self, node: super::graph::NodeId, result: &Bound<'py, PyAny>, name: &str) -> CResult<VarId> {
+        let py = self.py;
+        if result.is_instance(&self.h.tensor_type)? {
+            return Ok(self.add(VarKind::Tensor { node, fake: OwnedRef::from_bound(result) }, None));
+        }
+        if result.is_instance(&self.h.tuple_type)? || result.is_instance(&self.h.list_type)? {
+            let getitem = self.h.operator.getattr("getitem")?;
+            let mut items = Vec::new();
+            for (i, item) in result.try_iter()?.enumerate() {
+                let item = item?;
+                if !item.is_instance(&self.h.tensor_type)? {
+                    return unsupported(format!("{name} returned a non-tensor item"));
+                }
+                let index = (i as i64).into_pyobject(py)?.into_any();
+                let child = self.graph.add(
+                    Op::CallFunction(OwnedRef::from_bound(&getitem)),
+                    "getitem",
+                    vec![Arg::Node(node), Arg::Const(OwnedRef::from_bound(&index))],
+                    Vec::new(),
+                    OwnedRef::from_bound(&item),
+                );
+                items.push(self.add(VarKind::Tensor { node: child, fake: OwnedRef::from_bound(&item) }, None));
+            }
+            let kind = if result.is_instance(&self.h.list_type)? { VarKind::List(items) } else { VarKind::Tuple(items) };
+            return Ok(self.add(kind, None));
+        }
+        if self.h.is_constant(result)? {
+            // Metadata-only results (sizes, dtypes) are fixed by the tensor guards.
+            return Ok(self.constant(result));
+        }
+        unsupported(format!("{name} returned {}", describe(result)))
+    }
+
+    /// The value to pass to an operation run on fake tensors.
+    pub fn fake_value(&self, id: VarId) -> CResult<Bound<'py, PyAny>> {
+        let py = self.py;
+        Ok(match self.kind(id) {
+            VarKind::Tensor { fake, .. } => fake.bind(py).clone(),
+            VarKind::Tuple(items) => PyTuple::new(py, items.iter().map(|&i| self.fake_value(i)).collect::<CResult<Vec<_>>>()?)?.into_any(),
+            VarKind::List(items) => pyo3::types::PyList::new(py, items.iter().map(|&i| self.fake_value(i)).collect::<CResult<Vec<_>>>()?)?.into_any(),
+            VarKind::Dict(entries) => {
+                let d = PyDict::new(py);
+                for (k, v) in entries {
+                    d.set_item(k.bind(py), self.fake_value(*v)?)?;
+                }
+                d.into_any()
+            }
+            VarKind::Const(v) | VarKind::Object(v) => v.bind(py).clone(),
+            other => return unsupported(format!("{} as an operation argument", kind_name(other))),
+        })
+    }
+
+    /// The graph argument for a tracker.
+    pub fn graph_arg(&self, id: VarId) -> CResult<Arg> {
+        Ok(match self.kind(id) {
+            VarKind::Tensor { node, .. } => Arg::Node(*node),
+            VarKind::Tuple(items) => Arg::Tuple(items.iter().map(|&i| self.graph_arg(i)).collect::<CResult<_>>()?),
+            VarKind::List(items) => Arg::List(items.iter().map(|&i| self.graph_arg(i)).collect::<CResult<_>>()?),
+            VarKind::Dict(entries) => Arg::Dict(entries.iter().map(|(k, v)| Ok((k.clone(), self.graph_arg(*v)?))).collect::<CResult<_>>()?),
+            VarKind::Const(v) => Arg::Const(v.clone()),
+            VarKind::Object(v) => Arg::Const(v.clone()),
+            other => return unsupported(format!("{} as a graph argument", kind_name(other))),
+        })
+    }
+
+    /// The items of a tracker that can be iterated at trace time.
+    pub fn items_of(&mut self, id: VarId) -> CResult<Vec<VarId>> {
+        let py = self.py;
+        match self.kind(id) {
+            VarKind::Tuple(items) | VarKind::List(items) => Ok(items.clone()),
+            VarKind::Iter { items, next } => Ok(items[*next..].to_vec()),
+            VarKind::Dict(entries) => {
+                let keys: Vec<OwnedRef> = entries.iter().map(|(k, _)| k.clone()).collect();
+                Ok(keys.iter().map(|k| self.add(VarKind::Const(k.clone()), None)).collect())
+            }
+            VarKind::Const(v) => {
+                let v = v.bind(py).clone();
+                let mut out = Vec::new();
+                for item in v.try_iter()? {
+                    let item = item?;
+                    out.push(self.wrap(&item, None)?);
+                }
+                Ok(out)
+            }
+            VarKind::Object(v) => {
+                let v = v.bind(py).clone();
+                self.object_items(id, &v)
+            }
+            VarKind::Tensor { .. } => unsupported("iterating over a tensor"),
+            other => unsupported(format!("iterating over {}", kind_name(other))),
+        }
+    }
+
+    /// Items of a real container: nn.Module containers and dict views, with sources.
+    fn object_items(&mut self, id: VarId, obj: &Bound<'py, PyAny>) -> CResult<Vec<VarId>> {
+        let py = self.py;
+        let source = self.source(id);
+        let type_name = obj.get_type().name()?.to_string();
+        let module_names = ["Sequential", "ModuleList"];
+        if obj.is_instance(&self.h.module_type)? && module_names.contains(&type_name.as_str()) {
+            let modules = obj.getattr("_modules")?;
+            let mut out = Vec::new();
+            for key in modules.try_iter()? {
+                let key = key?;
+                let child = modules.get_item(&key)?;
+                let child_source = source.as_ref().map(|s| {
+                    Rc::new(Source::Item(Rc::new(Source::Attr(s.clone(), "_modules".into())), super::source::ItemKey::Str(key.to_string())))
+                });
+                out.push(self.wrap(&child, child_source)?);
+            }
+            return Ok(out);
+        }
+        if matches!(type_name.as_str(), "odict_values" | "dict_values" | "dict_keys" | "odict_keys") {
+            let mut out = Vec::new();
+            for item in obj.try_iter()? {
+                out.push(self.wrap(&item?, None)?);
+            }
+            return Ok(out);
+        }
+        let _ = py;
+        unsupported(format!("iterating over {}", describe(obj)))
+    }
+
+    /// Calls a pure builtin at trace time, with the tracker-aware cases first.
+    fn call_builtin(&mut self, func: &Bound<'py, PyAny>, args: Vec<VarId>, kwargs: Vec<(String, VarId)>) -> CResult<VarId> {
+        let py = self.py;
+        let h = self.h.clone();
+        let b = &h.builtins;
+        let name = function_name(func);
+        let is = |n: &str| b.getattr(n).map(|x| x.is(func)).unwrap_or(false);
+        if is("len") && args.len() == 1 {
+            let n = match self.kind(args[0]) {
+                VarKind::Tuple(items) | VarKind::List(items) => items.len(),
+                VarKind::Dict(entries) => entries.len(),
+                VarKind::Tensor { fake, .. } => fake.bind(py).len()?,
+                VarKind::Const(v) | VarKind::Object(v) => v.bind(py).len()?,
+                other => return unsupported(format!("len() of {}", kind_name(other))),
+            };
+            return Ok(self.constant(&n.into_pyobject(py)?.into_any()));
+        }
+        if (is("isinstance") || is("issubclass")) && args.len() == 2 {
+            let cls = self.python_value(args[1])?;
+            let value = match self.kind(args[0]) {
+                VarKind::Tensor { fake, .. } => fake.bind(py).clone(),
+                VarKind::Tuple(_) => PyTuple::empty(py).into_any(),
+                VarKind::List(_) => pyo3::types::PyList::empty(py).into_any(),
+                VarKind::Dict(_) => PyDict::new(py).into_any(),
+                VarKind::Const(v) | VarKind::Object(v) => v.bind(py).clone(),
+                other => return unsupported(format!("isinstance() of {}", kind_name(other))),
+            };
+            let result = func.call1((value, cls))?;
+            return Ok(self.constant(&result));
+        }
+        if (is("getattr") || is("hasattr")) && (2..=3).contains(&args.len()) {
+            let attr: String = self.python_value(args[1])?.extract()?;
+            let found = match self.kind(args[0]) {
+                VarKind::Const(v) | VarKind::Object(v) => v.bind(py).hasattr(attr.as_str())?,
+                VarKind::Tensor { fake, .. } => fake.bind(py).hasattr(attr.as_str())?,
+                _ => return unsupported("getattr() on a container"),
+            };
+            if is("hasattr") {
+                return Ok(self.constant(&found.into_pyobject(py)?.to_owned().into_any()));
+            }
+            return match (found, args.get(2)) {
+                (true, _) => self.get_attr(args[0], &attr),
+                (false, Some(&default)) => Ok(default),
+                (false, None) => unsupported(format!("getattr() of a missing attribute {attr:?}")),
+            };
+        }
+        if (is("tuple") || is("list")) && args.len() == 1 && kwargs.is_empty() && !matches!(self.kind(args[0]), VarKind::Const(_)) {
+            let items = self.items_of(args[0])?;
+            let kind = if is("tuple") { VarKind::Tuple(items) } else { VarKind::List(items) };
+            return Ok(self.add(kind, None));
+        }
+        if is("enumerate") && !args.is_empty() {
+            let start: i64 = match args.get(1) {
+                Some(&s) => self.python_value(s)?.extract()?,
+                None => 0,
+            };
+            let items = self.items_of(args[0])?;
+            let mut pairs = Vec::new();
+            for (i, item) in items.into_iter().enumerate() {
+                let index = self.constant(&(start + i as i64).into_pyobject(py)?.into_any());
+                pairs.push(self.add(VarKind::Tuple(vec![index, item]), None));
+            }
+            return Ok(self.add(VarKind::Iter { items: pairs, next: 0 }, None));
+        }
+        if is("zip") && kwargs.is_empty() {
+            let lists = args.iter().map(|&a| self.items_of(a)).collect::<CResult<Vec<_>>>()?;
+            let n = lists.iter().map(Vec::len).min().unwrap_or(0);
+            let mut tuples = Vec::new();
+            for i in 0..n {
+                let items = lists.iter().map(|l| l[i]).collect();
+                tuples.push(self.add(VarKind::Tuple(items), None));
+            }
+            return Ok(self.add(VarKind::Iter { items: tuples, next: 0 }, None));
+        }
+        if self.any_tensor(&args, &kwargs) {
+            return unsupported(format!("{name}() with tensor arguments"));
+        }
+        // Everything else is evaluated on the real values.
+        let a = args.iter().map(|&v| self.python_value(v)).collect::<CResult<Vec<_>>>()?;
+        let k = PyDict::new(py);
+        for (name, v) in &kwargs {
+            k.set_item(name, self.python_value(*v)?)?;
+        }
+        let result = match func.call(PyTuple::new(py, a)?, Some(&k)) {
+            Ok(r) => r,
+            Err(err) => return unsupported(format!("{name}() raised {err} while tracing")),
+        };
+        self.wrap(&result, None).or_else(|e| match e {
+            CaptureError::Unsupported(_) => Ok(self.add(VarKind::Object(OwnedRef::from_bound(&result)), None)),
+            other => Err(other),
+        })
+    }
+}
+
+/// Default-value markers are offset so they never collide with argument markers.
+const DEFAULT_MARK: i64 = 1 << 40;
+
+pub fn function_name(obj: &Bound<'_, PyAny>) -> String {
+    obj.getattr("__name__").map(|n| n.to_string()).unwrap_or_else(|_| "call".into())
+}
+
+pub fn describe(obj: &Bound<'_, PyAny>) -> String {
+    let type_name = obj.get_type().name().map(|n| n.to_string()).unwrap_or_default();
+    match obj.getattr("__qualname__").or_else(|_| obj.getattr("__name__")) {
+        Ok(name) => format!("{name} ({type_name})"),
+        Err(_) => format!("a {type_name} object"),
+    }
+}
+
+#[allow(dead_code)]
+fn _guard_kind_is_used(_: GuardKind) {}

@@ -1,0 +1,74 @@
+//! Control flow: branches on values known at trace time (a branch on a tensor's value is
+//! unsupported until graph breaks exist), and `for` loops over known items, unrolled.
+
+use dynamo_bytecode::{Instruction, Opcode};
+use pyo3::prelude::*;
+
+use super::translator::{kind_name, unsupported, CResult, FrameState, Flow, Tracer};
+use super::vars::VarKind;
+
+impl<'py> Tracer<'py> {
+    pub(super) fn op_branch(&mut self, f: &mut FrameState<'py>, ins: &Instruction) -> CResult<Flow> {
+        let Some(target) = ins.jump_target() else {
+            return unsupported("a jump without a target");
+        };
+        let value = *f.stack.last().ok_or(super::translator::CaptureError::Unsupported("empty stack at a branch".into()))?;
+        let taken = match ins.opcode {
+            Opcode::PopJumpIfNone | Opcode::PopJumpIfNotNone => {
+                let is_none = match self.kind(value) {
+                    VarKind::Const(v) | VarKind::Object(v) => v.bind(self.py).is_none(),
+                    VarKind::Null => return unsupported("a branch on NULL"),
+                    _ => false,
+                };
+                (ins.opcode == Opcode::PopJumpIfNone) == is_none
+            }
+            _ => {
+                let truth = self.truth(value)?;
+                matches!(ins.opcode, Opcode::PopJumpIfTrue | Opcode::JumpIfTrueOrPop) == truth
+            }
+        };
+        let keeps_value = matches!(ins.opcode, Opcode::JumpIfFalseOrPop | Opcode::JumpIfTrueOrPop);
+        if !(keeps_value && taken) {
+            f.stack.pop();
+        }
+        if taken {
+            f.pc = target.index();
+        }
+        Ok(Flow::Continue)
+    }
+
+    pub(super) fn op_get_iter(&mut self, f: &mut FrameState<'py>) -> CResult<Flow> {
+        let value = self.pop(f)?;
+        let iter = match self.kind(value) {
+            VarKind::Iter { .. } => value,
+            _ => {
+                let items = self.items_of(value)?;
+                self.add(VarKind::Iter { items, next: 0 }, None)
+            }
+        };
+        f.stack.push(iter);
+        Ok(Flow::Continue)
+    }
+
+    pub(super) fn op_for_iter(&mut self, f: &mut FrameState<'py>, ins: &Instruction) -> CResult<Flow> {
+        let iter = *f.stack.last().ok_or(super::translator::CaptureError::Unsupported("FOR_ITER on an empty stack".into()))?;
+        let next = match &mut self.vars[iter.0 as usize].kind {
+            VarKind::Iter { items, next } => {
+                let item = items.get(*next).copied();
+                if item.is_some() {
+                    *next += 1;
+                }
+                item
+            }
+            other => return unsupported(format!("FOR_ITER over {}", kind_name(other))),
+        };
+        match next {
+            Some(item) => f.stack.push(item),
+            None => {
+                f.stack.pop();
+                f.pc = ins.jump_target().map_or(f.pc, |t| t.index());
+            }
+        }
+        Ok(Flow::Continue)
+    }
+}

@@ -1,0 +1,236 @@
+//! Loads and stores: locals, constants, globals, attributes, methods, closure cells, and the
+//! stack shuffles `COPY` and `SWAP`.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use super::source::Source;
+use super::translator::{unsupported, CResult, FrameState, Flow, Tracer};
+use super::vars::{Cell, VarId, VarKind};
+use crate::eval_frame::owned::OwnedRef;
+
+impl<'py> Tracer<'py> {
+    pub(super) fn op_copy(&mut self, f: &mut FrameState<'py>, n: u32) -> CResult<Flow> {
+        let Some(&value) = f.stack.len().checked_sub(n as usize).and_then(|i| f.stack.get(i)) else {
+            return unsupported("COPY past the bottom of the stack");
+        };
+        f.stack.push(value);
+        Ok(Flow::Continue)
+    }
+
+    pub(super) fn op_swap(&mut self, f: &mut FrameState<'py>, n: u32) -> CResult<Flow> {
+        let len = f.stack.len();
+        if (n as usize) > len || n == 0 {
+            return unsupported("SWAP past the bottom of the stack");
+        }
+        f.stack.swap(len - 1, len - n as usize);
+        Ok(Flow::Continue)
+    }
+
+    pub(super) fn op_load_fast(&mut self, f: &mut FrameState<'py>, i: u32) -> CResult<Flow> {
+        match f.locals.get(i as usize).copied().flatten() {
+            Some(value) => {
+                f.stack.push(value);
+                Ok(Flow::Continue)
+            }
+            None => unsupported(format!("reads the unbound local {:?}", f.slot_names.get(i as usize))),
+        }
+    }
+
+    pub(super) fn op_store_fast(&mut self, f: &mut FrameState<'py>, i: u32) -> CResult<Flow> {
+        let value = self.pop(f)?;
+        f.locals[i as usize] = Some(value);
+        Ok(Flow::Continue)
+    }
+
+    pub(super) fn op_delete_fast(&mut self, f: &mut FrameState<'py>, i: u32) -> CResult<Flow> {
+        f.locals[i as usize] = None;
+        Ok(Flow::Continue)
+    }
+
+    pub(super) fn op_load_const(&mut self, f: &mut FrameState<'py>, i: u32) -> CResult<Flow> {
+        let value = f.consts.get_item(i as usize)?;
+        let id = if self.h.is_constant(&value)? {
+            self.constant(&value)
+        } else {
+            // Code objects and other compiler constants.
+            self.add(VarKind::Object(OwnedRef::from_bound(&value)), None)
+        };
+        f.stack.push(id);
+        Ok(Flow::Continue)
+    }
+
+    pub(super) fn op_load_global(&mut self, f: &mut FrameState<'py>, arg: u32) -> CResult<Flow> {
+        let name = f.names.get_item((arg >> 1) as usize)?.to_string();
+        if arg & 1 == 1 {
+            let null = self.add(VarKind::Null, None);
+            f.stack.push(null);
+        }
+        let value = match f.globals.get_item(&name)? {
+            Some(v) => v,
+            None => match self.lookup_builtin(&f.builtins, &name)? {
+                Some(v) => v,
+                None => return unsupported(format!("reads the undefined global {name:?}")),
+            },
+        };
+        let source = Rc::new(Source::Global {
+            globals: OwnedRef::from_bound(f.globals.as_any()),
+            builtins: OwnedRef::from_bound(&f.builtins),
+            name,
+            root: f.is_root,
+        });
+        let id = self.wrap(&value, Some(source))?;
+        f.stack.push(id);
+        Ok(Flow::Continue)
+    }
+
+    fn lookup_builtin(&self, builtins: &Bound<'py, PyAny>, name: &str) -> PyResult<Option<Bound<'py, PyAny>>> {
+        match builtins.cast::<PyDict>() {
+            Ok(d) => d.get_item(name),
+            Err(_) => Ok(builtins.getattr(name).ok()),
+        }
+    }
+
+    pub(super) fn op_load_attr(&mut self, f: &mut FrameState<'py>, i: u32) -> CResult<Flow> {
+        let name = f.names.get_item(i as usize)?.to_string();
+        let obj = self.pop(f)?;
+        let value = self.get_attr(obj, &name)?;
+        f.stack.push(value);
+        Ok(Flow::Continue)
+    }
+
+    /// `LOAD_METHOD`: pushes NULL and the attribute; methods of tracked values stay bound to
+    /// the tracker so the receiver keeps its source (or stays symbolic, for tensors).
+    pub(super) fn op_load_method(&mut self, f: &mut FrameState<'py>, i: u32) -> CResult<Flow> {
+        let name = f.names.get_item(i as usize)?.to_string();
+        let obj = self.pop(f)?;
+        let null = self.add(VarKind::Null, None);
+        f.stack.push(null);
+        let value = self.get_attr(obj, &name)?;
+        f.stack.push(value);
+        Ok(Flow::Continue)
+    }
+
+    /// `obj.name` for any tracker.
+    pub fn get_attr(&mut self, obj: VarId, name: &str) -> CResult<VarId> {
+        let py = self.py;
+        match self.kind(obj) {
+            VarKind::Tensor { fake, .. } => {
+                let fake = fake.bind(py).clone();
+                self.tensor_attr(obj, &fake, name)
+            }
+            VarKind::Const(value) | VarKind::Object(value) => {
+                let value = value.bind(py).clone();
+                let attr = match value.getattr(name) {
+                    Ok(a) => a,
+                    Err(err) => return unsupported(format!("getattr(..., {name:?}) raised {err}")),
+                };
+                // A Python method keeps its tracked receiver.
+                if attr.is_instance(&self.h.method_type)? && attr.getattr("__self__")?.is(&value) {
+                    let func = attr.getattr("__func__")?;
+                    if let Some(s) = self.source(obj) {
+                        // The method's code is fixed by the receiver's class.
+                        self.guards.add(s, super::guards::GuardKind::Type(OwnedRef::from_bound(value.get_type().as_any())));
+                    }
+                    return Ok(self.add(
+                        VarKind::Method { receiver: obj, name: name.to_string(), func: Some(OwnedRef::from_bound(&func)) },
+                        None,
+                    ));
+                }
+                let source = self.source(obj).map(|s| Rc::new(Source::Attr(s, name.to_string())));
+                if source.is_none() && attr.is_instance(&self.h.tensor_type)? {
+                    return unsupported(format!("reads tensor attribute {name:?} of an object with no source"));
+                }
+                self.wrap(&attr, source)
+            }
+            other => unsupported(format!("attribute {name:?} of {}", super::translator::kind_name(other))),
+        }
+    }
+
+    /// Attributes of a symbolic tensor: metadata is constant (shapes are static), methods stay
+    /// bound to the tensor.
+    fn tensor_attr(&mut self, tensor: VarId, fake: &Bound<'py, PyAny>, name: &str) -> CResult<VarId> {
+        match name {
+            "shape" | "dtype" | "device" | "ndim" | "is_cuda" | "is_sparse" | "layout" | "is_quantized"
+            | "is_meta" | "is_nested" => {
+                let value = fake.getattr(name)?;
+                let value = if name == "device" { self.real_device(tensor, value)? } else { value };
+                Ok(self.constant(&value))
+            }
+            "requires_grad" => {
+                let value = fake.getattr(name)?;
+                Ok(self.constant(&value))
+            }
+            "T" | "mT" | "H" | "mH" | "real" | "imag" | "data" => {
+                unsupported(format!("the tensor attribute .{name}"))
+            }
+            _ => {
+                if fake.getattr(name).map(|a| a.is_callable()).unwrap_or(false) {
+                    Ok(self.add(VarKind::Method { receiver: tensor, name: name.to_string(), func: None }, None))
+                } else {
+                    unsupported(format!("the tensor attribute .{name}"))
+                }
+            }
+        }
+    }
+
+    /// Fake tensors report their device; keep it (the tensor guard pins it).
+    fn real_device(&self, _tensor: VarId, device: Bound<'py, PyAny>) -> CResult<Bound<'py, PyAny>> {
+        Ok(device)
+    }
+
+    pub(super) fn op_make_cell(&mut self, f: &mut FrameState<'py>, i: u32) -> CResult<Flow> {
+        let slot = i as usize;
+        let initial = f.locals.get(slot).copied().flatten();
+        f.cells.insert(slot, Cell::Traced(Rc::new(RefCell::new(initial))));
+        Ok(Flow::Continue)
+    }
+
+    pub(super) fn op_load_closure(&mut self, f: &mut FrameState<'py>, i: u32) -> CResult<Flow> {
+        let Some(cell) = f.cells.get(&(i as usize)).cloned() else {
+            return unsupported("LOAD_CLOSURE of a cell the translator did not create");
+        };
+        let id = self.add(VarKind::CellRef(cell), None);
+        f.stack.push(id);
+        Ok(Flow::Continue)
+    }
+
+    pub(super) fn op_load_deref(&mut self, f: &mut FrameState<'py>, i: u32) -> CResult<Flow> {
+        let slot = i as usize;
+        let value = match f.cells.get(&slot).cloned() {
+            Some(Cell::Traced(cell)) => match *cell.borrow() {
+                Some(v) => v,
+                None => return unsupported("reads an empty closure cell"),
+            },
+            Some(Cell::Real(cell)) => {
+                let contents = match cell.bind(self.py).getattr("cell_contents") {
+                    Ok(c) => c,
+                    Err(_) => return unsupported("reads an empty closure cell"),
+                };
+                self.wrap(&contents, Some(Rc::new(Source::Cell(cell.clone()))))?
+            }
+            // A free variable of the compiled frame itself: its value came in with the frame.
+            None if f.is_root => match f.locals.get(slot).copied().flatten() {
+                Some(v) => v,
+                None => return unsupported("reads an unbound free variable"),
+            },
+            None => return unsupported("reads a closure cell the translator does not know"),
+        };
+        f.stack.push(value);
+        Ok(Flow::Continue)
+    }
+
+    pub(super) fn op_store_deref(&mut self, f: &mut FrameState<'py>, i: u32) -> CResult<Flow> {
+        let value = self.pop(f)?;
+        match f.cells.get(&(i as usize)) {
+            Some(Cell::Traced(cell)) => {
+                *cell.borrow_mut() = Some(value);
+                Ok(Flow::Continue)
+            }
+            _ => unsupported("writes a closure cell shared with code outside the trace"),
+        }
+    }
+}

@@ -1,0 +1,460 @@
+//! The instruction translator: runs a frame's bytecode over variable trackers instead of
+//! values. Tensor operations become graph nodes (their metadata from torch's
+//! `FakeTensorMode`); everything else is evaluated at trace time on real objects, with a
+//! guard on every value the trace read. User functions and `nn.Module.forward` are inlined
+//! by translating their code in a nested frame.
+//!
+//! One opcode family per file (`ops_*.rs`); [`Tracer::step`] is the single exhaustive match
+//! that dispatches them, so an opcode without a handler is a compile error, and an opcode we
+//! do not trace yet is an explicit "unsupported" that sends the frame back to eager.
+
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use dynamo_bytecode::{Instruction, Opcode};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple};
+
+use super::graph::{Graph, NodeId, Op};
+use super::guards::{GuardKind, GuardSet};
+use super::helpers::Helpers;
+use super::source::{ItemKey, Source};
+use super::vars::{Cell, Var, VarId, VarKind};
+use crate::eval_frame::owned::OwnedRef;
+
+/// Why a frame cannot be captured: a reason and where in the user's source.
+#[derive(Debug)]
+pub enum CaptureError {
+    Unsupported(String),
+    Python(PyErr),
+}
+
+impl From<std::convert::Infallible> for CaptureError {
+    fn from(never: std::convert::Infallible) -> Self {
+        match never {}
+    }
+}
+
+impl From<PyErr> for CaptureError {
+    fn from(err: PyErr) -> Self {
+        CaptureError::Python(err)
+    }
+}
+
+pub type CResult<T> = Result<T, CaptureError>;
+
+pub fn unsupported<T>(reason: impl Into<String>) -> CResult<T> {
+    Err(CaptureError::Unsupported(reason.into()))
+}
+
+/// Deepest inlining before we give up (runaway recursion in traced code).
+const MAX_INLINE_DEPTH: usize = 64;
+
+/// One function activation being translated: the compiled frame or an inlined call.
+pub struct FrameState<'py> {
+    pub code: Bound<'py, PyAny>,
+    pub instructions: Vec<Instruction>,
+    /// Source line of each instruction, for messages.
+    pub lines: Vec<Option<i32>>,
+    pub consts: Bound<'py, PyTuple>,
+    pub names: Bound<'py, PyTuple>,
+    /// Name of each localsplus slot.
+    pub slot_names: Vec<String>,
+    pub locals: Vec<Option<VarId>>,
+    /// Cells of cell and free variables, by localsplus slot.
+    pub cells: HashMap<usize, Cell>,
+    pub stack: Vec<VarId>,
+    pub kw_names: Option<Bound<'py, PyTuple>>,
+    pub globals: Bound<'py, PyDict>,
+    pub builtins: Bound<'py, PyAny>,
+    /// Whether this is the compiled frame itself (its locals have sources).
+    pub is_root: bool,
+    pub pc: usize,
+    pub qualname: String,
+    pub filename: String,
+}
+
+pub enum Flow {
+    Continue,
+    Return(VarId),
+}
+
+/// A graph input: the placeholder node and where the transformed code loads it from.
+pub struct GraphInput {
+    pub node: NodeId,
+    pub source: Rc<Source>,
+    pub example: OwnedRef,
+}
+
+pub struct Tracer<'py> {
+    pub py: Python<'py>,
+    pub h: Rc<Helpers<'py>>,
+    pub vars: Vec<Var>,
+    pub graph: Graph,
+    pub fake_mode: Bound<'py, PyAny>,
+    pub inputs: Vec<GraphInput>,
+    /// Graph inputs by source name, so each source is one placeholder.
+    input_by_name: HashMap<String, VarId>,
+    pub guards: GuardSet,
+    pub depth: usize,
+    /// `file:line` of each frame being translated, innermost last, for messages.
+    pub location_stack: Vec<String>,
+}
+
+impl<'py> Tracer<'py> {
+    pub fn new(py: Python<'py>, h: Helpers<'py>) -> PyResult<Tracer<'py>> {
+        let h = Rc::new(h);
+        let fake_mode = h.new_fake_mode.call0()?;
+        Ok(Tracer {
+            py,
+            h,
+            vars: Vec::new(),
+            graph: Graph::default(),
+            fake_mode,
+            inputs: Vec::new(),
+            input_by_name: HashMap::new(),
+            guards: GuardSet::default(),
+            depth: 0,
+            location_stack: Vec::new(),
+        })
+    }
+
+    pub fn add(&mut self, kind: VarKind, source: Option<Rc<Source>>) -> VarId {
+        self.vars.push(Var { kind, source });
+        VarId(self.vars.len() as u32 - 1)
+    }
+
+    pub fn var(&self, id: VarId) -> &Var {
+        &self.vars[id.0 as usize]
+    }
+
+    pub fn kind(&self, id: VarId) -> &VarKind {
+        &self.vars[id.0 as usize].kind
+    }
+
+    pub fn source(&self, id: VarId) -> Option<Rc<Source>> {
+        self.vars[id.0 as usize].source.clone()
+    }
+
+    pub fn constant(&mut self, value: &Bound<'py, PyAny>) -> VarId {
+        self.add(VarKind::Const(OwnedRef::from_bound(value)), None)
+    }
+
+    /// The real Python value of a trace-time value (constants and objects), if it has one.
+    pub fn real(&self, id: VarId) -> Option<Bound<'py, PyAny>> {
+        match self.kind(id) {
+            VarKind::Const(v) | VarKind::Object(v) => Some(v.bind(self.py).clone()),
+            _ => None,
+        }
+    }
+
+    /// A Python value for a tracker with no tensors inside (containers rebuilt), for calls
+    /// evaluated at trace time.
+    pub fn python_value(&self, id: VarId) -> CResult<Bound<'py, PyAny>> {
+        let py = self.py;
+        Ok(match self.kind(id) {
+            VarKind::Const(v) | VarKind::Object(v) => v.bind(py).clone(),
+            VarKind::Tuple(items) => {
+                let items = items.iter().map(|&i| self.python_value(i)).collect::<CResult<Vec<_>>>()?;
+                PyTuple::new(py, items)?.into_any()
+            }
+            VarKind::List(items) => {
+                let items = items.iter().map(|&i| self.python_value(i)).collect::<CResult<Vec<_>>>()?;
+                pyo3::types::PyList::new(py, items)?.into_any()
+            }
+            VarKind::Dict(entries) => {
+                let d = PyDict::new(py);
+                for (k, v) in entries {
+                    d.set_item(k.bind(py), self.python_value(*v)?)?;
+                }
+                d.into_any()
+            }
+            VarKind::Tensor { .. } => return unsupported("a tensor used where a Python value is needed"),
+            other => return unsupported(format!("{} used as a Python value", kind_name(other))),
+        })
+    }
+
+    pub fn contains_tensor(&self, id: VarId) -> bool {
+        match self.kind(id) {
+            VarKind::Tensor { .. } => true,
+            VarKind::Tuple(items) | VarKind::List(items) => items.iter().any(|&i| self.contains_tensor(i)),
+            VarKind::Dict(entries) => entries.iter().any(|(_, v)| self.contains_tensor(*v)),
+            _ => false,
+        }
+    }
+
+    /// Turns a real value read from `source` into a tracker, recording the guard that keeps
+    /// the trace valid: tensors become graph inputs, constants are guarded by value,
+    /// containers by type and length (their items by their own guards), other objects by
+    /// identity.
+    pub fn wrap(&mut self, value: &Bound<'py, PyAny>, source: Option<Rc<Source>>) -> CResult<VarId> {
+        let h = self.h.clone();
+        if value.is_instance(&h.tensor_type)? {
+            let Some(source) = source else {
+                return unsupported("a tensor that does not come from the frame's inputs");
+            };
+            return self.graph_input(value, source);
+        }
+        if h.is_constant(value)? {
+            if let Some(s) = &source {
+                self.guards.add(s.clone(), GuardKind::Equals(OwnedRef::from_bound(value)));
+            }
+            return Ok(self.add(VarKind::Const(OwnedRef::from_bound(value)), source));
+        }
+        let exact_tuple = value.get_type().is(&h.tuple_type);
+        let exact_list = value.get_type().is(&h.list_type);
+        if exact_tuple || exact_list {
+            let len = value.len()?;
+            if let Some(s) = &source {
+                self.guards.add(s.clone(), GuardKind::Type(OwnedRef::from_bound(value.get_type().as_any())));
+                self.guards.add(s.clone(), GuardKind::Len(len));
+            }
+            let mut items = Vec::with_capacity(len);
+            for (i, item) in value.try_iter()?.enumerate() {
+                let item_source = source.as_ref().map(|s| Rc::new(Source::Item(s.clone(), ItemKey::Int(i as i64))));
+                items.push(self.wrap(&item?, item_source)?);
+            }
+            let kind = if exact_tuple { VarKind::Tuple(items) } else { VarKind::List(items) };
+            return Ok(self.add(kind, source));
+        }
+        if let Some(s) = &source {
+            self.guards.add(s.clone(), GuardKind::Id(OwnedRef::from_bound(value)));
+        }
+        Ok(self.add(VarKind::Object(OwnedRef::from_bound(value)), source))
+    }
+
+    /// The placeholder for a real tensor from `source` (one per source).
+    fn graph_input(&mut self, value: &Bound<'py, PyAny>, source: Rc<Source>) -> CResult<VarId> {
+        let name = source.graph_name();
+        if let Some(&existing) = self.input_by_name.get(&name) {
+            return Ok(existing);
+        }
+        let fake = self.h.to_fake.call1((&self.fake_mode, value))?;
+        let node = self.graph.add(Op::Placeholder, &name, Vec::new(), Vec::new(), OwnedRef::from_bound(&fake));
+        self.guards.add(source.clone(), GuardKind::Tensor(OwnedRef::from_bound(value)));
+        self.inputs.push(GraphInput { node, source: source.clone(), example: OwnedRef::from_bound(value) });
+        let id = self.add(VarKind::Tensor { node, fake: OwnedRef::from_bound(&fake) }, Some(source));
+        self.input_by_name.insert(name, id);
+        Ok(id)
+    }
+
+    /// Translates `frame` until it returns.
+    pub fn run(&mut self, frame: &mut FrameState<'py>) -> CResult<VarId> {
+        self.location_stack.push(format!("{} ({}:{})", frame.qualname, frame.filename, frame.lines.first().copied().flatten().unwrap_or(0)));
+        let result = loop {
+            let Some(instruction) = frame.instructions.get(frame.pc).copied() else {
+                break unsupported("ran past the end of the code");
+            };
+            if let Some(loc) = self.location_stack.last_mut() {
+                let line = frame.lines[frame.pc].unwrap_or(0);
+                *loc = format!("{} ({}:{line})", frame.qualname, frame.filename);
+            }
+            frame.pc += 1;
+            if instruction.handler.is_some() && !matches!(instruction.opcode, Opcode::Nop | Opcode::Resume) {
+                break unsupported("code inside a try block or a with statement");
+            }
+            match self.step(frame, &instruction) {
+                Ok(Flow::Continue) => {}
+                Ok(Flow::Return(value)) => break Ok(value),
+                Err(err) => break Err(err),
+            }
+        };
+        if result.is_ok() {
+            self.location_stack.pop();
+        }
+        result
+    }
+
+    /// Where the translator is: the innermost frame first, then the frames it was inlined from.
+    pub fn location(&self) -> String {
+        let mut parts: Vec<&str> = self.location_stack.iter().rev().map(String::as_str).collect();
+        if parts.is_empty() {
+            return "<unknown>".into();
+        }
+        let first = parts.remove(0);
+        if parts.is_empty() {
+            first.to_string()
+        } else {
+            format!("{first}, inlined from {}", parts.join(" <- "))
+        }
+    }
+
+    pub fn push(&mut self, frame: &mut FrameState<'py>, id: VarId) {
+        frame.stack.push(id);
+    }
+
+    pub fn pop(&mut self, frame: &mut FrameState<'py>) -> CResult<VarId> {
+        match frame.stack.pop() {
+            Some(id) => Ok(id),
+            None => unsupported("stack underflow while translating"),
+        }
+    }
+
+    pub fn popn(&mut self, frame: &mut FrameState<'py>, n: usize) -> CResult<Vec<VarId>> {
+        if frame.stack.len() < n {
+            return unsupported("stack underflow while translating");
+        }
+        let at = frame.stack.len() - n;
+        Ok(frame.stack.split_off(at))
+    }
+
+    fn step(&mut self, f: &mut FrameState<'py>, ins: &Instruction) -> CResult<Flow> {
+        use Opcode::*;
+        let arg = ins.effect_arg();
+        match ins.opcode {
+            Nop | Resume | ExtendedArg | Cache | Precall => Ok(Flow::Continue),
+            PopTop => self.pop(f).map(|_| Flow::Continue),
+            PushNull => {
+                let null = self.add(VarKind::Null, None);
+                self.push(f, null);
+                Ok(Flow::Continue)
+            }
+            Copy => self.op_copy(f, arg),
+            Swap => self.op_swap(f, arg),
+            LoadFast => self.op_load_fast(f, arg),
+            StoreFast => self.op_store_fast(f, arg),
+            DeleteFast => self.op_delete_fast(f, arg),
+            LoadConst => self.op_load_const(f, arg),
+            LoadGlobal => self.op_load_global(f, arg),
+            LoadAttr => self.op_load_attr(f, arg),
+            LoadMethod => self.op_load_method(f, arg),
+            MakeCell => self.op_make_cell(f, arg),
+            CopyFreeVars => Ok(Flow::Continue),
+            LoadClosure => self.op_load_closure(f, arg),
+            LoadDeref => self.op_load_deref(f, arg),
+            StoreDeref => self.op_store_deref(f, arg),
+            KwNames => {
+                f.kw_names = Some(f.consts.get_item(arg as usize)?.cast_into::<PyTuple>().map_err(PyErr::from)?);
+                Ok(Flow::Continue)
+            }
+            Call => self.op_call(f, arg),
+            CallFunctionEx => self.op_call_function_ex(f, arg),
+            MakeFunction => self.op_make_function(f, arg),
+            BinaryOp => self.op_binary(f, arg),
+            CompareOp => self.op_compare(f, arg),
+            IsOp => self.op_is(f, arg),
+            ContainsOp => self.op_contains(f, arg),
+            UnaryNot => self.op_unary(f, "not"),
+            UnaryNegative => self.op_unary(f, "neg"),
+            UnaryPositive => self.op_unary(f, "pos"),
+            UnaryInvert => self.op_unary(f, "invert"),
+            BinarySubscr => self.op_subscr(f),
+            StoreSubscr => self.op_store_subscr(f),
+            BuildTuple => self.op_build_tuple(f, arg),
+            BuildList => self.op_build_list(f, arg),
+            BuildMap => self.op_build_map(f, arg),
+            BuildConstKeyMap => self.op_build_const_key_map(f, arg),
+            BuildSlice => self.op_build_slice(f, arg),
+            BuildString => self.op_build_string(f, arg),
+            FormatValue => self.op_format_value(f, arg),
+            ListAppend => self.op_list_append(f, arg),
+            ListExtend => self.op_list_extend(f, arg),
+            ListToTuple => self.op_list_to_tuple(f),
+            MapAdd => self.op_map_add(f, arg),
+            DictUpdate | DictMerge => self.op_dict_update(f, arg),
+            UnpackSequence => self.op_unpack_sequence(f, arg),
+            UnpackEx => self.op_unpack_ex(f, arg),
+            GetIter => self.op_get_iter(f),
+            ForIter => self.op_for_iter(f, ins),
+            Jump | JumpNoInterrupt => {
+                f.pc = ins.jump_target().map_or(f.pc, |t| t.index());
+                Ok(Flow::Continue)
+            }
+            PopJumpIfFalse | PopJumpIfTrue | PopJumpIfNone | PopJumpIfNotNone | JumpIfFalseOrPop
+            | JumpIfTrueOrPop => self.op_branch(f, ins),
+            ReturnValue => {
+                let value = self.pop(f)?;
+                Ok(Flow::Return(value))
+            }
+            // Not traced yet: the frame runs eagerly.
+            GetLen | MatchMapping | MatchSequence | MatchKeys | PushExcInfo | CheckExcMatch
+            | CheckEgMatch | WithExceptStart | GetAiter | GetAnext | BeforeAsyncWith | BeforeWith
+            | EndAsyncFor | DeleteSubscr | GetYieldFromIter | PrintExpr | LoadBuildClass
+            | LoadAssertionError | ReturnGenerator | ImportStar | SetupAnnotations | YieldValue
+            | AsyncGenWrap | PrepReraiseStar | PopExcept | StoreName | DeleteName | StoreAttr
+            | DeleteAttr | StoreGlobal | DeleteGlobal | LoadName | BuildSet | ImportName
+            | ImportFrom | Reraise | Send | RaiseVarargs | GetAwaitable | DeleteDeref | SetAdd
+            | SetUpdate | LoadClassderef | MatchClass => {
+                unsupported(format!("the {} instruction", ins.opcode.name()))
+            }
+        }
+    }
+
+    /// Starts translating a call of `code` (an inlined function).
+    pub fn enter_depth(&mut self) -> CResult<()> {
+        self.depth += 1;
+        if self.depth > MAX_INLINE_DEPTH {
+            return unsupported(format!("calls nested deeper than {MAX_INLINE_DEPTH} (recursion?)"));
+        }
+        Ok(())
+    }
+}
+
+pub fn kind_name(kind: &VarKind) -> &'static str {
+    match kind {
+        VarKind::Tensor { .. } => "a tensor",
+        VarKind::Const(_) => "a constant",
+        VarKind::Object(_) => "an object",
+        VarKind::Tuple(_) => "a tuple",
+        VarKind::List(_) => "a list",
+        VarKind::Dict(_) => "a dict",
+        VarKind::Null => "NULL",
+        VarKind::Method { .. } => "a method",
+        VarKind::Iter { .. } => "an iterator",
+        VarKind::Function(_) => "a function",
+        VarKind::CellRef(_) => "a cell",
+        VarKind::Super { .. } => "super()",
+    }
+}
+
+/// Builds the state for translating `code` with globals and builtins.
+pub fn frame_state<'py>(
+    code: &Bound<'py, PyAny>,
+    globals: Bound<'py, PyDict>,
+    builtins: Bound<'py, PyAny>,
+    is_root: bool,
+) -> CResult<FrameState<'py>> {
+    let py = code.py();
+    let co_code = code.getattr("co_code")?;
+    let exception_table = code.getattr("co_exceptiontable")?;
+    let line_table = code.getattr("co_linetable")?;
+    let first_line: i32 = code.getattr("co_firstlineno")?.extract()?;
+    let decoded = dynamo_bytecode::decode(dynamo_bytecode::RawCode {
+        code: co_code.cast::<pyo3::types::PyBytes>().map_err(PyErr::from)?.as_bytes(),
+        exception_table: exception_table.cast::<pyo3::types::PyBytes>().map_err(PyErr::from)?.as_bytes(),
+        line_table: line_table.cast::<pyo3::types::PyBytes>().map_err(PyErr::from)?.as_bytes(),
+        first_line,
+    })
+    .map_err(|e| CaptureError::Unsupported(format!("undecodable bytecode: {e}")))?;
+    let varnames = code.getattr("co_varnames")?.cast_into::<PyTuple>().map_err(PyErr::from)?;
+    let cellvars = code.getattr("co_cellvars")?.cast_into::<PyTuple>().map_err(PyErr::from)?;
+    let freevars = code.getattr("co_freevars")?.cast_into::<PyTuple>().map_err(PyErr::from)?;
+    let mut slot_names: Vec<String> = varnames.iter().map(|n| n.to_string()).collect();
+    for cell in cellvars.iter() {
+        let name = cell.to_string();
+        if !slot_names.contains(&name) {
+            slot_names.push(name);
+        }
+    }
+    slot_names.extend(freevars.iter().map(|n| n.to_string()));
+    let lines = decoded.instructions.iter().map(|i| i.positions.line).collect();
+    let _ = py;
+    Ok(FrameState {
+        consts: code.getattr("co_consts")?.cast_into::<PyTuple>().map_err(PyErr::from)?,
+        names: code.getattr("co_names")?.cast_into::<PyTuple>().map_err(PyErr::from)?,
+        locals: vec![None; slot_names.len()],
+        slot_names,
+        cells: HashMap::new(),
+        stack: Vec::new(),
+        kw_names: None,
+        globals,
+        builtins,
+        is_root,
+        pc: 0,
+        qualname: code.getattr("co_qualname")?.extract()?,
+        filename: code.getattr("co_filename")?.extract()?,
+        instructions: decoded.instructions,
+        lines,
+        code: code.clone(),
+    })
+}

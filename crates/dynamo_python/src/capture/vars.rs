@@ -1,0 +1,65 @@
+//! Variable trackers: what the translator knows about each value on its stacks and in its
+//! locals. Tensors are symbolic (a graph node and its fake value); everything else is known
+//! at trace time, either as a real Python object or as a container of other trackers.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use super::graph::NodeId;
+use super::source::Source;
+use crate::eval_frame::owned::OwnedRef;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct VarId(pub u32);
+
+/// A closure cell as the translator sees it: a real cell of a function defined outside the
+/// trace, or a cell created inside it (shared by the frame and the functions it makes).
+#[derive(Clone, Debug)]
+pub enum Cell {
+    Real(OwnedRef),
+    Traced(Rc<RefCell<Option<VarId>>>),
+}
+
+#[derive(Debug)]
+pub enum VarKind {
+    /// A tensor computed by the graph (or a graph input).
+    Tensor { node: NodeId, fake: OwnedRef },
+    /// An immutable Python value: None, bools, numbers, strings, dtypes, devices, sizes,
+    /// slices, ranges and tuples of those.
+    Const(OwnedRef),
+    /// Any other real Python object: functions, classes, modules, nn.Modules, objects.
+    Object(OwnedRef),
+    Tuple(Vec<VarId>),
+    List(Vec<VarId>),
+    /// Keys are constants, in insertion order.
+    Dict(Vec<(OwnedRef, VarId)>),
+    /// The NULL that `PUSH_NULL` and `LOAD_GLOBAL` put below a callable.
+    Null,
+    /// `receiver.name`, a method of a tracked value (a tensor method, or a Python method
+    /// whose `self` must stay the tracked receiver).
+    Method { receiver: VarId, name: String, func: Option<OwnedRef> },
+    /// An iterator over known items.
+    Iter { items: Vec<VarId>, next: usize },
+    /// A function made by `MAKE_FUNCTION` inside the trace.
+    Function(Rc<TracedFunction>),
+    /// A closure cell pushed by `LOAD_CLOSURE`.
+    CellRef(Cell),
+    /// `super()` inside a method: attribute lookups start after `cls` in the receiver's MRO.
+    Super { cls: OwnedRef, receiver: VarId },
+}
+
+#[derive(Debug)]
+pub struct TracedFunction {
+    pub code: OwnedRef,
+    pub globals: OwnedRef,
+    pub builtins: OwnedRef,
+    pub defaults: Option<VarId>,
+    pub kwdefaults: Option<VarId>,
+    pub closure: Vec<Cell>,
+}
+
+#[derive(Debug)]
+pub struct Var {
+    pub kind: VarKind,
+    pub source: Option<Rc<Source>>,
+}

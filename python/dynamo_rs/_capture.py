@@ -1,0 +1,119 @@
+"""Python-side helpers the Rust translator calls: fake-tensor propagation and FX export.
+
+Everything here runs once per compiled frame or once per traced operation; the translator
+itself (bytecode, variables, guards, codegen) is in Rust.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import torch
+import torch.fx
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+
+class NodeRef:
+    """Stands for node `index` of the graph in exported arguments."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+
+def new_fake_mode() -> FakeTensorMode:
+    return FakeTensorMode(allow_non_fake_inputs=False)
+
+
+def to_fake(mode: FakeTensorMode, tensor: torch.Tensor) -> torch.Tensor:
+    return mode.from_tensor(tensor, static_shapes=True)
+
+
+def run_fake(mode: FakeTensorMode, target, args, kwargs):
+    """Runs one traced operation on fake tensors, returning its fake result."""
+    with mode:
+        if isinstance(target, str):  # a method name: args[0] is the receiver
+            return getattr(args[0], target)(*args[1:], **kwargs)
+        return target(*args, **kwargs)
+
+
+def export(nodes, outputs, fakes) -> torch.fx.GraphModule:
+    """Builds the GraphModule. `nodes` is a list of (op, name, target, args, kwargs) with
+    NodeRef standing for earlier nodes; `outputs` the NodeRefs returned, as a tuple."""
+    graph = torch.fx.Graph()
+    made: list[torch.fx.Node] = []
+
+    def resolve(value):
+        return torch.fx.node.map_aggregate(
+            value, lambda v: made[v.index] if isinstance(v, NodeRef) else v
+        )
+
+    for (op, name, target, args, kwargs), fake in zip(nodes, fakes):
+        if op == "placeholder":
+            node = graph.placeholder(name)
+        else:
+            node = graph.create_node(op, target, resolve(tuple(args)), resolve(dict(kwargs)), name=name)
+        node.meta["example_value"] = fake
+        made.append(node)
+    graph.output(resolve(tuple(outputs)))
+    return torch.fx.GraphModule(torch.nn.Module(), graph)
+
+
+# Python operators that traced tensor code turns into graph nodes, by BINARY_OP argument
+# (CPython 3.11 `dis._nb_ops` order) and COMPARE_OP argument (`dis.cmp_op` order).
+BINARY_OPS = [
+    operator.add, operator.and_, operator.floordiv, operator.lshift, operator.matmul,
+    operator.mul, operator.mod, operator.or_, operator.pow, operator.rshift, operator.sub,
+    operator.truediv, operator.xor,
+    operator.iadd, operator.iand, operator.ifloordiv, operator.ilshift, operator.imatmul,
+    operator.imul, operator.imod, operator.ior, operator.ipow, operator.irshift,
+    operator.isub, operator.itruediv, operator.ixor,
+]
+COMPARE_OPS = [operator.lt, operator.le, operator.eq, operator.ne, operator.gt, operator.ge]
+UNARY_OPS = {"neg": operator.neg, "pos": operator.pos, "invert": operator.invert,
+             "not": operator.not_}
+
+
+def _foldable() -> set:
+    """Callables that are pure on constants, so a call with constant arguments is evaluated
+    at trace time."""
+    import builtins
+    import math
+
+    names = ["abs", "all", "any", "bool", "callable", "chr", "dict", "divmod", "enumerate",
+             "float", "frozenset", "getattr", "hasattr", "hash", "int", "isinstance",
+             "issubclass", "len", "list", "max", "min", "ord", "pow", "range", "repr",
+             "reversed", "round", "set", "slice", "sorted", "str", "sum", "tuple", "type", "zip"]
+    out = {getattr(builtins, n) for n in names}
+    out |= {v for k, v in vars(math).items() if callable(v) and not k.startswith("_")}
+    out |= {v for k, v in vars(operator).items() if callable(v) and not k.startswith("_")}
+    out |= {torch.Size, torch.is_grad_enabled, torch.get_default_dtype, torch.is_tensor,
+            torch.is_floating_point, torch.device, torch.finfo, torch.iinfo}
+    return out
+
+
+FOLDABLE = _foldable()
+
+
+_SKIP_MODULE_PREFIXES = ("torch.nn.modules", "torch._dynamo", "torch.fx", "torch.utils",
+                         "torch._tensor", "torch.autograd.grad_mode")
+
+
+def is_graph_function(fn) -> bool:
+    """Whether calling `fn` on tensors becomes one graph node (torch and torch.nn.functional
+    operations) rather than being inlined or folded."""
+    if isinstance(fn, torch._ops.OpOverloadPacket) or isinstance(fn, torch._ops.OpOverload):
+        return True
+    module = getattr(fn, "__module__", None) or ""
+    if getattr(fn, "__self__", None) is torch._C._nn or module == "torch._C._nn":
+        return True
+    if module in ("torch", "torch.functional", "torch.nn.functional", "torch._C._VariableFunctions",
+                  "torch._C._linalg", "torch._C._special", "torch._C._fft", "torch.special",
+                  "torch.linalg", "torch.fft"):
+        return True
+    self_obj = getattr(fn, "__self__", None)
+    if self_obj is torch._C._VariableFunctions or self_obj is torch:
+        return True
+    return module.startswith("torch.") and not module.startswith(_SKIP_MODULE_PREFIXES) \
+        and callable(fn) and not isinstance(fn, type) and type(fn).__name__ == "builtin_function_or_method"

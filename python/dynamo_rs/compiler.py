@@ -1,0 +1,79 @@
+"""`dynamo_rs.compile`: the same signature and behaviour as `torch.compile`."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+import torch
+
+from dynamo_rs import _native
+from dynamo_rs.backends import resolve_backend
+
+
+def compile(  # noqa: A001 - the name mirrors torch.compile
+    model: Callable | None = None,
+    *,
+    fullgraph: bool = False,
+    dynamic: bool | None = None,
+    backend: str | Callable = "inductor",
+    mode: str | None = None,
+    options: dict | None = None,
+    disable: bool = False,
+):
+    """Compiles `model` (a function or an `nn.Module`) like `torch.compile`: frames are
+    captured into FX graphs, handed to `backend(gm, example_inputs)`, guarded, and run
+    through the compiled graph while the guards hold."""
+    if model is None:
+        return functools.partial(compile, fullgraph=fullgraph, dynamic=dynamic, backend=backend,
+                                 mode=mode, options=options, disable=disable)
+    if not callable(model):
+        raise TypeError(f"dynamo_rs.compile() expects a callable or an nn.Module, not {type(model).__name__}")
+    if disable:
+        return model
+    if backend == "inductor" or (mode is not None or options is not None):
+        if backend != "inductor":
+            raise ValueError("mode and options only apply to the inductor backend")
+        compiler = torch._TorchCompileInductorWrapper(mode, options, dynamic)
+    else:
+        compiler = resolve_backend(backend)
+    converter = _native.Converter(compiler, fullgraph=fullgraph)
+    if isinstance(model, torch.nn.Module):
+        return OptimizedModule(model, converter)
+    return _compiled_function(model, converter)
+
+
+def _run(converter, fn, args, kwargs):
+    previous = _native.set_eval_frame(converter)
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        _native.set_eval_frame(previous)
+
+
+def _compiled_function(fn: Callable, converter) -> Callable:
+    @functools.wraps(fn)
+    def compiled(*args: Any, **kwargs: Any):
+        return _run(converter, fn, args, kwargs)
+
+    compiled._dynamo_rs_converter = converter  # type: ignore[attr-defined]
+    compiled._torchdynamo_orig_callable = fn  # type: ignore[attr-defined]
+    return compiled
+
+
+class OptimizedModule(torch.nn.Module):
+    """Wraps a module like torch.compile's OptimizedModule: calls go through the compiled
+    `forward`; attributes, parameters and state_dict are the original module's."""
+
+    def __init__(self, mod: torch.nn.Module, converter) -> None:
+        super().__init__()
+        self._orig_mod = mod
+        self._dynamo_rs_converter = converter
+
+    def forward(self, *args: Any, **kwargs: Any):
+        return _run(self._dynamo_rs_converter, self._orig_mod, args, kwargs)
+
+    def __getattr__(self, name: str):
+        if name in ("_orig_mod", "_dynamo_rs_converter"):
+            return super().__getattr__(name)
+        return getattr(self._orig_mod, name)
