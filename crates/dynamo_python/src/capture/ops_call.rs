@@ -122,7 +122,7 @@ impl<'py> Tracer<'py> {
             }
             VarKind::Const(obj) | VarKind::Object(obj) => {
                 let obj = obj.bind(py).clone();
-                self.call_object(&obj, args, kwargs)
+                self.call_object(callee, &obj, args, kwargs)
             }
             other => unsupported(format!("calling {}", kind_name(other))),
         }
@@ -132,14 +132,14 @@ impl<'py> Tracer<'py> {
         args.iter().any(|&a| self.contains_tensor(a)) || kwargs.iter().any(|(_, v)| self.contains_tensor(*v))
     }
 
-    fn call_object(&mut self, obj: &Bound<'py, PyAny>, args: Vec<VarId>, kwargs: Vec<(String, VarId)>) -> CResult<VarId> {
+    fn call_object(&mut self, callee: VarId, obj: &Bound<'py, PyAny>, args: Vec<VarId>, kwargs: Vec<(String, VarId)>) -> CResult<VarId> {
         let py = self.py;
         let h = self.h.clone();
         if h.is_compiling.iter().any(|f| f.is(obj)) {
             return Ok(self.constant(&true.into_pyobject(py)?.to_owned().into_any()));
         }
         if obj.is_instance(&h.module_type)? {
-            return self.call_module(obj, args, kwargs);
+            return self.call_module(callee, obj, args, kwargs);
         }
         if self.any_tensor(&args, &kwargs) && h.is_graph_function.call1((obj,))?.is_truthy()? {
             return self.graph_call(Op::CallFunction(OwnedRef::from_bound(obj)), &function_name(obj), args, kwargs);
@@ -151,7 +151,8 @@ impl<'py> Tracer<'py> {
             return self.call_python(obj, args, kwargs);
         }
         if obj.is_instance(&h.method_type)? {
-            let receiver = self.wrap(&obj.getattr("__self__")?, None)?;
+            let source = self.source(callee).map(|s| Rc::new(Source::Attr(s, "__self__".into())));
+            let receiver = self.wrap(&obj.getattr("__self__")?, source)?;
             let mut all = vec![receiver];
             all.extend(args);
             return self.call_python(&obj.getattr("__func__")?, all, kwargs);
@@ -163,7 +164,7 @@ impl<'py> Tracer<'py> {
     }
 
     /// `module(*args)`: inline `forward` when no hooks could run.
-    fn call_module(&mut self, module: &Bound<'py, PyAny>, args: Vec<VarId>, kwargs: Vec<(String, VarId)>) -> CResult<VarId> {
+    fn call_module(&mut self, module_var: VarId, module: &Bound<'py, PyAny>, args: Vec<VarId>, kwargs: Vec<(String, VarId)>) -> CResult<VarId> {
         for hooks in ["_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks"] {
             if module.getattr(hooks)?.len()? != 0 {
                 return unsupported(format!("a call of {} with {hooks}", describe(module)));
@@ -180,8 +181,6 @@ impl<'py> Tracer<'py> {
         if !forward.is_instance(&self.h.function_type)? {
             return unsupported(format!("{} whose forward is not a Python function", describe(module)));
         }
-        // The module object itself: find or make its tracker (it is usually the callee's).
-        let module_var = self.wrap(module, None)?;
         let mut all = vec![module_var];
         all.extend(args);
         self.call_python(&forward, all, kwargs)
