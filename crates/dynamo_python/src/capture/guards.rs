@@ -24,6 +24,8 @@ pub enum GuardKind {
     Id(OwnedRef),
     Type(OwnedRef),
     Len(usize),
+    /// The keys of a dict, in order (a tuple).
+    Keys(OwnedRef),
 }
 
 #[derive(Debug, Default)]
@@ -41,6 +43,7 @@ impl GuardSet {
             GuardKind::Id(_) => 2,
             GuardKind::Type(_) => 3,
             GuardKind::Len(_) => 4,
+            GuardKind::Keys(_) => 5,
         };
         let key = (source_key(&source), tag);
         if self.seen.insert(key, ()).is_none() {
@@ -79,6 +82,7 @@ enum Access {
 }
 
 enum Check {
+    Keys(OwnedRef),
     Id(OwnedRef),
     Type(OwnedRef),
     Equals(OwnedRef),
@@ -126,6 +130,7 @@ impl NativeGuard {
                 GuardKind::Id(v) => Check::Id(v.clone()),
                 GuardKind::Type(t) => Check::Type(t.clone()),
                 GuardKind::Len(n) => Check::Len(*n),
+                GuardKind::Keys(k) => Check::Keys(k.clone()),
             };
             descriptions.push(format!("{} {}", source.describe(), describe_kind(py, kind)));
             steps[step].checks.push(check);
@@ -203,6 +208,10 @@ impl NativeGuard {
                         value.get_type().is(expected.get_type()) && value.eq(expected)?
                     }
                     Check::Len(n) => value.len().ok() == Some(*n),
+                    Check::Keys(expected) => match value.cast::<PyDict>() {
+                        Ok(d) => PyTuple::new(py, d.keys())?.eq(expected.bind(py))?,
+                        Err(_) => false,
+                    },
                     Check::Tensor => {
                         tensors.push(value.clone());
                         true
@@ -236,6 +245,7 @@ fn describe_kind(py: Python<'_>, kind: &GuardKind) -> String {
         GuardKind::Id(v) => format!("is the same object ({})", v.bind(py).get_type().name().map(|n| n.to_string()).unwrap_or_default()),
         GuardKind::Type(t) => format!("has type {}", t.bind(py).getattr("__name__").map(|n| n.to_string()).unwrap_or_default()),
         GuardKind::Len(n) => format!("has length {n}"),
+        GuardKind::Keys(k) => format!("has keys {}", k.bind(py).repr().map(|r| r.to_string()).unwrap_or_default()),
     }
 }
 

@@ -17,6 +17,7 @@ pub struct Helpers<'py> {
     pub module_type: Bound<'py, PyAny>,
     pub tuple_type: Bound<'py, PyAny>,
     pub list_type: Bound<'py, PyAny>,
+    pub dict_type: Bound<'py, PyAny>,
     pub function_type: Bound<'py, PyAny>,
     pub method_type: Bound<'py, PyAny>,
     pub signature: Bound<'py, PyAny>,
@@ -27,6 +28,12 @@ pub struct Helpers<'py> {
     pub constant_types: Bound<'py, PyAny>,
     /// Callables evaluated at trace time when their arguments are constants.
     pub foldable: Bound<'py, PyAny>,
+    /// `nn.Sequential` and `nn.ModuleList` (and subclasses): iterated through `_modules`.
+    pub module_sequences: Bound<'py, PyAny>,
+    pub module_dict: Bound<'py, PyAny>,
+    /// Predicates that are false for everything the translator tracks (`has_torch_function`
+    /// on plain tensors and constants, `torch.compiler.is_exporting`).
+    pub always_false: Vec<Bound<'py, PyAny>>,
     /// Functions that report whether code is being compiled: true while tracing.
     pub is_compiling: Vec<Bound<'py, PyAny>>,
 }
@@ -69,7 +76,25 @@ impl<'py> Helpers<'py> {
                 is_compiling.push(f);
             }
         }
+        let nn = torch.getattr("nn")?;
+        let module_sequences = pyo3::types::PyTuple::new(py, [nn.getattr("Sequential")?, nn.getattr("ModuleList")?])?.into_any();
+        let overrides = py.import("torch.overrides")?;
+        let mut always_false = Vec::new();
+        for name in ["has_torch_function", "has_torch_function_unary", "has_torch_function_variadic"] {
+            always_false.push(overrides.getattr(name)?);
+        }
+        for name in ["_has_torch_function", "_has_torch_function_unary", "_has_torch_function_variadic"] {
+            if let Ok(f) = torch.getattr("_C")?.getattr(name) {
+                always_false.push(f);
+            }
+        }
+        if let Ok(f) = torch.getattr("compiler")?.getattr("is_exporting") {
+            always_false.push(f);
+        }
         Ok(Helpers {
+            module_sequences,
+            module_dict: nn.getattr("ModuleDict")?,
+            always_false,
             new_fake_mode: capture.getattr("new_fake_mode")?,
             to_fake: capture.getattr("to_fake")?,
             run_fake: capture.getattr("run_fake")?,
@@ -84,6 +109,7 @@ impl<'py> Helpers<'py> {
             module_type: torch.getattr("nn")?.getattr("Module")?,
             tuple_type: builtins.getattr("tuple")?,
             list_type: builtins.getattr("list")?,
+            dict_type: builtins.getattr("dict")?,
             function_type: types.getattr("FunctionType")?,
             method_type: types.getattr("MethodType")?,
             signature: py.import("inspect")?.getattr("signature")?,

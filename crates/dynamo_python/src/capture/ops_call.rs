@@ -43,8 +43,69 @@ impl<'py> Tracer<'py> {
                 kwargs.push((name.to_string(), value));
             }
         }
+        if args.is_empty() && kwargs.is_empty() && self.is_builtin(callee, "super") {
+            let result = self.zero_arg_super(f)?;
+            f.stack.push(result);
+            return Ok(Flow::Continue);
+        }
         let result = self.call_function(callee, args, kwargs)?;
         f.stack.push(result);
+        Ok(Flow::Continue)
+    }
+
+    fn is_builtin(&self, id: VarId, name: &str) -> bool {
+        match self.kind(id) {
+            VarKind::Object(obj) => self.h.builtins.getattr(name).map(|b| b.is(obj.bind(self.py))).unwrap_or(false),
+            _ => false,
+        }
+    }
+
+    /// `super()` in a method: the class from the `__class__` cell, the receiver from the
+    /// first argument.
+    fn zero_arg_super(&mut self, f: &FrameState<'py>) -> CResult<VarId> {
+        let Some(slot) = f.slot_names.iter().position(|n| n == "__class__") else {
+            return unsupported("super() without a __class__ cell");
+        };
+        let cls = match f.cells.get(&slot) {
+            Some(Cell::Real(cell)) => cell.bind(self.py).getattr("cell_contents")?,
+            _ => match f.locals.get(slot).copied().flatten().and_then(|v| self.real(v)) {
+                Some(cls) => cls,
+                None => return unsupported("super() whose class cell the translator does not know"),
+            },
+        };
+        let Some(receiver) = f.locals.first().copied().flatten() else {
+            return unsupported("super() without a first argument");
+        };
+        Ok(self.add(VarKind::Super { cls: OwnedRef::from_bound(&cls), receiver }, None))
+    }
+
+    pub(super) fn op_import_name(&mut self, f: &mut FrameState<'py>, i: u32) -> CResult<Flow> {
+        let fromlist = self.pop(f)?;
+        let level = self.pop(f)?;
+        let name = f.names.get_item(i as usize)?.to_string();
+        let level: i64 = self.python_value(level)?.extract()?;
+        if level != 0 {
+            return unsupported(format!("a relative import of {name}"));
+        }
+        let modules = self.py.import("sys")?.getattr("modules")?;
+        if !modules.contains(&name)? {
+            return unsupported(format!("importing {name}, which is not loaded yet"));
+        }
+        let has_fromlist = !matches!(self.kind(fromlist), VarKind::Const(v) if v.bind(self.py).is_none());
+        let target = if has_fromlist { name.clone() } else { name.split('.').next().unwrap_or(&name).to_string() };
+        let module = modules.get_item(&target)?;
+        let id = self.add(VarKind::Object(OwnedRef::from_bound(&module)), None);
+        f.stack.push(id);
+        Ok(Flow::Continue)
+    }
+
+    pub(super) fn op_import_from(&mut self, f: &mut FrameState<'py>, i: u32) -> CResult<Flow> {
+        let name = f.names.get_item(i as usize)?.to_string();
+        let Some(&module) = f.stack.last() else {
+            return unsupported("IMPORT_FROM on an empty stack");
+        };
+        let value = self.get_attr(module, &name)?;
+        f.stack.push(value);
         Ok(Flow::Continue)
     }
 
@@ -108,7 +169,11 @@ impl<'py> Tracer<'py> {
         match self.kind(callee) {
             VarKind::Method { receiver, name, func: None } => {
                 let (receiver, name) = (*receiver, name.clone());
-                self.tensor_method(receiver, &name, args, kwargs)
+                if matches!(self.kind(receiver), VarKind::Tensor { .. }) {
+                    self.tensor_method(receiver, &name, args, kwargs)
+                } else {
+                    self.container_method(receiver, &name, args, kwargs)
+                }
             }
             VarKind::Method { receiver, func: Some(func), .. } => {
                 let (receiver, func) = (*receiver, func.bind(py).clone());
@@ -137,6 +202,16 @@ impl<'py> Tracer<'py> {
         let h = self.h.clone();
         if h.is_compiling.iter().any(|f| f.is(obj)) {
             return Ok(self.constant(&true.into_pyobject(py)?.to_owned().into_any()));
+        }
+        if h.always_false.iter().any(|f| f.is(obj)) {
+            let overridden = args.iter().chain(kwargs.iter().map(|(_, v)| v)).any(|&a| match self.kind(a) {
+                VarKind::Object(o) => o.bind(py).hasattr("__torch_function__").unwrap_or(true),
+                _ => false,
+            });
+            if overridden {
+                return unsupported("has_torch_function on an object with __torch_function__");
+            }
+            return Ok(self.constant(&false.into_pyobject(py)?.to_owned().into_any()));
         }
         if obj.is_instance(&h.module_type)? {
             return self.call_module(callee, obj, args, kwargs);
@@ -341,9 +416,143 @@ impl<'py> Tracer<'py> {
         }
     }
 
+    /// Methods of containers built or read by the trace. Mutating methods are allowed on
+    /// containers the trace built (no source); mutating the frame's own would be a side
+    /// effect to replay, which is not supported yet.
+    fn container_method(&mut self, receiver: VarId, name: &str, args: Vec<VarId>, kwargs: Vec<(String, VarId)>) -> CResult<VarId> {
+        let py = self.py;
+        if !kwargs.is_empty() {
+            return unsupported(format!("keyword arguments to {name}()"));
+        }
+        let owned = self.source(receiver).is_none();
+        let none = || py.None().into_bound(py);
+        match (self.kind(receiver), name) {
+            (VarKind::Dict(entries), "get" | "pop" | "__getitem__") => {
+                let key = self.python_value(args[0])?;
+                let position = entries.iter().position(|(k, _)| k.bind(py).eq(&key).unwrap_or(false));
+                let found = position.map(|i| entries[i].1);
+                if name == "pop" && position.is_some() {
+                    if !owned {
+                        return unsupported("dict.pop on a dict from the frame's inputs");
+                    }
+                    if let VarKind::Dict(entries) = &mut self.vars[receiver.0 as usize].kind {
+                        entries.remove(position.expect("checked"));
+                    }
+                }
+                match (found, args.get(1)) {
+                    (Some(v), _) => Ok(v),
+                    (None, Some(&default)) => Ok(default),
+                    (None, None) if name == "get" => Ok(self.constant(&none())),
+                    (None, None) => unsupported(format!("missing key {key} in {name}()")),
+                }
+            }
+            (VarKind::Dict(entries), "keys") => {
+                let keys: Vec<OwnedRef> = entries.iter().map(|(k, _)| k.clone()).collect();
+                let items = keys.into_iter().map(|k| self.add(VarKind::Const(k), None)).collect();
+                Ok(self.add(VarKind::Tuple(items), None))
+            }
+            (VarKind::Dict(entries), "values") => {
+                let values = entries.iter().map(|(_, v)| *v).collect();
+                Ok(self.add(VarKind::Tuple(values), None))
+            }
+            (VarKind::Dict(entries), "items") => {
+                let entries = entries.clone();
+                let pairs = entries
+                    .into_iter()
+                    .map(|(k, v)| {
+                        let k = self.add(VarKind::Const(k), None);
+                        self.add(VarKind::Tuple(vec![k, v]), None)
+                    })
+                    .collect();
+                Ok(self.add(VarKind::Tuple(pairs), None))
+            }
+            (VarKind::Dict(entries), "copy") => {
+                let entries = entries.clone();
+                Ok(self.add(VarKind::Dict(entries), None))
+            }
+            (VarKind::Dict(_), "update" | "setdefault") if owned => {
+                if name == "update" {
+                    let VarKind::Dict(new) = self.kind(args[0]) else {
+                        return unsupported("dict.update from something that is not a dict");
+                    };
+                    let new = new.clone();
+                    if let VarKind::Dict(entries) = &mut self.vars[receiver.0 as usize].kind {
+                        for (k, v) in new {
+                            match entries.iter_mut().find(|(old, _)| old.bind(py).eq(k.bind(py)).unwrap_or(false)) {
+                                Some(slot) => slot.1 = v,
+                                None => entries.push((k, v)),
+                            }
+                        }
+                    }
+                    return Ok(self.constant(&none()));
+                }
+                let key = self.python_value(args[0])?;
+                let default = match args.get(1) {
+                    Some(&d) => d,
+                    None => self.constant(&none()),
+                };
+                if let VarKind::Dict(entries) = &mut self.vars[receiver.0 as usize].kind {
+                    if let Some((_, v)) = entries.iter().find(|(k, _)| k.bind(py).eq(&key).unwrap_or(false)) {
+                        return Ok(*v);
+                    }
+                    entries.push((OwnedRef::from_bound(&key), default));
+                }
+                Ok(default)
+            }
+            (VarKind::List(_), "append" | "extend" | "insert" | "pop" | "clear" | "reverse") if owned => {
+                let new_items = if name == "extend" { Some(self.items_of(args[0])?) } else { None };
+                let index = match (name, args.first()) {
+                    ("insert" | "pop", Some(&i)) => Some(self.python_value(i)?.extract::<i64>()?),
+                    _ => None,
+                };
+                let VarKind::List(items) = &mut self.vars[receiver.0 as usize].kind else { unreachable!() };
+                let normalize = |i: i64, len: usize| -> usize { if i < 0 { (len as i64 + i).max(0) as usize } else { (i as usize).min(len) } };
+                let mut popped = None;
+                match name {
+                    "append" => items.push(args[0]),
+                    "extend" => items.extend(new_items.expect("extend items")),
+                    "insert" => {
+                        let at = normalize(index.unwrap_or(0), items.len());
+                        items.insert(at, args[1]);
+                    }
+                    "pop" => {
+                        if items.is_empty() {
+                            return unsupported("pop from an empty list while tracing");
+                        }
+                        let at = index.map_or(items.len() - 1, |i| normalize(i, items.len()).min(items.len() - 1));
+                        popped = Some(items.remove(at));
+                    }
+                    "clear" => items.clear(),
+                    _ => items.reverse(),
+                }
+                Ok(match popped {
+                    Some(v) => v,
+                    None => self.constant(&none()),
+                })
+            }
+            (VarKind::List(items) | VarKind::Tuple(items), "index" | "count" | "copy") => {
+                if name == "copy" {
+                    let items = items.clone();
+                    return Ok(self.add(VarKind::List(items), None));
+                }
+                if self.contains_tensor(receiver) {
+                    return unsupported(format!("{name}() on a sequence of tensors"));
+                }
+                let seq = self.python_value(receiver)?;
+                let a = args.iter().map(|&v| self.python_value(v)).collect::<CResult<Vec<_>>>()?;
+                let result = seq.call_method1(name, PyTuple::new(py, a)?)?;
+                Ok(self.constant(&result))
+            }
+            (other, _) => unsupported(format!("the method {name}() of {}", kind_name(other))),
+        }
+    }
+
     /// Records one graph node, running the operation on fake tensors for its result.
     pub fn graph_call(&mut self, op: Op, name: &str, args: Vec<VarId>, kwargs: Vec<(String, VarId)>) -> CResult<VarId> {
         let py = self.py;
+        if self.in_try {
+            return unsupported(format!("the tensor operation {name} inside a try block or with statement"));
+        }
         let fake_args = args.iter().map(|&a| self.fake_value(a)).collect::<CResult<Vec<_>>>()?;
         let fake_kwargs = PyDict::new(py);
         for (k, v) in &kwargs {
@@ -462,8 +671,14 @@ impl<'py> Tracer<'py> {
         let py = self.py;
         let source = self.source(id);
         let type_name = obj.get_type().name()?.to_string();
-        let module_names = ["Sequential", "ModuleList"];
-        if obj.is_instance(&self.h.module_type)? && module_names.contains(&type_name.as_str()) {
+        if obj.is_instance(&self.h.module_dict)? {
+            let mut out = Vec::new();
+            for key in obj.getattr("_modules")?.try_iter()? {
+                out.push(self.constant(&key?));
+            }
+            return Ok(out);
+        }
+        if obj.is_instance(&self.h.module_sequences)? {
             let modules = obj.getattr("_modules")?;
             let mut out = Vec::new();
             for key in modules.try_iter()? {

@@ -146,6 +146,28 @@ impl<'py> Tracer<'py> {
                 }
                 self.wrap(&attr, source)
             }
+            VarKind::Tuple(_) | VarKind::List(_) | VarKind::Dict(_) => {
+                Ok(self.add(VarKind::Method { receiver: obj, name: name.to_string(), func: None }, None))
+            }
+            VarKind::Super { cls, receiver } => {
+                let (cls, receiver) = (cls.bind(py).clone(), *receiver);
+                let Some(real_receiver) = self.real(receiver) else {
+                    return unsupported("super() on a value without a Python object");
+                };
+                let sup = py.import("builtins")?.getattr("super")?.call1((cls, &real_receiver))?;
+                let attr = match sup.getattr(name) {
+                    Ok(a) => a,
+                    Err(err) => return unsupported(format!("super().{name} raised {err}")),
+                };
+                if attr.is_instance(&self.h.method_type)? && attr.getattr("__self__")?.is(&real_receiver) {
+                    let func = attr.getattr("__func__")?;
+                    return Ok(self.add(
+                        VarKind::Method { receiver, name: name.to_string(), func: Some(OwnedRef::from_bound(&func)) },
+                        None,
+                    ));
+                }
+                self.wrap(&attr, None)
+            }
             other => unsupported(format!("attribute {name:?} of {}", super::translator::kind_name(other))),
         }
     }

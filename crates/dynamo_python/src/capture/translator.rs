@@ -99,6 +99,8 @@ pub struct Tracer<'py> {
     pub depth: usize,
     /// `file:line` of each frame being translated, innermost last, for messages.
     pub location_stack: Vec<String>,
+    /// Whether the instruction being translated is covered by an exception handler.
+    pub in_try: bool,
 }
 
 impl<'py> Tracer<'py> {
@@ -116,6 +118,7 @@ impl<'py> Tracer<'py> {
             guards: GuardSet::default(),
             depth: 0,
             location_stack: Vec::new(),
+            in_try: false,
         })
     }
 
@@ -217,6 +220,31 @@ impl<'py> Tracer<'py> {
             let kind = if exact_tuple { VarKind::Tuple(items) } else { VarKind::List(items) };
             return Ok(self.add(kind, source));
         }
+        if value.get_type().is(&h.dict_type) {
+            let dict = value.cast::<PyDict>().map_err(PyErr::from)?;
+            let keys: Vec<Bound<'py, PyAny>> = dict.keys().iter().collect();
+            if keys.iter().all(|k| h.is_constant(k).unwrap_or(false)) {
+                if let Some(s) = &source {
+                    self.guards.add(s.clone(), GuardKind::Type(OwnedRef::from_bound(value.get_type().as_any())));
+                    self.guards.add(s.clone(), GuardKind::Keys(OwnedRef::from_bound(PyTuple::new(self.py, &keys)?.as_any())));
+                }
+                let mut entries = Vec::with_capacity(keys.len());
+                for key in keys {
+                    let item = dict.get_item(&key)?.expect("key from this dict");
+                    let item_key = match key.extract::<i64>() {
+                        Ok(i) if !key.is_instance_of::<pyo3::types::PyBool>() => Some(ItemKey::Int(i)),
+                        _ => key.extract::<String>().ok().map(ItemKey::Str),
+                    };
+                    let item_source = match (&source, item_key) {
+                        (Some(s), Some(k)) => Some(Rc::new(Source::Item(s.clone(), k))),
+                        _ => None,
+                    };
+                    let item = self.wrap(&item, item_source)?;
+                    entries.push((OwnedRef::from_bound(&key), item));
+                }
+                return Ok(self.add(VarKind::Dict(entries), source));
+            }
+        }
         if let Some(s) = &source {
             self.guards.add(s.clone(), GuardKind::Id(OwnedRef::from_bound(value)));
         }
@@ -250,9 +278,10 @@ impl<'py> Tracer<'py> {
                 *loc = format!("{} ({}:{line})", frame.qualname, frame.filename);
             }
             frame.pc += 1;
-            if instruction.handler.is_some() && !matches!(instruction.opcode, Opcode::Nop | Opcode::Resume) {
-                break unsupported("code inside a try block or a with statement");
-            }
+            // Inside a try block Python code is traced as usual (it ran without raising at
+            // trace time); a graph operation there could raise at run time where the
+            // handler would not see it, so `graph_call` refuses it.
+            self.in_try = instruction.handler.is_some();
             match self.step(frame, &instruction) {
                 Ok(Flow::Continue) => {}
                 Ok(Flow::Return(value)) => break Ok(value),
@@ -330,6 +359,8 @@ impl<'py> Tracer<'py> {
             Call => self.op_call(f, arg),
             CallFunctionEx => self.op_call_function_ex(f, arg),
             MakeFunction => self.op_make_function(f, arg),
+            ImportName => self.op_import_name(f, arg),
+            ImportFrom => self.op_import_from(f, arg),
             BinaryOp => self.op_binary(f, arg),
             CompareOp => self.op_compare(f, arg),
             IsOp => self.op_is(f, arg),
@@ -372,8 +403,7 @@ impl<'py> Tracer<'py> {
             | EndAsyncFor | DeleteSubscr | GetYieldFromIter | PrintExpr | LoadBuildClass
             | LoadAssertionError | ReturnGenerator | ImportStar | SetupAnnotations | YieldValue
             | AsyncGenWrap | PrepReraiseStar | PopExcept | StoreName | DeleteName | StoreAttr
-            | DeleteAttr | StoreGlobal | DeleteGlobal | LoadName | BuildSet | ImportName
-            | ImportFrom | Reraise | Send | RaiseVarargs | GetAwaitable | DeleteDeref | SetAdd
+            | DeleteAttr | StoreGlobal | DeleteGlobal | LoadName | BuildSet | Reraise | Send | RaiseVarargs | GetAwaitable | DeleteDeref | SetAdd
             | SetUpdate | LoadClassderef | MatchClass => {
                 unsupported(format!("the {} instruction", ins.opcode.name()))
             }
