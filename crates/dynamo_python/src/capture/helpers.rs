@@ -91,6 +91,13 @@ impl<'py> Helpers<'py> {
         if let Ok(f) = torch.getattr("compiler")?.getattr("is_exporting") {
             always_false.push(f);
         }
+        // No JIT tracing or scripting is active while we trace.
+        for (module, name) in [("torch._C", "_is_tracing"), ("torch.jit", "is_tracing"), ("torch.jit", "is_scripting"),
+            ("torch.jit._trace", "is_tracing"), ("torch._jit_internal", "is_scripting")] {
+            if let Ok(f) = py.import(module).and_then(|m| m.getattr(name)) {
+                always_false.push(f);
+            }
+        }
         Ok(Helpers {
             module_sequences,
             module_dict: nn.getattr("ModuleDict")?,

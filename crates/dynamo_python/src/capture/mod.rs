@@ -113,12 +113,23 @@ impl Converter {
         let nargs = argcount + usize::from(flags & 0x04 != 0) + usize::from(flags & 0x08 != 0);
         let nfree = code.getattr("co_freevars")?.len()?;
         let first_free = state.slot_names.len() - nfree;
+        let mut any_tensor = false;
         for slot in (0..nargs).chain(first_free..state.slot_names.len()) {
             let name = state.slot_names[slot].clone();
             if let Some(value) = f_locals.get_item(&name)? {
                 let id = tracer.wrap(&value, Some(Rc::new(Source::Local(name))))?;
+                // `*args` and `**kwargs` are made fresh for each call: the trace may change
+                // them like any container it built (their items keep their sources).
+                if slot >= argcount && slot < nargs {
+                    tracer.vars[id.0 as usize].source = None;
+                }
+                any_tensor |= tracer.contains_tensor(id);
                 state.locals[slot] = Some(id);
             }
+        }
+        if !any_tensor {
+            // As TorchDynamo does: a frame with no tensor among its inputs runs as it is.
+            return Ok(None);
         }
         let slot_names = state.slot_names.clone();
         let prologue = codegen::prologue(&state.instructions)?;

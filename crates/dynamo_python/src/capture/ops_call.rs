@@ -235,6 +235,14 @@ impl<'py> Tracer<'py> {
         if h.foldable.contains(obj).unwrap_or(false) {
             return self.call_builtin(obj, args, kwargs);
         }
+        // Methods of constants (`"x".startswith`, `(1, 2).index`) are pure.
+        if obj.get_type().name()?.to_string() == "builtin_function_or_method" {
+            if let Ok(owner) = obj.getattr("__self__") {
+                if h.is_constant(&owner)? {
+                    return self.call_builtin(obj, args, kwargs);
+                }
+            }
+        }
         unsupported(format!("calling {}", describe(obj)))
     }
 
@@ -344,7 +352,10 @@ impl<'py> Tracer<'py> {
         for (name, v) in kwargs {
             marker_kwargs.set_item(name, markers.call1((v.0 as i64,))?)?;
         }
-        let signature = self.h.signature.call1((func,))?;
+        // `follow_wrapped=False`: a `functools.wraps` wrapper binds its own parameters.
+        let sig_kwargs = PyDict::new(py);
+        sig_kwargs.set_item("follow_wrapped", false)?;
+        let signature = self.h.signature.call((func,), Some(&sig_kwargs))?;
         let bound = match signature.call_method("bind", PyTuple::new(py, marker_args)?, Some(&marker_kwargs)) {
             Ok(b) => b,
             Err(err) => return unsupported(format!("arguments do not fit {}: {err}", describe(func))),
