@@ -40,5 +40,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("BytecodeError", m.py().get_type::<BytecodeError>())?;
     m.add("CompileError", m.py().get_type::<CompileError>())?;
     m.add("Unsupported", m.py().get_type::<Unsupported>())?;
-    m.add("BackendCompilerFailed", m.py().get_type::<BackendCompilerFailed>())
+    m.add(
+        "BackendCompilerFailed",
+        m.py().get_type::<BackendCompilerFailed>(),
+    )
 }

@@ -38,20 +38,54 @@ pub struct CodeGen<'py> {
 }
 
 impl<'py> CodeGen<'py> {
-    pub fn new(code: &Bound<'py, PyAny>, prologue: &[Instruction], slot_names: Vec<String>) -> CResult<CodeGen<'py>> {
+    pub fn new(
+        code: &Bound<'py, PyAny>,
+        prologue: &[Instruction],
+        slot_names: Vec<String>,
+    ) -> CResult<CodeGen<'py>> {
         let py = code.py();
-        let consts: Vec<_> = code.getattr("co_consts")?.try_iter()?.collect::<PyResult<_>>()?;
-        let names: Vec<String> = code.getattr("co_names")?.try_iter()?.map(|n| n.map(|n| n.to_string())).collect::<PyResult<_>>()?;
+        let consts: Vec<_> = code
+            .getattr("co_consts")?
+            .try_iter()?
+            .collect::<PyResult<_>>()?;
+        let names: Vec<String> = code
+            .getattr("co_names")?
+            .try_iter()?
+            .map(|n| n.map(|n| n.to_string()))
+            .collect::<PyResult<_>>()?;
         let cellvars: Vec<String> = code.getattr("co_cellvars")?.extract()?;
         let freevars: Vec<String> = code.getattr("co_freevars")?.extract()?;
-        let cell_slots = slot_names.iter().map(|n| cellvars.contains(n) || freevars.contains(n)).collect();
+        let cell_slots = slot_names
+            .iter()
+            .map(|n| cellvars.contains(n) || freevars.contains(n))
+            .collect();
         let positions = prologue.last().map(|i| i.positions).unwrap_or_default();
-        let out = prologue.iter().map(|i| Instruction { handler: None, ..*i }).collect();
-        Ok(CodeGen { py, code: code.clone(), consts, names, slot_names, cell_slots, out, positions })
+        let out = prologue
+            .iter()
+            .map(|i| Instruction {
+                handler: None,
+                ..*i
+            })
+            .collect();
+        Ok(CodeGen {
+            py,
+            code: code.clone(),
+            consts,
+            names,
+            slot_names,
+            cell_slots,
+            out,
+            positions,
+        })
     }
 
     fn emit(&mut self, opcode: Opcode, operand: Operand) {
-        self.out.push(Instruction { opcode, operand, positions: self.positions, handler: None });
+        self.out.push(Instruction {
+            opcode,
+            operand,
+            positions: self.positions,
+            handler: None,
+        });
     }
 
     fn const_index(&mut self, value: &Bound<'py, PyAny>) -> u32 {
@@ -90,13 +124,26 @@ impl<'py> CodeGen<'py> {
                     self.emit(Opcode::LoadFast, Operand::Local(slot as u32));
                 }
             }
-            Source::Global { globals, builtins, name, root } => {
-                let in_globals = globals.bind(py).cast::<PyDict>().map_err(PyErr::from)?.contains(name)?;
+            Source::Global {
+                globals,
+                builtins,
+                name,
+                root,
+            } => {
+                let in_globals = globals
+                    .bind(py)
+                    .cast::<PyDict>()
+                    .map_err(PyErr::from)?
+                    .contains(name)?;
                 if *root {
                     let i = self.name_index(name);
                     self.emit(Opcode::LoadGlobal, Operand::Name(i << 1));
                 } else {
-                    let container = if in_globals { globals.bind(py).clone() } else { builtins.bind(py).clone() };
+                    let container = if in_globals {
+                        globals.bind(py).clone()
+                    } else {
+                        builtins.bind(py).clone()
+                    };
                     self.load_const(&container);
                     let key = pyo3::types::PyString::new(py, name).into_any();
                     if container.cast::<PyDict>().is_ok() {
@@ -133,7 +180,11 @@ impl<'py> CodeGen<'py> {
 
     /// Emits the call of the compiled graph with its inputs; leaves the output tuple on the
     /// stack.
-    pub fn call_graph(&mut self, compiled: &Bound<'py, PyAny>, inputs: &[Rc<Source>]) -> CResult<()> {
+    pub fn call_graph(
+        &mut self,
+        compiled: &Bound<'py, PyAny>,
+        inputs: &[Rc<Source>],
+    ) -> CResult<()> {
         self.emit(Opcode::PushNull, Operand::None);
         self.load_const(compiled);
         for source in inputs {
@@ -162,7 +213,11 @@ impl<'py> CodeGen<'py> {
                     self.rebuild(item, above + i as u32)?;
                 }
                 let n = Operand::Int(items.len() as u32);
-                let op = if matches!(plan, Rebuild::Tuple(_)) { Opcode::BuildTuple } else { Opcode::BuildList };
+                let op = if matches!(plan, Rebuild::Tuple(_)) {
+                    Opcode::BuildTuple
+                } else {
+                    Opcode::BuildList
+                };
                 self.emit(op, n);
             }
             Rebuild::Dict(entries) => {
@@ -185,11 +240,15 @@ impl<'py> CodeGen<'py> {
         self.emit(Opcode::ReturnValue, Operand::None);
         let first_line: i32 = self.code.getattr("co_firstlineno")?.extract()?;
         let flags: u32 = self.code.getattr("co_flags")?.extract()?;
-        let assembled = dynamo_bytecode::assemble(&self.out, first_line, flags)
-            .map_err(|e| CaptureError::Unsupported(format!("internal: generated code does not assemble: {e}")))?;
+        let assembled = dynamo_bytecode::assemble(&self.out, first_line, flags).map_err(|e| {
+            CaptureError::Unsupported(format!("internal: generated code does not assemble: {e}"))
+        })?;
         let kwargs = PyDict::new(py);
         kwargs.set_item("co_code", PyBytes::new(py, &assembled.code))?;
-        kwargs.set_item("co_exceptiontable", PyBytes::new(py, &assembled.exception_table))?;
+        kwargs.set_item(
+            "co_exceptiontable",
+            PyBytes::new(py, &assembled.exception_table),
+        )?;
         kwargs.set_item("co_linetable", PyBytes::new(py, &assembled.line_table))?;
         kwargs.set_item("co_stacksize", assembled.stack_size)?;
         kwargs.set_item("co_consts", PyTuple::new(py, &self.consts)?)?;
@@ -206,7 +265,13 @@ pub fn prologue(instructions: &[Instruction]) -> CResult<Vec<Instruction>> {
             if head.iter().any(|i| i.jump_target().is_some()) {
                 return unsupported("a prologue with jumps");
             }
-            Ok(head.iter().map(|i| Instruction { operand: fix_jump(i.operand), ..*i }).collect())
+            Ok(head
+                .iter()
+                .map(|i| Instruction {
+                    operand: fix_jump(i.operand),
+                    ..*i
+                })
+                .collect())
         }
         None => unsupported("code without RESUME"),
     }

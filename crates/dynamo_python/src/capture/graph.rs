@@ -41,15 +41,41 @@ pub struct Graph {
 }
 
 impl Graph {
-    pub fn add(&mut self, op: Op, base_name: &str, args: Vec<Arg>, kwargs: Vec<(String, Arg)>, fake: OwnedRef) -> NodeId {
+    pub fn add(
+        &mut self,
+        op: Op,
+        base_name: &str,
+        args: Vec<Arg>,
+        kwargs: Vec<(String, Arg)>,
+        fake: OwnedRef,
+    ) -> NodeId {
         let name = self.unique_name(base_name);
-        self.nodes.push(Node { op, name, args, kwargs, fake });
+        self.nodes.push(Node {
+            op,
+            name,
+            args,
+            kwargs,
+            fake,
+        });
         NodeId(self.nodes.len() as u32 - 1)
     }
 
     fn unique_name(&mut self, base: &str) -> String {
-        let base: String = base.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect();
-        let base = if base.is_empty() || base.starts_with(|c: char| c.is_ascii_digit()) { format!("n_{base}") } else { base };
+        let base: String = base
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '_' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        let base = if base.is_empty() || base.starts_with(|c: char| c.is_ascii_digit()) {
+            format!("n_{base}")
+        } else {
+            base
+        };
         if self.names.insert(base.clone()) {
             return base;
         }
@@ -63,8 +89,62 @@ impl Graph {
         }
     }
 
+    /// Removes `operator.getitem` nodes nothing uses (made for every item of a tuple result,
+    /// whether or not the code reads it), renumbering the rest. Returns the old→new map.
+    pub fn remove_unused_getitems(
+        &mut self,
+        outputs: &[NodeId],
+        is_getitem: impl Fn(&Node) -> bool,
+    ) -> Vec<Option<NodeId>> {
+        let mut used = vec![false; self.nodes.len()];
+        for out in outputs {
+            used[out.0 as usize] = true;
+        }
+        fn mark(arg: &Arg, used: &mut [bool]) {
+            match arg {
+                Arg::Node(n) => used[n.0 as usize] = true,
+                Arg::Tuple(items) | Arg::List(items) => items.iter().for_each(|a| mark(a, used)),
+                Arg::Dict(entries) => entries.iter().for_each(|(_, a)| mark(a, used)),
+                Arg::Const(_) => {}
+            }
+        }
+        for node in &self.nodes {
+            node.args.iter().for_each(|a| mark(a, &mut used));
+            node.kwargs.iter().for_each(|(_, a)| mark(a, &mut used));
+        }
+        let mut map = Vec::with_capacity(self.nodes.len());
+        let mut kept = Vec::with_capacity(self.nodes.len());
+        for (i, node) in std::mem::take(&mut self.nodes).into_iter().enumerate() {
+            if !used[i] && is_getitem(&node) {
+                map.push(None);
+                continue;
+            }
+            map.push(Some(NodeId(kept.len() as u32)));
+            kept.push(node);
+        }
+        fn remap(arg: &mut Arg, map: &[Option<NodeId>]) {
+            match arg {
+                Arg::Node(n) => *n = map[n.0 as usize].expect("used nodes are kept"),
+                Arg::Tuple(items) | Arg::List(items) => {
+                    items.iter_mut().for_each(|a| remap(a, map))
+                }
+                Arg::Dict(entries) => entries.iter_mut().for_each(|(_, a)| remap(a, map)),
+                Arg::Const(_) => {}
+            }
+        }
+        for node in &mut kept {
+            node.args.iter_mut().for_each(|a| remap(a, &map));
+            node.kwargs.iter_mut().for_each(|(_, a)| remap(a, &map));
+        }
+        self.nodes = kept;
+        map
+    }
+
     /// Operations in the graph (everything but placeholders), as CompileCounter counts them.
     pub fn op_count(&self) -> usize {
-        self.nodes.iter().filter(|n| !matches!(n.op, Op::Placeholder)).count()
+        self.nodes
+            .iter()
+            .filter(|n| !matches!(n.op, Op::Placeholder))
+            .count()
     }
 }

@@ -75,7 +75,11 @@ fn source_key(source: &Source) -> String {
 /// How one step of the plan reaches its value.
 enum Access {
     Local(usize),
-    Global { globals: OwnedRef, builtins: OwnedRef, name: OwnedRef },
+    Global {
+        globals: OwnedRef,
+        builtins: OwnedRef,
+        name: OwnedRef,
+    },
     Cell(OwnedRef),
     Attr(usize, OwnedRef),
     Item(usize, OwnedRef),
@@ -138,13 +142,23 @@ impl NativeGuard {
         let tensor_guards = if tensors.is_empty() {
             None
         } else {
-            let sizes: Vec<Vec<i64>> = tensors.iter().map(|t| t.getattr("shape")?.extract()).collect::<PyResult<_>>()?;
-            let strides: Vec<Vec<i64>> = tensors.iter().map(|t| t.call_method0("stride")?.extract()).collect::<PyResult<_>>()?;
+            let sizes: Vec<Vec<i64>> = tensors
+                .iter()
+                .map(|t| t.getattr("shape")?.extract())
+                .collect::<PyResult<_>>()?;
+            let strides: Vec<Vec<i64>> = tensors
+                .iter()
+                .map(|t| t.call_method0("stride")?.extract())
+                .collect::<PyResult<_>>()?;
             let kwargs = PyDict::new(py);
             kwargs.set_item("dynamic_dims_sizes", sizes)?;
             kwargs.set_item("dynamic_dims_strides", strides)?;
-            let cls = py.import("torch._C._dynamo.guards")?.getattr("TensorGuards")?;
-            Some(OwnedRef::from_bound(&cls.call(PyTuple::new(py, &tensors)?, Some(&kwargs))?))
+            let cls = py
+                .import("torch._C._dynamo.guards")?
+                .getattr("TensorGuards")?;
+            Some(OwnedRef::from_bound(
+                &cls.call(PyTuple::new(py, &tensors)?, Some(&kwargs))?,
+            ))
         };
         if let Some(mode) = set.grad_mode {
             descriptions.push(format!("torch.is_grad_enabled() == {mode}"));
@@ -169,8 +183,16 @@ impl NativeGuard {
                     // SAFETY: a live object owned by the frame (or null).
                     (!ptr.is_null()).then(|| unsafe { Bound::from_borrowed_ptr(py, ptr) })
                 }
-                Access::Global { globals, builtins, name } => {
-                    let globals = globals.bind(py).cast::<PyDict>().map_err(PyErr::from)?.clone();
+                Access::Global {
+                    globals,
+                    builtins,
+                    name,
+                } => {
+                    let globals = globals
+                        .bind(py)
+                        .cast::<PyDict>()
+                        .map_err(PyErr::from)?
+                        .clone();
                     match globals.get_item(name.bind(py))? {
                         Some(v) => Some(v),
                         None => {
@@ -225,7 +247,11 @@ impl NativeGuard {
         }
         if let Some(tensor_guards) = &self.tensor_guards {
             let args = PyTuple::new(py, &tensors)?;
-            if !tensor_guards.bind(py).call_method1("check", args)?.is_truthy()? {
+            if !tensor_guards
+                .bind(py)
+                .call_method1("check", args)?
+                .is_truthy()?
+            {
                 return Ok(false);
             }
         }
@@ -240,12 +266,33 @@ impl NativeGuard {
 
 fn describe_kind(py: Python<'_>, kind: &GuardKind) -> String {
     match kind {
-        GuardKind::Tensor(_) => "tensor matches (dtype, device, shape, stride, requires_grad)".into(),
-        GuardKind::Equals(v) => format!("== {}", v.bind(py).repr().map(|r| r.to_string()).unwrap_or_default()),
-        GuardKind::Id(v) => format!("is the same object ({})", v.bind(py).get_type().name().map(|n| n.to_string()).unwrap_or_default()),
-        GuardKind::Type(t) => format!("has type {}", t.bind(py).getattr("__name__").map(|n| n.to_string()).unwrap_or_default()),
+        GuardKind::Tensor(_) => {
+            "tensor matches (dtype, device, shape, stride, requires_grad)".into()
+        }
+        GuardKind::Equals(v) => format!(
+            "== {}",
+            v.bind(py).repr().map(|r| r.to_string()).unwrap_or_default()
+        ),
+        GuardKind::Id(v) => format!(
+            "is the same object ({})",
+            v.bind(py)
+                .get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default()
+        ),
+        GuardKind::Type(t) => format!(
+            "has type {}",
+            t.bind(py)
+                .getattr("__name__")
+                .map(|n| n.to_string())
+                .unwrap_or_default()
+        ),
         GuardKind::Len(n) => format!("has length {n}"),
-        GuardKind::Keys(k) => format!("has keys {}", k.bind(py).repr().map(|r| r.to_string()).unwrap_or_default()),
+        GuardKind::Keys(k) => format!(
+            "has keys {}",
+            k.bind(py).repr().map(|r| r.to_string()).unwrap_or_default()
+        ),
     }
 }
 
@@ -264,9 +311,18 @@ fn intern_source(
     let access = match source {
         Source::Local(name) => match layout_names.iter().position(|n| n == name) {
             Some(i) => Access::Local(i),
-            None => return Err(pyo3::exceptions::PyRuntimeError::new_err(format!("no local named {name}"))),
+            None => {
+                return Err(pyo3::exceptions::PyRuntimeError::new_err(format!(
+                    "no local named {name}"
+                )))
+            }
         },
-        Source::Global { globals, builtins, name, .. } => Access::Global {
+        Source::Global {
+            globals,
+            builtins,
+            name,
+            ..
+        } => Access::Global {
             globals: globals.clone(),
             builtins: builtins.clone(),
             name: OwnedRef::from_bound(PyString::intern(py, name).as_any()),
@@ -274,7 +330,10 @@ fn intern_source(
         Source::Cell(cell) => Access::Cell(cell.clone()),
         Source::Attr(base, attr) => {
             let parent = intern_source(py, base, layout_names, steps, index_of)?;
-            Access::Attr(parent, OwnedRef::from_bound(PyString::intern(py, attr).as_any()))
+            Access::Attr(
+                parent,
+                OwnedRef::from_bound(PyString::intern(py, attr).as_any()),
+            )
         }
         Source::Item(base, key) => {
             let parent = intern_source(py, base, layout_names, steps, index_of)?;
@@ -285,7 +344,10 @@ fn intern_source(
             Access::Item(parent, OwnedRef::from_bound(&key))
         }
     };
-    steps.push(Step { access, checks: Vec::new() });
+    steps.push(Step {
+        access,
+        checks: Vec::new(),
+    });
     index_of.insert(key, steps.len() - 1);
     Ok(steps.len() - 1)
 }
@@ -320,5 +382,9 @@ impl FrameGuard for NativeGuardRef {
 
 /// The localsplus names of a frame layout, for resolving `Source::Local`.
 pub fn layout_names(py: Python<'_>, layout: &FrameLayout) -> Vec<String> {
-    layout.names.iter().map(|n| n.bind(py).to_string()).collect()
+    layout
+        .names
+        .iter()
+        .map(|n| n.bind(py).to_string())
+        .collect()
 }

@@ -54,7 +54,9 @@ impl<'py> Helpers<'py> {
                 builtins.getattr("complex")?,
                 builtins.getattr("str")?,
                 builtins.getattr("bytes")?,
-                builtins.getattr("type")?.call1((builtins.getattr("Ellipsis")?,))?,
+                builtins
+                    .getattr("type")?
+                    .call1((builtins.getattr("Ellipsis")?,))?,
                 torch.getattr("dtype")?,
                 torch.getattr("device")?,
                 torch.getattr("Size")?,
@@ -77,13 +79,23 @@ impl<'py> Helpers<'py> {
             }
         }
         let nn = torch.getattr("nn")?;
-        let module_sequences = pyo3::types::PyTuple::new(py, [nn.getattr("Sequential")?, nn.getattr("ModuleList")?])?.into_any();
+        let module_sequences =
+            pyo3::types::PyTuple::new(py, [nn.getattr("Sequential")?, nn.getattr("ModuleList")?])?
+                .into_any();
         let overrides = py.import("torch.overrides")?;
         let mut always_false = Vec::new();
-        for name in ["has_torch_function", "has_torch_function_unary", "has_torch_function_variadic"] {
+        for name in [
+            "has_torch_function",
+            "has_torch_function_unary",
+            "has_torch_function_variadic",
+        ] {
             always_false.push(overrides.getattr(name)?);
         }
-        for name in ["_has_torch_function", "_has_torch_function_unary", "_has_torch_function_variadic"] {
+        for name in [
+            "_has_torch_function",
+            "_has_torch_function_unary",
+            "_has_torch_function_variadic",
+        ] {
             if let Ok(f) = torch.getattr("_C")?.getattr(name) {
                 always_false.push(f);
             }
@@ -92,8 +104,13 @@ impl<'py> Helpers<'py> {
             always_false.push(f);
         }
         // No JIT tracing or scripting is active while we trace.
-        for (module, name) in [("torch._C", "_is_tracing"), ("torch.jit", "is_tracing"), ("torch.jit", "is_scripting"),
-            ("torch.jit._trace", "is_tracing"), ("torch._jit_internal", "is_scripting")] {
+        for (module, name) in [
+            ("torch._C", "_is_tracing"),
+            ("torch.jit", "is_tracing"),
+            ("torch.jit", "is_scripting"),
+            ("torch.jit._trace", "is_tracing"),
+            ("torch._jit_internal", "is_scripting"),
+        ] {
             if let Ok(f) = py.import(module).and_then(|m| m.getattr(name)) {
                 always_false.push(f);
             }

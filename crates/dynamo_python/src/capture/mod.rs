@@ -62,10 +62,22 @@ impl Converter {
     #[new]
     #[pyo3(signature = (backend, *, fullgraph=false))]
     fn new(backend: Py<PyAny>, fullgraph: bool) -> Self {
-        Converter { backend, fullgraph, graphs: 0, ops: 0, guards: 0, failures: Vec::new() }
+        Converter {
+            backend,
+            fullgraph,
+            graphs: 0,
+            ops: 0,
+            guards: 0,
+            failures: Vec::new(),
+        }
     }
 
-    fn __call__(&mut self, py: Python<'_>, frame: &Bound<'_, PyAny>, cache_size: usize) -> PyResult<Py<PyAny>> {
+    fn __call__(
+        &mut self,
+        py: Python<'_>,
+        frame: &Bound<'_, PyAny>,
+        cache_size: usize,
+    ) -> PyResult<Py<PyAny>> {
         let _ = cache_size;
         let helpers = Helpers::load(py)?;
         let mut tracer = Tracer::new(py, helpers)?;
@@ -78,15 +90,34 @@ impl Converter {
                     CaptureError::Unsupported(reason) => (format!("{reason} at {where_}"), false),
                     CaptureError::Python(err) => {
                         let backend = err.is_instance_of::<BackendCompilerFailed>(py);
-                        (if backend { err.value(py).to_string() } else { format!("internal error at {where_}: {}", err.value(py)) }, backend)
+                        (
+                            if backend {
+                                err.value(py).to_string()
+                            } else {
+                                format!("internal error at {where_}: {}", err.value(py))
+                            },
+                            backend,
+                        )
                     }
                 };
                 if self.fullgraph {
-                    return Err(if backend_failed { BackendCompilerFailed::new_err(message) } else { Unsupported::new_err(message) });
+                    return Err(if backend_failed {
+                        BackendCompilerFailed::new_err(message)
+                    } else {
+                        Unsupported::new_err(message)
+                    });
                 }
                 self.failures.push((where_, message.clone()));
-                let logger = py.import("logging")?.call_method1("getLogger", ("dynamo_rs",))?;
-                logger.call_method1("warning", ("dynamo_rs could not compile a frame; it runs eagerly: %s", message))?;
+                let logger = py
+                    .import("logging")?
+                    .call_method1("getLogger", ("dynamo_rs",))?;
+                logger.call_method1(
+                    "warning",
+                    (
+                        "dynamo_rs could not compile a frame; it runs eagerly: %s",
+                        message,
+                    ),
+                )?;
                 Ok(crate::eval_frame::hook::skip_sentinel(py).clone().unbind())
             }
         }
@@ -102,13 +133,20 @@ impl Converter {
     ) -> CResult<Option<(Py<NativeGuard>, Bound<'py, PyAny>)>> {
         let h = tracer.h.clone();
         let code = frame.getattr("f_code")?;
-        let f_locals = frame.getattr("f_locals")?.cast_into::<PyDict>().map_err(PyErr::from)?;
-        let globals = frame.getattr("f_globals")?.cast_into::<PyDict>().map_err(PyErr::from)?;
+        let f_locals = frame
+            .getattr("f_locals")?
+            .cast_into::<PyDict>()
+            .map_err(PyErr::from)?;
+        let globals = frame
+            .getattr("f_globals")?
+            .cast_into::<PyDict>()
+            .map_err(PyErr::from)?;
         let builtins = frame.getattr("f_builtins")?;
         tracer.guards.grad_mode = Some(h.torch.call_method0("is_grad_enabled")?.is_truthy()?);
 
         let mut state = frame_state(&code, globals, builtins, true)?;
-        let argcount: usize = code.getattr("co_argcount")?.extract::<usize>()? + code.getattr("co_kwonlyargcount")?.extract::<usize>()?;
+        let argcount: usize = code.getattr("co_argcount")?.extract::<usize>()?
+            + code.getattr("co_kwonlyargcount")?.extract::<usize>()?;
         let flags: u32 = code.getattr("co_flags")?.extract()?;
         let nargs = argcount + usize::from(flags & 0x04 != 0) + usize::from(flags & 0x08 != 0);
         let nfree = code.getattr("co_freevars")?.len()?;
@@ -142,23 +180,47 @@ impl Converter {
         let mut output_index: HashMap<graph::NodeId, usize> = HashMap::new();
         let plan = rebuild_plan(tracer, result, &mut outputs, &mut output_index)?;
 
-        // Export and compile.
+        // Unused items of tuple results, then export and compile.
+        let getitem = h.operator.getattr("getitem")?;
+        let map = tracer.graph.remove_unused_getitems(
+            &outputs,
+            |n| matches!(&n.op, Op::CallFunction(f) if f.bind(py).is(&getitem)),
+        );
+        let outputs: Vec<graph::NodeId> = outputs
+            .iter()
+            .map(|o| map[o.0 as usize].expect("outputs are kept"))
+            .collect();
+        for input in &mut tracer.inputs {
+            input.node = map[input.node.0 as usize].expect("placeholders are kept");
+        }
         let gm = export(py, tracer, &outputs)?;
-        let examples: Vec<_> = tracer.inputs.iter().map(|i| i.example.bind(py).clone()).collect();
+        let examples: Vec<_> = tracer
+            .inputs
+            .iter()
+            .map(|i| i.example.bind(py).clone())
+            .collect();
         let example_list = PyList::new(py, &examples)?;
         let compiled = match self.backend.bind(py).call1((&gm, &example_list)) {
             Ok(c) => c,
             Err(err) => {
-                return Err(CaptureError::Python(BackendCompilerFailed::new_err(format!(
-                    "backend {} raised {}: {} while compiling {}",
-                    backend_name(self.backend.bind(py)),
-                    err.get_type(py).name().map(|n| n.to_string()).unwrap_or_default(),
-                    err.value(py),
-                    tracer.location_stack.first().cloned().unwrap_or_default()
-                ))));
+                return Err(CaptureError::Python(BackendCompilerFailed::new_err(
+                    format!(
+                        "backend {} raised {}: {} while compiling {}",
+                        backend_name(self.backend.bind(py)),
+                        err.get_type(py)
+                            .name()
+                            .map(|n| n.to_string())
+                            .unwrap_or_default(),
+                        err.value(py),
+                        tracer.location_stack.first().cloned().unwrap_or_default()
+                    ),
+                )));
             }
         };
-        let compiled = Bound::new(py, crate::eval_frame::disable::DisabledFunction::wrap(compiled))?;
+        let compiled = Bound::new(
+            py,
+            crate::eval_frame::disable::DisabledFunction::wrap(compiled),
+        )?;
 
         let mut gen = CodeGen::new(&code, &prologue, slot_names.clone())?;
         let inputs: Vec<Rc<Source>> = tracer.inputs.iter().map(|i| i.source.clone()).collect();
@@ -202,24 +264,43 @@ fn rebuild_plan(
             Some(source) => Rebuild::Source(source),
             None => {
                 let obj = v.bind(py);
-                let immutable = obj.is_callable() || obj.is_instance_of::<pyo3::types::PyModule>() || obj.is_instance_of::<pyo3::types::PyType>();
+                let immutable = obj.is_callable()
+                    || obj.is_instance_of::<pyo3::types::PyModule>()
+                    || obj.is_instance_of::<pyo3::types::PyType>();
                 if !immutable {
                     return unsupported("returning an object created while tracing");
                 }
                 Rebuild::Const(v.clone())
             }
         },
-        VarKind::Tuple(items) => Rebuild::Tuple(items.iter().map(|&i| rebuild_plan(tracer, i, outputs, index)).collect::<CResult<_>>()?),
-        VarKind::List(items) => Rebuild::List(items.iter().map(|&i| rebuild_plan(tracer, i, outputs, index)).collect::<CResult<_>>()?),
+        VarKind::Tuple(items) => Rebuild::Tuple(
+            items
+                .iter()
+                .map(|&i| rebuild_plan(tracer, i, outputs, index))
+                .collect::<CResult<_>>()?,
+        ),
+        VarKind::List(items) => Rebuild::List(
+            items
+                .iter()
+                .map(|&i| rebuild_plan(tracer, i, outputs, index))
+                .collect::<CResult<_>>()?,
+        ),
         VarKind::Dict(entries) => Rebuild::Dict(
-            entries.iter().map(|(k, v)| Ok((k.clone(), rebuild_plan(tracer, *v, outputs, index)?))).collect::<CResult<_>>()?,
+            entries
+                .iter()
+                .map(|(k, v)| Ok((k.clone(), rebuild_plan(tracer, *v, outputs, index)?)))
+                .collect::<CResult<_>>()?,
         ),
         other => return unsupported(format!("returning {}", translator::kind_name(other))),
     })
 }
 
 /// Builds the `torch.fx.GraphModule` from the graph IR.
-fn export<'py>(py: Python<'py>, tracer: &Tracer<'py>, outputs: &[graph::NodeId]) -> CResult<Bound<'py, PyAny>> {
+fn export<'py>(
+    py: Python<'py>,
+    tracer: &Tracer<'py>,
+    outputs: &[graph::NodeId],
+) -> CResult<Bound<'py, PyAny>> {
     let h = tracer.h.clone();
     let to_py = |arg: &Arg| -> PyResult<Bound<'py, PyAny>> { arg_to_python(py, &h, arg) };
     let nodes = PyList::empty(py);
@@ -230,7 +311,10 @@ fn export<'py>(py: Python<'py>, tracer: &Tracer<'py>, outputs: &[graph::NodeId])
             Op::CallFunction(f) => ("call_function", f.bind(py).clone()),
             Op::CallMethod(m) => ("call_method", pyo3::types::PyString::new(py, m).into_any()),
         };
-        let args = PyTuple::new(py, node.args.iter().map(to_py).collect::<PyResult<Vec<_>>>()?)?;
+        let args = PyTuple::new(
+            py,
+            node.args.iter().map(to_py).collect::<PyResult<Vec<_>>>()?,
+        )?;
         let kwargs = PyDict::new(py);
         for (k, v) in &node.kwargs {
             kwargs.set_item(k, to_py(v)?)?;
@@ -238,7 +322,13 @@ fn export<'py>(py: Python<'py>, tracer: &Tracer<'py>, outputs: &[graph::NodeId])
         nodes.append((op, &node.name, target, args, kwargs))?;
         fakes.append(node.fake.bind(py))?;
     }
-    let outs = PyTuple::new(py, outputs.iter().map(|n| h.node_ref.call1((n.0 as i64,))).collect::<PyResult<Vec<_>>>()?)?;
+    let outs = PyTuple::new(
+        py,
+        outputs
+            .iter()
+            .map(|n| h.node_ref.call1((n.0 as i64,)))
+            .collect::<PyResult<Vec<_>>>()?,
+    )?;
     Ok(h.export.call1((nodes, outs, fakes))?)
 }
 
@@ -246,8 +336,22 @@ fn arg_to_python<'py>(py: Python<'py>, h: &Helpers<'py>, arg: &Arg) -> PyResult<
     Ok(match arg {
         Arg::Node(n) => h.node_ref.call1((n.0 as i64,))?,
         Arg::Const(v) => v.bind(py).clone(),
-        Arg::Tuple(items) => PyTuple::new(py, items.iter().map(|a| arg_to_python(py, h, a)).collect::<PyResult<Vec<_>>>()?)?.into_any(),
-        Arg::List(items) => PyList::new(py, items.iter().map(|a| arg_to_python(py, h, a)).collect::<PyResult<Vec<_>>>()?)?.into_any(),
+        Arg::Tuple(items) => PyTuple::new(
+            py,
+            items
+                .iter()
+                .map(|a| arg_to_python(py, h, a))
+                .collect::<PyResult<Vec<_>>>()?,
+        )?
+        .into_any(),
+        Arg::List(items) => PyList::new(
+            py,
+            items
+                .iter()
+                .map(|a| arg_to_python(py, h, a))
+                .collect::<PyResult<Vec<_>>>()?,
+        )?
+        .into_any(),
         Arg::Dict(entries) => {
             let d = PyDict::new(py);
             for (k, v) in entries {

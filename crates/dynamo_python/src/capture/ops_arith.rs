@@ -7,7 +7,7 @@ use pyo3::types::PyTuple;
 
 use super::graph::Op;
 use super::source::{ItemKey, Source};
-use super::translator::{kind_name, unsupported, CResult, FrameState, Flow, Tracer};
+use super::translator::{kind_name, unsupported, CResult, Flow, FrameState, Tracer};
 use super::vars::{VarId, VarKind};
 use crate::eval_frame::owned::OwnedRef;
 
@@ -35,7 +35,11 @@ impl<'py> Tracer<'py> {
         if name == "not" && matches!(self.kind(value), VarKind::Tensor { .. }) {
             return unsupported("`not` of a tensor (its value decides a branch)");
         }
-        let op = self.h.unary_ops.get_item(name)?.ok_or_else(|| pyo3::exceptions::PyKeyError::new_err(name.to_string()))?;
+        let op = self
+            .h
+            .unary_ops
+            .get_item(name)?
+            .ok_or_else(|| pyo3::exceptions::PyKeyError::new_err(name.to_string()))?;
         let result = if name == "not" {
             let truth = self.truth(value)?;
             self.constant(&(!truth).into_pyobject(self.py)?.to_owned().into_any())
@@ -52,15 +56,29 @@ impl<'py> Tracer<'py> {
         let same = match (self.kind(lhs), self.kind(rhs)) {
             (VarKind::Tensor { node: a, .. }, VarKind::Tensor { node: b, .. }) => a == b,
             (VarKind::Tensor { .. }, _) | (_, VarKind::Tensor { .. }) => false,
-            (VarKind::Const(a) | VarKind::Object(a), VarKind::Const(b) | VarKind::Object(b)) => a.as_ptr() == b.as_ptr(),
-            (VarKind::Tuple(_) | VarKind::List(_) | VarKind::Dict(_), VarKind::Const(_) | VarKind::Object(_))
-            | (VarKind::Const(_) | VarKind::Object(_), VarKind::Tuple(_) | VarKind::List(_) | VarKind::Dict(_)) => {
+            (VarKind::Const(a) | VarKind::Object(a), VarKind::Const(b) | VarKind::Object(b)) => {
+                a.as_ptr() == b.as_ptr()
+            }
+            (
+                VarKind::Tuple(_) | VarKind::List(_) | VarKind::Dict(_),
+                VarKind::Const(_) | VarKind::Object(_),
+            )
+            | (
+                VarKind::Const(_) | VarKind::Object(_),
+                VarKind::Tuple(_) | VarKind::List(_) | VarKind::Dict(_),
+            ) => {
                 // A container built in the trace is never the same object as an existing one,
                 // except constants like None, which containers are not.
                 false
             }
             _ if lhs == rhs => true,
-            (a, b) => return unsupported(format!("`is` between {} and {}", kind_name(a), kind_name(b))),
+            (a, b) => {
+                return unsupported(format!(
+                    "`is` between {} and {}",
+                    kind_name(a),
+                    kind_name(b)
+                ))
+            }
         };
         let result = same != (invert == 1);
         let id = self.constant(&result.into_pyobject(self.py)?.to_owned().into_any());
@@ -94,7 +112,12 @@ impl<'py> Tracer<'py> {
             }
             other => return unsupported(format!("`in` on {}", kind_name(other))),
         };
-        let id = self.constant(&(found != (invert == 1)).into_pyobject(self.py)?.to_owned().into_any());
+        let id = self.constant(
+            &(found != (invert == 1))
+                .into_pyobject(self.py)?
+                .to_owned()
+                .into_any(),
+        );
         f.stack.push(id);
         Ok(Flow::Continue)
     }
@@ -103,25 +126,42 @@ impl<'py> Tracer<'py> {
     /// operation, on known values the real result.
     pub fn apply_operator(&mut self, op: &Bound<'py, PyAny>, args: Vec<VarId>) -> CResult<VarId> {
         let py = self.py;
-        if args.iter().any(|&a| matches!(self.kind(a), VarKind::Tensor { .. })) {
+        if args
+            .iter()
+            .any(|&a| matches!(self.kind(a), VarKind::Tensor { .. }))
+        {
             let name = super::ops_call::function_name(op);
-            return self.graph_call(Op::CallFunction(OwnedRef::from_bound(op)), &name, args, Vec::new());
+            return self.graph_call(
+                Op::CallFunction(OwnedRef::from_bound(op)),
+                &name,
+                args,
+                Vec::new(),
+            );
         }
         let name = super::ops_call::function_name(op);
         // Tuple and list concatenation and repetition keep their trackers.
         if args.len() == 2 && matches!(name.as_str(), "add" | "iadd") {
-            if let (VarKind::Tuple(a), VarKind::Tuple(b)) | (VarKind::List(a), VarKind::List(b)) = (self.kind(args[0]), self.kind(args[1])) {
+            if let (VarKind::Tuple(a), VarKind::Tuple(b)) | (VarKind::List(a), VarKind::List(b)) =
+                (self.kind(args[0]), self.kind(args[1]))
+            {
                 let is_tuple = matches!(self.kind(args[0]), VarKind::Tuple(_));
                 let mut items = a.clone();
                 items.extend(b.iter().copied());
-                let kind = if is_tuple { VarKind::Tuple(items) } else { VarKind::List(items) };
+                let kind = if is_tuple {
+                    VarKind::Tuple(items)
+                } else {
+                    VarKind::List(items)
+                };
                 return Ok(self.add(kind, None));
             }
         }
         if args.iter().any(|&a| self.contains_tensor(a)) {
             return unsupported(format!("operator {name} on a container holding tensors"));
         }
-        let values = args.iter().map(|&a| self.python_value(a)).collect::<CResult<Vec<_>>>()?;
+        let values = args
+            .iter()
+            .map(|&a| self.python_value(a))
+            .collect::<CResult<Vec<_>>>()?;
         let result = match op.call1(PyTuple::new(py, values)?) {
             Ok(r) => r,
             Err(err) => return unsupported(format!("operator {name} raised {err} while tracing")),
@@ -144,7 +184,10 @@ impl<'py> Tracer<'py> {
                     if t.hasattr("__bool__")? || t.hasattr("__len__")? {
                         // The answer depends on the object's state, which no guard covers.
                         if !v.is_instance(&self.h.module_type)? {
-                            return unsupported(format!("the truth value of {}", super::ops_call::describe(&v)));
+                            return unsupported(format!(
+                                "the truth value of {}",
+                                super::ops_call::describe(&v)
+                            ));
                         }
                     }
                 }
@@ -170,7 +213,12 @@ impl<'py> Tracer<'py> {
         let py = self.py;
         if matches!(self.kind(container), VarKind::Tensor { .. }) {
             let getitem = self.h.operator.getattr("getitem")?;
-            return self.graph_call(Op::CallFunction(OwnedRef::from_bound(&getitem)), "getitem", vec![container, index], Vec::new());
+            return self.graph_call(
+                Op::CallFunction(OwnedRef::from_bound(&getitem)),
+                "getitem",
+                vec![container, index],
+                Vec::new(),
+            );
         }
         if self.contains_tensor(index) {
             return unsupported("indexing a container with a tensor");
@@ -190,11 +238,24 @@ impl<'py> Tracer<'py> {
                 }
                 // A slice: index the tracker list with the real slice.
                 let positions = pyo3::types::PyList::new(py, 0..items.len())?;
-                let picked: Vec<usize> = positions.as_any().get_item(&key).and_then(|v| v.extract()).map_err(|e| {
-                    super::translator::CaptureError::Unsupported(format!("indexing a sequence with {key}: {e}"))
-                })?;
+                let picked: Vec<usize> = positions
+                    .as_any()
+                    .get_item(&key)
+                    .and_then(|v| v.extract())
+                    .map_err(|e| {
+                        super::translator::CaptureError::Unsupported(format!(
+                            "indexing a sequence with {key}: {e}"
+                        ))
+                    })?;
                 let chosen = picked.into_iter().map(|i| items[i]).collect();
-                Ok(self.add(if is_tuple { VarKind::Tuple(chosen) } else { VarKind::List(chosen) }, None))
+                Ok(self.add(
+                    if is_tuple {
+                        VarKind::Tuple(chosen)
+                    } else {
+                        VarKind::List(chosen)
+                    },
+                    None,
+                ))
             }
             VarKind::Dict(entries) => {
                 for (k, v) in entries {
@@ -232,13 +293,21 @@ impl<'py> Tracer<'py> {
         match self.kind(container) {
             VarKind::Tensor { .. } => {
                 let setitem = self.h.operator.getattr("setitem")?;
-                self.graph_call(Op::CallFunction(OwnedRef::from_bound(&setitem)), "setitem", vec![container, index, value], Vec::new())?;
+                self.graph_call(
+                    Op::CallFunction(OwnedRef::from_bound(&setitem)),
+                    "setitem",
+                    vec![container, index, value],
+                    Vec::new(),
+                )?;
                 Ok(Flow::Continue)
             }
             VarKind::Dict(_) if self.source(container).is_none() => {
                 let key = self.python_value(index)?;
                 if let VarKind::Dict(entries) = &mut self.vars[container.0 as usize].kind {
-                    if let Some(slot) = entries.iter_mut().find(|(k, _)| k.bind(self.py).eq(&key).unwrap_or(false)) {
+                    if let Some(slot) = entries
+                        .iter_mut()
+                        .find(|(k, _)| k.bind(self.py).eq(&key).unwrap_or(false))
+                    {
                         slot.1 = value;
                     } else {
                         entries.push((OwnedRef::from_bound(&key), value));
@@ -258,7 +327,10 @@ impl<'py> Tracer<'py> {
                 }
                 Ok(Flow::Continue)
             }
-            other => unsupported(format!("item assignment on {} (a side effect to replay)", kind_name(other))),
+            other => unsupported(format!(
+                "item assignment on {} (a side effect to replay)",
+                kind_name(other)
+            )),
         }
     }
 }

@@ -5,7 +5,7 @@
 use pyo3::prelude::*;
 use pyo3::types::{PySlice, PyString};
 
-use super::translator::{kind_name, unsupported, CResult, FrameState, Flow, Tracer};
+use super::translator::{kind_name, unsupported, CResult, Flow, FrameState, Tracer};
 use super::vars::{VarId, VarKind};
 use crate::eval_frame::owned::OwnedRef;
 
@@ -36,7 +36,11 @@ impl<'py> Tracer<'py> {
         Ok(Flow::Continue)
     }
 
-    pub(super) fn op_build_const_key_map(&mut self, f: &mut FrameState<'py>, n: u32) -> CResult<Flow> {
+    pub(super) fn op_build_const_key_map(
+        &mut self,
+        f: &mut FrameState<'py>,
+        n: u32,
+    ) -> CResult<Flow> {
         let keys = self.pop(f)?;
         let values = self.popn(f, n as usize)?;
         let keys = self.python_value(keys)?;
@@ -61,9 +65,15 @@ impl<'py> Tracer<'py> {
         if parts.iter().any(|&p| self.contains_tensor(p)) {
             return unsupported("a slice with tensor bounds");
         }
-        let values = parts.iter().map(|&p| self.python_value(p)).collect::<CResult<Vec<_>>>()?;
+        let values = parts
+            .iter()
+            .map(|&p| self.python_value(p))
+            .collect::<CResult<Vec<_>>>()?;
         let py = self.py;
-        let slice = py.import("builtins")?.getattr("slice")?.call1(pyo3::types::PyTuple::new(py, values)?)?;
+        let slice = py
+            .import("builtins")?
+            .getattr("slice")?
+            .call1(pyo3::types::PyTuple::new(py, values)?)?;
         let _ = PySlice::new(py, 0, 0, 1);
         let id = self.constant(&slice);
         f.stack.push(id);
@@ -82,7 +92,11 @@ impl<'py> Tracer<'py> {
     }
 
     pub(super) fn op_format_value(&mut self, f: &mut FrameState<'py>, flags: u32) -> CResult<Flow> {
-        let spec = if flags & 0x04 != 0 { Some(self.pop(f)?) } else { None };
+        let spec = if flags & 0x04 != 0 {
+            Some(self.pop(f)?)
+        } else {
+            None
+        };
         let value = self.pop(f)?;
         if self.contains_tensor(value) {
             return unsupported("formatting a tensor into a string");
@@ -107,7 +121,12 @@ impl<'py> Tracer<'py> {
 
     /// The list at `depth` below the top of the stack, for in-place list opcodes.
     fn list_at(&mut self, f: &FrameState<'py>, depth: u32) -> CResult<VarId> {
-        match f.stack.len().checked_sub(depth as usize).and_then(|i| f.stack.get(i)) {
+        match f
+            .stack
+            .len()
+            .checked_sub(depth as usize)
+            .and_then(|i| f.stack.get(i))
+        {
             Some(&id) => Ok(id),
             None => unsupported("stack underflow while translating"),
         }
@@ -165,7 +184,10 @@ impl<'py> Tracer<'py> {
         match &mut self.vars[dict.0 as usize].kind {
             VarKind::Dict(entries) => {
                 for (k, v) in new_entries {
-                    if let Some(slot) = entries.iter_mut().find(|(old, _)| old.bind(py).eq(k.bind(py)).unwrap_or(false)) {
+                    if let Some(slot) = entries
+                        .iter_mut()
+                        .find(|(old, _)| old.bind(py).eq(k.bind(py)).unwrap_or(false))
+                    {
                         slot.1 = v;
                     } else {
                         entries.push((k, v));
@@ -195,7 +217,10 @@ impl<'py> Tracer<'py> {
         if items.len() < before + after {
             return unsupported("not enough values to unpack");
         }
-        let middle = self.add(VarKind::List(items[before..items.len() - after].to_vec()), None);
+        let middle = self.add(
+            VarKind::List(items[before..items.len() - after].to_vec()),
+            None,
+        );
         let mut out: Vec<VarId> = items[..before].to_vec();
         out.push(middle);
         out.extend_from_slice(&items[items.len() - after..]);

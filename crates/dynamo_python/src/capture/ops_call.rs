@@ -17,7 +17,9 @@ use pyo3::types::{PyDict, PyTuple};
 use super::graph::{Arg, Op};
 use super::guards::GuardKind;
 use super::source::Source;
-use super::translator::{frame_state, kind_name, unsupported, CResult, CaptureError, FrameState, Flow, Tracer};
+use super::translator::{
+    frame_state, kind_name, unsupported, CResult, CaptureError, Flow, FrameState, Tracer,
+};
 use super::vars::{Cell, TracedFunction, VarId, VarKind};
 use crate::eval_frame::owned::OwnedRef;
 
@@ -55,7 +57,12 @@ impl<'py> Tracer<'py> {
 
     fn is_builtin(&self, id: VarId, name: &str) -> bool {
         match self.kind(id) {
-            VarKind::Object(obj) => self.h.builtins.getattr(name).map(|b| b.is(obj.bind(self.py))).unwrap_or(false),
+            VarKind::Object(obj) => self
+                .h
+                .builtins
+                .getattr(name)
+                .map(|b| b.is(obj.bind(self.py)))
+                .unwrap_or(false),
             _ => false,
         }
     }
@@ -68,15 +75,29 @@ impl<'py> Tracer<'py> {
         };
         let cls = match f.cells.get(&slot) {
             Some(Cell::Real(cell)) => cell.bind(self.py).getattr("cell_contents")?,
-            _ => match f.locals.get(slot).copied().flatten().and_then(|v| self.real(v)) {
+            _ => match f
+                .locals
+                .get(slot)
+                .copied()
+                .flatten()
+                .and_then(|v| self.real(v))
+            {
                 Some(cls) => cls,
-                None => return unsupported("super() whose class cell the translator does not know"),
+                None => {
+                    return unsupported("super() whose class cell the translator does not know")
+                }
             },
         };
         let Some(receiver) = f.locals.first().copied().flatten() else {
             return unsupported("super() without a first argument");
         };
-        Ok(self.add(VarKind::Super { cls: OwnedRef::from_bound(&cls), receiver }, None))
+        Ok(self.add(
+            VarKind::Super {
+                cls: OwnedRef::from_bound(&cls),
+                receiver,
+            },
+            None,
+        ))
     }
 
     pub(super) fn op_import_name(&mut self, f: &mut FrameState<'py>, i: u32) -> CResult<Flow> {
@@ -91,8 +112,13 @@ impl<'py> Tracer<'py> {
         if !modules.contains(&name)? {
             return unsupported(format!("importing {name}, which is not loaded yet"));
         }
-        let has_fromlist = !matches!(self.kind(fromlist), VarKind::Const(v) if v.bind(self.py).is_none());
-        let target = if has_fromlist { name.clone() } else { name.split('.').next().unwrap_or(&name).to_string() };
+        let has_fromlist =
+            !matches!(self.kind(fromlist), VarKind::Const(v) if v.bind(self.py).is_none());
+        let target = if has_fromlist {
+            name.clone()
+        } else {
+            name.split('.').next().unwrap_or(&name).to_string()
+        };
         let module = modules.get_item(&target)?;
         let id = self.add(VarKind::Object(OwnedRef::from_bound(&module)), None);
         f.stack.push(id);
@@ -109,8 +135,16 @@ impl<'py> Tracer<'py> {
         Ok(Flow::Continue)
     }
 
-    pub(super) fn op_call_function_ex(&mut self, f: &mut FrameState<'py>, flags: u32) -> CResult<Flow> {
-        let kwargs_var = if flags & 1 == 1 { Some(self.pop(f)?) } else { None };
+    pub(super) fn op_call_function_ex(
+        &mut self,
+        f: &mut FrameState<'py>,
+        flags: u32,
+    ) -> CResult<Flow> {
+        let kwargs_var = if flags & 1 == 1 {
+            Some(self.pop(f)?)
+        } else {
+            None
+        };
         let args_var = self.pop(f)?;
         let callee = self.pop(f)?;
         let _null = self.pop(f)?;
@@ -131,14 +165,30 @@ impl<'py> Tracer<'py> {
         Ok(Flow::Continue)
     }
 
-    pub(super) fn op_make_function(&mut self, f: &mut FrameState<'py>, flags: u32) -> CResult<Flow> {
+    pub(super) fn op_make_function(
+        &mut self,
+        f: &mut FrameState<'py>,
+        flags: u32,
+    ) -> CResult<Flow> {
         let code = self.pop(f)?;
-        let closure = if flags & 0x08 != 0 { Some(self.pop(f)?) } else { None };
+        let closure = if flags & 0x08 != 0 {
+            Some(self.pop(f)?)
+        } else {
+            None
+        };
         if flags & 0x04 != 0 {
             self.pop(f)?; // annotations do not affect behaviour
         }
-        let kwdefaults = if flags & 0x02 != 0 { Some(self.pop(f)?) } else { None };
-        let defaults = if flags & 0x01 != 0 { Some(self.pop(f)?) } else { None };
+        let kwdefaults = if flags & 0x02 != 0 {
+            Some(self.pop(f)?)
+        } else {
+            None
+        };
+        let defaults = if flags & 0x01 != 0 {
+            Some(self.pop(f)?)
+        } else {
+            None
+        };
         let Some(code_obj) = self.real(code) else {
             return unsupported("MAKE_FUNCTION without a code object");
         };
@@ -164,10 +214,19 @@ impl<'py> Tracer<'py> {
         Ok(Flow::Continue)
     }
 
-    pub fn call_function(&mut self, callee: VarId, args: Vec<VarId>, kwargs: Vec<(String, VarId)>) -> CResult<VarId> {
+    pub fn call_function(
+        &mut self,
+        callee: VarId,
+        args: Vec<VarId>,
+        kwargs: Vec<(String, VarId)>,
+    ) -> CResult<VarId> {
         let py = self.py;
         match self.kind(callee) {
-            VarKind::Method { receiver, name, func: None } => {
+            VarKind::Method {
+                receiver,
+                name,
+                func: None,
+            } => {
                 let (receiver, name) = (*receiver, name.clone());
                 if matches!(self.kind(receiver), VarKind::Tensor { .. }) {
                     self.tensor_method(receiver, &name, args, kwargs)
@@ -175,7 +234,11 @@ impl<'py> Tracer<'py> {
                     self.container_method(receiver, &name, args, kwargs)
                 }
             }
-            VarKind::Method { receiver, func: Some(func), .. } => {
+            VarKind::Method {
+                receiver,
+                func: Some(func),
+                ..
+            } => {
                 let (receiver, func) = (*receiver, func.bind(py).clone());
                 let mut all = vec![receiver];
                 all.extend(args);
@@ -194,20 +257,30 @@ impl<'py> Tracer<'py> {
     }
 
     fn any_tensor(&self, args: &[VarId], kwargs: &[(String, VarId)]) -> bool {
-        args.iter().any(|&a| self.contains_tensor(a)) || kwargs.iter().any(|(_, v)| self.contains_tensor(*v))
+        args.iter().any(|&a| self.contains_tensor(a))
+            || kwargs.iter().any(|(_, v)| self.contains_tensor(*v))
     }
 
-    fn call_object(&mut self, callee: VarId, obj: &Bound<'py, PyAny>, args: Vec<VarId>, kwargs: Vec<(String, VarId)>) -> CResult<VarId> {
+    fn call_object(
+        &mut self,
+        callee: VarId,
+        obj: &Bound<'py, PyAny>,
+        args: Vec<VarId>,
+        kwargs: Vec<(String, VarId)>,
+    ) -> CResult<VarId> {
         let py = self.py;
         let h = self.h.clone();
         if h.is_compiling.iter().any(|f| f.is(obj)) {
             return Ok(self.constant(&true.into_pyobject(py)?.to_owned().into_any()));
         }
         if h.always_false.iter().any(|f| f.is(obj)) {
-            let overridden = args.iter().chain(kwargs.iter().map(|(_, v)| v)).any(|&a| match self.kind(a) {
-                VarKind::Object(o) => o.bind(py).hasattr("__torch_function__").unwrap_or(true),
-                _ => false,
-            });
+            let overridden = args
+                .iter()
+                .chain(kwargs.iter().map(|(_, v)| v))
+                .any(|&a| match self.kind(a) {
+                    VarKind::Object(o) => o.bind(py).hasattr("__torch_function__").unwrap_or(true),
+                    _ => false,
+                });
             if overridden {
                 return unsupported("has_torch_function on an object with __torch_function__");
             }
@@ -216,8 +289,31 @@ impl<'py> Tracer<'py> {
         if obj.is_instance(&h.module_type)? {
             return self.call_module(callee, obj, args, kwargs);
         }
-        if self.any_tensor(&args, &kwargs) && h.is_graph_function.call1((obj,))?.is_truthy()? {
-            return self.graph_call(Op::CallFunction(OwnedRef::from_bound(obj)), &function_name(obj), args, kwargs);
+        let is_operator = obj
+            .getattr("__module__")
+            .map(|m| m.to_string() == "_operator")
+            .unwrap_or(false);
+        if self.any_tensor(&args, &kwargs)
+            && (is_operator || h.is_graph_function.call1((obj,))?.is_truthy()?)
+        {
+            return self.graph_call(
+                Op::CallFunction(OwnedRef::from_bound(obj)),
+                &function_name(obj),
+                args,
+                kwargs,
+            );
+        }
+        // Factory functions (`torch.zeros(3)`, `torch.arange(n)`) make tensors from constants:
+        // graph nodes too, unless they are pure queries evaluated below.
+        if !h.foldable.contains(obj).unwrap_or(false)
+            && h.is_graph_function.call1((obj,))?.is_truthy()?
+        {
+            return self.graph_call(
+                Op::CallFunction(OwnedRef::from_bound(obj)),
+                &function_name(obj),
+                args,
+                kwargs,
+            );
         }
         if obj.is(&h.builtins.getattr("super")?) && args.is_empty() {
             return unsupported("super() outside a method the translator knows");
@@ -226,7 +322,9 @@ impl<'py> Tracer<'py> {
             return self.call_python(obj, args, kwargs);
         }
         if obj.is_instance(&h.method_type)? {
-            let source = self.source(callee).map(|s| Rc::new(Source::Attr(s, "__self__".into())));
+            let source = self
+                .source(callee)
+                .map(|s| Rc::new(Source::Attr(s, "__self__".into())));
             let receiver = self.wrap(&obj.getattr("__self__")?, source)?;
             let mut all = vec![receiver];
             all.extend(args);
@@ -247,22 +345,41 @@ impl<'py> Tracer<'py> {
     }
 
     /// `module(*args)`: inline `forward` when no hooks could run.
-    fn call_module(&mut self, module_var: VarId, module: &Bound<'py, PyAny>, args: Vec<VarId>, kwargs: Vec<(String, VarId)>) -> CResult<VarId> {
-        for hooks in ["_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks"] {
+    fn call_module(
+        &mut self,
+        module_var: VarId,
+        module: &Bound<'py, PyAny>,
+        args: Vec<VarId>,
+        kwargs: Vec<(String, VarId)>,
+    ) -> CResult<VarId> {
+        for hooks in [
+            "_forward_hooks",
+            "_forward_pre_hooks",
+            "_backward_hooks",
+            "_backward_pre_hooks",
+        ] {
             if module.getattr(hooks)?.len()? != 0 {
                 return unsupported(format!("a call of {} with {hooks}", describe(module)));
             }
         }
         let globals = self.py.import("torch.nn.modules.module")?;
-        for hooks in ["_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
-            "_global_backward_pre_hooks", "_global_forward_hooks_always_called"] {
+        for hooks in [
+            "_global_forward_hooks",
+            "_global_forward_pre_hooks",
+            "_global_backward_hooks",
+            "_global_backward_pre_hooks",
+            "_global_forward_hooks_always_called",
+        ] {
             if globals.getattr(hooks)?.len()? != 0 {
                 return unsupported(format!("a module call with global {hooks} registered"));
             }
         }
         let forward = module.get_type().getattr("forward")?;
         if !forward.is_instance(&self.h.function_type)? {
-            return unsupported(format!("{} whose forward is not a Python function", describe(module)));
+            return unsupported(format!(
+                "{} whose forward is not a Python function",
+                describe(module)
+            ));
         }
         let mut all = vec![module_var];
         all.extend(args);
@@ -271,14 +388,25 @@ impl<'py> Tracer<'py> {
 
     /// Inlines a Python function: binds the arguments as CPython would and translates its
     /// code in a nested frame.
-    pub fn call_python(&mut self, func: &Bound<'py, PyAny>, args: Vec<VarId>, kwargs: Vec<(String, VarId)>) -> CResult<VarId> {
+    pub fn call_python(
+        &mut self,
+        func: &Bound<'py, PyAny>,
+        args: Vec<VarId>,
+        kwargs: Vec<(String, VarId)>,
+    ) -> CResult<VarId> {
         let py = self.py;
         let code = func.getattr("__code__")?;
         let flags: u32 = code.getattr("co_flags")?.extract()?;
         if flags & CO_GENERATOR_LIKE != 0 {
-            return unsupported(format!("calling the generator or coroutine {}", describe(func)));
+            return unsupported(format!(
+                "calling the generator or coroutine {}",
+                describe(func)
+            ));
         }
-        let globals = func.getattr("__globals__")?.cast_into::<PyDict>().map_err(PyErr::from)?;
+        let globals = func
+            .getattr("__globals__")?
+            .cast_into::<PyDict>()
+            .map_err(PyErr::from)?;
         let builtins = match globals.get_item("__builtins__")? {
             Some(b) => b,
             None => self.h.builtins.clone(),
@@ -289,7 +417,9 @@ impl<'py> Tracer<'py> {
         if !closure.is_none() {
             let first_free = state.slot_names.len() - closure.len()?;
             for (i, cell) in closure.try_iter()?.enumerate() {
-                state.cells.insert(first_free + i, Cell::Real(OwnedRef::from_bound(&cell?)));
+                state
+                    .cells
+                    .insert(first_free + i, Cell::Real(OwnedRef::from_bound(&cell?)));
             }
         }
         let _ = py;
@@ -299,7 +429,12 @@ impl<'py> Tracer<'py> {
         result
     }
 
-    fn inline_traced(&mut self, function: &Rc<TracedFunction>, args: Vec<VarId>, kwargs: Vec<(String, VarId)>) -> CResult<VarId> {
+    fn inline_traced(
+        &mut self,
+        function: &Rc<TracedFunction>,
+        args: Vec<VarId>,
+        kwargs: Vec<(String, VarId)>,
+    ) -> CResult<VarId> {
         let py = self.py;
         let code = function.code.bind(py).clone();
         let flags: u32 = code.getattr("co_flags")?.extract()?;
@@ -312,14 +447,31 @@ impl<'py> Tracer<'py> {
         let defaults = match function.defaults {
             Some(d) => {
                 let items = self.items_of(d)?;
-                let objs: Vec<_> = items.iter().map(|v| markers.call1((DEFAULT_MARK + v.0 as i64,))).collect::<PyResult<_>>()?;
+                let objs: Vec<_> = items
+                    .iter()
+                    .map(|v| markers.call1((DEFAULT_MARK + v.0 as i64,)))
+                    .collect::<PyResult<_>>()?;
                 PyTuple::new(py, objs)?.into_any()
             }
             None => py.None().into_bound(py),
         };
-        let dummy_cells: Vec<_> = function.closure.iter().map(|_| py.import("types")?.getattr("CellType")?.call0()).collect::<PyResult<_>>()?;
-        let closure = if dummy_cells.is_empty() { py.None().into_bound(py) } else { PyTuple::new(py, dummy_cells)?.into_any() };
-        let shape = self.h.function_type.call1((&code, function.globals.bind(py), "f", defaults, closure))?;
+        let dummy_cells: Vec<_> = function
+            .closure
+            .iter()
+            .map(|_| py.import("types")?.getattr("CellType")?.call0())
+            .collect::<PyResult<_>>()?;
+        let closure = if dummy_cells.is_empty() {
+            py.None().into_bound(py)
+        } else {
+            PyTuple::new(py, dummy_cells)?.into_any()
+        };
+        let shape = self.h.function_type.call1((
+            &code,
+            function.globals.bind(py),
+            "f",
+            defaults,
+            closure,
+        ))?;
         if let Some(kw) = function.kwdefaults {
             let d = PyDict::new(py);
             if let VarKind::Dict(entries) = self.kind(kw) {
@@ -329,7 +481,12 @@ impl<'py> Tracer<'py> {
             }
             shape.setattr("__kwdefaults__", d)?;
         }
-        let globals = function.globals.bind(py).cast::<PyDict>().map_err(PyErr::from)?.clone();
+        let globals = function
+            .globals
+            .bind(py)
+            .cast::<PyDict>()
+            .map_err(PyErr::from)?
+            .clone();
         let mut state = frame_state(&code, globals, function.builtins.bind(py).clone(), false)?;
         self.bind_arguments(&mut state, &shape, &args, &kwargs)?;
         let first_free = state.slot_names.len() - function.closure.len();
@@ -344,10 +501,19 @@ impl<'py> Tracer<'py> {
 
     /// Binds call arguments to `func`'s parameters with `inspect.signature(func).bind`,
     /// passing marker objects that stand for the trackers.
-    fn bind_arguments(&mut self, state: &mut FrameState<'py>, func: &Bound<'py, PyAny>, args: &[VarId], kwargs: &[(String, VarId)]) -> CResult<()> {
+    fn bind_arguments(
+        &mut self,
+        state: &mut FrameState<'py>,
+        func: &Bound<'py, PyAny>,
+        args: &[VarId],
+        kwargs: &[(String, VarId)],
+    ) -> CResult<()> {
         let py = self.py;
         let markers = py.import("dynamo_rs._capture")?.getattr("NodeRef")?;
-        let marker_args: Vec<_> = args.iter().map(|v| markers.call1((v.0 as i64,))).collect::<PyResult<_>>()?;
+        let marker_args: Vec<_> = args
+            .iter()
+            .map(|v| markers.call1((v.0 as i64,)))
+            .collect::<PyResult<_>>()?;
         let marker_kwargs = PyDict::new(py);
         for (name, v) in kwargs {
             marker_kwargs.set_item(name, markers.call1((v.0 as i64,))?)?;
@@ -356,15 +522,30 @@ impl<'py> Tracer<'py> {
         let sig_kwargs = PyDict::new(py);
         sig_kwargs.set_item("follow_wrapped", false)?;
         let signature = self.h.signature.call((func,), Some(&sig_kwargs))?;
-        let bound = match signature.call_method("bind", PyTuple::new(py, marker_args)?, Some(&marker_kwargs)) {
+        let bound = match signature.call_method(
+            "bind",
+            PyTuple::new(py, marker_args)?,
+            Some(&marker_kwargs),
+        ) {
             Ok(b) => b,
-            Err(err) => return unsupported(format!("arguments do not fit {}: {err}", describe(func))),
+            Err(err) => {
+                return unsupported(format!("arguments do not fit {}: {err}", describe(func)))
+            }
         };
         bound.call_method0("apply_defaults")?;
         let arguments = bound.getattr("arguments")?;
         for item in arguments.call_method0("items")?.try_iter()? {
             let (name, value): (String, Bound<'py, PyAny>) = item?.extract()?;
-            let Some(slot) = state.slot_names.iter().position(|n| *n == name) else {
+            // inspect names a comprehension's hidden `.0` parameter `implicit0`.
+            let code_name = match name.strip_prefix("implicit") {
+                Some(digits)
+                    if !digits.is_empty() && digits.chars().all(|c| c.is_ascii_digit()) =>
+                {
+                    format!(".{digits}")
+                }
+                _ => name.clone(),
+            };
+            let Some(slot) = state.slot_names.iter().position(|n| *n == code_name) else {
                 return unsupported(format!("parameter {name} has no slot"));
             };
             let var = self.unmark(&value, &markers)?;
@@ -380,8 +561,16 @@ impl<'py> Tracer<'py> {
             let index: i64 = value.getattr("index")?.extract()?;
             return Ok(VarId((index % DEFAULT_MARK) as u32));
         }
-        if value.get_type().is(&self.h.tuple_type) && value.try_iter()?.any(|v| v.map(|v| v.is_instance(markers).unwrap_or(false)).unwrap_or(false)) {
-            let items = value.try_iter()?.map(|v| self.unmark(&v?, markers)).collect::<CResult<Vec<_>>>()?;
+        if value.get_type().is(&self.h.tuple_type)
+            && value.try_iter()?.any(|v| {
+                v.map(|v| v.is_instance(markers).unwrap_or(false))
+                    .unwrap_or(false)
+            })
+        {
+            let items = value
+                .try_iter()?
+                .map(|v| self.unmark(&v?, markers))
+                .collect::<CResult<Vec<_>>>()?;
             return Ok(self.add(VarKind::Tuple(items), None));
         }
         if value.get_type().is(&self.h.tuple_type) && value.len()? == 0 {
@@ -400,25 +589,36 @@ impl<'py> Tracer<'py> {
     }
 
     /// A tensor method call.
-    fn tensor_method(&mut self, receiver: VarId, name: &str, args: Vec<VarId>, kwargs: Vec<(String, VarId)>) -> CResult<VarId> {
+    fn tensor_method(
+        &mut self,
+        receiver: VarId,
+        name: &str,
+        args: Vec<VarId>,
+        kwargs: Vec<(String, VarId)>,
+    ) -> CResult<VarId> {
         let py = self.py;
         let VarKind::Tensor { fake, .. } = self.kind(receiver) else {
-            return unsupported(format!("method {name} of {}", kind_name(self.kind(receiver))));
+            return unsupported(format!(
+                "method {name} of {}",
+                kind_name(self.kind(receiver))
+            ));
         };
         let fake = fake.bind(py).clone();
         match name {
-            "size" | "dim" | "ndimension" | "numel" | "nelement" | "stride" | "is_contiguous" | "element_size"
-            | "is_floating_point" | "is_complex" | "__len__" => {
+            "size" | "dim" | "ndimension" | "numel" | "nelement" | "stride" | "is_contiguous"
+            | "element_size" | "is_floating_point" | "is_complex" | "__len__" => {
                 if self.any_tensor(&args, &kwargs) {
                     return unsupported(format!("tensor.{name} with tensor arguments"));
                 }
-                let a = args.iter().map(|&v| self.python_value(v)).collect::<CResult<Vec<_>>>()?;
+                let a = args
+                    .iter()
+                    .map(|&v| self.python_value(v))
+                    .collect::<CResult<Vec<_>>>()?;
                 let value = fake.call_method1(name, PyTuple::new(py, a)?)?;
                 Ok(self.constant(&value))
             }
-            "item" | "tolist" | "numpy" | "__bool__" | "__int__" | "__float__" | "nonzero" | "cpu_numpy" => {
-                unsupported(format!("tensor.{name}() needs the tensor's data"))
-            }
+            "item" | "tolist" | "numpy" | "__bool__" | "__int__" | "__float__" | "nonzero"
+            | "cpu_numpy" => unsupported(format!("tensor.{name}() needs the tensor's data")),
             _ => {
                 let mut all = vec![receiver];
                 all.extend(args);
@@ -430,7 +630,13 @@ impl<'py> Tracer<'py> {
     /// Methods of containers built or read by the trace. Mutating methods are allowed on
     /// containers the trace built (no source); mutating the frame's own would be a side
     /// effect to replay, which is not supported yet.
-    fn container_method(&mut self, receiver: VarId, name: &str, args: Vec<VarId>, kwargs: Vec<(String, VarId)>) -> CResult<VarId> {
+    fn container_method(
+        &mut self,
+        receiver: VarId,
+        name: &str,
+        args: Vec<VarId>,
+        kwargs: Vec<(String, VarId)>,
+    ) -> CResult<VarId> {
         let py = self.py;
         if !kwargs.is_empty() {
             return unsupported(format!("keyword arguments to {name}()"));
@@ -440,7 +646,9 @@ impl<'py> Tracer<'py> {
         match (self.kind(receiver), name) {
             (VarKind::Dict(entries), "get" | "pop" | "__getitem__") => {
                 let key = self.python_value(args[0])?;
-                let position = entries.iter().position(|(k, _)| k.bind(py).eq(&key).unwrap_or(false));
+                let position = entries
+                    .iter()
+                    .position(|(k, _)| k.bind(py).eq(&key).unwrap_or(false));
                 let found = position.map(|i| entries[i].1);
                 if name == "pop" && position.is_some() {
                     if !owned {
@@ -459,7 +667,10 @@ impl<'py> Tracer<'py> {
             }
             (VarKind::Dict(entries), "keys") => {
                 let keys: Vec<OwnedRef> = entries.iter().map(|(k, _)| k.clone()).collect();
-                let items = keys.into_iter().map(|k| self.add(VarKind::Const(k), None)).collect();
+                let items = keys
+                    .into_iter()
+                    .map(|k| self.add(VarKind::Const(k), None))
+                    .collect();
                 Ok(self.add(VarKind::Tuple(items), None))
             }
             (VarKind::Dict(entries), "values") => {
@@ -489,7 +700,10 @@ impl<'py> Tracer<'py> {
                     let new = new.clone();
                     if let VarKind::Dict(entries) = &mut self.vars[receiver.0 as usize].kind {
                         for (k, v) in new {
-                            match entries.iter_mut().find(|(old, _)| old.bind(py).eq(k.bind(py)).unwrap_or(false)) {
+                            match entries
+                                .iter_mut()
+                                .find(|(old, _)| old.bind(py).eq(k.bind(py)).unwrap_or(false))
+                            {
                                 Some(slot) => slot.1 = v,
                                 None => entries.push((k, v)),
                             }
@@ -503,21 +717,38 @@ impl<'py> Tracer<'py> {
                     None => self.constant(&none()),
                 };
                 if let VarKind::Dict(entries) = &mut self.vars[receiver.0 as usize].kind {
-                    if let Some((_, v)) = entries.iter().find(|(k, _)| k.bind(py).eq(&key).unwrap_or(false)) {
+                    if let Some((_, v)) = entries
+                        .iter()
+                        .find(|(k, _)| k.bind(py).eq(&key).unwrap_or(false))
+                    {
                         return Ok(*v);
                     }
                     entries.push((OwnedRef::from_bound(&key), default));
                 }
                 Ok(default)
             }
-            (VarKind::List(_), "append" | "extend" | "insert" | "pop" | "clear" | "reverse") if owned => {
-                let new_items = if name == "extend" { Some(self.items_of(args[0])?) } else { None };
+            (VarKind::List(_), "append" | "extend" | "insert" | "pop" | "clear" | "reverse")
+                if owned =>
+            {
+                let new_items = if name == "extend" {
+                    Some(self.items_of(args[0])?)
+                } else {
+                    None
+                };
                 let index = match (name, args.first()) {
                     ("insert" | "pop", Some(&i)) => Some(self.python_value(i)?.extract::<i64>()?),
                     _ => None,
                 };
-                let VarKind::List(items) = &mut self.vars[receiver.0 as usize].kind else { unreachable!() };
-                let normalize = |i: i64, len: usize| -> usize { if i < 0 { (len as i64 + i).max(0) as usize } else { (i as usize).min(len) } };
+                let VarKind::List(items) = &mut self.vars[receiver.0 as usize].kind else {
+                    unreachable!()
+                };
+                let normalize = |i: i64, len: usize| -> usize {
+                    if i < 0 {
+                        (len as i64 + i).max(0) as usize
+                    } else {
+                        (i as usize).min(len)
+                    }
+                };
                 let mut popped = None;
                 match name {
                     "append" => items.push(args[0]),
@@ -530,7 +761,9 @@ impl<'py> Tracer<'py> {
                         if items.is_empty() {
                             return unsupported("pop from an empty list while tracing");
                         }
-                        let at = index.map_or(items.len() - 1, |i| normalize(i, items.len()).min(items.len() - 1));
+                        let at = index.map_or(items.len() - 1, |i| {
+                            normalize(i, items.len()).min(items.len() - 1)
+                        });
                         popped = Some(items.remove(at));
                     }
                     "clear" => items.clear(),
@@ -550,7 +783,10 @@ impl<'py> Tracer<'py> {
                     return unsupported(format!("{name}() on a sequence of tensors"));
                 }
                 let seq = self.python_value(receiver)?;
-                let a = args.iter().map(|&v| self.python_value(v)).collect::<CResult<Vec<_>>>()?;
+                let a = args
+                    .iter()
+                    .map(|&v| self.python_value(v))
+                    .collect::<CResult<Vec<_>>>()?;
                 let result = seq.call_method1(name, PyTuple::new(py, a)?)?;
                 Ok(self.constant(&result))
             }
@@ -559,12 +795,23 @@ impl<'py> Tracer<'py> {
     }
 
     /// Records one graph node, running the operation on fake tensors for its result.
-    pub fn graph_call(&mut self, op: Op, name: &str, args: Vec<VarId>, kwargs: Vec<(String, VarId)>) -> CResult<VarId> {
+    pub fn graph_call(
+        &mut self,
+        op: Op,
+        name: &str,
+        args: Vec<VarId>,
+        kwargs: Vec<(String, VarId)>,
+    ) -> CResult<VarId> {
         let py = self.py;
         if self.in_try {
-            return unsupported(format!("the tensor operation {name} inside a try block or with statement"));
+            return unsupported(format!(
+                "the tensor operation {name} inside a try block or with statement"
+            ));
         }
-        let fake_args = args.iter().map(|&a| self.fake_value(a)).collect::<CResult<Vec<_>>>()?;
+        let fake_args = args
+            .iter()
+            .map(|&a| self.fake_value(a))
+            .collect::<CResult<Vec<_>>>()?;
         let fake_kwargs = PyDict::new(py);
         for (k, v) in &kwargs {
             fake_kwargs.set_item(k, self.fake_value(*v)?)?;
@@ -574,20 +821,48 @@ impl<'py> Tracer<'py> {
             Op::CallMethod(m) => pyo3::types::PyString::new(py, m).into_any(),
             Op::Placeholder => return unsupported("internal: placeholder as a call"),
         };
-        let result = match self.h.run_fake.call1((&self.fake_mode, &target, PyTuple::new(py, fake_args)?, fake_kwargs)) {
+        let result = match self.h.run_fake.call1((
+            &self.fake_mode,
+            &target,
+            PyTuple::new(py, fake_args)?,
+            fake_kwargs,
+        )) {
             Ok(r) => r,
             Err(err) => return unsupported(format!("{name} failed on fake tensors: {err}")),
         };
-        let graph_args = args.iter().map(|&a| self.graph_arg(a)).collect::<CResult<Vec<_>>>()?;
-        let graph_kwargs = kwargs.iter().map(|(k, v)| Ok((k.clone(), self.graph_arg(*v)?))).collect::<CResult<Vec<_>>>()?;
-        let node = self.graph.add(op, name, graph_args, graph_kwargs, OwnedRef::from_bound(&result));
+        let graph_args = args
+            .iter()
+            .map(|&a| self.graph_arg(a))
+            .collect::<CResult<Vec<_>>>()?;
+        let graph_kwargs = kwargs
+            .iter()
+            .map(|(k, v)| Ok((k.clone(), self.graph_arg(*v)?)))
+            .collect::<CResult<Vec<_>>>()?;
+        let node = self.graph.add(
+            op,
+            name,
+            graph_args,
+            graph_kwargs,
+            OwnedRef::from_bound(&result),
+        );
         self.wrap_node_result(node, &result, name)
     }
 
-    fn wrap_node_result(&mut self, node: super::graph::NodeId, result: &Bound<'py, PyAny>, name: &str) -> CResult<VarId> {
+    fn wrap_node_result(
+        &mut self,
+        node: super::graph::NodeId,
+        result: &Bound<'py, PyAny>,
+        name: &str,
+    ) -> CResult<VarId> {
         let py = self.py;
         if result.is_instance(&self.h.tensor_type)? {
-            return Ok(self.add(VarKind::Tensor { node, fake: OwnedRef::from_bound(result) }, None));
+            return Ok(self.add(
+                VarKind::Tensor {
+                    node,
+                    fake: OwnedRef::from_bound(result),
+                },
+                None,
+            ));
         }
         if result.is_instance(&self.h.tuple_type)? || result.is_instance(&self.h.list_type)? {
             let getitem = self.h.operator.getattr("getitem")?;
@@ -605,10 +880,31 @@ impl<'py> Tracer<'py> {
                     Vec::new(),
                     OwnedRef::from_bound(&item),
                 );
-                items.push(self.add(VarKind::Tensor { node: child, fake: OwnedRef::from_bound(&item) }, None));
+                items.push(self.add(
+                    VarKind::Tensor {
+                        node: child,
+                        fake: OwnedRef::from_bound(&item),
+                    },
+                    None,
+                ));
             }
-            let kind = if result.is_instance(&self.h.list_type)? { VarKind::List(items) } else { VarKind::Tuple(items) };
-            return Ok(self.add(kind, None));
+            let kind = if result.is_instance(&self.h.list_type)? {
+                VarKind::List(items)
+            } else {
+                VarKind::Tuple(items)
+            };
+            let id = self.add(kind, None);
+            // Named results (torch.return_types) keep their field names.
+            let fields = result
+                .get_type()
+                .getattr("__match_args__")
+                .or_else(|_| result.get_type().getattr("_fields"));
+            if let Ok(fields) = fields {
+                if let Ok(names) = fields.extract::<Vec<String>>() {
+                    self.tuple_fields.insert(id, names);
+                }
+            }
+            return Ok(id);
         }
         if self.h.is_constant(result)? {
             // Metadata-only results (sizes, dtypes) are fixed by the tensor guards.
@@ -622,8 +918,22 @@ impl<'py> Tracer<'py> {
         let py = self.py;
         Ok(match self.kind(id) {
             VarKind::Tensor { fake, .. } => fake.bind(py).clone(),
-            VarKind::Tuple(items) => PyTuple::new(py, items.iter().map(|&i| self.fake_value(i)).collect::<CResult<Vec<_>>>()?)?.into_any(),
-            VarKind::List(items) => pyo3::types::PyList::new(py, items.iter().map(|&i| self.fake_value(i)).collect::<CResult<Vec<_>>>()?)?.into_any(),
+            VarKind::Tuple(items) => PyTuple::new(
+                py,
+                items
+                    .iter()
+                    .map(|&i| self.fake_value(i))
+                    .collect::<CResult<Vec<_>>>()?,
+            )?
+            .into_any(),
+            VarKind::List(items) => pyo3::types::PyList::new(
+                py,
+                items
+                    .iter()
+                    .map(|&i| self.fake_value(i))
+                    .collect::<CResult<Vec<_>>>()?,
+            )?
+            .into_any(),
             VarKind::Dict(entries) => {
                 let d = PyDict::new(py);
                 for (k, v) in entries {
@@ -640,9 +950,24 @@ impl<'py> Tracer<'py> {
     pub fn graph_arg(&self, id: VarId) -> CResult<Arg> {
         Ok(match self.kind(id) {
             VarKind::Tensor { node, .. } => Arg::Node(*node),
-            VarKind::Tuple(items) => Arg::Tuple(items.iter().map(|&i| self.graph_arg(i)).collect::<CResult<_>>()?),
-            VarKind::List(items) => Arg::List(items.iter().map(|&i| self.graph_arg(i)).collect::<CResult<_>>()?),
-            VarKind::Dict(entries) => Arg::Dict(entries.iter().map(|(k, v)| Ok((k.clone(), self.graph_arg(*v)?))).collect::<CResult<_>>()?),
+            VarKind::Tuple(items) => Arg::Tuple(
+                items
+                    .iter()
+                    .map(|&i| self.graph_arg(i))
+                    .collect::<CResult<_>>()?,
+            ),
+            VarKind::List(items) => Arg::List(
+                items
+                    .iter()
+                    .map(|&i| self.graph_arg(i))
+                    .collect::<CResult<_>>()?,
+            ),
+            VarKind::Dict(entries) => Arg::Dict(
+                entries
+                    .iter()
+                    .map(|(k, v)| Ok((k.clone(), self.graph_arg(*v)?)))
+                    .collect::<CResult<_>>()?,
+            ),
             VarKind::Const(v) => Arg::Const(v.clone()),
             VarKind::Object(v) => Arg::Const(v.clone()),
             other => return unsupported(format!("{} as a graph argument", kind_name(other))),
@@ -657,7 +982,10 @@ impl<'py> Tracer<'py> {
             VarKind::Iter { items, next } => Ok(items[*next..].to_vec()),
             VarKind::Dict(entries) => {
                 let keys: Vec<OwnedRef> = entries.iter().map(|(k, _)| k.clone()).collect();
-                Ok(keys.iter().map(|k| self.add(VarKind::Const(k.clone()), None)).collect())
+                Ok(keys
+                    .iter()
+                    .map(|k| self.add(VarKind::Const(k.clone()), None))
+                    .collect())
             }
             VarKind::Const(v) => {
                 let v = v.bind(py).clone();
@@ -696,13 +1024,19 @@ impl<'py> Tracer<'py> {
                 let key = key?;
                 let child = modules.get_item(&key)?;
                 let child_source = source.as_ref().map(|s| {
-                    Rc::new(Source::Item(Rc::new(Source::Attr(s.clone(), "_modules".into())), super::source::ItemKey::Str(key.to_string())))
+                    Rc::new(Source::Item(
+                        Rc::new(Source::Attr(s.clone(), "_modules".into())),
+                        super::source::ItemKey::Str(key.to_string()),
+                    ))
                 });
                 out.push(self.wrap(&child, child_source)?);
             }
             return Ok(out);
         }
-        if matches!(type_name.as_str(), "odict_values" | "dict_values" | "dict_keys" | "odict_keys") {
+        if matches!(
+            type_name.as_str(),
+            "odict_values" | "dict_values" | "dict_keys" | "odict_keys"
+        ) {
             let mut out = Vec::new();
             for item in obj.try_iter()? {
                 out.push(self.wrap(&item?, None)?);
@@ -714,7 +1048,12 @@ impl<'py> Tracer<'py> {
     }
 
     /// Calls a pure builtin at trace time, with the tracker-aware cases first.
-    fn call_builtin(&mut self, func: &Bound<'py, PyAny>, args: Vec<VarId>, kwargs: Vec<(String, VarId)>) -> CResult<VarId> {
+    fn call_builtin(
+        &mut self,
+        func: &Bound<'py, PyAny>,
+        args: Vec<VarId>,
+        kwargs: Vec<(String, VarId)>,
+    ) -> CResult<VarId> {
         let py = self.py;
         let h = self.h.clone();
         let b = &h.builtins;
@@ -759,14 +1098,44 @@ impl<'py> Tracer<'py> {
                 (false, None) => unsupported(format!("getattr() of a missing attribute {attr:?}")),
             };
         }
-        if (is("tuple") || is("list")) && args.len() == 1 && kwargs.is_empty() && !matches!(self.kind(args[0]), VarKind::Const(_)) {
+        if (is("tuple") || is("list"))
+            && args.len() == 1
+            && kwargs.is_empty()
+            && !matches!(self.kind(args[0]), VarKind::Const(_))
+        {
             let items = self.items_of(args[0])?;
-            let kind = if is("tuple") { VarKind::Tuple(items) } else { VarKind::List(items) };
+            let kind = if is("tuple") {
+                VarKind::Tuple(items)
+            } else {
+                VarKind::List(items)
+            };
             return Ok(self.add(kind, None));
         }
+        let tracker_aware = [
+            "len",
+            "isinstance",
+            "issubclass",
+            "getattr",
+            "hasattr",
+            "tuple",
+            "list",
+            "enumerate",
+            "zip",
+        ];
+        if tracker_aware.iter().any(|n| is(n))
+            && kwargs
+                .iter()
+                .any(|(k, _)| !(is("enumerate") && k == "start"))
+        {
+            return unsupported(format!("keyword arguments to {name}()"));
+        }
         if is("enumerate") && !args.is_empty() {
-            let start: i64 = match args.get(1) {
-                Some(&s) => self.python_value(s)?.extract()?,
+            let start_var = args
+                .get(1)
+                .copied()
+                .or_else(|| kwargs.iter().find(|(k, _)| k == "start").map(|(_, v)| *v));
+            let start: i64 = match start_var {
+                Some(s) => self.python_value(s)?.extract()?,
                 None => 0,
             };
             let items = self.items_of(args[0])?;
@@ -775,23 +1144,58 @@ impl<'py> Tracer<'py> {
                 let index = self.constant(&(start + i as i64).into_pyobject(py)?.into_any());
                 pairs.push(self.add(VarKind::Tuple(vec![index, item]), None));
             }
-            return Ok(self.add(VarKind::Iter { items: pairs, next: 0 }, None));
+            return Ok(self.add(
+                VarKind::Iter {
+                    items: pairs,
+                    next: 0,
+                },
+                None,
+            ));
         }
         if is("zip") && kwargs.is_empty() {
-            let lists = args.iter().map(|&a| self.items_of(a)).collect::<CResult<Vec<_>>>()?;
+            let lists = args
+                .iter()
+                .map(|&a| self.items_of(a))
+                .collect::<CResult<Vec<_>>>()?;
             let n = lists.iter().map(Vec::len).min().unwrap_or(0);
             let mut tuples = Vec::new();
             for i in 0..n {
                 let items = lists.iter().map(|l| l[i]).collect();
                 tuples.push(self.add(VarKind::Tuple(items), None));
             }
-            return Ok(self.add(VarKind::Iter { items: tuples, next: 0 }, None));
+            return Ok(self.add(
+                VarKind::Iter {
+                    items: tuples,
+                    next: 0,
+                },
+                None,
+            ));
+        }
+        if is("sum")
+            && (1..=2).contains(&args.len())
+            && kwargs.is_empty()
+            && self.any_tensor(&args, &kwargs)
+        {
+            // `sum(items, start)` adds left to right, starting from `start` (0), as Python does.
+            let items = self.items_of(args[0])?;
+            let add = self.h.operator.getattr("add")?;
+            let mut total = match args.get(1) {
+                Some(&start) => start,
+                None => self.constant(&0i64.into_pyobject(py)?.into_any()),
+            };
+            for item in items {
+                total = self.apply_operator(&add, vec![total, item])?;
+            }
+            return Ok(total);
         }
         if self.any_tensor(&args, &kwargs) {
             return unsupported(format!("{name}() with tensor arguments"));
         }
         // Everything else is evaluated on the real values.
-        let a = args.iter().map(|&v| self.python_value(v)).collect::<CResult<Vec<_>>>()?;
+        let a = args
+            .iter()
+            .map(|&v| self.python_value(v))
+            .collect::<CResult<Vec<_>>>()?;
         let k = PyDict::new(py);
         for (name, v) in &kwargs {
             k.set_item(name, self.python_value(*v)?)?;
@@ -800,8 +1204,13 @@ impl<'py> Tracer<'py> {
             Ok(r) => r,
             Err(err) => return unsupported(format!("{name}() raised {err} while tracing")),
         };
+        if result.is_instance(&self.h.tensor_type)? {
+            return unsupported(format!("{name}() made a tensor outside the graph"));
+        }
         self.wrap(&result, None).or_else(|e| match e {
-            CaptureError::Unsupported(_) => Ok(self.add(VarKind::Object(OwnedRef::from_bound(&result)), None)),
+            CaptureError::Unsupported(_) => {
+                Ok(self.add(VarKind::Object(OwnedRef::from_bound(&result)), None))
+            }
             other => Err(other),
         })
     }
@@ -811,12 +1220,21 @@ impl<'py> Tracer<'py> {
 const DEFAULT_MARK: i64 = 1 << 40;
 
 pub fn function_name(obj: &Bound<'_, PyAny>) -> String {
-    obj.getattr("__name__").map(|n| n.to_string()).unwrap_or_else(|_| "call".into())
+    obj.getattr("__name__")
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "call".into())
 }
 
 pub fn describe(obj: &Bound<'_, PyAny>) -> String {
-    let type_name = obj.get_type().name().map(|n| n.to_string()).unwrap_or_default();
-    match obj.getattr("__qualname__").or_else(|_| obj.getattr("__name__")) {
+    let type_name = obj
+        .get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_default();
+    match obj
+        .getattr("__qualname__")
+        .or_else(|_| obj.getattr("__name__"))
+    {
         Ok(name) => format!("{name} ({type_name})"),
         Err(_) => format!("a {type_name} object"),
     }

@@ -4,15 +4,24 @@
 use dynamo_bytecode::{Instruction, Opcode};
 use pyo3::prelude::*;
 
-use super::translator::{kind_name, unsupported, CResult, FrameState, Flow, Tracer};
+use super::translator::{kind_name, unsupported, CResult, Flow, FrameState, Tracer};
 use super::vars::VarKind;
 
 impl<'py> Tracer<'py> {
-    pub(super) fn op_branch(&mut self, f: &mut FrameState<'py>, ins: &Instruction) -> CResult<Flow> {
+    pub(super) fn op_branch(
+        &mut self,
+        f: &mut FrameState<'py>,
+        ins: &Instruction,
+    ) -> CResult<Flow> {
         let Some(target) = ins.jump_target() else {
             return unsupported("a jump without a target");
         };
-        let value = *f.stack.last().ok_or(super::translator::CaptureError::Unsupported("empty stack at a branch".into()))?;
+        let value = *f
+            .stack
+            .last()
+            .ok_or(super::translator::CaptureError::Unsupported(
+                "empty stack at a branch".into(),
+            ))?;
         let taken = match ins.opcode {
             Opcode::PopJumpIfNone | Opcode::PopJumpIfNotNone => {
                 let is_none = match self.kind(value) {
@@ -27,7 +36,10 @@ impl<'py> Tracer<'py> {
                 matches!(ins.opcode, Opcode::PopJumpIfTrue | Opcode::JumpIfTrueOrPop) == truth
             }
         };
-        let keeps_value = matches!(ins.opcode, Opcode::JumpIfFalseOrPop | Opcode::JumpIfTrueOrPop);
+        let keeps_value = matches!(
+            ins.opcode,
+            Opcode::JumpIfFalseOrPop | Opcode::JumpIfTrueOrPop
+        );
         if !(keeps_value && taken) {
             f.stack.pop();
         }
@@ -50,8 +62,17 @@ impl<'py> Tracer<'py> {
         Ok(Flow::Continue)
     }
 
-    pub(super) fn op_for_iter(&mut self, f: &mut FrameState<'py>, ins: &Instruction) -> CResult<Flow> {
-        let iter = *f.stack.last().ok_or(super::translator::CaptureError::Unsupported("FOR_ITER on an empty stack".into()))?;
+    pub(super) fn op_for_iter(
+        &mut self,
+        f: &mut FrameState<'py>,
+        ins: &Instruction,
+    ) -> CResult<Flow> {
+        let iter = *f
+            .stack
+            .last()
+            .ok_or(super::translator::CaptureError::Unsupported(
+                "FOR_ITER on an empty stack".into(),
+            ))?;
         let next = match &mut self.vars[iter.0 as usize].kind {
             VarKind::Iter { items, next } => {
                 let item = items.get(*next).copied();

@@ -8,13 +8,18 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use super::source::Source;
-use super::translator::{unsupported, CResult, FrameState, Flow, Tracer};
+use super::translator::{unsupported, CResult, Flow, FrameState, Tracer};
 use super::vars::{Cell, VarId, VarKind};
 use crate::eval_frame::owned::OwnedRef;
 
 impl<'py> Tracer<'py> {
     pub(super) fn op_copy(&mut self, f: &mut FrameState<'py>, n: u32) -> CResult<Flow> {
-        let Some(&value) = f.stack.len().checked_sub(n as usize).and_then(|i| f.stack.get(i)) else {
+        let Some(&value) = f
+            .stack
+            .len()
+            .checked_sub(n as usize)
+            .and_then(|i| f.stack.get(i))
+        else {
             return unsupported("COPY past the bottom of the stack");
         };
         f.stack.push(value);
@@ -36,7 +41,10 @@ impl<'py> Tracer<'py> {
                 f.stack.push(value);
                 Ok(Flow::Continue)
             }
-            None => unsupported(format!("reads the unbound local {:?}", f.slot_names.get(i as usize))),
+            None => unsupported(format!(
+                "reads the unbound local {:?}",
+                f.slot_names.get(i as usize)
+            )),
         }
     }
 
@@ -87,7 +95,11 @@ impl<'py> Tracer<'py> {
         Ok(Flow::Continue)
     }
 
-    fn lookup_builtin(&self, builtins: &Bound<'py, PyAny>, name: &str) -> PyResult<Option<Bound<'py, PyAny>>> {
+    fn lookup_builtin(
+        &self,
+        builtins: &Bound<'py, PyAny>,
+        name: &str,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
         match builtins.cast::<PyDict>() {
             Ok(d) => d.get_item(name),
             Err(_) => Ok(builtins.getattr(name).ok()),
@@ -133,53 +145,105 @@ impl<'py> Tracer<'py> {
                     let func = attr.getattr("__func__")?;
                     if let Some(s) = self.source(obj) {
                         // The method's code is fixed by the receiver's class.
-                        self.guards.add(s, super::guards::GuardKind::Type(OwnedRef::from_bound(value.get_type().as_any())));
+                        self.guards.add(
+                            s,
+                            super::guards::GuardKind::Type(OwnedRef::from_bound(
+                                value.get_type().as_any(),
+                            )),
+                        );
                     }
                     return Ok(self.add(
-                        VarKind::Method { receiver: obj, name: name.to_string(), func: Some(OwnedRef::from_bound(&func)) },
+                        VarKind::Method {
+                            receiver: obj,
+                            name: name.to_string(),
+                            func: Some(OwnedRef::from_bound(&func)),
+                        },
                         None,
                     ));
                 }
-                let source = self.source(obj).map(|s| Rc::new(Source::Attr(s, name.to_string())));
+                let source = self
+                    .source(obj)
+                    .map(|s| Rc::new(Source::Attr(s, name.to_string())));
                 if source.is_none() && attr.is_instance(&self.h.tensor_type)? {
-                    return unsupported(format!("reads tensor attribute {name:?} of an object with no source"));
+                    return unsupported(format!(
+                        "reads tensor attribute {name:?} of an object with no source"
+                    ));
                 }
                 self.wrap(&attr, source)
             }
-            VarKind::Tuple(_) | VarKind::List(_) | VarKind::Dict(_) => {
-                Ok(self.add(VarKind::Method { receiver: obj, name: name.to_string(), func: None }, None))
+            VarKind::Tuple(items)
+                if self
+                    .tuple_fields
+                    .get(&obj)
+                    .is_some_and(|f| f.iter().any(|n| n == name)) =>
+            {
+                let fields = &self.tuple_fields[&obj];
+                let at = fields.iter().position(|n| n == name).expect("checked");
+                match items.get(at) {
+                    Some(&item) => Ok(item),
+                    None => unsupported(format!("named field {name} out of range")),
+                }
             }
+            VarKind::Tuple(_) | VarKind::List(_) | VarKind::Dict(_) => Ok(self.add(
+                VarKind::Method {
+                    receiver: obj,
+                    name: name.to_string(),
+                    func: None,
+                },
+                None,
+            )),
             VarKind::Super { cls, receiver } => {
                 let (cls, receiver) = (cls.bind(py).clone(), *receiver);
                 let Some(real_receiver) = self.real(receiver) else {
                     return unsupported("super() on a value without a Python object");
                 };
-                let sup = py.import("builtins")?.getattr("super")?.call1((cls, &real_receiver))?;
+                let sup = py
+                    .import("builtins")?
+                    .getattr("super")?
+                    .call1((cls, &real_receiver))?;
                 let attr = match sup.getattr(name) {
                     Ok(a) => a,
                     Err(err) => return unsupported(format!("super().{name} raised {err}")),
                 };
-                if attr.is_instance(&self.h.method_type)? && attr.getattr("__self__")?.is(&real_receiver) {
+                if attr.is_instance(&self.h.method_type)?
+                    && attr.getattr("__self__")?.is(&real_receiver)
+                {
                     let func = attr.getattr("__func__")?;
                     return Ok(self.add(
-                        VarKind::Method { receiver, name: name.to_string(), func: Some(OwnedRef::from_bound(&func)) },
+                        VarKind::Method {
+                            receiver,
+                            name: name.to_string(),
+                            func: Some(OwnedRef::from_bound(&func)),
+                        },
                         None,
                     ));
                 }
                 self.wrap(&attr, None)
             }
-            other => unsupported(format!("attribute {name:?} of {}", super::translator::kind_name(other))),
+            other => unsupported(format!(
+                "attribute {name:?} of {}",
+                super::translator::kind_name(other)
+            )),
         }
     }
 
     /// Attributes of a symbolic tensor: metadata is constant (shapes are static), methods stay
     /// bound to the tensor.
-    fn tensor_attr(&mut self, tensor: VarId, fake: &Bound<'py, PyAny>, name: &str) -> CResult<VarId> {
+    fn tensor_attr(
+        &mut self,
+        tensor: VarId,
+        fake: &Bound<'py, PyAny>,
+        name: &str,
+    ) -> CResult<VarId> {
         match name {
-            "shape" | "dtype" | "device" | "ndim" | "is_cuda" | "is_sparse" | "layout" | "is_quantized"
-            | "is_meta" | "is_nested" => {
+            "shape" | "dtype" | "device" | "ndim" | "is_cuda" | "is_sparse" | "layout"
+            | "is_quantized" | "is_meta" | "is_nested" => {
                 let value = fake.getattr(name)?;
-                let value = if name == "device" { self.real_device(tensor, value)? } else { value };
+                let value = if name == "device" {
+                    self.real_device(tensor, value)?
+                } else {
+                    value
+                };
                 Ok(self.constant(&value))
             }
             "requires_grad" => {
@@ -191,7 +255,14 @@ impl<'py> Tracer<'py> {
             }
             _ => {
                 if fake.getattr(name).map(|a| a.is_callable()).unwrap_or(false) {
-                    Ok(self.add(VarKind::Method { receiver: tensor, name: name.to_string(), func: None }, None))
+                    Ok(self.add(
+                        VarKind::Method {
+                            receiver: tensor,
+                            name: name.to_string(),
+                            func: None,
+                        },
+                        None,
+                    ))
                 } else {
                     unsupported(format!("the tensor attribute .{name}"))
                 }
@@ -207,7 +278,8 @@ impl<'py> Tracer<'py> {
     pub(super) fn op_make_cell(&mut self, f: &mut FrameState<'py>, i: u32) -> CResult<Flow> {
         let slot = i as usize;
         let initial = f.locals.get(slot).copied().flatten();
-        f.cells.insert(slot, Cell::Traced(Rc::new(RefCell::new(initial))));
+        f.cells
+            .insert(slot, Cell::Traced(Rc::new(RefCell::new(initial))));
         Ok(Flow::Continue)
     }
 

@@ -18,7 +18,12 @@ pub enum Source {
     Local(String),
     /// `name` looked up in `globals`, then in `builtins`. `root` says whether `globals` are
     /// the compiled frame's own, which its code can load with `LOAD_GLOBAL`.
-    Global { globals: OwnedRef, builtins: OwnedRef, name: String, root: bool },
+    Global {
+        globals: OwnedRef,
+        builtins: OwnedRef,
+        name: String,
+        root: bool,
+    },
     /// The contents of a closure cell of an inlined function (the cell itself is kept).
     Cell(OwnedRef),
     Attr(Rc<Source>, String),
@@ -31,7 +36,15 @@ impl Source {
     pub fn graph_name(&self) -> String {
         let mut name = self.path();
         name.push('_');
-        name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect()
+        name.chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '_' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect()
     }
 
     fn path(&self) -> String {

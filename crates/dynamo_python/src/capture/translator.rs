@@ -101,6 +101,8 @@ pub struct Tracer<'py> {
     pub location_stack: Vec<String>,
     /// Whether the instruction being translated is covered by an exception handler.
     pub in_try: bool,
+    /// Field names of tuples that came from named tuples (`torch.topk(...).values`).
+    pub tuple_fields: HashMap<VarId, Vec<String>>,
 }
 
 impl<'py> Tracer<'py> {
@@ -119,6 +121,7 @@ impl<'py> Tracer<'py> {
             depth: 0,
             location_stack: Vec::new(),
             in_try: false,
+            tuple_fields: HashMap::new(),
         })
     }
 
@@ -158,11 +161,17 @@ impl<'py> Tracer<'py> {
         Ok(match self.kind(id) {
             VarKind::Const(v) | VarKind::Object(v) => v.bind(py).clone(),
             VarKind::Tuple(items) => {
-                let items = items.iter().map(|&i| self.python_value(i)).collect::<CResult<Vec<_>>>()?;
+                let items = items
+                    .iter()
+                    .map(|&i| self.python_value(i))
+                    .collect::<CResult<Vec<_>>>()?;
                 PyTuple::new(py, items)?.into_any()
             }
             VarKind::List(items) => {
-                let items = items.iter().map(|&i| self.python_value(i)).collect::<CResult<Vec<_>>>()?;
+                let items = items
+                    .iter()
+                    .map(|&i| self.python_value(i))
+                    .collect::<CResult<Vec<_>>>()?;
                 pyo3::types::PyList::new(py, items)?.into_any()
             }
             VarKind::Dict(entries) => {
@@ -172,7 +181,9 @@ impl<'py> Tracer<'py> {
                 }
                 d.into_any()
             }
-            VarKind::Tensor { .. } => return unsupported("a tensor used where a Python value is needed"),
+            VarKind::Tensor { .. } => {
+                return unsupported("a tensor used where a Python value is needed")
+            }
             other => return unsupported(format!("{} used as a Python value", kind_name(other))),
         })
     }
@@ -180,7 +191,9 @@ impl<'py> Tracer<'py> {
     pub fn contains_tensor(&self, id: VarId) -> bool {
         match self.kind(id) {
             VarKind::Tensor { .. } => true,
-            VarKind::Tuple(items) | VarKind::List(items) => items.iter().any(|&i| self.contains_tensor(i)),
+            VarKind::Tuple(items) | VarKind::List(items) => {
+                items.iter().any(|&i| self.contains_tensor(i))
+            }
             VarKind::Dict(entries) => entries.iter().any(|(_, v)| self.contains_tensor(*v)),
             _ => false,
         }
@@ -190,7 +203,11 @@ impl<'py> Tracer<'py> {
     /// the trace valid: tensors become graph inputs, constants are guarded by value,
     /// containers by type and length (their items by their own guards), other objects by
     /// identity.
-    pub fn wrap(&mut self, value: &Bound<'py, PyAny>, source: Option<Rc<Source>>) -> CResult<VarId> {
+    pub fn wrap(
+        &mut self,
+        value: &Bound<'py, PyAny>,
+        source: Option<Rc<Source>>,
+    ) -> CResult<VarId> {
         let h = self.h.clone();
         if value.is_instance(&h.tensor_type)? {
             let Some(source) = source else {
@@ -200,7 +217,8 @@ impl<'py> Tracer<'py> {
         }
         if h.is_constant(value)? {
             if let Some(s) = &source {
-                self.guards.add(s.clone(), GuardKind::Equals(OwnedRef::from_bound(value)));
+                self.guards
+                    .add(s.clone(), GuardKind::Equals(OwnedRef::from_bound(value)));
             }
             return Ok(self.add(VarKind::Const(OwnedRef::from_bound(value)), source));
         }
@@ -209,15 +227,24 @@ impl<'py> Tracer<'py> {
         if exact_tuple || exact_list {
             let len = value.len()?;
             if let Some(s) = &source {
-                self.guards.add(s.clone(), GuardKind::Type(OwnedRef::from_bound(value.get_type().as_any())));
+                self.guards.add(
+                    s.clone(),
+                    GuardKind::Type(OwnedRef::from_bound(value.get_type().as_any())),
+                );
                 self.guards.add(s.clone(), GuardKind::Len(len));
             }
             let mut items = Vec::with_capacity(len);
             for (i, item) in value.try_iter()?.enumerate() {
-                let item_source = source.as_ref().map(|s| Rc::new(Source::Item(s.clone(), ItemKey::Int(i as i64))));
+                let item_source = source
+                    .as_ref()
+                    .map(|s| Rc::new(Source::Item(s.clone(), ItemKey::Int(i as i64))));
                 items.push(self.wrap(&item?, item_source)?);
             }
-            let kind = if exact_tuple { VarKind::Tuple(items) } else { VarKind::List(items) };
+            let kind = if exact_tuple {
+                VarKind::Tuple(items)
+            } else {
+                VarKind::List(items)
+            };
             return Ok(self.add(kind, source));
         }
         if value.get_type().is(&h.dict_type) {
@@ -225,14 +252,24 @@ impl<'py> Tracer<'py> {
             let keys: Vec<Bound<'py, PyAny>> = dict.keys().iter().collect();
             if keys.iter().all(|k| h.is_constant(k).unwrap_or(false)) {
                 if let Some(s) = &source {
-                    self.guards.add(s.clone(), GuardKind::Type(OwnedRef::from_bound(value.get_type().as_any())));
-                    self.guards.add(s.clone(), GuardKind::Keys(OwnedRef::from_bound(PyTuple::new(self.py, &keys)?.as_any())));
+                    self.guards.add(
+                        s.clone(),
+                        GuardKind::Type(OwnedRef::from_bound(value.get_type().as_any())),
+                    );
+                    self.guards.add(
+                        s.clone(),
+                        GuardKind::Keys(OwnedRef::from_bound(
+                            PyTuple::new(self.py, &keys)?.as_any(),
+                        )),
+                    );
                 }
                 let mut entries = Vec::with_capacity(keys.len());
                 for key in keys {
                     let item = dict.get_item(&key)?.expect("key from this dict");
                     let item_key = match key.extract::<i64>() {
-                        Ok(i) if !key.is_instance_of::<pyo3::types::PyBool>() => Some(ItemKey::Int(i)),
+                        Ok(i) if !key.is_instance_of::<pyo3::types::PyBool>() => {
+                            Some(ItemKey::Int(i))
+                        }
                         _ => key.extract::<String>().ok().map(ItemKey::Str),
                     };
                     let item_source = match (&source, item_key) {
@@ -246,7 +283,8 @@ impl<'py> Tracer<'py> {
             }
         }
         if let Some(s) = &source {
-            self.guards.add(s.clone(), GuardKind::Id(OwnedRef::from_bound(value)));
+            self.guards
+                .add(s.clone(), GuardKind::Id(OwnedRef::from_bound(value)));
         }
         Ok(self.add(VarKind::Object(OwnedRef::from_bound(value)), source))
     }
@@ -258,17 +296,41 @@ impl<'py> Tracer<'py> {
             return Ok(existing);
         }
         let fake = self.h.to_fake.call1((&self.fake_mode, value))?;
-        let node = self.graph.add(Op::Placeholder, &name, Vec::new(), Vec::new(), OwnedRef::from_bound(&fake));
-        self.guards.add(source.clone(), GuardKind::Tensor(OwnedRef::from_bound(value)));
-        self.inputs.push(GraphInput { node, source: source.clone(), example: OwnedRef::from_bound(value) });
-        let id = self.add(VarKind::Tensor { node, fake: OwnedRef::from_bound(&fake) }, Some(source));
+        let node = self.graph.add(
+            Op::Placeholder,
+            &name,
+            Vec::new(),
+            Vec::new(),
+            OwnedRef::from_bound(&fake),
+        );
+        self.guards.add(
+            source.clone(),
+            GuardKind::Tensor(OwnedRef::from_bound(value)),
+        );
+        self.inputs.push(GraphInput {
+            node,
+            source: source.clone(),
+            example: OwnedRef::from_bound(value),
+        });
+        let id = self.add(
+            VarKind::Tensor {
+                node,
+                fake: OwnedRef::from_bound(&fake),
+            },
+            Some(source),
+        );
         self.input_by_name.insert(name, id);
         Ok(id)
     }
 
     /// Translates `frame` until it returns.
     pub fn run(&mut self, frame: &mut FrameState<'py>) -> CResult<VarId> {
-        self.location_stack.push(format!("{} ({}:{})", frame.qualname, frame.filename, frame.lines.first().copied().flatten().unwrap_or(0)));
+        self.location_stack.push(format!(
+            "{} ({}:{})",
+            frame.qualname,
+            frame.filename,
+            frame.lines.first().copied().flatten().unwrap_or(0)
+        ));
         let result = loop {
             let Some(instruction) = frame.instructions.get(frame.pc).copied() else {
                 break unsupported("ran past the end of the code");
@@ -296,7 +358,12 @@ impl<'py> Tracer<'py> {
 
     /// Where the translator is: the innermost frame first, then the frames it was inlined from.
     pub fn location(&self) -> String {
-        let mut parts: Vec<&str> = self.location_stack.iter().rev().map(String::as_str).collect();
+        let mut parts: Vec<&str> = self
+            .location_stack
+            .iter()
+            .rev()
+            .map(String::as_str)
+            .collect();
         if parts.is_empty() {
             return "<unknown>".into();
         }
@@ -353,7 +420,12 @@ impl<'py> Tracer<'py> {
             LoadDeref => self.op_load_deref(f, arg),
             StoreDeref => self.op_store_deref(f, arg),
             KwNames => {
-                f.kw_names = Some(f.consts.get_item(arg as usize)?.cast_into::<PyTuple>().map_err(PyErr::from)?);
+                f.kw_names = Some(
+                    f.consts
+                        .get_item(arg as usize)?
+                        .cast_into::<PyTuple>()
+                        .map_err(PyErr::from)?,
+                );
                 Ok(Flow::Continue)
             }
             Call => self.op_call(f, arg),
@@ -391,20 +463,21 @@ impl<'py> Tracer<'py> {
                 f.pc = ins.jump_target().map_or(f.pc, |t| t.index());
                 Ok(Flow::Continue)
             }
-            PopJumpIfFalse | PopJumpIfTrue | PopJumpIfNone | PopJumpIfNotNone | JumpIfFalseOrPop
-            | JumpIfTrueOrPop => self.op_branch(f, ins),
+            PopJumpIfFalse | PopJumpIfTrue | PopJumpIfNone | PopJumpIfNotNone
+            | JumpIfFalseOrPop | JumpIfTrueOrPop => self.op_branch(f, ins),
             ReturnValue => {
                 let value = self.pop(f)?;
                 Ok(Flow::Return(value))
             }
             // Not traced yet: the frame runs eagerly.
             GetLen | MatchMapping | MatchSequence | MatchKeys | PushExcInfo | CheckExcMatch
-            | CheckEgMatch | WithExceptStart | GetAiter | GetAnext | BeforeAsyncWith | BeforeWith
-            | EndAsyncFor | DeleteSubscr | GetYieldFromIter | PrintExpr | LoadBuildClass
-            | LoadAssertionError | ReturnGenerator | ImportStar | SetupAnnotations | YieldValue
-            | AsyncGenWrap | PrepReraiseStar | PopExcept | StoreName | DeleteName | StoreAttr
-            | DeleteAttr | StoreGlobal | DeleteGlobal | LoadName | BuildSet | Reraise | Send | RaiseVarargs | GetAwaitable | DeleteDeref | SetAdd
-            | SetUpdate | LoadClassderef | MatchClass => {
+            | CheckEgMatch | WithExceptStart | GetAiter | GetAnext | BeforeAsyncWith
+            | BeforeWith | EndAsyncFor | DeleteSubscr | GetYieldFromIter | PrintExpr
+            | LoadBuildClass | LoadAssertionError | ReturnGenerator | ImportStar
+            | SetupAnnotations | YieldValue | AsyncGenWrap | PrepReraiseStar | PopExcept
+            | StoreName | DeleteName | StoreAttr | DeleteAttr | StoreGlobal | DeleteGlobal
+            | LoadName | BuildSet | Reraise | Send | RaiseVarargs | GetAwaitable | DeleteDeref
+            | SetAdd | SetUpdate | LoadClassderef | MatchClass => {
                 unsupported(format!("the {} instruction", ins.opcode.name()))
             }
         }
@@ -414,7 +487,9 @@ impl<'py> Tracer<'py> {
     pub fn enter_depth(&mut self) -> CResult<()> {
         self.depth += 1;
         if self.depth > MAX_INLINE_DEPTH {
-            return unsupported(format!("calls nested deeper than {MAX_INLINE_DEPTH} (recursion?)"));
+            return unsupported(format!(
+                "calls nested deeper than {MAX_INLINE_DEPTH} (recursion?)"
+            ));
         }
         Ok(())
     }
@@ -450,15 +525,33 @@ pub fn frame_state<'py>(
     let line_table = code.getattr("co_linetable")?;
     let first_line: i32 = code.getattr("co_firstlineno")?.extract()?;
     let decoded = dynamo_bytecode::decode(dynamo_bytecode::RawCode {
-        code: co_code.cast::<pyo3::types::PyBytes>().map_err(PyErr::from)?.as_bytes(),
-        exception_table: exception_table.cast::<pyo3::types::PyBytes>().map_err(PyErr::from)?.as_bytes(),
-        line_table: line_table.cast::<pyo3::types::PyBytes>().map_err(PyErr::from)?.as_bytes(),
+        code: co_code
+            .cast::<pyo3::types::PyBytes>()
+            .map_err(PyErr::from)?
+            .as_bytes(),
+        exception_table: exception_table
+            .cast::<pyo3::types::PyBytes>()
+            .map_err(PyErr::from)?
+            .as_bytes(),
+        line_table: line_table
+            .cast::<pyo3::types::PyBytes>()
+            .map_err(PyErr::from)?
+            .as_bytes(),
         first_line,
     })
     .map_err(|e| CaptureError::Unsupported(format!("undecodable bytecode: {e}")))?;
-    let varnames = code.getattr("co_varnames")?.cast_into::<PyTuple>().map_err(PyErr::from)?;
-    let cellvars = code.getattr("co_cellvars")?.cast_into::<PyTuple>().map_err(PyErr::from)?;
-    let freevars = code.getattr("co_freevars")?.cast_into::<PyTuple>().map_err(PyErr::from)?;
+    let varnames = code
+        .getattr("co_varnames")?
+        .cast_into::<PyTuple>()
+        .map_err(PyErr::from)?;
+    let cellvars = code
+        .getattr("co_cellvars")?
+        .cast_into::<PyTuple>()
+        .map_err(PyErr::from)?;
+    let freevars = code
+        .getattr("co_freevars")?
+        .cast_into::<PyTuple>()
+        .map_err(PyErr::from)?;
     let mut slot_names: Vec<String> = varnames.iter().map(|n| n.to_string()).collect();
     for cell in cellvars.iter() {
         let name = cell.to_string();
@@ -467,11 +560,21 @@ pub fn frame_state<'py>(
         }
     }
     slot_names.extend(freevars.iter().map(|n| n.to_string()));
-    let lines = decoded.instructions.iter().map(|i| i.positions.line).collect();
+    let lines = decoded
+        .instructions
+        .iter()
+        .map(|i| i.positions.line)
+        .collect();
     let _ = py;
     Ok(FrameState {
-        consts: code.getattr("co_consts")?.cast_into::<PyTuple>().map_err(PyErr::from)?,
-        names: code.getattr("co_names")?.cast_into::<PyTuple>().map_err(PyErr::from)?,
+        consts: code
+            .getattr("co_consts")?
+            .cast_into::<PyTuple>()
+            .map_err(PyErr::from)?,
+        names: code
+            .getattr("co_names")?
+            .cast_into::<PyTuple>()
+            .map_err(PyErr::from)?,
         locals: vec![None; slot_names.len()],
         slot_names,
         cells: HashMap::new(),

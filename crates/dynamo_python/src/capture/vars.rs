@@ -23,7 +23,10 @@ pub enum Cell {
 #[derive(Debug)]
 pub enum VarKind {
     /// A tensor computed by the graph (or a graph input).
-    Tensor { node: NodeId, fake: OwnedRef },
+    Tensor {
+        node: NodeId,
+        fake: OwnedRef,
+    },
     /// An immutable Python value: None, bools, numbers, strings, dtypes, devices, sizes,
     /// slices, ranges and tuples of those.
     Const(OwnedRef),
@@ -37,15 +40,25 @@ pub enum VarKind {
     Null,
     /// `receiver.name`, a method of a tracked value (a tensor method, or a Python method
     /// whose `self` must stay the tracked receiver).
-    Method { receiver: VarId, name: String, func: Option<OwnedRef> },
+    Method {
+        receiver: VarId,
+        name: String,
+        func: Option<OwnedRef>,
+    },
     /// An iterator over known items.
-    Iter { items: Vec<VarId>, next: usize },
+    Iter {
+        items: Vec<VarId>,
+        next: usize,
+    },
     /// A function made by `MAKE_FUNCTION` inside the trace.
     Function(Rc<TracedFunction>),
     /// A closure cell pushed by `LOAD_CLOSURE`.
     CellRef(Cell),
     /// `super()` inside a method: attribute lookups start after `cls` in the receiver's MRO.
-    Super { cls: OwnedRef, receiver: VarId },
+    Super {
+        cls: OwnedRef,
+        receiver: VarId,
+    },
 }
 
 #[derive(Debug)]

@@ -17,7 +17,9 @@ pub struct DisabledFunction {
 impl DisabledFunction {
     /// Wraps a callable known to be callable (a compiled graph).
     pub fn wrap(wrapped: Bound<'_, PyAny>) -> DisabledFunction {
-        DisabledFunction { wrapped: wrapped.unbind() }
+        DisabledFunction {
+            wrapped: wrapped.unbind(),
+        }
     }
 }
 

@@ -341,7 +341,9 @@ unsafe fn call_callback(
     let guard: Box<dyn FrameGuard> = if check.is_none() {
         Box::new(AlwaysValid)
     } else if check.is_instance_of::<crate::capture::guards::NativeGuard>() {
-        Box::new(crate::capture::guards::NativeGuardRef(OwnedRef::from_bound(&check)))
+        Box::new(crate::capture::guards::NativeGuardRef(
+            OwnedRef::from_bound(&check),
+        ))
     } else if check.is_callable() {
         Box::new(PythonGuard(OwnedRef::from_bound(&check)))
     } else {

@@ -1,0 +1,908 @@
+"""The translator on small functions, one language feature each.
+
+Every case runs three ways in the same process: eagerly, with dynamo_rs.compile and with
+torch.compile (TorchDynamo), both with a counting backend. The compiled result must equal
+the eager one; our number of graphs must be what the case says (1 unless stated), and our
+number of operations must equal TorchDynamo's on the same function — an independent
+reference — unless the case states its own count because the two legitimately differ.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections import OrderedDict
+from typing import Callable
+
+import pytest
+import torch
+import torch.nn.functional as F
+import torch._dynamo
+import torch._dynamo.testing
+
+import dynamo_rs
+from dynamo_rs.testing import CompileCounter
+
+CASES: list[tuple[str, Callable, Callable, dict]] = []
+
+
+def case(*make_args, graphs="dynamo", ops="dynamo", **extra):
+    """Registers a case. `make_args` build fresh arguments per run."""
+
+    def register(fn):
+        CASES.append((fn.__name__, fn, lambda: tuple(a() if callable(a) else a for a in make_args),
+                      {"graphs": graphs, "ops": ops, **extra}))
+        return fn
+
+    return register
+
+
+def t(*shape):
+    return lambda: torch.randn(*shape, generator=torch.Generator().manual_seed(sum(shape) + len(shape)))
+
+
+T34 = t(3, 4)
+T4 = t(4)
+
+
+# --- arithmetic ------------------------------------------------------------------------------
+
+@case(T34, T34)
+def add(x, y): return x + y
+@case(T34, T34)
+def sub(x, y): return x - y
+@case(T34, T34)
+def mul(x, y): return x * y
+@case(T34, T34)
+def truediv(x, y): return x / (y.abs() + 1)
+@case(T34)
+def floordiv_scalar(x): return x // 0.5
+@case(T34)
+def mod_scalar(x): return x % 0.7
+@case(T34)
+def pow_scalar(x): return x ** 2
+@case(T34, t(4, 5))
+def matmul_op(x, y): return x @ y
+@case(T34)
+def neg(x): return -x
+@case(T34)
+def pos(x): return +x
+@case(T34)
+def scalar_left(x): return 2.0 * x + 1
+@case(T34)
+def scalar_right(x): return x * 3 - 0.5
+@case(T34, T34)
+def inplace_add(x, y):
+    z = x.clone()
+    z += y
+    return z
+@case(T34, T34)
+def inplace_mul(x, y):
+    z = x * 1
+    z *= y
+    return z
+@case(T34, T34)
+def compare_lt(x, y): return x < y
+@case(T34, T34)
+def compare_ge(x, y): return x >= y
+@case(T34)
+def compare_scalar(x): return x == 0.0
+@case(T34, T34)
+def bool_ops(x, y): return (x > 0) & (y > 0) | (x < -1)
+@case(T34)
+def invert_bool(x): return ~(x > 0)
+@case(T34)
+def chained_arith(x): return ((x + 1) * 2 - 3) / 4
+@case(T34, T34)
+def mixed_ops(x, y): return x * y + x / (y * y + 1) - y
+
+
+# --- torch functions -------------------------------------------------------------------------
+
+def unary(name):
+    fn = getattr(torch, name)
+
+    def f(x):
+        return fn(x)
+
+    f.__name__ = f"torch_{name}"
+    case(T34)(f)
+
+
+for _name in ["sin", "cos", "tanh", "sigmoid", "exp", "relu", "abs", "neg", "sqrt", "floor", "ceil",
+              "round", "sign", "erf", "square", "reciprocal"]:
+    unary(_name)
+
+
+@case(T34)
+def torch_log(x): return torch.log(x.abs() + 1)
+@case(T34, T34)
+def torch_cat(x, y): return torch.cat([x, y], dim=0)
+@case(T34, T34)
+def torch_cat_tuple(x, y): return torch.cat((x, y), 1)
+@case(T34, T34)
+def torch_stack(x, y): return torch.stack([x, y])
+@case(T34, t(4, 2))
+def torch_matmul(x, y): return torch.matmul(x, y)
+@case(T34)
+def torch_sum_dim(x): return torch.sum(x, dim=1)
+@case(T34)
+def torch_mean_keepdim(x): return x.mean(dim=-1, keepdim=True)
+@case(T34)
+def torch_max_dim(x):
+    values, indices = torch.max(x, dim=1)
+    return values, indices
+@case(T34)
+def torch_softmax(x): return torch.softmax(x, dim=-1)
+@case(T34)
+def torch_transpose(x): return torch.transpose(x, 0, 1)
+@case(T34)
+def torch_reshape(x): return torch.reshape(x, (4, 3))
+@case(T34)
+def torch_flatten(x): return torch.flatten(x)
+@case(T34)
+def torch_unsqueeze(x): return torch.unsqueeze(x, 0)
+@case(T34, T34)
+def torch_where(x, y): return torch.where(x > 0, x, y)
+@case(T34)
+def torch_clamp(x): return torch.clamp(x, min=-0.5, max=0.5)
+@case(T34)
+def torch_zeros_like(x): return torch.zeros_like(x) + x
+@case(T34)
+def torch_ones_like(x): return torch.ones_like(x) * x
+@case(T34)
+def torch_full_like(x): return torch.full_like(x, 2.5) - x
+@case(T34)
+def torch_arange(x): return x + torch.arange(4)
+@case(T34)
+def torch_zeros(x): return x + torch.zeros(3, 4)
+@case(T34, T34)
+def torch_add_alpha(x, y): return torch.add(x, y, alpha=2)
+@case(T34)
+def torch_chunk(x):
+    a, b = torch.chunk(x, 2, dim=1)
+    return a * b
+@case(T34)
+def torch_split(x):
+    parts = torch.split(x, 1, dim=0)
+    return parts[0] + parts[2]
+@case(T34)
+def torch_cumsum(x): return torch.cumsum(x, dim=1)
+@case(T34)
+def torch_topk(x): return torch.topk(x, 2).values
+@case(T34)
+def torch_argmax(x): return torch.argmax(x, dim=1)
+@case(T34)
+def torch_norm(x): return torch.linalg.vector_norm(x, dim=1)
+@case(T34)
+def torch_einsum(x): return torch.einsum("ij,ij->i", x, x)
+@case(T34)
+def f_relu(x): return F.relu(x)
+@case(T34)
+def f_gelu(x): return F.gelu(x)
+@case(T34)
+def f_silu(x): return F.silu(x)
+@case(T34)
+def f_softmax(x): return F.softmax(x, dim=1)
+@case(T34)
+def f_log_softmax(x): return F.log_softmax(x, dim=1)
+@case(T34)
+def f_layer_norm(x): return F.layer_norm(x, (4,))
+@case(T34, t(5, 4), t(5))
+def f_linear(x, w, b): return F.linear(x, w, b)
+@case(t(1, 2, 8, 8), t(3, 2, 3, 3))
+def f_conv2d(x, w): return F.conv2d(x, w, padding=1)
+@case(t(1, 2, 8, 8))
+def f_max_pool2d(x): return F.max_pool2d(x, 2)
+@case(t(1, 2, 8, 8))
+def f_avg_pool2d(x): return F.adaptive_avg_pool2d(x, 1)
+@case(T34)
+def f_dropout_eval(x): return F.dropout(x, p=0.5, training=False)
+@case(T34)
+def f_pad(x): return F.pad(x, (1, 1))
+@case(T34, T34)
+def f_mse(x, y): return F.mse_loss(x, y)
+@case(T34)
+def f_normalize(x): return F.normalize(x, dim=1)
+
+
+# --- tensor methods and metadata -------------------------------------------------------------
+
+@case(T34)
+def method_view(x): return x.view(-1)
+@case(T34)
+def method_view_shape(x): return x.view(x.shape[1], x.shape[0])
+@case(T34)
+def method_reshape_size(x): return x.reshape(x.size(0) * x.size(1))
+@case(T34)
+def method_permute(x): return x.unsqueeze(0).permute(2, 1, 0)
+@case(T34)
+def method_transpose(x): return x.transpose(0, 1).contiguous()
+@case(T34)
+def method_sum(x): return x.sum()
+@case(T34)
+def method_mean(x): return x.mean(1)
+@case(T34)
+def method_relu_chain(x): return x.relu().exp().sum(0)
+@case(T34)
+def method_to_dtype(x): return x.to(torch.float64)
+@case(T34)
+def method_float(x): return (x > 0).float()
+@case(T34)
+def method_type_as(x): return (x > 0).type_as(x)
+@case(T34)
+def method_clone(x): return x.clone()
+@case(T34)
+def method_expand(x): return x[:1].expand(3, 4)
+@case(T34)
+def method_masked_fill(x): return x.masked_fill(x > 0, 0.0)
+@case(T34)
+def method_chunk(x): return x.chunk(2, -1)[1]
+@case(T34)
+def method_inplace(x):
+    y = x.clone()
+    y.add_(1).mul_(2)
+    return y
+@case(T34)
+def meta_dim(x): return x * x.dim()
+@case(T34)
+def meta_ndim(x): return x + x.ndim
+@case(T34)
+def meta_numel(x): return x / x.numel()
+@case(T34)
+def meta_shape_index(x): return x * x.shape[-1]
+@case(T34)
+def meta_size_tuple(x):
+    rows, cols = x.size()
+    return x.new_zeros(rows, cols) + x
+@case(T34)
+def meta_dtype_check(x): return x * 2 if x.dtype == torch.float32 else x
+@case(T34)
+def meta_device_check(x): return x + 1 if x.device.type == "cpu" else x
+@case(T34)
+def meta_is_floating(x): return x * 2 if x.is_floating_point() else x
+@case(T34)
+def meta_len(x): return x * len(x)
+@case(T34)
+def index_int(x): return x[0]
+@case(T34)
+def index_slice(x): return x[1:, ::2]
+@case(T34)
+def index_none(x): return x[None, :, 1]
+@case(T34)
+def index_ellipsis(x): return x[..., -1]
+@case(T34)
+def index_bool_mask(x): return x[x > 0].sum() if False else x[:, 0]
+@case(T34)
+def setitem(x):
+    y = x.clone()
+    y[0] = 0.0
+    return y
+@case(T34)
+def setitem_slice(x):
+    y = x.clone()
+    y[:, 1:3] = y[:, 1:3] * 2
+    return y
+
+
+# --- Python values, control flow, calls ------------------------------------------------------
+
+SCALE = 3.0
+OFFSETS = (1.0, 2.0, 3.0)
+
+
+@case(T34)
+def global_constant(x): return x * SCALE
+@case(T34)
+def global_tuple(x): return x + OFFSETS[1]
+@case(T34)
+def python_arith(x):
+    n = 2 * 3 + 4 // 3 - 7 % 4
+    return x * n
+@case(T34)
+def python_math(x): return x * math.sqrt(16) + math.pi
+@case(T34)
+def python_operator(x): return operator.mul(x, 2)
+@case(T34, 2)
+def int_argument(x, n): return x * n
+@case(T34, 2.5)
+def float_argument(x, s): return x + s
+@case(T34, True)
+def bool_argument_true(x, flag): return x + 1 if flag else x - 1
+@case(T34, False)
+def bool_argument_false(x, flag): return x + 1 if flag else x - 1
+@case(T34, None)
+def none_argument(x, y): return x if y is None else x + y
+@case(T34, T34)
+def not_none_argument(x, y): return x if y is None else x + y
+@case(T34, "relu")
+def string_argument(x, kind): return x.relu() if kind == "relu" else x.sigmoid()
+@case(T34, "sigmoid")
+def string_argument_other(x, kind): return x.relu() if kind == "relu" else x.sigmoid()
+@case(T34)
+def if_on_shape(x):
+    if x.shape[0] > 2:
+        return x * 2
+    return x
+@case(T34)
+def if_elif(x):
+    n = x.shape[1]
+    if n == 1:
+        return x
+    elif n == 4:
+        return x + 4
+    else:
+        return x - 1
+@case(T34)
+def and_or_constants(x):
+    a = x.shape[0] > 1 and x.shape[1] > 1
+    b = x.shape[0] > 10 or x.shape[1] == 4
+    return x * (a + b)
+@case(T34)
+def ternary_chain(x): return x + (1 if x.ndim == 1 else 2 if x.ndim == 2 else 3)
+@case(T34)
+def for_range(x):
+    for i in range(3):
+        x = x + i
+    return x
+@case(T34)
+def for_range_step(x):
+    for i in range(10, 0, -3):
+        x = x * 0.5 + i
+    return x
+@case(T34)
+def for_list(x):
+    for k in [1.0, 2.0, 3.0]:
+        x = x * k
+    return x
+@case(T34)
+def for_tuple_of_tensors(x):
+    total = x
+    for part in (x, x * 2, x * 3):
+        total = total + part
+    return total
+@case(T34)
+def for_enumerate(x):
+    for i, k in enumerate([2.0, 3.0], start=1):
+        x = x * k + i
+    return x
+@case(T34, T34)
+def for_zip(x, y):
+    out = []
+    for a, b in zip([x, y], [y, x]):
+        out.append(a - b)
+    return out
+@case(T34)
+def for_break(x):
+    for i in range(10):
+        if i == 3:
+            break
+        x = x + i
+    return x
+@case(T34)
+def for_continue(x):
+    for i in range(5):
+        if i % 2:
+            continue
+        x = x + i
+    return x
+@case(T34)
+def for_else(x):
+    for i in range(2):
+        x = x + i
+    else:
+        x = x * 10
+    return x
+@case(T34)
+def while_counter(x):
+    i = 0
+    while i < 4:
+        x = x + 1
+        i += 1
+    return x
+@case(T34)
+def nested_loops(x):
+    for i in range(2):
+        for j in range(3):
+            x = x + i * j
+    return x
+@case(T34)
+def list_comprehension(x): return [x * i for i in range(3)]
+@case(T34)
+def list_comprehension_if(x): return sum([x * i for i in range(5) if i % 2])
+@case(T34)
+def dict_comprehension(x): return {f"k{i}": x + i for i in range(2)}
+@case(T34)
+def nested_comprehension(x): return [[x * i + j for j in range(2)] for i in range(2)]
+@case(T34)
+def generator_sum(x): return sum(x * i for i in range(3)) if False else x
+@case(T34)
+def build_tuple_unpack(x):
+    a, b, c = x, x * 2, x * 3
+    return a + b + c
+@case(T34)
+def star_unpack(x):
+    first, *rest = [x, x + 1, x + 2]
+    return first + rest[-1]
+@case(T34)
+def swap_values(x):
+    a, b = x, x * 2
+    a, b = b, a
+    return a - b
+@case(T34)
+def list_ops(x):
+    items = [x]
+    items.append(x * 2)
+    items.extend([x * 3, x * 4])
+    items.insert(0, x * 0)
+    last = items.pop()
+    return items[1] + last + len(items)
+@case(T34)
+def list_slice(x):
+    items = [x, x + 1, x + 2, x + 3]
+    return items[1:3]
+@case(T34)
+def list_reverse_index(x):
+    items = [x, x * 2]
+    items.reverse()
+    return items[0] + items.index(items[1]) if False else items[0]
+@case(T34)
+def tuple_concat(x):
+    a = (x,)
+    b = a + (x * 2,)
+    return b * 1 if False else b
+@case(T34)
+def dict_ops(x):
+    d = {"a": x, "b": x * 2}
+    d["c"] = x * 3
+    return d["a"] + d.get("c") + d.get("missing", x)
+@case(T34)
+def dict_items_loop(x):
+    d = OrderedDict(a=1.0, b=2.0) if False else {"a": 1.0, "b": 2.0}
+    for key, value in d.items():
+        x = x + value
+    return x
+@case(T34)
+def dict_keys_values(x):
+    d = {"x": x, "y": x * 2}
+    return list(d.values())[0] + len(list(d.keys()))
+@case(T34)
+def dict_pop_update(x):
+    d = {"a": x}
+    d.update({"b": x + 1})
+    a = d.pop("a")
+    return a + d["b"]
+@case(T34)
+def contains_checks(x):
+    names = ("relu", "gelu")
+    return x.relu() if "relu" in names and "tanh" not in names else x
+@case(T34)
+def isinstance_checks(x):
+    if isinstance(x, torch.Tensor) and not isinstance(3, str):
+        return x + 1
+    return x
+@case(T34)
+def len_of_containers(x): return x * len([1, 2, 3]) + len({"a": 1}) + len((x, x))
+@case(T34)
+def min_max_constants(x): return x * max(1, 2, 3) + min(4, 5)
+@case(T34)
+def abs_round_constants(x): return x * abs(-2) + round(2.6)
+@case(T34)
+def int_float_conversions(x): return x * int("3") + float(1)
+@case(T34)
+def fstring_constant(x):
+    name = f"layer_{x.shape[0]}"
+    return x + len(name)
+@case(T34)
+def string_methods(x):
+    name = "block.weight"
+    return x * 2 if name.startswith("block") and name.endswith("weight") else x
+@case(T34)
+def slice_object(x):
+    s = slice(1, 3)
+    return x[:, s]
+@case(T34)
+def getattr_hasattr(x):
+    if hasattr(x, "shape") and getattr(x, "ndim") == 2:
+        return x + 1
+    return x
+
+
+def helper_add(a, b):
+    return a + b
+
+
+def helper_default(a, scale=2.0):
+    return a * scale
+
+
+def helper_kwonly(a, *, bias=1.0):
+    return a + bias
+
+
+def helper_varargs(*tensors):
+    total = tensors[0]
+    for t_ in tensors[1:]:
+        total = total + t_
+    return total
+
+
+def helper_kwargs(a, **options):
+    return a * options.get("scale", 1.0) + options.get("shift", 0.0)
+
+
+def helper_mixed(a, b=1.0, *rest, c, d=2.0, **kw):
+    return a + b + sum(rest) + c + d + kw.get("e", 0.0)
+
+
+def level1(x): return level2(x) + 1
+def level2(x): return level3(x) * 2
+def level3(x): return level4(x) - 1
+def level4(x): return level5(x) / 2
+def level5(x): return level6(x).relu()
+def level6(x): return x + 0.5
+
+
+@case(T34, T34)
+def call_function(x, y): return helper_add(x, y)
+@case(T34)
+def call_default(x): return helper_default(x)
+@case(T34)
+def call_keyword(x): return helper_default(x, scale=3.0)
+@case(T34)
+def call_kwonly(x): return helper_kwonly(x, bias=2.0)
+@case(T34, T34)
+def call_varargs(x, y): return helper_varargs(x, y, x)
+@case(T34)
+def call_kwargs(x): return helper_kwargs(x, scale=2.0, shift=1.0)
+@case(T34)
+def call_star_args(x):
+    args = (x, x * 2)
+    return helper_add(*args)
+@case(T34)
+def call_star_kwargs(x):
+    kwargs = {"scale": 4.0}
+    return helper_default(x, **kwargs)
+@case(T34)
+def call_mixed(x): return helper_mixed(x, 1.0, 2.0, 3.0, c=4.0, e=5.0)
+@case(T34)
+def inline_depth_6(x): return level1(x)
+@case(T34)
+def call_lambda(x):
+    f = lambda a, k=2: a * k  # noqa: E731
+    return f(x) + f(x, k=3)
+@case(T34)
+def closure_read(x):
+    scale = 3.0
+
+    def inner(a):
+        return a * scale
+
+    return inner(x)
+@case(T34)
+def closure_write(x):
+    total = x
+
+    def add(a):
+        nonlocal total
+        total = total + a
+
+    add(x)
+    add(x * 2)
+    return total
+@case(T34)
+def closure_over_tensor(x):
+    def inner(a):
+        return a + x
+
+    return inner(x * 2)
+@case(T34)
+def nested_closure(x):
+    def outer(a):
+        def inner(b):
+            return a * b
+
+        return inner(a + 1)
+
+    return outer(x)
+
+
+def make_scaler(k):
+    def scale(a):
+        return a * k
+
+    return scale
+
+
+TRIPLE = make_scaler(3.0)
+
+
+@case(T34)
+def global_closure(x): return TRIPLE(x)
+
+
+def fact(n):
+    return 1 if n <= 1 else n * fact(n - 1)
+
+
+@case(T34)
+def recursion_on_constant(x): return x * fact(4)
+
+
+class Point:
+    def __init__(self, scale):
+        self.scale = scale
+
+    def apply(self, t_):
+        return t_ * self.scale
+
+    @property
+    def double(self):
+        return self.scale * 2
+
+    @staticmethod
+    def shift(t_):
+        return t_ + 1
+
+    @classmethod
+    def make(cls, t_):
+        return t_ - 1
+
+
+POINT = Point(2.0)
+
+
+@case(T34)
+def user_object_method(x): return POINT.apply(x)
+@case(T34)
+def user_object_attribute(x): return x * POINT.scale
+@case(T34)
+def user_object_property(x): return x * POINT.double
+@case(T34)
+def user_static_method(x): return Point.shift(x)
+@case(T34)
+def user_class_method(x): return Point.make(x)
+@case(T34)
+def user_static_via_instance(x): return POINT.shift(x)
+
+
+class Base:
+    def transform(self, t_):
+        return t_ * 2
+
+
+class Child(Base):
+    def transform(self, t_):
+        return super().transform(t_) + 1
+
+
+CHILD = Child()
+
+
+@case(T34)
+def super_call(x): return CHILD.transform(x)
+
+
+@case(T34, expect="compiled")
+def is_compiling_branch(x):
+    if torch.compiler.is_compiling():
+        return x + 1
+    return x - 1
+
+
+@case(T34)
+def grad_mode_query(x): return x * 2 if torch.is_grad_enabled() else x
+
+
+# --- nn.Module -------------------------------------------------------------------------------
+
+class MLP(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(4, 8)
+        self.fc2 = torch.nn.Linear(8, 2)
+        self.act = torch.nn.ReLU()
+
+    def forward(self, x):
+        return self.fc2(self.act(self.fc1(x)))
+
+
+class WithSequential(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Tanh(), torch.nn.Linear(4, 4))
+
+    def forward(self, x):
+        return self.body(x) + x
+
+
+class WithModuleList(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(4, 4) for _ in range(3))
+
+    def forward(self, x):
+        for i, layer in enumerate(self.layers):
+            x = layer(x) + i
+        return x
+
+
+class WithModuleDict(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.heads = torch.nn.ModuleDict({"a": torch.nn.Linear(4, 2), "b": torch.nn.Linear(4, 3)})
+
+    def forward(self, x):
+        return {name: head(x) for name, head in self.heads.items()} if False else \
+            [self.heads[name](x) for name in self.heads]
+
+
+class WithBuffers(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("offset", torch.ones(4))
+        self.weight = torch.nn.Parameter(torch.full((4,), 2.0))
+        self.flag = True
+
+    def forward(self, x):
+        y = x * self.weight + self.offset
+        return y if self.flag else -y
+
+
+class Norms(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(2, 4, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(4)
+        self.ln = torch.nn.LayerNorm(8)
+        self.drop = torch.nn.Dropout(0.1)
+
+    def forward(self, x):
+        return self.drop(self.ln(F.relu(self.bn(self.conv(x)))))
+
+
+class Residual(torch.nn.Module):
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x):
+        return x + self.inner(x)
+
+
+class CallsHelperMethod(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(4, 4)
+
+    def _scale(self, x, k=2.0):
+        return x * k
+
+    def forward(self, x):
+        return self._scale(self.proj(x), k=3.0)
+
+
+class SubclassedModule(MLP):
+    def forward(self, x):
+        return super().forward(x) * 2
+
+
+def module_case(make_module, *make_args, **extra):
+    torch.manual_seed(0)
+    module = make_module().eval()
+
+    def run(*args):
+        return module(*args)
+
+    run.__name__ = f"module_{make_module.__name__}"
+    case(*make_args, **extra)(run)
+
+
+for _cls in [MLP, WithSequential, WithModuleList, WithModuleDict, WithBuffers, CallsHelperMethod,
+             SubclassedModule]:
+    module_case(_cls, T34)
+module_case(Norms, t(1, 2, 8, 8))
+
+
+def residual_mlp():
+    return Residual(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.GELU()))
+
+
+module_case(residual_mlp, T34)
+
+
+# --- return values ---------------------------------------------------------------------------
+
+@case(T34)
+def return_tuple(x): return x + 1, x - 1
+@case(T34)
+def return_list(x): return [x * 2, x * 3]
+@case(T34)
+def return_dict(x): return {"double": x * 2, "half": x / 2}
+@case(T34)
+def return_nested(x): return {"pair": (x + 1, [x + 2]), "n": 3}
+@case(T34)
+def return_with_constants(x): return x.relu(), 7, "name", None
+@case(T34)
+def return_same_twice(x):
+    y = x.sin()
+    return y, y
+@case(T34, T34)
+def return_input(x, y): return x.cos(), y
+@case(T34)
+def return_shape(x): return x.exp(), x.shape
+
+
+# --- what falls back to eager ----------------------------------------------------------------
+
+@case(T34, graphs=0, ops=0)
+def data_dependent_branch(x):
+    if x.sum() > 0:
+        return x + 1
+    return x - 1
+
+
+@case(T34, graphs=0, ops=0)
+def item_call(x): return x * x.sum().item()
+
+
+@case(T34, graphs=0, ops=0)
+def mutates_global(x):
+    global _LAST
+    _LAST = x.shape
+    return x + 1
+
+
+_LAST = None
+
+
+@case(3, 4, graphs=0, ops=0)
+def no_tensors(a, b): return a * b + 1
+
+
+def run_case(fn, args):
+    return fn(*args)
+
+
+def compare(expected, got):
+    if isinstance(expected, torch.Tensor):
+        assert isinstance(got, torch.Tensor)
+        torch.testing.assert_close(got, expected, equal_nan=True)
+    elif isinstance(expected, (tuple, list)):
+        assert type(got) is type(expected) and len(got) == len(expected)
+        for e, g in zip(expected, got):
+            compare(e, g)
+    elif isinstance(expected, dict):
+        assert type(got) is type(expected) and list(got) == list(expected)
+        for k in expected:
+            compare(expected[k], got[k])
+    else:
+        assert got == expected
+
+
+@pytest.fixture(autouse=True)
+def fresh_caches():
+    dynamo_rs.reset()
+    torch._dynamo.reset()
+    yield
+
+
+def test_enough_cases() -> None:
+    assert len(CASES) >= 200, len(CASES)
+
+
+@pytest.mark.parametrize(("name", "fn", "make", "spec"), CASES, ids=[c[0] for c in CASES])
+def test_case(name, fn, make, spec) -> None:
+    theirs = torch._dynamo.testing.CompileCounter()
+    reference = torch.compile(fn, backend=theirs)(*make())
+    # Code that asks whether it is being compiled answers differently when compiled.
+    expected = reference if spec.get("expect") == "compiled" else run_case(fn, make())
+    ours = CompileCounter()
+    got = dynamo_rs.compile(fn, backend=ours)(*make())
+    compare(expected, got)
+    # A second call with new inputs of the same kind reuses the graph.
+    again = dynamo_rs.compile(fn, backend=ours)
+    compare(expected if spec.get("expect") else run_case(fn, make()), again(*make()))
+    want_graphs = theirs.frame_count if spec["graphs"] == "dynamo" else spec["graphs"]
+    want_ops = theirs.op_count if spec["ops"] == "dynamo" else spec["ops"]
+    assert (ours.frame_count, ours.op_count) == (want_graphs, want_ops)
