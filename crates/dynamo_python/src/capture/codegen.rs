@@ -37,6 +37,12 @@ pub struct CodeGen<'py> {
     positions: Positions,
 }
 
+impl std::fmt::Debug for CodeGen<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CodeGen({} instructions)", self.out.len())
+    }
+}
+
 impl<'py> CodeGen<'py> {
     pub fn new(
         code: &Bound<'py, PyAny>,

@@ -3,6 +3,7 @@
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
+#[derive(Debug)]
 pub struct Helpers<'py> {
     pub new_fake_mode: Bound<'py, PyAny>,
     pub to_fake: Bound<'py, PyAny>,

@@ -334,7 +334,7 @@ impl<'py> Tracer<'py> {
             return self.call_builtin(obj, args, kwargs);
         }
         // Methods of constants (`"x".startswith`, `(1, 2).index`) are pure.
-        if obj.get_type().name()?.to_string() == "builtin_function_or_method" {
+        if obj.get_type().name()? == "builtin_function_or_method" {
             if let Ok(owner) = obj.getattr("__self__") {
                 if h.is_constant(&owner)? {
                     return self.call_builtin(obj, args, kwargs);
@@ -650,12 +650,12 @@ impl<'py> Tracer<'py> {
                     .iter()
                     .position(|(k, _)| k.bind(py).eq(&key).unwrap_or(false));
                 let found = position.map(|i| entries[i].1);
-                if name == "pop" && position.is_some() {
+                if let (true, Some(at)) = (name == "pop", position) {
                     if !owned {
                         return unsupported("dict.pop on a dict from the frame's inputs");
                     }
                     if let VarKind::Dict(entries) = &mut self.vars[receiver.0 as usize].kind {
-                        entries.remove(position.expect("checked"));
+                        entries.remove(at);
                     }
                 }
                 match (found, args.get(1)) {

@@ -51,6 +51,7 @@ pub fn unsupported<T>(reason: impl Into<String>) -> CResult<T> {
 const MAX_INLINE_DEPTH: usize = 64;
 
 /// One function activation being translated: the compiled frame or an inlined call.
+#[derive(Debug)]
 pub struct FrameState<'py> {
     pub code: Bound<'py, PyAny>,
     pub instructions: Vec<Instruction>,
@@ -74,12 +75,14 @@ pub struct FrameState<'py> {
     pub filename: String,
 }
 
+#[derive(Debug)]
 pub enum Flow {
     Continue,
     Return(VarId),
 }
 
 /// A graph input: the placeholder node and where the transformed code loads it from.
+#[derive(Debug)]
 pub struct GraphInput {
     pub node: NodeId,
     pub source: Rc<Source>,
@@ -103,6 +106,17 @@ pub struct Tracer<'py> {
     pub in_try: bool,
     /// Field names of tuples that came from named tuples (`torch.topk(...).values`).
     pub tuple_fields: HashMap<VarId, Vec<String>>,
+}
+
+impl std::fmt::Debug for Tracer<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Tracer({} vars, {} nodes)",
+            self.vars.len(),
+            self.graph.nodes.len()
+        )
+    }
 }
 
 impl<'py> Tracer<'py> {
