@@ -374,6 +374,23 @@ impl<'py> Tracer<'py> {
                 return unsupported(format!("a module call with global {hooks} registered"));
             }
         }
+        // Hooks added later must recompile: the hook dicts stay empty.
+        if let Some(source) = self.source(module_var) {
+            for hooks in ["_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks"] {
+                self.guards.add(Rc::new(Source::Attr(source.clone(), hooks.into())), GuardKind::Len(0));
+            }
+        }
+        let module_globals = globals.getattr("__dict__")?;
+        for hooks in ["_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
+            "_global_backward_pre_hooks", "_global_forward_hooks_always_called"] {
+            let source = Rc::new(Source::Global {
+                globals: OwnedRef::from_bound(&module_globals),
+                builtins: OwnedRef::from_bound(&self.h.builtins),
+                name: hooks.into(),
+                root: false,
+            });
+            self.guards.add(source, GuardKind::Len(0));
+        }
         let forward = module.get_type().getattr("forward")?;
         if !forward.is_instance(&self.h.function_type)? {
             return unsupported(format!(
@@ -1239,6 +1256,3 @@ pub fn describe(obj: &Bound<'_, PyAny>) -> String {
         Err(_) => format!("a {type_name} object"),
     }
 }
-
-#[allow(dead_code)]
-fn _guard_kind_is_used(_: GuardKind) {}

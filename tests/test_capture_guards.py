@@ -1,0 +1,197 @@
+"""Guards are sound: whatever the trace depended on, changing it on a later call recompiles
+(and gives the eager result); leaving it alone reuses the compiled code."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import dynamo_rs
+from dynamo_rs.testing import CompileCounter
+
+
+@pytest.fixture(autouse=True)
+def fresh():
+    dynamo_rs.reset()
+    yield
+
+
+def compiled(fn):
+    counter = CompileCounter()
+    return dynamo_rs.compile(fn, backend=counter), counter
+
+
+def check(fn, first_args, changed_args, expect_recompile=True):
+    cfn, counter = compiled(fn)
+    torch.testing.assert_close(cfn(*first_args), fn(*first_args))
+    assert counter.frame_count == 1
+    torch.testing.assert_close(cfn(*first_args), fn(*first_args))
+    assert counter.frame_count == 1, "same inputs must reuse the compiled code"
+    torch.testing.assert_close(cfn(*changed_args), fn(*changed_args))
+    assert counter.frame_count == (2 if expect_recompile else 1)
+
+
+def double(x):
+    return x * 2 + x.shape[0]
+
+
+def test_dtype_change_recompiles() -> None:
+    check(double, (torch.ones(3),), (torch.ones(3, dtype=torch.float64),))
+
+
+def test_shape_change_recompiles() -> None:
+    check(double, (torch.ones(3),), (torch.ones(5),))
+
+
+def test_stride_change_recompiles() -> None:
+    x = torch.randn(4, 6)
+    check(lambda t: t.sum(0) * 2, (x,), (x.t().contiguous().t(),))
+
+
+def test_requires_grad_change_recompiles() -> None:
+    check(double, (torch.ones(3),), (torch.ones(3, requires_grad=True),))
+
+
+def test_grad_mode_change_recompiles() -> None:
+    cfn, counter = compiled(double)
+    x = torch.ones(3, requires_grad=True)
+    cfn(x)
+    with torch.no_grad():
+        out = cfn(x)
+    assert counter.frame_count == 2 and not out.requires_grad
+
+
+def test_python_constant_argument_change_recompiles() -> None:
+    def scale(x, k):
+        return x * k
+
+    check(scale, (torch.ones(3), 2), (torch.ones(3), 5))
+
+
+def test_string_argument_change_recompiles() -> None:
+    def act(x, kind):
+        return x.relu() if kind == "relu" else x.sigmoid()
+
+    check(act, (torch.randn(3), "relu"), (torch.randn(3), "sigmoid"))
+
+
+FACTOR = 2.0
+
+
+def uses_global(x):
+    return x * FACTOR
+
+
+def test_global_change_recompiles() -> None:
+    global FACTOR
+    cfn, counter = compiled(uses_global)
+    x = torch.ones(3)
+    assert torch.equal(cfn(x), x * 2)
+    FACTOR = 7.0
+    try:
+        assert torch.equal(cfn(x), x * 7)
+        assert counter.frame_count == 2
+    finally:
+        FACTOR = 2.0
+
+
+class Gate(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(3, 3)
+        self.use_relu = True
+        self.scale = 1.5
+
+    def forward(self, x):
+        y = self.linear(x) * self.scale
+        return y.relu() if self.use_relu else y
+
+
+def test_module_attribute_change_recompiles() -> None:
+    torch.manual_seed(0)
+    module = Gate().eval()
+    counter = CompileCounter()
+    cm = dynamo_rs.compile(module, backend=counter)
+    x = torch.randn(2, 3)
+    with torch.no_grad():
+        torch.testing.assert_close(cm(x), module(x))
+        module.use_relu = False
+        torch.testing.assert_close(cm(x), module(x))
+        assert counter.frame_count == 2
+        module.scale = 3.0
+        torch.testing.assert_close(cm(x), module(x))
+        assert counter.frame_count == 3
+
+
+def test_module_parameter_values_are_inputs_not_constants() -> None:
+    torch.manual_seed(0)
+    module = Gate().eval()
+    counter = CompileCounter()
+    cm = dynamo_rs.compile(module, backend=counter)
+    x = torch.randn(2, 3)
+    with torch.no_grad():
+        cm(x)
+        module.linear.weight.mul_(2)  # same tensor, new values: no recompile, new result
+        torch.testing.assert_close(cm(x), module(x))
+    assert counter.frame_count == 1
+
+
+def test_swapped_submodule_recompiles() -> None:
+    torch.manual_seed(0)
+    module = Gate().eval()
+    counter = CompileCounter()
+    cm = dynamo_rs.compile(module, backend=counter)
+    x = torch.randn(2, 3)
+    with torch.no_grad():
+        cm(x)
+        module.linear = torch.nn.Linear(3, 3)
+        torch.testing.assert_close(cm(x), module(x))
+    assert counter.frame_count == 2
+
+
+def test_list_length_change_recompiles() -> None:
+    def total(x, items):
+        for k in items:
+            x = x + k
+        return x
+
+    check(total, (torch.ones(2), [1, 2]), (torch.ones(2), [1, 2, 3]))
+
+
+def test_dict_keys_change_recompiles() -> None:
+    def pick(x, options):
+        return x * options["a"] if "b" not in options else x * options["b"]
+
+    check(pick, (torch.ones(2), {"a": 2}), (torch.ones(2), {"a": 2, "b": 5}))
+
+
+def test_guards_can_be_inspected() -> None:
+    cfn, _ = compiled(double)
+    cfn(torch.ones(3))
+    from dynamo_rs import eval_frame
+
+    (guard, _code), = eval_frame.cache_entries(double)
+    described = guard.describe()
+    assert any("tensor matches" in d for d in described)
+    assert any("is_grad_enabled" in d for d in described)
+
+
+def test_hook_added_later_is_respected() -> None:
+    from dynamo_rs import eval_frame
+
+    torch.manual_seed(0)
+    module = Gate().eval()
+    cm = dynamo_rs.compile(module, backend=CompileCounter())
+    x = torch.randn(2, 3)
+    with torch.no_grad():
+        cm(x)
+        (guard, _), = eval_frame.cache_entries(Gate.forward)
+        assert any("linear._forward_hooks has length 0" in d for d in guard.describe())
+        assert any('G["_global_forward_hooks"] has length 0' in d for d in guard.describe())
+        handle = module.linear.register_forward_hook(lambda m, i, o: o * 10)
+        try:
+            # The guard fails, the module call with a hook cannot be captured, and the frame
+            # runs eagerly with the hook applied.
+            torch.testing.assert_close(cm(x), module(x))
+        finally:
+            handle.remove()
