@@ -212,7 +212,7 @@ impl Converter {
                             .map(|n| n.to_string())
                             .unwrap_or_default(),
                         err.value(py),
-                        tracer.location_stack.first().cloned().unwrap_or_default()
+                        frame_location(&code)?
                     ),
                 )));
             }
@@ -233,6 +233,16 @@ impl Converter {
         self.guards += tracer.guards.len();
         Ok(Some((Py::new(py, guard)?, new_code)))
     }
+}
+
+/// `qualname (file:line)` of a code object, for messages.
+fn frame_location(code: &Bound<'_, PyAny>) -> PyResult<String> {
+    Ok(format!(
+        "{} ({}:{})",
+        code.getattr("co_qualname")?,
+        code.getattr("co_filename")?,
+        code.getattr("co_firstlineno")?
+    ))
 }
 
 fn backend_name(backend: &Bound<'_, PyAny>) -> String {

@@ -1,0 +1,127 @@
+"""Bad input gets a clear error; a failure while compiling runs the frame eagerly (or, with
+fullgraph=True, raises with the user's file and line); user exceptions stay the same."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+import dynamo_rs
+from dynamo_rs.testing import CompileCounter
+
+
+@pytest.fixture(autouse=True)
+def fresh():
+    dynamo_rs.reset()
+    yield
+
+
+def test_compile_rejects_non_callables() -> None:
+    with pytest.raises(TypeError, match="callable or an nn.Module, not int"):
+        dynamo_rs.compile(42)
+
+
+def test_unknown_backend_lists_the_available_ones() -> None:
+    with pytest.raises(ValueError, match=r"unknown backend 'nope'; available: .*aot_eager.*eager"):
+        dynamo_rs.compile(lambda x: x, backend="nope")
+
+
+def test_backend_names_resolve_through_torch_registry() -> None:
+    fn = dynamo_rs.compile(lambda x: x.sin() * 2, backend="aot_eager")
+    x = torch.randn(3)
+    torch.testing.assert_close(fn(x), x.sin() * 2)
+
+
+def failing_backend(gm, example_inputs):
+    raise RuntimeError("backend exploded")
+
+
+def body(x):
+    return x.cos() + 1
+
+
+def test_backend_error_is_reported_and_the_frame_runs_eagerly(caplog) -> None:
+    fn = dynamo_rs.compile(body, backend=failing_backend)
+    x = torch.randn(3)
+    with caplog.at_level(logging.WARNING, logger="dynamo_rs"):
+        torch.testing.assert_close(fn(x), body(x))
+    message = caplog.text
+    assert "backend exploded" in message and "RuntimeError" in message
+    assert "test_capture_errors.py" in message and "body" in message
+
+
+def test_backend_error_raises_with_fullgraph() -> None:
+    fn = dynamo_rs.compile(body, backend=failing_backend, fullgraph=True)
+    with pytest.raises(dynamo_rs.BackendCompilerFailed, match=r"backend exploded.*body \(.*test_capture_errors.py:\d+\)"):
+        fn(torch.randn(3))
+
+
+def data_dependent(x):
+    if x.sum() > 0:
+        return x + 1
+    return x - 1
+
+
+def test_unsupported_code_runs_eagerly_with_one_log_line(caplog) -> None:
+    counter = CompileCounter()
+    fn = dynamo_rs.compile(data_dependent, backend=counter)
+    x = torch.ones(3)
+    with caplog.at_level(logging.WARNING, logger="dynamo_rs"):
+        for _ in range(3):
+            torch.testing.assert_close(fn(x), data_dependent(x))
+    records = [r for r in caplog.records if r.name == "dynamo_rs"]
+    assert len(records) == 1, "one message, then the frame is not retried"
+    assert "branch on a tensor's value" in records[0].getMessage()
+    assert "test_capture_errors.py" in records[0].getMessage()
+    assert counter.frame_count == 0
+
+
+def test_unsupported_code_raises_with_fullgraph() -> None:
+    fn = dynamo_rs.compile(data_dependent, backend=CompileCounter(), fullgraph=True)
+    with pytest.raises(dynamo_rs.Unsupported, match=r"data_dependent \(.*test_capture_errors.py:\d+\)"):
+        fn(torch.ones(3))
+
+
+class Raises(torch.nn.Module):
+    def forward(self, x):
+        if x.shape[0] != 4:
+            raise ValueError(f"expected 4 rows, got {x.shape[0]}")
+        return x * 2
+
+
+def test_exceptions_from_forward_keep_their_type() -> None:
+    model = Raises()
+    compiled = dynamo_rs.compile(model, backend=CompileCounter())
+    with pytest.raises(ValueError, match="expected 4 rows, got 3"):
+        model(torch.ones(3))
+    with pytest.raises(ValueError, match="expected 4 rows, got 3"):
+        compiled(torch.ones(3))
+    torch.testing.assert_close(compiled(torch.ones(4)), torch.ones(4) * 2)
+
+
+def test_errors_from_torch_ops_keep_their_type() -> None:
+    def bad_matmul(x, y):
+        return x @ y
+
+    compiled = dynamo_rs.compile(bad_matmul, backend=CompileCounter())
+    a, b = torch.ones(2, 3), torch.ones(2, 3)
+    with pytest.raises(RuntimeError) as eager:
+        bad_matmul(a, b)
+    with pytest.raises(RuntimeError) as ours:
+        compiled(a, b)
+    assert str(ours.value) == str(eager.value)
+
+
+def test_disable_flag_returns_the_function() -> None:
+    fn = lambda x: x  # noqa: E731
+    assert dynamo_rs.compile(fn, disable=True) is fn
+
+
+def test_decorator_form() -> None:
+    @dynamo_rs.compile(backend=CompileCounter())
+    def f(x):
+        return x + 1
+
+    torch.testing.assert_close(f(torch.zeros(2)), torch.ones(2))
