@@ -51,6 +51,27 @@ def table(results: dict) -> str:
                 f"| frame hook: added cost of a cache hit, `add(a, b)` on {kind} "
                 f"(plain call {plain:.0f} ns) | {ours:.0f} ns | {ref} | {ratio} |"
             )
+    capture = results["sections"].get("capture")
+    if capture:
+        lines += [
+            "",
+            "Capture time, `backend=\"eager\"` (first call minus an eager call), next to TorchDynamo and to the",
+            "floor (torch's FakeTensorMode alone propagating the captured graph):",
+            "",
+            "| model | dynamo-rs | TorchDynamo | speed-up | floor | graphs (ours/theirs) | ops (ours/theirs) |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for name, m in capture["models"].items():
+            c = m["capture_s"]
+            flag = " ⚠" if m["graphs"]["dynamo_rs"] > m["graphs"]["torch.compile"] else ""
+            lines.append(
+                f"| {name} | {c['dynamo_rs']*1e3:.0f} ms | {c['torch.compile']*1e3:.0f} ms | "
+                f"**{m['speedup']:.1f}×** | {c['floor']*1e3:.0f} ms | "
+                f"{m['graphs']['dynamo_rs']}/{m['graphs']['torch.compile']}{flag} | "
+                f"{m['ops']['dynamo_rs']}/{m['ops']['torch.compile']} |"
+            )
+        lines.append("")
+        lines.append("⚠ = dynamo-rs captures more graphs than TorchDynamo (parts run eagerly).")
     return "\n".join(lines)
 
 

@@ -179,7 +179,84 @@ def bench_hook(quick: bool) -> dict:
     }
 
 
-SECTIONS: dict[str, Callable[[bool], dict]] = {"bytecode": bench_bytecode, "hook": bench_hook}
+def bench_capture(quick: bool) -> dict:
+    """Capture time (first call with backend="eager" minus an eager call) per model, ours and
+    TorchDynamo's, alternating, each after reset(); plus the floor: FakeTensorMode alone
+    propagating the captured graph from fresh fake inputs."""
+    import torch
+    import torch._dynamo
+    import torch._dynamo.testing
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    import dynamo_rs
+    from dynamo_rs.testing import CompileCounter
+    from models import build
+
+    names = ["resnet18"] if quick else ["resnet18", "mobilenet_v3_small", "vit_tiny_patch16_224",
+                                         "convnext_atto", "gpt2", "bert", "llama"]
+    repetitions = 3 if quick else 5
+    out = {}
+    for name in names:
+        model, inputs = build(name)
+        captured = {}
+
+        def eager():
+            with torch.no_grad():
+                model(*inputs)
+
+        def ours():
+            dynamo_rs.reset()
+            counter = CompileCounter()
+            with torch.no_grad():
+                dynamo_rs.compile(model, backend=counter)(*inputs)
+            captured["ours"] = counter
+
+        def theirs():
+            torch._dynamo.reset()
+            counter = torch._dynamo.testing.CompileCounter()
+            with torch.no_grad():
+                torch.compile(model, backend=counter)(*inputs)
+            captured["theirs"] = counter
+
+        def floor():
+            # Every graph we captured, propagated by a fresh FakeTensorMode from fake inputs.
+            for gm in captured["ours"].graphs:
+                mode = FakeTensorMode()
+                example = [n.meta["example_value"] for n in gm.graph.nodes if n.op == "placeholder"]
+                with mode:
+                    fakes = [torch.empty_strided(e.shape, e.stride(), dtype=e.dtype) for e in example]
+                    gm(*fakes)
+
+        ours()  # warm-up (and the graphs for the floor)
+        times = alternate(repetitions, {"eager": eager, "dynamo_rs": ours, "torch.compile": theirs, "floor": floor})
+        e = times["eager"]["median"]
+        capture_ours = times["dynamo_rs"]["median"] - e
+        capture_theirs = times["torch.compile"]["median"] - e
+        out[name] = {
+            "seconds": times["dynamo_rs"],
+            "eager_s": e,
+            "capture_s": {"dynamo_rs": capture_ours, "torch.compile": capture_theirs,
+                          "floor": times["floor"]["median"]},
+            "spread": {k: v for k, v in times.items()},
+            "speedup": capture_theirs / capture_ours,
+            "vs_floor": capture_ours / times["floor"]["median"],
+            "graphs": {"dynamo_rs": captured["ours"].frame_count, "torch.compile": captured["theirs"].frame_count},
+            "ops": {"dynamo_rs": captured["ours"].op_count, "torch.compile": captured["theirs"].op_count},
+        }
+        flag = "" if out[name]["graphs"]["dynamo_rs"] <= out[name]["graphs"]["torch.compile"] else "  MORE GRAPHS"
+        print(f"  {name:22s} capture {capture_ours*1e3:7.1f} ms vs {capture_theirs*1e3:7.1f} ms "
+              f"({out[name]['speedup']:.1f}x), floor {times['floor']['median']*1e3:6.1f} ms, "
+              f"graphs {out[name]['graphs']['dynamo_rs']}/{out[name]['graphs']['torch.compile']}, "
+              f"ops {out[name]['ops']['dynamo_rs']}/{out[name]['ops']['torch.compile']}{flag}", flush=True)
+    return {"what": "capture time with backend='eager', first call minus eager call", "figures": {},
+            "models": out}
+
+
+SECTIONS: dict[str, Callable[[bool], dict]] = {
+    "bytecode": bench_bytecode,
+    "hook": bench_hook,
+    "capture": bench_capture,
+}
 
 
 def describe(values: dict) -> str:

@@ -60,39 +60,74 @@ def check_round_trip(code: types.CodeType) -> str:
     return "identical" if len(same) == len(fields) else f"DIFFERS in {set(fields) - set(same)}"
 
 
+def capture_side_by_side(name: str, model, inputs) -> None:
+    """Compiles `model` with dynamo_rs and with torch.compile (backend="eager") and prints
+    graphs, operations, guards, capture time and whether the outputs match."""
+    import gc
+
+    import torch
+    import torch._dynamo
+    import torch._dynamo.testing
+
+    import dynamo_rs
+    from dynamo_rs.testing import CompileCounter
+
+    def tensors(out):
+        if isinstance(out, torch.Tensor):
+            return [out]
+        values = out.values() if hasattr(out, "values") else out
+        return [v for v in values if isinstance(v, torch.Tensor)]
+
+    with torch.no_grad():
+        expected = model(*inputs)
+        rows = []
+        for front in ("dynamo_rs", "torch.compile"):
+            gc.collect()
+            if front == "dynamo_rs":
+                dynamo_rs.reset()
+                counter = CompileCounter()
+                compiled = dynamo_rs.compile(model, backend=counter)
+            else:
+                torch._dynamo.reset()
+                counter = torch._dynamo.testing.CompileCounter()
+                compiled = torch.compile(model, backend=counter)
+            start = time.perf_counter()
+            got = compiled(*inputs)
+            seconds = time.perf_counter() - start
+            match = all(torch.allclose(g, e, atol=1e-5, rtol=1e-5) for g, e in zip(tensors(got), tensors(expected)))
+            guards = compiled._dynamo_rs_converter.guards if front == "dynamo_rs" else None
+            rows.append((front, counter.frame_count, counter.op_count, guards, seconds, match))
+    print(f"\n{name}")
+    print(f"  {'front end':<14} {'graphs':>6} {'ops':>5} {'guards':>7} {'first call':>11}  outputs")
+    for front, graphs, ops, guards, seconds, match in rows:
+        guards = "-" if guards is None else str(guards)
+        print(f"  {front:<14} {graphs:>6} {ops:>5} {guards:>7} {seconds*1e3:>9.0f} ms  {'match' if match else 'DIFFER'}")
+
+
 def demo() -> None:
+    import logging
+
+    import torch
     import torchvision
 
-    model = torchvision.models.resnet18(weights=None)
-    code = type(model)._forward_impl.__code__
-    print(f"torchvision ResNet._forward_impl ({code.co_filename}:{code.co_firstlineno})\n")
+    logging.getLogger("dynamo_rs").setLevel(logging.ERROR)
+    print("dynamo_rs.compile vs torch.compile, backend='eager', same process")
+    torch.manual_seed(0)
+    resnet = torchvision.models.resnet18(weights=None).eval()
+    capture_side_by_side("torchvision resnet18, input 2x3x64x64", resnet, (torch.randn(2, 3, 64, 64),))
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    gpt2 = GPT2LMHeadModel(GPT2Config(n_layer=4, n_embd=128, n_head=4, vocab_size=1000, n_positions=128,
+                                      bos_token_id=0, eos_token_id=0)).eval()
+    capture_side_by_side("transformers GPT-2 (4 layers), input 2x16 tokens", gpt2,
+                         (torch.randint(0, 1000, (2, 16)),))
+    print("\n(first call = capture + one run; GPT-2 still splits into several graphs in dynamo_rs)")
+
+    # The bytecode layer underneath, on the model's own code.
+    code = type(resnet)._forward_impl.__code__
+    print(f"\ntorchvision ResNet._forward_impl through dynamo_rs.bytecode.decode, next to dis:\n")
     side_by_side(code)
-    print(f"\nassemble(decode(code)) vs original co_code/co_exceptiontable/co_linetable/"
-          f"co_stacksize: {check_round_trip(code)}")
-
-    # Every code object the model's modules are made of, timed against dis.
-    import torch
-
-    codes = []
-    for module in {type(m) for m in model.modules()} | {torch.nn.Module}:
-        for member in vars(module).values():
-            member = getattr(member, "__func__", member)
-            if isinstance(member, types.FunctionType):
-                codes.append(member.__code__)
-    start = time.perf_counter()
-    for _ in range(20):
-        for c in codes:
-            bytecode.decode(c)
-    ours = (time.perf_counter() - start) / 20
-    start = time.perf_counter()
-    for _ in range(20):
-        for c in codes:
-            list(dis.get_instructions(c))
-    theirs = (time.perf_counter() - start) / 20
-    exact = sum(check_round_trip(c) == "identical" for c in codes)
-    print(f"\n{len(codes)} methods of resnet18's module classes: decode {ours*1e3:.2f} ms, "
-          f"dis.get_instructions {theirs*1e3:.2f} ms ({theirs/ours:.0f}x); "
-          f"{exact}/{len(codes)} round-trip byte for byte")
+    print(f"\nassemble(decode(code)) vs original tables: {check_round_trip(code)}")
 
 
 def main(argv: list[str] | None = None) -> int:
