@@ -860,6 +860,24 @@ _LAST = None
 def no_tensors(a, b): return a * b + 1
 
 
+class Registry(dict):
+    """A dict subclass that overrides `get` in Python (as transformers' registries do)."""
+
+    def get(self, key):
+        return super().get(str(key)) or {"fallback": 1.0}
+
+
+REGISTRY = Registry()
+REGISTRY["a"] = {"scale": 2.0}
+PLAIN_TABLE = {"scale": 3.0, "shift": 1.0}
+
+
+@case(T34)
+def dict_subclass_override(x): return x * len(REGISTRY.get("zzz")) + REGISTRY.get("a")["scale"]
+@case(T34)
+def global_dict_lookup(x): return x * PLAIN_TABLE.get("scale") + PLAIN_TABLE["shift"] + ("bias" in PLAIN_TABLE)
+
+
 def run_case(fn, args):
     return fn(*args)
 

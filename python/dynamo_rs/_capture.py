@@ -88,6 +88,9 @@ def _foldable() -> set:
     out = {getattr(builtins, n) for n in names}
     out |= {v for k, v in vars(math).items() if callable(v) and not k.startswith("_")}
     out |= {v for k, v in vars(operator).items() if callable(v) and not k.startswith("_")}
+    import inspect
+
+    out |= {inspect.signature}
     out |= {torch.Size, torch.is_grad_enabled, torch.get_default_dtype, torch.is_tensor,
             torch.is_floating_point, torch.device, torch.finfo, torch.iinfo}
     return out

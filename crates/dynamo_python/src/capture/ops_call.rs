@@ -318,6 +318,9 @@ impl<'py> Tracer<'py> {
         if obj.is(&h.builtins.getattr("super")?) && args.is_empty() {
             return unsupported("super() outside a method the translator knows");
         }
+        if h.foldable.contains(obj).unwrap_or(false) {
+            return self.call_builtin(obj, args, kwargs);
+        }
         if obj.is_instance(&h.function_type)? {
             return self.call_python(obj, args, kwargs);
         }
@@ -376,13 +379,26 @@ impl<'py> Tracer<'py> {
         }
         // Hooks added later must recompile: the hook dicts stay empty.
         if let Some(source) = self.source(module_var) {
-            for hooks in ["_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks"] {
-                self.guards.add(Rc::new(Source::Attr(source.clone(), hooks.into())), GuardKind::Len(0));
+            for hooks in [
+                "_forward_hooks",
+                "_forward_pre_hooks",
+                "_backward_hooks",
+                "_backward_pre_hooks",
+            ] {
+                self.guards.add(
+                    Rc::new(Source::Attr(source.clone(), hooks.into())),
+                    GuardKind::Len(0),
+                );
             }
         }
         let module_globals = globals.getattr("__dict__")?;
-        for hooks in ["_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
-            "_global_backward_pre_hooks", "_global_forward_hooks_always_called"] {
+        for hooks in [
+            "_global_forward_hooks",
+            "_global_forward_pre_hooks",
+            "_global_backward_hooks",
+            "_global_backward_pre_hooks",
+            "_global_forward_hooks_always_called",
+        ] {
             let source = Rc::new(Source::Global {
                 globals: OwnedRef::from_bound(&module_globals),
                 builtins: OwnedRef::from_bound(&self.h.builtins),
@@ -807,7 +823,91 @@ impl<'py> Tracer<'py> {
                 let result = seq.call_method1(name, PyTuple::new(py, a)?)?;
                 Ok(self.constant(&result))
             }
+            (
+                VarKind::Object(dict),
+                "get" | "__getitem__" | "__contains__" | "keys" | "items" | "values",
+            ) => {
+                let dict = dict.bind(py).clone();
+                self.dict_object_lookup(receiver, &dict, name, &args)
+            }
             (other, _) => unsupported(format!("the method {name}() of {}", kind_name(other))),
+        }
+    }
+
+    /// Read-only lookups on a real dict object: its keys are guarded, and each value read
+    /// comes through an item source, so a later change to the dict recompiles.
+    fn dict_object_lookup(
+        &mut self,
+        receiver: VarId,
+        dict: &Bound<'py, PyAny>,
+        name: &str,
+        args: &[VarId],
+    ) -> CResult<VarId> {
+        let py = self.py;
+        let Some(source) = self.source(receiver) else {
+            return unsupported(format!(
+                "{name}() on a dict that is not an input of the frame"
+            ));
+        };
+        let keys = PyTuple::new(py, dict.try_iter()?.collect::<PyResult<Vec<_>>>()?)?;
+        if !keys
+            .iter()
+            .all(|k| k.is_instance_of::<pyo3::types::PyString>())
+        {
+            return unsupported(format!("{name}() on a dict with keys that are not strings"));
+        }
+        self.guards.add(
+            source.clone(),
+            GuardKind::Type(OwnedRef::from_bound(dict.get_type().as_any())),
+        );
+        self.guards.add(
+            source.clone(),
+            GuardKind::Keys(OwnedRef::from_bound(keys.as_any())),
+        );
+        let item = |this: &mut Self, key: &Bound<'py, PyAny>| -> CResult<VarId> {
+            let value = dict.get_item(key)?;
+            let item_source = Rc::new(Source::Item(
+                source.clone(),
+                super::source::ItemKey::Str(key.to_string()),
+            ));
+            this.wrap(&value, Some(item_source))
+        };
+        match name {
+            "keys" => {
+                let items = keys.iter().map(|k| self.constant(&k)).collect();
+                Ok(self.add(VarKind::Tuple(items), None))
+            }
+            "values" | "items" => {
+                let mut out = Vec::new();
+                for key in keys.iter() {
+                    let value = item(self, &key)?;
+                    out.push(if name == "values" {
+                        value
+                    } else {
+                        let k = self.constant(&key);
+                        self.add(VarKind::Tuple(vec![k, value]), None)
+                    });
+                }
+                Ok(self.add(VarKind::Tuple(out), None))
+            }
+            _ => {
+                let Some(&key_var) = args.first() else {
+                    return unsupported(format!("{name}() without a key"));
+                };
+                let key = self.python_value(key_var)?;
+                let present = keys.contains(&key)?;
+                match (name, present) {
+                    ("__contains__", _) => {
+                        Ok(self.constant(&present.into_pyobject(py)?.to_owned().into_any()))
+                    }
+                    (_, true) => item(self, &key),
+                    ("get", false) => match args.get(1) {
+                        Some(&default) => Ok(default),
+                        None => Ok(self.constant(&py.None().into_bound(py))),
+                    },
+                    _ => unsupported(format!("missing key {key} while tracing")),
+                }
+            }
         }
     }
 

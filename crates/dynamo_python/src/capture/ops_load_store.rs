@@ -140,6 +140,30 @@ impl<'py> Tracer<'py> {
                     Ok(a) => a,
                     Err(err) => return unsupported(format!("getattr(..., {name:?}) raised {err}")),
                 };
+                // Read-only lookups on a real dict (registries, config tables) stay tracked so
+                // that what they read is guarded through item sources.
+                // Only the dict's own C methods: a subclass may override them in Python, and
+                // then the override is inlined like any method.
+                if value.is_instance_of::<PyDict>()
+                    && matches!(
+                        name,
+                        "get" | "keys" | "items" | "values" | "__getitem__" | "__contains__"
+                    )
+                    && attr.get_type().name()? == "builtin_function_or_method"
+                    && attr
+                        .getattr("__self__")
+                        .map(|s| s.is(&value))
+                        .unwrap_or(false)
+                {
+                    return Ok(self.add(
+                        VarKind::Method {
+                            receiver: obj,
+                            name: name.to_string(),
+                            func: None,
+                        },
+                        None,
+                    ));
+                }
                 // A Python method keeps its tracked receiver.
                 if attr.is_instance(&self.h.method_type)? && attr.getattr("__self__")?.is(&value) {
                     let func = attr.getattr("__func__")?;
@@ -214,6 +238,23 @@ impl<'py> Tracer<'py> {
                             receiver,
                             name: name.to_string(),
                             func: Some(OwnedRef::from_bound(&func)),
+                        },
+                        None,
+                    ));
+                }
+                // `super().get(...)` in a dict subclass reaches dict's own lookup.
+                if real_receiver.is_instance_of::<PyDict>()
+                    && matches!(
+                        name,
+                        "get" | "keys" | "items" | "values" | "__getitem__" | "__contains__"
+                    )
+                    && attr.get_type().name()? == "builtin_function_or_method"
+                {
+                    return Ok(self.add(
+                        VarKind::Method {
+                            receiver,
+                            name: name.to_string(),
+                            func: None,
                         },
                         None,
                     ));
