@@ -6,8 +6,16 @@
 
 from dynamo_rs import bytecode, config
 from dynamo_rs._native import BackendCompilerFailed, CompileError, Unsupported
-from dynamo_rs.compiler import OptimizedModule, compile
 from dynamo_rs.eval_frame import disable
+
+
+def __getattr__(name: str):
+    # `compile` and `OptimizedModule` need torch; importing dynamo_rs alone does not.
+    if name in ("compile", "OptimizedModule"):
+        from dynamo_rs import compiler
+
+        return getattr(compiler, name)
+    raise AttributeError(f"module 'dynamo_rs' has no attribute {name!r}")
 
 
 def reset() -> None:
