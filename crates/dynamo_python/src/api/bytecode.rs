@@ -337,7 +337,16 @@ fn assemble<'py>(
     let first_line: i32 = like.getattr(intern!(py, "co_firstlineno"))?.extract()?;
     let flags: u32 = like.getattr(intern!(py, "co_flags"))?.extract()?;
     let assembled = assemble_rs(&list, first_line, flags).map_err(bytecode_error)?;
-    let kwargs = PyDict::new(py);
+    code_with_tables(like, &assembled, PyDict::new(py))
+}
+
+/// `like.replace(...)` with the assembled tables, plus any other fields in `kwargs`.
+pub fn code_with_tables<'py>(
+    like: &Bound<'py, PyAny>,
+    assembled: &dynamo_bytecode::Assembled,
+    kwargs: Bound<'py, PyDict>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = like.py();
     kwargs.set_item("co_code", PyBytes::new(py, &assembled.code))?;
     kwargs.set_item(
         "co_exceptiontable",

@@ -7,7 +7,7 @@ use std::rc::Rc;
 
 use dynamo_bytecode::{InstrIndex, Instruction, Opcode, Operand, Positions};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyTuple};
+use pyo3::types::{PyDict, PyTuple};
 
 use super::source::{ItemKey, Source};
 use super::translator::{unsupported, CResult, CaptureError};
@@ -250,16 +250,11 @@ impl<'py> CodeGen<'py> {
             CaptureError::Unsupported(format!("internal: generated code does not assemble: {e}"))
         })?;
         let kwargs = PyDict::new(py);
-        kwargs.set_item("co_code", PyBytes::new(py, &assembled.code))?;
-        kwargs.set_item(
-            "co_exceptiontable",
-            PyBytes::new(py, &assembled.exception_table),
-        )?;
-        kwargs.set_item("co_linetable", PyBytes::new(py, &assembled.line_table))?;
-        kwargs.set_item("co_stacksize", assembled.stack_size)?;
         kwargs.set_item("co_consts", PyTuple::new(py, &self.consts)?)?;
         kwargs.set_item("co_names", PyTuple::new(py, &self.names)?)?;
-        Ok(self.code.call_method("replace", (), Some(&kwargs))?)
+        Ok(crate::api::bytecode::code_with_tables(
+            &self.code, &assembled, kwargs,
+        )?)
     }
 }
 

@@ -30,7 +30,6 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
 use crate::errors::{BackendCompilerFailed, Unsupported};
-use crate::eval_frame::owned::OwnedRef;
 use codegen::{CodeGen, Rebuild};
 use graph::{Arg, Op};
 use guards::NativeGuard;
@@ -343,25 +342,17 @@ fn export<'py>(
 }
 
 fn arg_to_python<'py>(py: Python<'py>, h: &Helpers<'py>, arg: &Arg) -> PyResult<Bound<'py, PyAny>> {
+    let items = |items: &[Arg]| {
+        items
+            .iter()
+            .map(|a| arg_to_python(py, h, a))
+            .collect::<PyResult<Vec<_>>>()
+    };
     Ok(match arg {
         Arg::Node(n) => h.node_ref.call1((n.0 as i64,))?,
         Arg::Const(v) => v.bind(py).clone(),
-        Arg::Tuple(items) => PyTuple::new(
-            py,
-            items
-                .iter()
-                .map(|a| arg_to_python(py, h, a))
-                .collect::<PyResult<Vec<_>>>()?,
-        )?
-        .into_any(),
-        Arg::List(items) => PyList::new(
-            py,
-            items
-                .iter()
-                .map(|a| arg_to_python(py, h, a))
-                .collect::<PyResult<Vec<_>>>()?,
-        )?
-        .into_any(),
+        Arg::Tuple(values) => PyTuple::new(py, items(values)?)?.into_any(),
+        Arg::List(values) => PyList::new(py, items(values)?)?.into_any(),
         Arg::Dict(entries) => {
             let d = PyDict::new(py);
             for (k, v) in entries {
@@ -371,9 +362,6 @@ fn arg_to_python<'py>(py: Python<'py>, h: &Helpers<'py>, arg: &Arg) -> PyResult<
         }
     })
 }
-
-#[allow(dead_code)]
-fn _owned(_: OwnedRef) {}
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Converter>()?;
