@@ -7,7 +7,7 @@ use std::rc::Rc;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use super::source::Source;
+use super::source::{ItemKey, Source};
 use super::translator::{unsupported, CResult, Flow, FrameState, Tracer};
 use super::vars::{Cell, VarId, VarKind};
 use crate::eval_frame::owned::OwnedRef;
@@ -185,9 +185,7 @@ impl<'py> Tracer<'py> {
                         None,
                     ));
                 }
-                let source = self
-                    .source(obj)
-                    .map(|s| Rc::new(Source::Attr(s, name.to_string())));
+                let source = self.source(obj).map(|s| self.attr_source(&value, s, name));
                 if source.is_none() && attr.is_instance(&self.h.tensor_type)? {
                     return unsupported(format!(
                         "reads tensor attribute {name:?} of an object with no source"
@@ -266,6 +264,27 @@ impl<'py> Tracer<'py> {
                 super::translator::kind_name(other)
             )),
         }
+    }
+
+    /// The source of `value.name`. A module's submodules, parameters and buffers are read
+    /// through its `_modules`/`_parameters`/`_buffers` dicts, as `nn.Module.__getattr__`
+    /// does, so guards and generated code skip that Python-level `__getattr__`.
+    fn attr_source(&self, value: &Bound<'py, PyAny>, base: Rc<Source>, name: &str) -> Rc<Source> {
+        if value.is_instance(&self.h.module_type).unwrap_or(false) {
+            if let Ok(dict) = value.getattr("__dict__") {
+                let in_instance_dict = dict.contains(name).unwrap_or(true);
+                if !in_instance_dict {
+                    for table in ["_parameters", "_buffers", "_modules"] {
+                        let holds = dict.get_item(table).and_then(|t| t.contains(name)).unwrap_or(false);
+                        if holds {
+                            let table = Rc::new(Source::Attr(base, table.to_string()));
+                            return Rc::new(Source::Item(table, ItemKey::Str(name.to_string())));
+                        }
+                    }
+                }
+            }
+        }
+        Rc::new(Source::Attr(base, name.to_string()))
     }
 
     /// Attributes of a symbolic tensor: metadata is constant (shapes are static), methods stay
