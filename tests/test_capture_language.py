@@ -878,6 +878,51 @@ def dict_subclass_override(x): return x * len(REGISTRY.get("zzz")) + REGISTRY.ge
 def global_dict_lookup(x): return x * PLAIN_TABLE.get("scale") + PLAIN_TABLE["shift"] + ("bias" in PLAIN_TABLE)
 
 
+class Accumulator:
+    def __init__(self, scale):
+        self.scale = scale
+        self.parts = []
+
+    def add(self, t_):
+        self.parts.append(t_ * self.scale)
+        return self
+
+    @property
+    def total(self):
+        return sum(self.parts)
+
+
+class Settings:
+    pass
+
+
+SETTINGS = Settings()
+SETTINGS.last = None
+
+
+@case(T34)
+def same_tensor_twice(x): return helper_add(x, x)
+@case(T34)
+def user_object_built_in_trace(x): return Accumulator(2.0).add(x).add(x + 1).total
+@case(T34)
+def user_object_returned(x):
+    acc = Accumulator(3.0).add(x)
+    return acc.total, acc.scale
+@case(T34)
+def side_effect_on_global_object(x):
+    SETTINGS.last = "seen"
+    return x * 2
+@case(T34)
+def generator_expression_all(x): return x * 2 if all(n > 0 for n in x.shape) else x
+@case(T34)
+def generator_expression_sum(x): return sum(x * k for k in (1.0, 2.0))
+@case(T34)
+def bound_string_method(x):
+    mode = "eager"
+    check = mode.startswith
+    return x + 1 if check("ea") else x
+
+
 def run_case(fn, args):
     return fn(*args)
 

@@ -14,10 +14,9 @@ from dynamo_rs.testing import CompileCounter
 from models import build, tensors_of
 
 VISION = ["resnet18", "mobilenet_v3_small", "vit_tiny_patch16_224", "convnext_atto"]
+TRANSFORMERS = ["gpt2", "bert"]
 NOT_YET = {
-    "gpt2": "transformers' output-capturing wrappers call methods of dict subclasses",
-    "bert": "transformers calls inspect.signature inside forward",
-    "llama": "constructing DynamicCache (user objects with attribute stores) is not traced yet",
+    "llama": "torch.no_grad() used as a decorator (a with-block around graph operations)",
 }
 
 
@@ -49,7 +48,8 @@ def test_vision_models_in_one_graph(name: str) -> None:
 
 @pytest.mark.parametrize(
     "name",
-    [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=f"not one graph yet: {why}")) for n, why in sorted(NOT_YET.items())],
+    TRANSFORMERS
+    + [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=f"not one graph yet: {why}")) for n, why in sorted(NOT_YET.items())],
 )
 def test_transformers_models_in_one_graph(name: str) -> None:
     check_model(name)

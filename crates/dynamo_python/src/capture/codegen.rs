@@ -23,6 +23,16 @@ pub enum Rebuild {
     Tuple(Vec<Rebuild>),
     List(Vec<Rebuild>),
     Dict(Vec<(OwnedRef, Rebuild)>),
+    /// A plain object made while tracing: `object.__new__(cls)`, then its attributes.
+    Instance {
+        cls: OwnedRef,
+        attrs: Vec<(String, Rebuild)>,
+    },
+    /// A transformers `ModelOutput`: `cls(**fields)`.
+    ModelOutput {
+        cls: OwnedRef,
+        fields: Vec<(String, Rebuild)>,
+    },
 }
 
 pub struct CodeGen<'py> {
@@ -226,12 +236,64 @@ impl<'py> CodeGen<'py> {
                 };
                 self.emit(op, n);
             }
+            Rebuild::Instance { cls, attrs } => {
+                let new = py
+                    .import("builtins")?
+                    .getattr("object")?
+                    .getattr("__new__")?;
+                self.emit(Opcode::PushNull, Operand::None);
+                self.load_const(&new);
+                self.load_const(&cls.bind(py).clone());
+                self.emit(Opcode::Precall, Operand::Int(1));
+                self.emit(Opcode::Call, Operand::Int(1));
+                for (name, value) in attrs {
+                    self.emit(Opcode::Copy, Operand::Int(1));
+                    self.rebuild(value, above + 2)?;
+                    self.emit(Opcode::Swap, Operand::Int(2));
+                    let i = self.name_index(name);
+                    self.emit(Opcode::StoreAttr, Operand::Name(i));
+                }
+            }
+            Rebuild::ModelOutput { cls, fields } => {
+                self.emit(Opcode::PushNull, Operand::None);
+                self.load_const(&cls.bind(py).clone());
+                self.load_const(&PyTuple::empty(py).into_any());
+                for (i, (name, value)) in fields.iter().enumerate() {
+                    self.load_const(&pyo3::types::PyString::new(py, name).into_any());
+                    self.rebuild(value, above + 4 + 2 * i as u32)?;
+                }
+                self.emit(Opcode::BuildMap, Operand::Int(fields.len() as u32));
+                self.emit(Opcode::CallFunctionEx, Operand::Int(1));
+            }
             Rebuild::Dict(entries) => {
                 for (i, (key, value)) in entries.iter().enumerate() {
                     self.load_const(&key.bind(py).clone());
                     self.rebuild(value, above + 2 * i as u32 + 1)?;
                 }
                 self.emit(Opcode::BuildMap, Operand::Int(entries.len() as u32));
+            }
+        }
+        Ok(())
+    }
+
+    /// Replays `obj.name = value` (or `del obj.name`) on an object from a source; the output
+    /// tuple is on top of the stack and stays there.
+    pub fn replay_store(
+        &mut self,
+        source: &Source,
+        name: &str,
+        value: Option<&Rebuild>,
+    ) -> CResult<()> {
+        let i = self.name_index(name);
+        match value {
+            Some(value) => {
+                self.rebuild(value, 0)?;
+                self.load_source(source)?;
+                self.emit(Opcode::StoreAttr, Operand::Name(i));
+            }
+            None => {
+                self.load_source(source)?;
+                self.emit(Opcode::DeleteAttr, Operand::Name(i));
             }
         }
         Ok(())

@@ -86,6 +86,9 @@ enum Access {
 }
 
 enum Check {
+    /// The same object as the value of another step (a tensor reached from two sources,
+    /// like tied weights); torch's tensor checker refuses a tensor given twice.
+    Alias(usize),
     Keys(OwnedRef),
     Id(OwnedRef),
     Type(OwnedRef),
@@ -97,18 +100,27 @@ enum Check {
 struct Step {
     access: Access,
     checks: Vec<Check>,
+    /// The source, readable, and one description per check.
+    what: String,
+    whats: Vec<String>,
 }
 
 /// The compiled guard of one cache entry.
 #[pyclass(module = "dynamo_rs._native")]
 pub struct NativeGuard {
     steps: Vec<Step>,
-    /// torch's C++ tensor checker, built from the example tensors, if there are tensors.
-    tensor_guards: Option<OwnedRef>,
+    /// Example tensors and their sizes/strides, for torch's C++ tensor checker.
+    tensor_spec: Option<(OwnedRef, OwnedRef)>,
+    /// That checker, made at the first check.
+    tensor_guards: std::sync::OnceLock<OwnedRef>,
     grad_mode: Option<bool>,
     is_grad_enabled: OwnedRef,
     /// Guard descriptions, for `describe()`.
     descriptions: Vec<String>,
+    /// Localsplus names, for `first_failure`.
+    local_names: Vec<String>,
+    /// Source and example of each checked tensor, in check order, for `first_failure`.
+    tensor_examples: Vec<(String, OwnedRef)>,
 }
 
 impl std::fmt::Debug for NativeGuard {
@@ -123,12 +135,21 @@ impl NativeGuard {
         let mut index_of: HashMap<String, usize> = HashMap::new();
         let mut tensors: Vec<Bound<'_, PyAny>> = Vec::new();
         let mut descriptions = Vec::new();
+        let mut tensor_examples = Vec::new();
+        let mut first_step_of_tensor: HashMap<usize, usize> = HashMap::new();
         for (source, kind) in &set.guards {
             let step = intern_source(py, source, layout_names, &mut steps, &mut index_of)?;
             let check = match kind {
                 GuardKind::Tensor(example) => {
-                    tensors.push(example.bind(py).clone());
-                    Check::Tensor
+                    match first_step_of_tensor.get(&(example.as_ptr() as usize)) {
+                        Some(&first) => Check::Alias(first),
+                        None => {
+                            first_step_of_tensor.insert(example.as_ptr() as usize, step);
+                            tensors.push(example.bind(py).clone());
+                            tensor_examples.push((source.describe(), example.clone()));
+                            Check::Tensor
+                        }
+                    }
                 }
                 GuardKind::Equals(v) => Check::Equals(v.clone()),
                 GuardKind::Id(v) => Check::Id(v.clone()),
@@ -136,10 +157,14 @@ impl NativeGuard {
                 GuardKind::Len(n) => Check::Len(*n),
                 GuardKind::Keys(k) => Check::Keys(k.clone()),
             };
-            descriptions.push(format!("{} {}", source.describe(), describe_kind(py, kind)));
+            let description = format!("{} {}", source.describe(), describe_kind(py, kind));
+            descriptions.push(description.clone());
             steps[step].checks.push(check);
+            steps[step].whats.push(description);
         }
-        let tensor_guards = if tensors.is_empty() {
+        // torch's TensorGuards records the thread's dispatch state when it is made, so it is made
+        // at the first check, in the caller's state, not here inside the compile callback.
+        let tensor_spec = if tensors.is_empty() {
             None
         } else {
             let sizes: Vec<Vec<i64>> = tensors
@@ -153,11 +178,9 @@ impl NativeGuard {
             let kwargs = PyDict::new(py);
             kwargs.set_item("dynamic_dims_sizes", sizes)?;
             kwargs.set_item("dynamic_dims_strides", strides)?;
-            let cls = py
-                .import("torch._C._dynamo.guards")?
-                .getattr("TensorGuards")?;
-            Some(OwnedRef::from_bound(
-                &cls.call(PyTuple::new(py, &tensors)?, Some(&kwargs))?,
+            Some((
+                OwnedRef::from_bound(PyTuple::new(py, &tensors)?.as_any()),
+                OwnedRef::from_bound(kwargs.as_any()),
             ))
         };
         if let Some(mode) = set.grad_mode {
@@ -165,24 +188,39 @@ impl NativeGuard {
         }
         Ok(NativeGuard {
             steps,
-            tensor_guards,
+            tensor_spec,
+            tensor_guards: std::sync::OnceLock::new(),
             grad_mode: set.grad_mode,
             is_grad_enabled: OwnedRef::from_bound(&py.import("torch")?.getattr("is_grad_enabled")?),
             descriptions,
+            local_names: layout_names.to_vec(),
+            tensor_examples,
         })
     }
 
     fn evaluate(&self, py: Python<'_>, view: &FrameView<'_>) -> PyResult<bool> {
+        let locals = |i: usize| -> Option<Bound<'_, PyAny>> {
+            // SAFETY: the index was looked up in this code's layout; the frame is live.
+            let ptr = unsafe { view.value(i) };
+            // SAFETY: a live object owned by the frame (or null).
+            (!ptr.is_null()).then(|| unsafe { Bound::from_borrowed_ptr(py, ptr) })
+        };
+        Ok(self.first_failing(py, &locals)?.is_none())
+    }
+
+    /// The description of the first check that fails (`None`: all pass), reading locals through
+    /// `locals`.
+    fn first_failing<'py>(
+        &self,
+        py: Python<'py>,
+        locals: &dyn Fn(usize) -> Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Option<String>> {
         let mut values: Vec<Option<Bound<'_, PyAny>>> = Vec::with_capacity(self.steps.len());
         let mut tensors: Vec<Bound<'_, PyAny>> = Vec::new();
+        let mut aliases: Vec<(usize, Bound<'_, PyAny>, &String)> = Vec::new();
         for step in &self.steps {
             let value = match &step.access {
-                Access::Local(i) => {
-                    // SAFETY: the index was looked up in this code's layout; the frame is live.
-                    let ptr = unsafe { view.value(*i) };
-                    // SAFETY: a live object owned by the frame (or null).
-                    (!ptr.is_null()).then(|| unsafe { Bound::from_borrowed_ptr(py, ptr) })
-                }
+                Access::Local(i) => locals(*i),
                 Access::Global {
                     globals,
                     builtins,
@@ -219,9 +257,9 @@ impl NativeGuard {
                     values.push(None);
                     continue;
                 }
-                return Ok(false);
+                return Ok(Some(format!("{}: missing", step.what)));
             };
-            for check in &step.checks {
+            for (check, what) in step.checks.iter().zip(&step.whats) {
                 let ok = match check {
                     Check::Id(expected) => value.as_ptr() == expected.as_ptr(),
                     Check::Type(expected) => value.get_type().as_ptr() == expected.as_ptr(),
@@ -238,29 +276,102 @@ impl NativeGuard {
                         tensors.push(value.clone());
                         true
                     }
+                    Check::Alias(first) => {
+                        // Checked once every step has its value.
+                        aliases.push((*first, value.clone(), what));
+                        true
+                    }
                 };
                 if !ok {
-                    return Ok(false);
+                    return Ok(Some(what.clone()));
                 }
             }
             values.push(Some(value));
         }
-        if let Some(tensor_guards) = &self.tensor_guards {
+        for (first, value, what) in aliases {
+            let same = values
+                .get(first)
+                .and_then(|v| v.as_ref())
+                .is_some_and(|v| v.is(&value));
+            if !same {
+                return Ok(Some(format!(
+                    "{what} (no longer the same tensor as its alias)"
+                )));
+            }
+        }
+        if let Some((examples, kwargs)) = &self.tensor_spec {
+            let tensor_guards = match self.tensor_guards.get() {
+                Some(g) => g,
+                None => {
+                    let cls = py
+                        .import("torch._C._dynamo.guards")?
+                        .getattr("TensorGuards")?;
+                    let made = cls.call(
+                        examples.bind(py).cast::<PyTuple>()?,
+                        Some(kwargs.bind(py).cast::<PyDict>()?),
+                    )?;
+                    let _ = self.tensor_guards.set(OwnedRef::from_bound(&made));
+                    self.tensor_guards.get().expect("just set")
+                }
+            };
             let args = PyTuple::new(py, &tensors)?;
             if !tensor_guards
                 .bind(py)
                 .call_method1("check", args)?
                 .is_truthy()?
             {
-                return Ok(false);
+                // Name the first tensor whose metadata differs from its example.
+                for (tensor, (what, example)) in tensors.iter().zip(&self.tensor_examples) {
+                    let example = example.bind(py);
+                    for property in ["dtype", "device", "shape", "requires_grad"] {
+                        if !tensor.getattr(property)?.eq(example.getattr(property)?)? {
+                            return Ok(Some(format!(
+                                "{what}.{property} is {}, was {}",
+                                tensor.getattr(property)?,
+                                example.getattr(property)?
+                            )));
+                        }
+                    }
+                    if !tensor
+                        .call_method0("stride")?
+                        .eq(example.call_method0("stride")?)?
+                    {
+                        return Ok(Some(format!("{what} has a different stride")));
+                    }
+                    let single = PyDict::new(py);
+                    single.set_item(
+                        "dynamic_dims_sizes",
+                        vec![example.getattr("shape")?.extract::<Vec<i64>>()?],
+                    )?;
+                    single.set_item(
+                        "dynamic_dims_strides",
+                        vec![example.call_method0("stride")?.extract::<Vec<i64>>()?],
+                    )?;
+                    let cls = py
+                        .import("torch._C._dynamo.guards")?
+                        .getattr("TensorGuards")?;
+                    let one = cls.call((example.clone(),), Some(&single))?;
+                    if !one.call_method1("check", (tensor,))?.is_truthy()? {
+                        return Ok(Some(format!(
+                            "{what}: type {} (was {}), or dispatch keys changed",
+                            tensor.get_type().name()?,
+                            example.get_type().name()?
+                        )));
+                    }
+                }
+                return Ok(Some(format!(
+                    "a tensor's dtype, device, shape, stride, requires_grad or dispatch keys changed ({} tensors checked, {} expected)",
+                    tensors.len(),
+                    self.tensor_examples.len()
+                )));
             }
         }
         if let Some(mode) = self.grad_mode {
             if self.is_grad_enabled.bind(py).call0()?.is_truthy()? != mode {
-                return Ok(false);
+                return Ok(Some(format!("torch.is_grad_enabled() is no longer {mode}")));
             }
         }
-        Ok(true)
+        Ok(None)
     }
 }
 
@@ -347,6 +458,8 @@ fn intern_source(
     steps.push(Step {
         access,
         checks: Vec::new(),
+        what: source.describe(),
+        whats: Vec::new(),
     });
     index_of.insert(key, steps.len() - 1);
     Ok(steps.len() - 1)
@@ -361,6 +474,22 @@ impl NativeGuard {
 
     fn __len__(&self) -> usize {
         self.descriptions.len()
+    }
+
+    /// Why this entry would not be used for a frame with these locals (its `f_locals`): the
+    /// first failing check, or None if all pass.
+    fn first_failure(
+        &self,
+        py: Python<'_>,
+        f_locals: &Bound<'_, PyDict>,
+    ) -> PyResult<Option<String>> {
+        let names = &self.local_names;
+        let locals = |i: usize| -> Option<Bound<'_, PyAny>> {
+            names
+                .get(i)
+                .and_then(|n| f_locals.get_item(n).ok().flatten())
+        };
+        self.first_failing(py, &locals)
     }
 }
 

@@ -19,11 +19,12 @@ mod ops_build;
 mod ops_call;
 mod ops_control;
 mod ops_load_store;
+mod ops_objects;
 pub mod source;
 pub mod translator;
 pub mod vars;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
 use pyo3::prelude::*;
@@ -177,7 +178,39 @@ impl Converter {
         }
         let mut outputs: Vec<graph::NodeId> = Vec::new();
         let mut output_index: HashMap<graph::NodeId, usize> = HashMap::new();
-        let plan = rebuild_plan(tracer, result, &mut outputs, &mut output_index)?;
+        let mut seen = HashSet::new();
+        let plan = rebuild_plan(tracer, result, &mut outputs, &mut output_index, &mut seen)?;
+        // Side effects: the last store to each attribute of an existing object.
+        let mut replays: Vec<(Rc<Source>, String, Option<Rebuild>)> = Vec::new();
+        let mut done: HashSet<(usize, String)> = HashSet::new();
+        let mutations: Vec<_> = tracer
+            .mutations
+            .iter()
+            .map(|m| {
+                (
+                    m.source.clone(),
+                    m.object.as_ptr() as usize,
+                    m.name.clone(),
+                    m.value,
+                )
+            })
+            .collect();
+        for (source, object, name, value) in mutations.into_iter().rev() {
+            if done.insert((object, name.clone())) {
+                let value = match value {
+                    Some(v) => Some(rebuild_plan(
+                        tracer,
+                        v,
+                        &mut outputs,
+                        &mut output_index,
+                        &mut seen,
+                    )?),
+                    None => None,
+                };
+                replays.push((source, name, value));
+            }
+        }
+        replays.reverse();
 
         // Unused items of tuple results, then export and compile.
         let getitem = h.operator.getattr("getitem")?;
@@ -224,6 +257,9 @@ impl Converter {
         let mut gen = CodeGen::new(&code, &prologue, slot_names.clone())?;
         let inputs: Vec<Rc<Source>> = tracer.inputs.iter().map(|i| i.source.clone()).collect();
         gen.call_graph(compiled.as_any(), &inputs)?;
+        for (source, name, value) in &replays {
+            gen.replay_store(source, name, value.as_ref())?;
+        }
         let new_code = gen.finish(&plan)?;
 
         let guard = NativeGuard::build(py, &tracer.guards, &slot_names)?;
@@ -258,6 +294,7 @@ fn rebuild_plan(
     id: VarId,
     outputs: &mut Vec<graph::NodeId>,
     index: &mut HashMap<graph::NodeId, usize>,
+    seen: &mut HashSet<VarId>,
 ) -> CResult<Rebuild> {
     let py = tracer.py;
     Ok(match tracer.kind(id) {
@@ -285,21 +322,45 @@ fn rebuild_plan(
         VarKind::Tuple(items) => Rebuild::Tuple(
             items
                 .iter()
-                .map(|&i| rebuild_plan(tracer, i, outputs, index))
+                .map(|&i| rebuild_plan(tracer, i, outputs, index, seen))
                 .collect::<CResult<_>>()?,
         ),
         VarKind::List(items) => Rebuild::List(
             items
                 .iter()
-                .map(|&i| rebuild_plan(tracer, i, outputs, index))
+                .map(|&i| rebuild_plan(tracer, i, outputs, index, seen))
                 .collect::<CResult<_>>()?,
         ),
         VarKind::Dict(entries) => Rebuild::Dict(
             entries
                 .iter()
-                .map(|(k, v)| Ok((k.clone(), rebuild_plan(tracer, *v, outputs, index)?)))
+                .map(|(k, v)| Ok((k.clone(), rebuild_plan(tracer, *v, outputs, index, seen)?)))
                 .collect::<CResult<_>>()?,
         ),
+        VarKind::Instance {
+            cls,
+            attrs,
+            model_output,
+        } => {
+            if !seen.insert(id) {
+                return unsupported("an object made while tracing reachable twice from the result");
+            }
+            let (cls, attrs, model_output) = (cls.clone(), attrs.clone(), *model_output);
+            if model_output {
+                let fields = tracer
+                    .model_output_items(id)
+                    .into_iter()
+                    .map(|(name, v)| Ok((name, rebuild_plan(tracer, v, outputs, index, seen)?)))
+                    .collect::<CResult<_>>()?;
+                Rebuild::ModelOutput { cls, fields }
+            } else {
+                let attrs = attrs
+                    .into_iter()
+                    .map(|(name, v)| Ok((name, rebuild_plan(tracer, v, outputs, index, seen)?)))
+                    .collect::<CResult<_>>()?;
+                Rebuild::Instance { cls, attrs }
+            }
+        }
         other => return unsupported(format!("returning {}", translator::kind_name(other))),
     })
 }

@@ -72,6 +72,7 @@ impl<'py> Tracer<'py> {
                 false
             }
             _ if lhs == rhs => true,
+            (VarKind::Instance { .. }, _) | (_, VarKind::Instance { .. }) => false,
             (a, b) => {
                 return unsupported(format!(
                     "`is` between {} and {}",
@@ -196,6 +197,19 @@ impl<'py> Tracer<'py> {
             VarKind::Tuple(items) | VarKind::List(items) => !items.is_empty(),
             VarKind::Dict(entries) => !entries.is_empty(),
             VarKind::Function(_) | VarKind::Method { .. } => true,
+            VarKind::Instance {
+                model_output: true, ..
+            } => !self.model_output_items(id).is_empty(),
+            VarKind::Instance { cls, .. } => {
+                let cls = cls.bind(py);
+                if cls.hasattr("__bool__")? || cls.hasattr("__len__")? {
+                    return unsupported(format!(
+                        "the truth value of a {} made while tracing",
+                        super::ops_call::describe(&cls)
+                    ));
+                }
+                true
+            }
             VarKind::Tensor { .. } => return unsupported("a branch on a tensor's value"),
             other => return unsupported(format!("the truth value of {}", kind_name(other))),
         })
@@ -224,6 +238,24 @@ impl<'py> Tracer<'py> {
             return unsupported("indexing a container with a tensor");
         }
         let key = self.python_value(index)?;
+        if matches!(
+            self.kind(container),
+            VarKind::Instance {
+                model_output: true,
+                ..
+            }
+        ) {
+            let items = self.model_output_items(container);
+            if let Ok(field) = key.extract::<String>() {
+                return match items.iter().find(|(k, _)| *k == field) {
+                    Some((_, v)) => Ok(*v),
+                    None => unsupported(format!("ModelOutput has no field {field:?} set")),
+                };
+            }
+            let values: Vec<VarId> = items.into_iter().map(|(_, v)| v).collect();
+            let tuple = self.add(VarKind::Tuple(values), None);
+            return self.subscript(tuple, index);
+        }
         match self.kind(container) {
             VarKind::Tuple(items) | VarKind::List(items) => {
                 let items = items.clone();

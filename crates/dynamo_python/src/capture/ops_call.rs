@@ -324,6 +324,12 @@ impl<'py> Tracer<'py> {
         if obj.is_instance(&h.function_type)? {
             return self.call_python(obj, args, kwargs);
         }
+        if is_model_output_class(py, obj)? {
+            return self.construct_model_output(obj, args, kwargs);
+        }
+        if self.is_plain_class(obj)? {
+            return self.construct(obj, args, kwargs);
+        }
         if obj.is_instance(&h.method_type)? {
             let source = self
                 .source(callee)
@@ -471,8 +477,9 @@ impl<'py> Tracer<'py> {
         let py = self.py;
         let code = function.code.bind(py).clone();
         let flags: u32 = code.getattr("co_flags")?.extract()?;
-        if flags & CO_GENERATOR_LIKE != 0 {
-            return unsupported("calling a generator expression or a nested generator");
+        let is_genexpr = flags & 0x20 != 0 && code.getattr("co_name")?.to_string() == "<genexpr>";
+        if flags & CO_GENERATOR_LIKE != 0 && !is_genexpr {
+            return unsupported("calling a nested generator function");
         }
         // A real function of the same shape, only for argument binding: defaults are markers
         // standing for the tracked default values.
@@ -525,6 +532,11 @@ impl<'py> Tracer<'py> {
         let first_free = state.slot_names.len() - function.closure.len();
         for (i, cell) in function.closure.iter().enumerate() {
             state.cells.insert(first_free + i, cell.clone());
+        }
+        if is_genexpr {
+            // Consumed right away by its caller (`all(...)`, `sum(...)`, a loop): run it to
+            // the end and hand back the items.
+            state.yields = Some(Vec::new());
         }
         self.enter_depth()?;
         let result = self.run(&mut state);
@@ -824,6 +836,43 @@ impl<'py> Tracer<'py> {
                 Ok(self.constant(&result))
             }
             (
+                VarKind::Instance {
+                    model_output: true, ..
+                },
+                "to_tuple" | "values" | "keys" | "items" | "get",
+            ) => {
+                let items = self.model_output_items(receiver);
+                let string = |this: &mut Self, k: &str| {
+                    this.constant(&pyo3::types::PyString::new(py, k).into_any())
+                };
+                match name {
+                    "to_tuple" | "values" => {
+                        let values = items.into_iter().map(|(_, v)| v).collect();
+                        Ok(self.add(VarKind::Tuple(values), None))
+                    }
+                    "keys" => {
+                        let keys = items.iter().map(|(k, _)| string(self, k)).collect();
+                        Ok(self.add(VarKind::Tuple(keys), None))
+                    }
+                    "items" => {
+                        let mut pairs = Vec::new();
+                        for (k, v) in items {
+                            let k = string(self, &k);
+                            pairs.push(self.add(VarKind::Tuple(vec![k, v]), None));
+                        }
+                        Ok(self.add(VarKind::Tuple(pairs), None))
+                    }
+                    _ => {
+                        let key: String = self.python_value(args[0])?.extract()?;
+                        match (items.iter().find(|(k, _)| *k == key), args.get(1)) {
+                            (Some((_, v)), _) => Ok(*v),
+                            (None, Some(&default)) => Ok(default),
+                            (None, None) => Ok(self.constant(&none())),
+                        }
+                    }
+                }
+            }
+            (
                 VarKind::Object(dict),
                 "get" | "__getitem__" | "__contains__" | "keys" | "items" | "values",
             ) => {
@@ -1117,9 +1166,58 @@ impl<'py> Tracer<'py> {
                 let v = v.bind(py).clone();
                 self.object_items(id, &v)
             }
+            VarKind::Instance { cls, .. } => {
+                let cls = cls.bind(py).clone();
+                match self.sequence_items(id, &cls)? {
+                    Some(items) => Ok(items),
+                    None => unsupported(format!(
+                        "iterating over a {} made while tracing",
+                        describe(&cls)
+                    )),
+                }
+            }
             VarKind::Tensor { .. } => unsupported("iterating over a tensor"),
             other => unsupported(format!("iterating over {}", kind_name(other))),
         }
+    }
+
+    /// Items of an object whose class is a Python sequence (`__len__` and `__getitem__` in
+    /// Python, iteration left to `collections.abc.Sequence`), by inlining those two so what
+    /// they read is traced and guarded. `None` if the class is not such a sequence.
+    fn sequence_items(
+        &mut self,
+        id: VarId,
+        cls: &Bound<'py, PyAny>,
+    ) -> CResult<Option<Vec<VarId>>> {
+        let py = self.py;
+        let inspect = py.import("inspect")?;
+        let static_attr = |name: &str| inspect.call_method1("getattr_static", (cls, name)).ok();
+        let sequence_iter = py
+            .import("collections.abc")?
+            .getattr("Sequence")?
+            .getattr("__iter__")?;
+        let (Some(len_fn), Some(getitem_fn)) = (static_attr("__len__"), static_attr("__getitem__"))
+        else {
+            return Ok(None);
+        };
+        let iter_ok = static_attr("__iter__").is_none_or(|it| it.is(&sequence_iter));
+        if !(iter_ok
+            && len_fn.is_instance(&self.h.function_type)?
+            && getitem_fn.is_instance(&self.h.function_type)?)
+        {
+            return Ok(None);
+        }
+        let n = self.call_python(&len_fn, vec![id], Vec::new())?;
+        let n: usize = match self.real(n) {
+            Some(v) => v.extract()?,
+            None => return unsupported("len() of a sequence that is not a constant"),
+        };
+        let mut out = Vec::with_capacity(n);
+        for i in 0..n {
+            let index = self.constant(&(i as i64).into_pyobject(py)?.into_any());
+            out.push(self.call_python(&getitem_fn, vec![id, index], Vec::new())?);
+        }
+        Ok(Some(out))
     }
 
     /// Items of a real container: nn.Module containers and dict views, with sources.
@@ -1161,6 +1259,9 @@ impl<'py> Tracer<'py> {
             return Ok(out);
         }
         let _ = py;
+        if let Some(items) = self.sequence_items(id, &obj.get_type().into_any())? {
+            return Ok(items);
+        }
         unsupported(format!("iterating over {}", describe(obj)))
     }
 
@@ -1177,6 +1278,20 @@ impl<'py> Tracer<'py> {
         let name = function_name(func);
         let is = |n: &str| b.getattr(n).map(|x| x.is(func)).unwrap_or(false);
         if is("len") && args.len() == 1 {
+            if let Some(cls) = self.instance_class(args[0]) {
+                let len_fn = py
+                    .import("inspect")?
+                    .call_method1("getattr_static", (&cls, "__len__"))
+                    .ok();
+                return match len_fn {
+                    Some(f) if f.is_instance(&self.h.function_type)? => {
+                        self.call_python(&f, vec![args[0]], Vec::new())
+                    }
+                    _ => unsupported(format!("len() of a {} made while tracing", describe(&cls))),
+                };
+            }
+        }
+        if is("len") && args.len() == 1 {
             let n = match self.kind(args[0]) {
                 VarKind::Tuple(items) | VarKind::List(items) => items.len(),
                 VarKind::Dict(entries) => entries.len(),
@@ -1185,6 +1300,18 @@ impl<'py> Tracer<'py> {
                 other => return unsupported(format!("len() of {}", kind_name(other))),
             };
             return Ok(self.constant(&n.into_pyobject(py)?.into_any()));
+        }
+        if is("isinstance") && args.len() == 2 {
+            if let Some(inst_cls) = self.instance_class(args[0]) {
+                let cls = self.python_value(args[1])?;
+                let result = b.getattr("issubclass")?.call1((inst_cls, cls))?;
+                return Ok(self.constant(&result));
+            }
+        }
+        if is("type") && args.len() == 1 {
+            if let Some(inst_cls) = self.instance_class(args[0]) {
+                return self.wrap(&inst_cls, None);
+            }
         }
         if (is("isinstance") || is("issubclass")) && args.len() == 2 {
             let cls = self.python_value(args[1])?;
@@ -1204,6 +1331,9 @@ impl<'py> Tracer<'py> {
             let found = match self.kind(args[0]) {
                 VarKind::Const(v) | VarKind::Object(v) => v.bind(py).hasattr(attr.as_str())?,
                 VarKind::Tensor { fake, .. } => fake.bind(py).hasattr(attr.as_str())?,
+                VarKind::Instance { cls, attrs, .. } => {
+                    attrs.iter().any(|(n, _)| *n == attr) || cls.bind(py).hasattr(attr.as_str())?
+                }
                 _ => return unsupported("getattr() on a container"),
             };
             if is("hasattr") {
@@ -1331,6 +1461,24 @@ impl<'py> Tracer<'py> {
             other => Err(other),
         })
     }
+}
+
+/// Whether `cls` is a transformers `ModelOutput` subclass (only if transformers is loaded).
+fn is_model_output_class(py: Python<'_>, cls: &Bound<'_, PyAny>) -> PyResult<bool> {
+    let modules = py.import("sys")?.getattr("modules")?;
+    let Ok(generic) = modules.get_item("transformers.utils.generic") else {
+        return Ok(false);
+    };
+    let Ok(model_output) = generic.getattr("ModelOutput") else {
+        return Ok(false);
+    };
+    Ok(cls.is_instance_of::<pyo3::types::PyType>()
+        && !cls.is(&model_output)
+        && py
+            .import("builtins")?
+            .getattr("issubclass")?
+            .call1((cls, model_output))?
+            .is_truthy()?)
 }
 
 /// Default-value markers are offset so they never collide with argument markers.

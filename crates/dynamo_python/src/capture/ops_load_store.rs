@@ -134,8 +134,15 @@ impl<'py> Tracer<'py> {
                 let fake = fake.bind(py).clone();
                 self.tensor_attr(obj, &fake, name)
             }
+            VarKind::Instance { .. } => self.instance_attr(obj, name),
             VarKind::Const(value) | VarKind::Object(value) => {
                 let value = value.bind(py).clone();
+                // A store earlier in this trace decides what the read sees.
+                match self.mutated_attr(&value, name) {
+                    Some(Some(stored)) => return Ok(stored),
+                    Some(None) => return unsupported(format!("reading .{name} after deleting it")),
+                    None => {}
+                }
                 let attr = match value.getattr(name) {
                     Ok(a) => a,
                     Err(err) => return unsupported(format!("getattr(..., {name:?}) raised {err}")),
@@ -185,6 +192,48 @@ impl<'py> Tracer<'py> {
                         None,
                     ));
                 }
+                // A property that returns a plain object may build a new one on each access
+                // (`config.per_layer_config`): an identity guard would never pass again, so the
+                // getter is inlined instead and what it reads is guarded.
+                if !h_is_simple(&self.h, &attr)? {
+                    let static_attr = py
+                        .import("inspect")?
+                        .call_method1("getattr_static", (value.get_type(), name))
+                        .ok();
+                    if let Some(prop) = static_attr.filter(|p| {
+                        p.is_instance_of::<pyo3::types::PyAny>()
+                            && p.get_type()
+                                .name()
+                                .map(|n| n == "property")
+                                .unwrap_or(false)
+                    }) {
+                        let getter = prop.getattr("fget")?;
+                        if getter.is_instance(&self.h.function_type)? {
+                            return self.call_python(&getter, vec![obj], Vec::new());
+                        }
+                    }
+                }
+                // Attributes of a constant are fixed by the constant's own guard; a built-in method
+                // bound to the receiver is a new object on every access, fixed by the receiver's
+                // type. Neither needs (or survives) a guard of its own.
+                let bound_builtin = matches!(
+                    attr.get_type().name()?.to_string().as_str(),
+                    "builtin_function_or_method" | "method-wrapper"
+                ) && attr
+                    .getattr("__self__")
+                    .map(|s| s.is(&value))
+                    .unwrap_or(false);
+                if matches!(self.kind(obj), VarKind::Const(_)) || bound_builtin {
+                    if let (true, Some(s)) = (bound_builtin, self.source(obj)) {
+                        self.guards.add(
+                            s,
+                            super::guards::GuardKind::Type(OwnedRef::from_bound(
+                                value.get_type().as_any(),
+                            )),
+                        );
+                    }
+                    return self.wrap(&attr, None);
+                }
                 let source = self.source(obj).map(|s| self.attr_source(&value, s, name));
                 if source.is_none() && attr.is_instance(&self.h.tensor_type)? {
                     return unsupported(format!(
@@ -216,6 +265,49 @@ impl<'py> Tracer<'py> {
             )),
             VarKind::Super { cls, receiver } => {
                 let (cls, receiver) = (cls.bind(py).clone(), *receiver);
+                // An instance made while tracing: look `name` up statically along its class's MRO,
+                // after `cls`.
+                if let Some(inst_cls) = self.instance_class(receiver) {
+                    let mro = inst_cls.getattr("__mro__")?;
+                    let mut after = false;
+                    for klass in mro.try_iter()? {
+                        let klass = klass?;
+                        if !after {
+                            after = klass.is(&cls);
+                            continue;
+                        }
+                        let Ok(found) = klass.getattr("__dict__")?.get_item(name) else {
+                            continue;
+                        };
+                        if found.is_instance(&self.h.function_type)? {
+                            return Ok(self.add(
+                                VarKind::Method {
+                                    receiver,
+                                    name: name.to_string(),
+                                    func: Some(OwnedRef::from_bound(&found)),
+                                },
+                                None,
+                            ));
+                        }
+                        let object = py.import("builtins")?.getattr("object")?;
+                        if klass.is(&object) && name == "__init__" {
+                            // object.__init__() with no arguments: a no-op.
+                            let noop = py.eval(c"lambda self: None", None, None)?;
+                            return Ok(self.add(
+                                VarKind::Method {
+                                    receiver,
+                                    name: name.to_string(),
+                                    func: Some(OwnedRef::from_bound(&noop)),
+                                },
+                                None,
+                            ));
+                        }
+                        return unsupported(format!(
+                            "super().{name} of an object made while tracing"
+                        ));
+                    }
+                    return unsupported(format!("super().{name}: not found"));
+                }
                 let Some(real_receiver) = self.real(receiver) else {
                     return unsupported("super() on a value without a Python object");
                 };
@@ -275,7 +367,10 @@ impl<'py> Tracer<'py> {
                 let in_instance_dict = dict.contains(name).unwrap_or(true);
                 if !in_instance_dict {
                     for table in ["_parameters", "_buffers", "_modules"] {
-                        let holds = dict.get_item(table).and_then(|t| t.contains(name)).unwrap_or(false);
+                        let holds = dict
+                            .get_item(table)
+                            .and_then(|t| t.contains(name))
+                            .unwrap_or(false);
                         if holds {
                             let table = Rc::new(Source::Attr(base, table.to_string()));
                             return Rc::new(Source::Item(table, ItemKey::Str(name.to_string())));
@@ -387,4 +482,15 @@ impl<'py> Tracer<'py> {
             _ => unsupported("writes a closure cell shared with code outside the trace"),
         }
     }
+}
+
+/// Values that are guarded by value, as graph inputs, or item by item (not by identity).
+fn h_is_simple(h: &super::helpers::Helpers<'_>, value: &Bound<'_, PyAny>) -> PyResult<bool> {
+    Ok(h.is_constant(value)?
+        || value.is_instance(&h.tensor_type)?
+        || value.get_type().is(&h.tuple_type)
+        || value.get_type().is(&h.list_type)
+        || value.get_type().is(&h.dict_type)
+        || value.is_instance(&h.module_type)?
+        || value.is_callable())
 }

@@ -73,6 +73,8 @@ pub struct FrameState<'py> {
     pub pc: usize,
     pub qualname: String,
     pub filename: String,
+    /// Values yielded so far, when a generator expression is run to completion.
+    pub yields: Option<Vec<VarId>>,
 }
 
 #[derive(Debug)]
@@ -106,6 +108,18 @@ pub struct Tracer<'py> {
     pub in_try: bool,
     /// Field names of tuples that came from named tuples (`torch.topk(...).values`).
     pub tuple_fields: HashMap<VarId, Vec<String>>,
+    /// Attribute stores on objects that existed before the call, in order; the transformed
+    /// code replays the last value of each after running the graph.
+    pub mutations: Vec<Mutation>,
+}
+
+/// `obj.name = value` on an object from a source.
+#[derive(Debug)]
+pub struct Mutation {
+    pub source: Rc<Source>,
+    pub object: OwnedRef,
+    pub name: String,
+    pub value: Option<VarId>,
 }
 
 impl std::fmt::Debug for Tracer<'_> {
@@ -136,6 +150,7 @@ impl<'py> Tracer<'py> {
             location_stack: Vec::new(),
             in_try: false,
             tuple_fields: HashMap::new(),
+            mutations: Vec::new(),
         })
     }
 
@@ -198,6 +213,21 @@ impl<'py> Tracer<'py> {
             VarKind::Tensor { .. } => {
                 return unsupported("a tensor used where a Python value is needed")
             }
+            VarKind::Method {
+                receiver,
+                func: Some(func),
+                ..
+            } => match self.real(*receiver) {
+                Some(real) => self.h.method_type.call1((func.bind(py), real))?,
+                None => return unsupported("a method of a traced value used as a Python value"),
+            },
+            VarKind::Iter { items, next } => {
+                let items = items[*next..]
+                    .iter()
+                    .map(|&i| self.python_value(i))
+                    .collect::<CResult<Vec<_>>>()?;
+                pyo3::types::PyList::new(py, items)?.into_any()
+            }
             other => return unsupported(format!("{} used as a Python value", kind_name(other))),
         })
     }
@@ -209,6 +239,9 @@ impl<'py> Tracer<'py> {
                 items.iter().any(|&i| self.contains_tensor(i))
             }
             VarKind::Dict(entries) => entries.iter().any(|(_, v)| self.contains_tensor(*v)),
+            VarKind::Iter { items, next } => {
+                items[*next..].iter().any(|&i| self.contains_tensor(i))
+            }
             _ => false,
         }
     }
@@ -446,6 +479,8 @@ impl<'py> Tracer<'py> {
             CallFunctionEx => self.op_call_function_ex(f, arg),
             MakeFunction => self.op_make_function(f, arg),
             ImportName => self.op_import_name(f, arg),
+            StoreAttr => self.op_store_attr(f, arg),
+            DeleteAttr => self.op_delete_attr(f, arg),
             ImportFrom => self.op_import_from(f, arg),
             BinaryOp => self.op_binary(f, arg),
             CompareOp => self.op_compare(f, arg),
@@ -481,7 +516,27 @@ impl<'py> Tracer<'py> {
             | JumpIfFalseOrPop | JumpIfTrueOrPop => self.op_branch(f, ins),
             ReturnValue => {
                 let value = self.pop(f)?;
-                Ok(Flow::Return(value))
+                match f.yields.take() {
+                    // A generator expression ran to the end: the caller gets its items.
+                    Some(items) => Ok(Flow::Return(
+                        self.add(VarKind::Iter { items, next: 0 }, None),
+                    )),
+                    None => Ok(Flow::Return(value)),
+                }
+            }
+            ReturnGenerator if f.yields.is_some() => {
+                let none = self.constant(&self.py.None().into_bound(self.py));
+                f.stack.push(none); // what the first next() sends
+                Ok(Flow::Continue)
+            }
+            YieldValue if f.yields.is_some() => {
+                let value = self.pop(f)?;
+                if let Some(items) = f.yields.as_mut() {
+                    items.push(value);
+                }
+                let none = self.constant(&self.py.None().into_bound(self.py));
+                f.stack.push(none); // what next() sends back
+                Ok(Flow::Continue)
             }
             // Not traced yet: the frame runs eagerly.
             GetLen | MatchMapping | MatchSequence | MatchKeys | PushExcInfo | CheckExcMatch
@@ -489,9 +544,9 @@ impl<'py> Tracer<'py> {
             | BeforeWith | EndAsyncFor | DeleteSubscr | GetYieldFromIter | PrintExpr
             | LoadBuildClass | LoadAssertionError | ReturnGenerator | ImportStar
             | SetupAnnotations | YieldValue | AsyncGenWrap | PrepReraiseStar | PopExcept
-            | StoreName | DeleteName | StoreAttr | DeleteAttr | StoreGlobal | DeleteGlobal
-            | LoadName | BuildSet | Reraise | Send | RaiseVarargs | GetAwaitable | DeleteDeref
-            | SetAdd | SetUpdate | LoadClassderef | MatchClass => {
+            | StoreName | DeleteName | StoreGlobal | DeleteGlobal | LoadName | BuildSet
+            | Reraise | Send | RaiseVarargs | GetAwaitable | DeleteDeref | SetAdd | SetUpdate
+            | LoadClassderef | MatchClass => {
                 unsupported(format!("the {} instruction", ins.opcode.name()))
             }
         }
@@ -523,6 +578,7 @@ pub fn kind_name(kind: &VarKind) -> &'static str {
         VarKind::Function(_) => "a function",
         VarKind::CellRef(_) => "a cell",
         VarKind::Super { .. } => "super()",
+        VarKind::Instance { .. } => "an object made while tracing",
     }
 }
 
@@ -601,6 +657,7 @@ pub fn frame_state<'py>(
         qualname: code.getattr("co_qualname")?.extract()?,
         filename: code.getattr("co_filename")?.extract()?,
         instructions: decoded.instructions,
+        yields: None,
         lines,
         code: code.clone(),
     })

@@ -59,6 +59,15 @@ pub enum VarKind {
         cls: OwnedRef,
         receiver: VarId,
     },
+    /// An instance of a user class created inside the trace: its attributes are trackers,
+    /// its methods come from the class. If it escapes, the transformed code builds it.
+    /// `model_output` marks transformers' `ModelOutput` dataclasses, which are rebuilt by
+    /// calling the class with their fields.
+    Instance {
+        cls: OwnedRef,
+        attrs: Vec<(String, VarId)>,
+        model_output: bool,
+    },
 }
 
 #[derive(Debug)]

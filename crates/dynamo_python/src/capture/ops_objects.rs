@@ -1,0 +1,346 @@
+//! Objects and their attributes: instances of user classes made inside the trace (their
+//! attributes are trackers, their methods come from the class), attribute stores, and
+//! attribute stores on objects that existed before the call, which the transformed code
+//! replays after the graph (side effects).
+
+use pyo3::prelude::*;
+use pyo3::types::PyType;
+
+use super::translator::{kind_name, unsupported, CResult, Flow, FrameState, Mutation, Tracer};
+use super::vars::{VarId, VarKind};
+use crate::eval_frame::owned::OwnedRef;
+
+impl<'py> Tracer<'py> {
+    /// `STORE_ATTR`: `TOS.name = TOS1`.
+    pub(super) fn op_store_attr(&mut self, f: &mut FrameState<'py>, i: u32) -> CResult<Flow> {
+        let name = f.names.get_item(i as usize)?.to_string();
+        let obj = self.pop(f)?;
+        let value = self.pop(f)?;
+        self.store_attr(obj, &name, Some(value))?;
+        Ok(Flow::Continue)
+    }
+
+    pub(super) fn op_delete_attr(&mut self, f: &mut FrameState<'py>, i: u32) -> CResult<Flow> {
+        let name = f.names.get_item(i as usize)?.to_string();
+        let obj = self.pop(f)?;
+        self.store_attr(obj, &name, None)?;
+        Ok(Flow::Continue)
+    }
+
+    fn store_attr(&mut self, obj: VarId, name: &str, value: Option<VarId>) -> CResult<()> {
+        let py = self.py;
+        match &mut self.vars[obj.0 as usize].kind {
+            VarKind::Instance {
+                attrs,
+                model_output: false,
+                ..
+            } => {
+                attrs.retain(|(n, _)| n != name);
+                if let Some(v) = value {
+                    attrs.push((name.to_string(), v));
+                }
+                return Ok(());
+            }
+            VarKind::Instance { .. } => {
+                return unsupported("setting an attribute of a ModelOutput")
+            }
+            _ => {}
+        }
+        let (Some(source), Some(real)) = (self.source(obj), self.real(obj)) else {
+            return unsupported(format!("setting .{name} of {}", kind_name(self.kind(obj))));
+        };
+        // Only plain attribute stores can be replayed as they are.
+        let object_setattr = py
+            .import("builtins")?
+            .getattr("object")?
+            .getattr("__setattr__")?;
+        if !real.get_type().getattr("__setattr__")?.is(&object_setattr)
+            || real.is_instance(&self.h.module_type)?
+        {
+            return unsupported(format!(
+                "setting .{name} of {} (custom __setattr__)",
+                super::ops_call::describe(&real)
+            ));
+        }
+        if let Some(v) = value {
+            if !self.rebuildable(v) {
+                return unsupported(format!(
+                    "storing {} into .{name} of an existing object",
+                    kind_name(self.kind(v))
+                ));
+            }
+        }
+        self.mutations.push(Mutation {
+            source,
+            object: OwnedRef::from_bound(&real),
+            name: name.to_string(),
+            value,
+        });
+        Ok(())
+    }
+
+    /// The value a previous store in this trace gave `obj.name`, if any (`Some(None)`: deleted).
+    pub fn mutated_attr(&self, obj: &Bound<'py, PyAny>, name: &str) -> Option<Option<VarId>> {
+        self.mutations
+            .iter()
+            .rev()
+            .find(|m| m.object.as_ptr() == obj.as_ptr() && m.name == name)
+            .map(|m| m.value)
+    }
+
+    /// Whether the transformed code can build `id` (for side effects and return values).
+    pub fn rebuildable(&self, id: VarId) -> bool {
+        match self.kind(id) {
+            VarKind::Tensor { .. } | VarKind::Const(_) => true,
+            VarKind::Object(_) => true,
+            VarKind::Tuple(items) | VarKind::List(items) => {
+                items.iter().all(|&i| self.rebuildable(i))
+            }
+            VarKind::Dict(entries) => entries.iter().all(|(_, v)| self.rebuildable(*v)),
+            VarKind::Instance { attrs, .. } => attrs.iter().all(|(_, v)| self.rebuildable(*v)),
+            _ => false,
+        }
+    }
+
+    /// Whether calling `cls` should make a traced instance: a plain Python class (no custom
+    /// metaclass, `__new__` or `__setattr__`, not a torch, module or builtin type).
+    pub fn is_plain_class(&self, cls: &Bound<'py, PyAny>) -> PyResult<bool> {
+        let py = self.py;
+        let Ok(cls) = cls.cast::<PyType>() else {
+            return Ok(false);
+        };
+        let builtins = py.import("builtins")?;
+        let object = builtins.getattr("object")?;
+        // `type` or `abc.ABCMeta` (whose instances are made by object.__new__ as well).
+        let metaclass = cls.get_type();
+        if !metaclass.is(&builtins.getattr("type")?)
+            && !metaclass.is(&py.import("abc")?.getattr("ABCMeta")?)
+        {
+            return Ok(false);
+        }
+        let module: String = cls
+            .getattr("__module__")
+            .and_then(|m| m.extract())
+            .unwrap_or_default();
+        if module == "builtins" || module.starts_with("torch") {
+            return Ok(false);
+        }
+        let mro = cls.getattr("__mro__")?;
+        if mro.len()? < 2 || !mro.get_item(mro.len()? - 1)?.is(&object) {
+            return Ok(false);
+        }
+        // Every base must be a Python class deriving directly from object's layout.
+        for base in mro.try_iter()? {
+            let base = base?;
+            if base.is(&object) {
+                continue;
+            }
+            let base_module: String = base
+                .getattr("__module__")
+                .and_then(|m| m.extract())
+                .unwrap_or_default();
+            // Slots would need a layout object.__new__ does not give (an empty tuple is fine).
+            let own_slots = base.getattr("__dict__")?.get_item("__slots__").ok();
+            let has_slots = match own_slots {
+                Some(slots) => slots.len().map(|n| n > 0).unwrap_or(true),
+                None => false,
+            };
+            if base_module == "builtins" || base_module.starts_with("torch") || has_slots {
+                return Ok(false);
+            }
+        }
+        Ok(cls.getattr("__new__")?.is(&object.getattr("__new__")?)
+            && cls
+                .getattr("__setattr__")?
+                .is(&object.getattr("__setattr__")?)
+            && cls
+                .getattr("__getattribute__")?
+                .is(&object.getattr("__getattribute__")?))
+    }
+
+    /// `cls(*args, **kwargs)` for a plain class: a traced instance, `__init__` inlined.
+    pub fn construct(
+        &mut self,
+        cls: &Bound<'py, PyAny>,
+        args: Vec<VarId>,
+        kwargs: Vec<(String, VarId)>,
+    ) -> CResult<VarId> {
+        let py = self.py;
+        let instance = self.add(
+            VarKind::Instance {
+                cls: OwnedRef::from_bound(cls),
+                attrs: Vec::new(),
+                model_output: false,
+            },
+            None,
+        );
+        let init = cls.getattr("__init__")?;
+        let object_init = py
+            .import("builtins")?
+            .getattr("object")?
+            .getattr("__init__")?;
+        if init.is(&object_init) {
+            if !args.is_empty() || !kwargs.is_empty() {
+                return unsupported(format!(
+                    "{}() takes no arguments",
+                    super::ops_call::describe(cls)
+                ));
+            }
+            return Ok(instance);
+        }
+        if !init.is_instance(&self.h.function_type)? {
+            return unsupported(format!(
+                "constructing {} (its __init__ is not Python)",
+                super::ops_call::describe(cls)
+            ));
+        }
+        let mut all = vec![instance];
+        all.extend(args);
+        let result = self.call_python(&init, all, kwargs)?;
+        if !matches!(self.kind(result), VarKind::Const(v) if v.bind(py).is_none()) {
+            return unsupported("__init__ returned something other than None");
+        }
+        Ok(instance)
+    }
+
+    /// `cls(**fields)` for a transformers `ModelOutput` dataclass: its fields, in order.
+    pub fn construct_model_output(
+        &mut self,
+        cls: &Bound<'py, PyAny>,
+        args: Vec<VarId>,
+        kwargs: Vec<(String, VarId)>,
+    ) -> CResult<VarId> {
+        let py = self.py;
+        let fields = py.import("dataclasses")?.call_method1("fields", (cls,))?;
+        let mut attrs: Vec<(String, VarId)> = Vec::new();
+        for (i, field) in fields.try_iter()?.enumerate() {
+            let field = field?;
+            let name: String = field.getattr("name")?.extract()?;
+            let value = match (args.get(i), kwargs.iter().find(|(k, _)| *k == name)) {
+                (Some(&v), None) => v,
+                (None, Some((_, v))) => *v,
+                (None, None) => {
+                    let default = field.getattr("default")?;
+                    let missing = py.import("dataclasses")?.getattr("MISSING")?;
+                    if default.is(&missing) {
+                        return unsupported(format!("ModelOutput field {name} without a value"));
+                    }
+                    self.wrap(&default, None)?
+                }
+                (Some(_), Some(_)) => {
+                    return unsupported(format!("ModelOutput field {name} given twice"))
+                }
+            };
+            attrs.push((name, value));
+        }
+        if kwargs
+            .iter()
+            .any(|(k, _)| !attrs.iter().any(|(n, _)| n == k))
+        {
+            return unsupported("unknown ModelOutput field");
+        }
+        Ok(self.add(
+            VarKind::Instance {
+                cls: OwnedRef::from_bound(cls),
+                attrs,
+                model_output: true,
+            },
+            None,
+        ))
+    }
+
+    /// The fields of a ModelOutput that are not None, in order (what `to_tuple()` gives).
+    pub fn model_output_items(&self, id: VarId) -> Vec<(String, VarId)> {
+        match self.kind(id) {
+            VarKind::Instance { attrs, model_output: true, .. } => attrs
+                .iter()
+                .filter(|(_, v)| !matches!(self.kind(*v), VarKind::Const(c) if c.bind(self.py).is_none()))
+                .cloned()
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// `instance.name` for a traced instance.
+    pub fn instance_attr(&mut self, obj: VarId, name: &str) -> CResult<VarId> {
+        let py = self.py;
+        let VarKind::Instance {
+            cls,
+            attrs,
+            model_output,
+        } = self.kind(obj)
+        else {
+            return unsupported("internal: instance_attr on a non-instance");
+        };
+        if let Some((_, v)) = attrs.iter().find(|(n, _)| n == name) {
+            return Ok(*v);
+        }
+        let (cls, model_output) = (cls.bind(py).clone(), *model_output);
+        if model_output && matches!(name, "to_tuple" | "keys" | "values" | "items" | "get") {
+            return Ok(self.add(
+                VarKind::Method {
+                    receiver: obj,
+                    name: name.to_string(),
+                    func: None,
+                },
+                None,
+            ));
+        }
+        if name == "__class__" {
+            return self.wrap(&cls, None);
+        }
+        let attr = match py
+            .import("inspect")?
+            .call_method1("getattr_static", (&cls, name))
+        {
+            Ok(a) => a,
+            Err(_) => {
+                return unsupported(format!(
+                    "{} has no attribute {name:?}",
+                    super::ops_call::describe(&cls)
+                ))
+            }
+        };
+        let builtins = py.import("builtins")?;
+        if attr.is_instance(&self.h.function_type)? {
+            return Ok(self.add(
+                VarKind::Method {
+                    receiver: obj,
+                    name: name.to_string(),
+                    func: Some(OwnedRef::from_bound(&attr)),
+                },
+                None,
+            ));
+        }
+        if attr.is_instance(&builtins.getattr("property")?)? {
+            let getter = attr.getattr("fget")?;
+            return self.call_python(&getter, vec![obj], Vec::new());
+        }
+        if attr.is_instance(&builtins.getattr("staticmethod")?)? {
+            return self.wrap(&attr.getattr("__func__")?, None);
+        }
+        if attr.is_instance(&builtins.getattr("classmethod")?)? {
+            let cls_var = self.wrap(&cls, None)?;
+            let func = attr.getattr("__func__")?;
+            return Ok(self.add(
+                VarKind::Method {
+                    receiver: cls_var,
+                    name: name.to_string(),
+                    func: Some(OwnedRef::from_bound(&func)),
+                },
+                None,
+            ));
+        }
+        // Class data (constants, nested classes, functions from elsewhere).
+        let value = cls.getattr(name)?;
+        self.wrap(&value, None)
+    }
+
+    /// `isinstance`/`issubclass`-style checks and `type()` for instances use their class.
+    pub fn instance_class(&self, id: VarId) -> Option<Bound<'py, PyAny>> {
+        match self.kind(id) {
+            VarKind::Instance { cls, .. } => Some(cls.bind(self.py).clone()),
+            _ => None,
+        }
+    }
+}
