@@ -923,6 +923,32 @@ def bound_string_method(x):
     return x + 1 if check("ea") else x
 
 
+@case(t(3, 4, requires_grad=True) if False else T34)
+def no_grad_block(x):
+    y = x * 2
+    with torch.no_grad():
+        z = y + 1
+    return y, z
+
+
+@case(T34)
+def enable_grad_inside_no_grad(x):
+    with torch.no_grad():
+        a = x * 2
+        with torch.enable_grad():
+            b = a + 1
+    return a, b
+
+
+@torch.no_grad()
+def decorated_no_grad(x):
+    return x.sin()
+
+
+@case(T34)
+def no_grad_decorator(x): return decorated_no_grad(x) + 1
+
+
 def run_case(fn, args):
     return fn(*args)
 

@@ -14,10 +14,7 @@ from dynamo_rs.testing import CompileCounter
 from models import build, tensors_of
 
 VISION = ["resnet18", "mobilenet_v3_small", "vit_tiny_patch16_224", "convnext_atto"]
-TRANSFORMERS = ["gpt2", "bert"]
-NOT_YET = {
-    "llama": "torch.no_grad() used as a decorator (a with-block around graph operations)",
-}
+TRANSFORMERS = ["gpt2", "bert", "llama"]
 
 
 def check_model(name: str) -> None:
@@ -46,11 +43,7 @@ def test_vision_models_in_one_graph(name: str) -> None:
     check_model(name)
 
 
-@pytest.mark.parametrize(
-    "name",
-    TRANSFORMERS
-    + [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=f"not one graph yet: {why}")) for n, why in sorted(NOT_YET.items())],
-)
+@pytest.mark.parametrize("name", TRANSFORMERS)
 def test_transformers_models_in_one_graph(name: str) -> None:
     check_model(name)
 

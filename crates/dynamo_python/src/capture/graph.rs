@@ -89,13 +89,13 @@ impl Graph {
         }
     }
 
-    /// Removes `operator.getitem` nodes nothing uses (made for every item of a tuple result,
-    /// whether or not the code reads it), renumbering the rest. Returns the old→new map.
-    pub fn remove_unused_getitems(
-        &mut self,
+    /// Which nodes to keep when dropping `operator.getitem` nodes nothing uses (made for
+    /// every item of a tuple result, whether or not the code reads it).
+    pub fn unused_getitems(
+        &self,
         outputs: &[NodeId],
         is_getitem: impl Fn(&Node) -> bool,
-    ) -> Vec<Option<NodeId>> {
+    ) -> Vec<bool> {
         let mut used = vec![false; self.nodes.len()];
         for out in outputs {
             used[out.0 as usize] = true;
@@ -112,19 +112,63 @@ impl Graph {
             node.args.iter().for_each(|a| mark(a, &mut used));
             node.kwargs.iter().for_each(|(_, a)| mark(a, &mut used));
         }
+        self.nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| used[i] || !is_getitem(n))
+            .collect()
+    }
+
+    /// Which nodes to keep when dropping grad-mode switches that change nothing, as
+    /// TorchDynamo does: first a switch immediately overridden by another (no operation
+    /// between), then a switch to the mode already in force (starting from `initial`).
+    /// `mode_of` says whether a node is a switch and to which mode.
+    pub fn useless_grad_mode_switches(
+        &self,
+        initial: bool,
+        mode_of: impl Fn(&Node) -> Option<bool>,
+    ) -> Vec<bool> {
+        let mut keep = vec![true; self.nodes.len()];
+        let mut unfollowed: Option<usize> = None;
+        for (i, node) in self.nodes.iter().enumerate() {
+            if mode_of(node).is_some() {
+                if let Some(previous) = unfollowed.replace(i) {
+                    keep[previous] = false;
+                }
+            } else if !matches!(node.op, Op::Placeholder) {
+                unfollowed = None;
+            }
+        }
+        let mut current = initial;
+        for (i, node) in self.nodes.iter().enumerate() {
+            if let (true, Some(mode)) = (keep[i], mode_of(node)) {
+                if mode == current {
+                    keep[i] = false;
+                }
+                current = mode;
+            }
+        }
+        keep
+    }
+
+    /// Keeps the nodes marked in `keep`, renumbering references; returns the old → new map.
+    /// A dropped node must not be referenced by a kept one.
+    pub fn retain(&mut self, keep: &[bool]) -> Vec<Option<NodeId>> {
         let mut map = Vec::with_capacity(self.nodes.len());
         let mut kept = Vec::with_capacity(self.nodes.len());
         for (i, node) in std::mem::take(&mut self.nodes).into_iter().enumerate() {
-            if !used[i] && is_getitem(&node) {
+            if keep[i] {
+                map.push(Some(NodeId(kept.len() as u32)));
+                kept.push(node);
+            } else {
                 map.push(None);
-                continue;
             }
-            map.push(Some(NodeId(kept.len() as u32)));
-            kept.push(node);
         }
         fn remap(arg: &mut Arg, map: &[Option<NodeId>]) {
             match arg {
-                Arg::Node(n) => *n = map[n.0 as usize].expect("used nodes are kept"),
+                Arg::Node(n) => {
+                    *n = map[n.0 as usize].expect("kept nodes only refer to kept nodes")
+                }
                 Arg::Tuple(items) | Arg::List(items) => {
                     items.iter_mut().for_each(|a| remap(a, map))
                 }

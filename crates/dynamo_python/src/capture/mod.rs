@@ -20,6 +20,7 @@ mod ops_call;
 mod ops_control;
 mod ops_load_store;
 mod ops_objects;
+mod ops_with;
 pub mod source;
 pub mod translator;
 pub mod vars;
@@ -81,7 +82,13 @@ impl Converter {
         let _ = cache_size;
         let helpers = Helpers::load(py)?;
         let mut tracer = Tracer::new(py, helpers)?;
-        match self.convert(py, &mut tracer, frame) {
+        let grad_enabled = py.import("torch")?.call_method0("is_grad_enabled")?;
+        let converted = self.convert(py, &mut tracer, frame);
+        // Grad-mode blocks flip the real mode while tracing; put it back whatever happened.
+        py.import("torch")?
+            .getattr("_C")?
+            .call_method1("_set_grad_enabled", (grad_enabled,))?;
+        match converted {
             Ok(Some((guard, code))) => Ok((guard, code).into_pyobject(py)?.into_any().unbind()),
             Ok(None) => Ok(crate::eval_frame::hook::skip_sentinel(py).clone().unbind()),
             Err(err) => {
@@ -142,7 +149,9 @@ impl Converter {
             .cast_into::<PyDict>()
             .map_err(PyErr::from)?;
         let builtins = frame.getattr("f_builtins")?;
-        tracer.guards.grad_mode = Some(h.torch.call_method0("is_grad_enabled")?.is_truthy()?);
+        let grad_enabled = h.torch.call_method0("is_grad_enabled")?.is_truthy()?;
+        tracer.guards.grad_mode = Some(grad_enabled);
+        tracer.grad_enabled = grad_enabled;
 
         let mut state = frame_state(&code, globals, builtins, true)?;
         let argcount: usize = code.getattr("co_argcount")?.extract::<usize>()?
@@ -212,12 +221,31 @@ impl Converter {
         }
         replays.reverse();
 
-        // Unused items of tuple results, then export and compile.
+        // Drop grad-mode switches that change nothing (nothing refers to a switch's result)
+        // and unused items of tuple results, then export and compile.
+        let setter = py
+            .import("torch")?
+            .getattr("_C")?
+            .getattr("_set_grad_enabled")?;
         let getitem = h.operator.getattr("getitem")?;
-        let map = tracer.graph.remove_unused_getitems(
+        let switches = tracer.graph.useless_grad_mode_switches(grad_enabled, |n| {
+            match (&n.op, n.args.first()) {
+                (Op::CallFunction(f), Some(graph::Arg::Const(mode))) if f.bind(py).is(&setter) => {
+                    mode.bind(py).extract().ok()
+                }
+                _ => None,
+            }
+        });
+        let getitems = tracer.graph.unused_getitems(
             &outputs,
             |n| matches!(&n.op, Op::CallFunction(f) if f.bind(py).is(&getitem)),
         );
+        let keep: Vec<bool> = switches
+            .iter()
+            .zip(&getitems)
+            .map(|(a, b)| *a && *b)
+            .collect();
+        let map = tracer.graph.retain(&keep);
         let outputs: Vec<graph::NodeId> = outputs
             .iter()
             .map(|o| map[o.0 as usize].expect("outputs are kept"))

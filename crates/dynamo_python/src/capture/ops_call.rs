@@ -220,6 +220,9 @@ impl<'py> Tracer<'py> {
         args: Vec<VarId>,
         kwargs: Vec<(String, VarId)>,
     ) -> CResult<VarId> {
+        if let Some(result) = self.grad_mode_call(callee)? {
+            return Ok(result);
+        }
         let py = self.py;
         match self.kind(callee) {
             VarKind::Method {
@@ -324,11 +327,28 @@ impl<'py> Tracer<'py> {
         if obj.is_instance(&h.function_type)? {
             return self.call_python(obj, args, kwargs);
         }
+        if let Some(context) = self.grad_mode_context(obj, &args)? {
+            return Ok(context);
+        }
         if is_model_output_class(py, obj)? {
             return self.construct_model_output(obj, args, kwargs);
         }
         if self.is_plain_class(obj)? {
             return self.construct(obj, args, kwargs);
+        }
+        // Reads of the process environment (`os.environ.get(...)`) are evaluated as they are.
+        if obj.is_instance(&h.method_type)?
+            && obj
+                .getattr("__self__")?
+                .is(&py.import("os")?.getattr("environ")?)
+        {
+            let name = function_name(obj);
+            if matches!(
+                name.as_str(),
+                "get" | "__getitem__" | "__contains__" | "keys"
+            ) {
+                return self.call_builtin(obj, args, kwargs);
+            }
         }
         if obj.is_instance(&h.method_type)? {
             let source = self

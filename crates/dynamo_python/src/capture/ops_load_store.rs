@@ -171,6 +171,10 @@ impl<'py> Tracer<'py> {
                         None,
                     ));
                 }
+                // `os.environ`'s methods are called as they are (see `call_object`).
+                if value.is(&py.import("os")?.getattr("environ")?) {
+                    return Ok(self.add(VarKind::Object(OwnedRef::from_bound(&attr)), None));
+                }
                 // A Python method keeps its tracked receiver.
                 if attr.is_instance(&self.h.method_type)? && attr.getattr("__self__")?.is(&value) {
                     let func = attr.getattr("__func__")?;

@@ -75,6 +75,9 @@ pub struct FrameState<'py> {
     pub filename: String,
     /// Values yielded so far, when a generator expression is run to completion.
     pub yields: Option<Vec<VarId>>,
+    /// Exception handlers that are only the cleanup of a grad-mode `with` block: graph
+    /// operations they cover are allowed.
+    pub grad_mode_handlers: std::collections::HashSet<usize>,
 }
 
 #[derive(Debug)]
@@ -106,6 +109,8 @@ pub struct Tracer<'py> {
     pub location_stack: Vec<String>,
     /// Whether the instruction being translated is covered by an exception handler.
     pub in_try: bool,
+    /// Grad mode as the traced code sees it (changed by grad-mode `with` blocks).
+    pub grad_enabled: bool,
     /// Field names of tuples that came from named tuples (`torch.topk(...).values`).
     pub tuple_fields: HashMap<VarId, Vec<String>>,
     /// Attribute stores on objects that existed before the call, in order; the transformed
@@ -149,6 +154,7 @@ impl<'py> Tracer<'py> {
             depth: 0,
             location_stack: Vec::new(),
             in_try: false,
+            grad_enabled: true,
             tuple_fields: HashMap::new(),
             mutations: Vec::new(),
         })
@@ -390,7 +396,9 @@ impl<'py> Tracer<'py> {
             // Inside a try block Python code is traced as usual (it ran without raising at
             // trace time); a graph operation there could raise at run time where the
             // handler would not see it, so `graph_call` refuses it.
-            self.in_try = instruction.handler.is_some();
+            self.in_try = instruction
+                .handler
+                .is_some_and(|h| !frame.grad_mode_handlers.contains(&h.target.index()));
             match self.step(frame, &instruction) {
                 Ok(Flow::Continue) => {}
                 Ok(Flow::Return(value)) => break Ok(value),
@@ -479,6 +487,7 @@ impl<'py> Tracer<'py> {
             CallFunctionEx => self.op_call_function_ex(f, arg),
             MakeFunction => self.op_make_function(f, arg),
             ImportName => self.op_import_name(f, arg),
+            BeforeWith => self.op_before_with(f),
             StoreAttr => self.op_store_attr(f, arg),
             DeleteAttr => self.op_delete_attr(f, arg),
             ImportFrom => self.op_import_from(f, arg),
@@ -541,12 +550,11 @@ impl<'py> Tracer<'py> {
             // Not traced yet: the frame runs eagerly.
             GetLen | MatchMapping | MatchSequence | MatchKeys | PushExcInfo | CheckExcMatch
             | CheckEgMatch | WithExceptStart | GetAiter | GetAnext | BeforeAsyncWith
-            | BeforeWith | EndAsyncFor | DeleteSubscr | GetYieldFromIter | PrintExpr
-            | LoadBuildClass | LoadAssertionError | ReturnGenerator | ImportStar
-            | SetupAnnotations | YieldValue | AsyncGenWrap | PrepReraiseStar | PopExcept
-            | StoreName | DeleteName | StoreGlobal | DeleteGlobal | LoadName | BuildSet
-            | Reraise | Send | RaiseVarargs | GetAwaitable | DeleteDeref | SetAdd | SetUpdate
-            | LoadClassderef | MatchClass => {
+            | EndAsyncFor | DeleteSubscr | GetYieldFromIter | PrintExpr | LoadBuildClass
+            | LoadAssertionError | ReturnGenerator | ImportStar | SetupAnnotations | YieldValue
+            | AsyncGenWrap | PrepReraiseStar | PopExcept | StoreName | DeleteName | StoreGlobal
+            | DeleteGlobal | LoadName | BuildSet | Reraise | Send | RaiseVarargs | GetAwaitable
+            | DeleteDeref | SetAdd | SetUpdate | LoadClassderef | MatchClass => {
                 unsupported(format!("the {} instruction", ins.opcode.name()))
             }
         }
@@ -579,6 +587,8 @@ pub fn kind_name(kind: &VarKind) -> &'static str {
         VarKind::CellRef(_) => "a cell",
         VarKind::Super { .. } => "super()",
         VarKind::Instance { .. } => "an object made while tracing",
+        VarKind::GradModeContext { .. } => "a grad-mode context manager",
+        VarKind::GradModeExit { .. } => "a grad-mode __exit__",
     }
 }
 
@@ -658,6 +668,7 @@ pub fn frame_state<'py>(
         filename: code.getattr("co_filename")?.extract()?,
         instructions: decoded.instructions,
         yields: None,
+        grad_mode_handlers: std::collections::HashSet::new(),
         lines,
         code: code.clone(),
     })

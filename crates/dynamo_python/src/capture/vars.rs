@@ -68,6 +68,14 @@ pub enum VarKind {
         attrs: Vec<(String, VarId)>,
         model_output: bool,
     },
+    /// `torch.no_grad()` / `torch.enable_grad()`: entering sets grad mode to `enabled`.
+    GradModeContext {
+        enabled: bool,
+    },
+    /// The `__exit__` of an entered grad-mode context: restores `previous`.
+    GradModeExit {
+        previous: bool,
+    },
 }
 
 #[derive(Debug)]
