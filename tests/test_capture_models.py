@@ -48,8 +48,8 @@ def test_transformers_models_in_one_graph(name: str) -> None:
     check_model(name)
 
 
-@pytest.mark.parametrize("name", VISION)
-def test_vision_models_with_inductor(name: str) -> None:
+@pytest.mark.parametrize("name", VISION + TRANSFORMERS)
+def test_models_with_inductor(name: str) -> None:
     model, inputs = build(name)
     dynamo_rs.reset()
     with torch.no_grad():
