@@ -121,7 +121,7 @@ def demo() -> None:
                                       bos_token_id=0, eos_token_id=0)).eval()
     capture_side_by_side("transformers GPT-2 (4 layers), input 2x16 tokens", gpt2,
                          (torch.randint(0, 1000, (2, 16)),))
-    print("\n(first call = capture + one run; GPT-2 still splits into several graphs in dynamo_rs)")
+    print("\n(first call = capture + one run)")
 
     # The bytecode layer underneath, on the model's own code.
     code = type(resnet)._forward_impl.__code__
