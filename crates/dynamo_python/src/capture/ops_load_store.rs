@@ -162,14 +162,7 @@ impl<'py> Tracer<'py> {
                         .map(|s| s.is(&value))
                         .unwrap_or(false)
                 {
-                    return Ok(self.add(
-                        VarKind::Method {
-                            receiver: obj,
-                            name: name.to_string(),
-                            func: None,
-                        },
-                        None,
-                    ));
+                    return Ok(self.method(obj, name, None));
                 }
                 // `os.environ`'s methods are called as they are (see `call_object`).
                 if value.is(&py.import("os")?.getattr("environ")?) {
@@ -187,14 +180,7 @@ impl<'py> Tracer<'py> {
                             )),
                         );
                     }
-                    return Ok(self.add(
-                        VarKind::Method {
-                            receiver: obj,
-                            name: name.to_string(),
-                            func: Some(OwnedRef::from_bound(&func)),
-                        },
-                        None,
-                    ));
+                    return Ok(self.method(obj, name, Some(OwnedRef::from_bound(&func))));
                 }
                 // A property that returns a plain object may build a new one on each access
                 // (`config.per_layer_config`): an identity guard would never pass again, so the
@@ -259,14 +245,9 @@ impl<'py> Tracer<'py> {
                     None => unsupported(format!("named field {name} out of range")),
                 }
             }
-            VarKind::Tuple(_) | VarKind::List(_) | VarKind::Dict(_) => Ok(self.add(
-                VarKind::Method {
-                    receiver: obj,
-                    name: name.to_string(),
-                    func: None,
-                },
-                None,
-            )),
+            VarKind::Tuple(_) | VarKind::List(_) | VarKind::Dict(_) => {
+                Ok(self.method(obj, name, None))
+            }
             VarKind::Super { cls, receiver } => {
                 let (cls, receiver) = (cls.bind(py).clone(), *receiver);
                 // An instance made while tracing: look `name` up statically along its class's MRO,
@@ -414,14 +395,7 @@ impl<'py> Tracer<'py> {
             }
             _ => {
                 if fake.getattr(name).map(|a| a.is_callable()).unwrap_or(false) {
-                    Ok(self.add(
-                        VarKind::Method {
-                            receiver: tensor,
-                            name: name.to_string(),
-                            func: None,
-                        },
-                        None,
-                    ))
+                    Ok(self.method(tensor, name, None))
                 } else {
                     unsupported(format!("the tensor attribute .{name}"))
                 }

@@ -277,14 +277,7 @@ impl<'py> Tracer<'py> {
         }
         let (cls, model_output) = (cls.bind(py).clone(), *model_output);
         if model_output && matches!(name, "to_tuple" | "keys" | "values" | "items" | "get") {
-            return Ok(self.add(
-                VarKind::Method {
-                    receiver: obj,
-                    name: name.to_string(),
-                    func: None,
-                },
-                None,
-            ));
+            return Ok(self.method(obj, name, None));
         }
         if name == "__class__" {
             return self.wrap(&cls, None);
@@ -303,14 +296,7 @@ impl<'py> Tracer<'py> {
         };
         let builtins = py.import("builtins")?;
         if attr.is_instance(&self.h.function_type)? {
-            return Ok(self.add(
-                VarKind::Method {
-                    receiver: obj,
-                    name: name.to_string(),
-                    func: Some(OwnedRef::from_bound(&attr)),
-                },
-                None,
-            ));
+            return Ok(self.method(obj, name, Some(OwnedRef::from_bound(&attr))));
         }
         if attr.is_instance(&builtins.getattr("property")?)? {
             let getter = attr.getattr("fget")?;
@@ -322,14 +308,7 @@ impl<'py> Tracer<'py> {
         if attr.is_instance(&builtins.getattr("classmethod")?)? {
             let cls_var = self.wrap(&cls, None)?;
             let func = attr.getattr("__func__")?;
-            return Ok(self.add(
-                VarKind::Method {
-                    receiver: cls_var,
-                    name: name.to_string(),
-                    func: Some(OwnedRef::from_bound(&func)),
-                },
-                None,
-            ));
+            return Ok(self.method(cls_var, name, Some(OwnedRef::from_bound(&func))));
         }
         // Class data (constants, nested classes, functions from elsewhere).
         let value = cls.getattr(name)?;

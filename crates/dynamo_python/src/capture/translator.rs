@@ -165,6 +165,19 @@ impl<'py> Tracer<'py> {
         VarId(self.vars.len() as u32 - 1)
     }
 
+    /// A method of a tracked value: `func` is the Python function to inline with `receiver`
+    /// as `self`, or None for methods of tensors and containers, handled by name.
+    pub fn method(&mut self, receiver: VarId, name: &str, func: Option<OwnedRef>) -> VarId {
+        self.add(
+            VarKind::Method {
+                receiver,
+                name: name.to_string(),
+                func,
+            },
+            None,
+        )
+    }
+
     pub fn var(&self, id: VarId) -> &Var {
         &self.vars[id.0 as usize]
     }
