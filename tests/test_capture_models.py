@@ -57,3 +57,17 @@ def test_models_with_inductor(name: str) -> None:
         got = dynamo_rs.compile(model, backend="inductor")(*inputs)
     for e, g in zip(tensors_of(expected), tensors_of(got)):
         torch.testing.assert_close(g, e, rtol=1e-3, atol=1e-3)
+
+
+def test_bare_sequential_is_compiled() -> None:
+    # nn.Sequential.forward lives in torch's own files, which the hook otherwise skips.
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[layer for _ in range(16) for layer in (torch.nn.Linear(8, 8), torch.nn.ReLU())]).eval()
+    x = torch.randn(4, 8)
+    dynamo_rs.reset()
+    torch._dynamo.reset()
+    ours, theirs = CompileCounter(), torch._dynamo.testing.CompileCounter()
+    with torch.no_grad():
+        torch.testing.assert_close(dynamo_rs.compile(model, backend=ours)(x), model(x))
+        torch.compile(model, backend=theirs)(x)
+    assert (ours.frame_count, ours.op_count) == (theirs.frame_count, theirs.op_count) == (1, 32)

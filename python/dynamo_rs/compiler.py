@@ -69,6 +69,10 @@ class OptimizedModule(torch.nn.Module):
         super().__init__()
         self._orig_mod = mod
         self._dynamo_rs_converter = converter
+        # The module's own forward is compiled even when it is torch's (nn.Sequential).
+        forward = getattr(type(mod).forward, "__code__", None)
+        if forward is not None:
+            _native.force_intercept(forward)
 
     def forward(self, *args: Any, **kwargs: Any):
         return _run(self._dynamo_rs_converter, self._orig_mod, args, kwargs)

@@ -237,6 +237,9 @@ impl std::fmt::Debug for CacheEntry {
 #[derive(Debug)]
 pub struct ExtraStateInner {
     pub mode: Mode,
+    /// Intercepted even though its file is skipped (the forward of a module given to
+    /// `dynamo_rs.compile`, e.g. `nn.Sequential.forward`); survives resets.
+    pub forced: bool,
     /// Most recently hit first.
     pub entries: Vec<Rc<CacheEntry>>,
     /// Whether the cache-size-limit warning was given for this code.
@@ -258,7 +261,11 @@ impl ExtraState {
     pub fn reset(&self, skip_prefixes: &[String]) {
         let entries = {
             let mut inner = self.inner.borrow_mut();
-            inner.mode = initial_mode(&self.layout, skip_prefixes);
+            inner.mode = if inner.forced {
+                Mode::Default
+            } else {
+                initial_mode(&self.layout, skip_prefixes)
+            };
             inner.warned_limit = false;
             std::mem::take(&mut inner.entries)
         };
@@ -369,6 +376,7 @@ pub unsafe fn get_or_init_extra(
         layout,
         inner: RefCell::new(ExtraStateInner {
             mode,
+            forced: false,
             entries: Vec::new(),
             warned_limit: false,
         }),

@@ -65,6 +65,23 @@ fn skip_code(py: Python<'_>, code: &Bound<'_, PyAny>) -> PyResult<()> {
     Ok(())
 }
 
+/// Intercepts frames of `code` even if its file is skipped (torch's own `nn.Sequential.forward`
+/// when a Sequential is compiled), from now on and across resets. Generators stay skipped.
+#[pyfunction]
+fn force_intercept(py: Python<'_>, code: &Bound<'_, PyAny>) -> PyResult<()> {
+    let code = code_arg(code)?;
+    // SAFETY: live code object, GIL held.
+    let extra = unsafe { get_or_init_extra(py, code.as_ptr(), &hook::SKIP_PREFIXES)? };
+    // SAFETY: the state lives as long as `code`.
+    let state = unsafe { &*extra };
+    if state.layout.flags & cache::CO_GENERATOR_LIKE == 0 {
+        let mut inner = state.inner.borrow_mut();
+        inner.forced = true;
+        inner.mode = Mode::Default;
+    }
+    Ok(())
+}
+
 /// Drops every cache entry of `code` and returns it to how the hook first saw it.
 #[pyfunction]
 fn reset_code(code: &Bound<'_, PyAny>) -> PyResult<()> {
@@ -180,6 +197,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     cache::init_extra_index()?;
     m.add_function(wrap_pyfunction!(set_eval_frame, m)?)?;
     m.add_function(wrap_pyfunction!(skip_code, m)?)?;
+    m.add_function(wrap_pyfunction!(force_intercept, m)?)?;
     m.add_function(wrap_pyfunction!(reset_code, m)?)?;
     m.add_function(wrap_pyfunction!(reset_all, m)?)?;
     m.add_function(wrap_pyfunction!(cache_entries, m)?)?;
