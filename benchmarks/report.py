@@ -72,6 +72,28 @@ def table(results: dict) -> str:
             )
         lines.append("")
         lines.append("⚠ = dynamo-rs captures more graphs than TorchDynamo (parts run eagerly).")
+    per_call = results["sections"].get("per_call")
+    if per_call:
+        lines += ["", "Per-call overhead with a backend that does no work (guards + dispatch):", "",
+                  "| model | cache entries | dynamo-rs | TorchDynamo | ratio |", "|---|---|---|---|---|"]
+        for name, rows in per_call["models"].items():
+            for entries, r in rows.items():
+                flag = "" if r["ratio"] >= 1 else " ⚠"
+                lines.append(f"| {name} | {entries.split()[0]} | {r['dynamo_rs_us']:.1f} µs | "
+                             f"{r['torch.compile_us']:.1f} µs | {r['ratio']:.1f}×{flag} |")
+        lines.append("")
+        lines.append("⚠ = dynamo-rs is slower than TorchDynamo here.")
+    scaling = results["sections"].get("scaling")
+    if scaling:
+        lines += ["", "Scaling (dynamo-rs capture, `backend=CompileCounter`):", "",
+                  "| model | layers | ops | capture | per op | peak Python memory |", "|---|---|---|---|---|---|"]
+        for kind, rows in scaling["scaling"].items():
+            for layers, r in rows.items():
+                if layers == "per_op_growth":
+                    continue
+                lines.append(f"| {kind} | {layers} | {r['ops']} | {r['capture_s']*1e3:.0f} ms | "
+                             f"{r['us_per_op']:.0f} µs | {r['peak_mb']:.1f} MB |")
+            lines.append(f"| {kind} | per-op cost, deepest vs shallowest | | | **{rows['per_op_growth']:.2f}×** | |")
     return "\n".join(lines)
 
 

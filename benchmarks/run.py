@@ -31,6 +31,7 @@ from typing import Callable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
 
 def stats(samples: list[float]) -> dict:
@@ -252,10 +253,149 @@ def bench_capture(quick: bool) -> dict:
             "models": out}
 
 
+def _no_op_backend(gm, example_inputs):
+    """A backend whose compiled graph does no work: returns placeholders of the right arity."""
+    import torch
+
+    outputs = gm.graph.output_node().args[0]
+    dummy = tuple(torch.empty(0) for _ in outputs)
+    return lambda *args: dummy
+
+
+def bench_per_call(quick: bool) -> dict:
+    """Per-call overhead (guard check + dispatch) with a backend that does no work, with one
+    cache entry and with eight (eight input shapes compiled), ours and TorchDynamo's."""
+    import torch
+    import torch._dynamo
+
+    import dynamo_rs
+    from models import build
+    from synthetic import mlp
+
+    calls = 200 if quick else 1000
+    cases = {"add(a, b)": (lambda a, b: a + b, (torch.ones(4), torch.ones(4)))}
+    cases["Sequential, 256 layers"] = (mlp(128), (torch.randn(2, 64),))
+    for name in ([] if quick else ["resnet18", "vit_tiny_patch16_224", "gpt2", "llama"]):
+        model, inputs = build(name)
+        cases[name] = (model, inputs)
+    out = {}
+    for name, (model, inputs) in cases.items():
+        row = {}
+        for entries in (1, 8):
+            variants = [inputs] + [tuple(torch.cat([t] * (k + 2)) if t.dim() else t for t in inputs) for k in range(entries - 1)]
+            timings = {}
+            for front in ("dynamo_rs", "torch.compile"):
+                dynamo_rs.reset()
+                torch._dynamo.reset()
+                compiled = (dynamo_rs.compile(model, backend=_no_op_backend) if front == "dynamo_rs"
+                            else torch.compile(model, backend=_no_op_backend, dynamic=False))
+                with torch.no_grad():
+                    for v in reversed(variants):
+                        compiled(*v)
+
+                    def run(compiled=compiled):
+                        with torch.no_grad():
+                            for _ in range(calls):
+                                compiled(*inputs)
+
+                    timings[front] = run
+            times = alternate(3 if quick else 5, timings)
+            ours = times["dynamo_rs"]["median"] / calls * 1e6
+            theirs = times["torch.compile"]["median"] / calls * 1e6
+            row[f"{entries} entries"] = {"dynamo_rs_us": ours, "torch.compile_us": theirs, "ratio": theirs / ours}
+            print(f"  {name:24s} {entries} cache entr{'y' if entries == 1 else 'ies'}: {ours:8.1f} us vs "
+                  f"{theirs:8.1f} us per call ({theirs / ours:.1f}x)", flush=True)
+        out[name] = row
+    return {"what": "per-call overhead with a no-op backend", "figures": {}, "models": out}
+
+
+def bench_scaling(quick: bool) -> dict:
+    """Capture time and peak Python memory for synthetic MLPs and transformer stacks of
+    10, 100 and 1,000 layers: the time per captured operation should stay flat."""
+    import gc
+    import tracemalloc
+
+    import torch
+
+    import dynamo_rs
+    from dynamo_rs.testing import CompileCounter
+    from synthetic import mlp, transformer
+
+    sizes = [10, 100] if quick else [10, 100, 1000]
+    out = {}
+    for kind, make, example in (("mlp", mlp, torch.randn(4, 64)), ("transformer", transformer, torch.randn(2, 8, 32))):
+        rows = {}
+        for layers in sizes:
+            model = make(layers)
+            times, ops = [], 0
+            for _ in range(1 if quick else 3):
+                dynamo_rs.reset()
+                gc.collect()
+                counter = CompileCounter()
+                compiled = dynamo_rs.compile(model, backend=counter)
+                start = time.perf_counter()
+                with torch.no_grad():
+                    compiled(example)
+                times.append(time.perf_counter() - start)
+                ops = counter.op_count
+            # Peak Python memory in a separate run: tracemalloc slows allocation down.
+            dynamo_rs.reset()
+            gc.collect()
+            tracemalloc.start()
+            with torch.no_grad():
+                dynamo_rs.compile(model, backend=CompileCounter())(example)
+            peak = tracemalloc.get_traced_memory()[1]
+            tracemalloc.stop()
+            t = statistics.median(times)
+            rows[layers] = {"capture_s": t, "ops": ops, "us_per_op": t / max(ops, 1) * 1e6, "peak_mb": peak / 1e6,
+                            "graphs": counter.frame_count}
+            print(f"  {kind:12s} {layers:5d} layers: {ops:6d} ops, {t*1e3:8.1f} ms, "
+                  f"{rows[layers]['us_per_op']:6.1f} us/op, peak {peak/1e6:7.1f} MB", flush=True)
+        first, last = rows[sizes[0]]["us_per_op"], rows[sizes[-1]]["us_per_op"]
+        rows["per_op_growth"] = last / first
+        print(f"  {kind:12s} time per op, {sizes[-1]} vs {sizes[0]} layers: {last / first:.2f}x", flush=True)
+        out[kind] = rows
+    return {"what": "capture time and peak Python memory by depth", "figures": {}, "scaling": out}
+
+
+def plot(results: dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    capture = results["sections"].get("capture", {}).get("models", {})
+    if capture:
+        names = list(capture)
+        axes[0].bar(names, [capture[n]["speedup"] for n in names], color="#4477aa")
+        axes[0].axhline(10, color="#cc3311", linestyle="--", label="target 10x")
+        axes[0].set_ylabel("TorchDynamo capture time / dynamo-rs capture time")
+        axes[0].set_title("Capture speed-up (backend='eager')")
+        axes[0].tick_params(axis="x", rotation=30)
+        axes[0].legend()
+    scaling = results["sections"].get("scaling", {}).get("scaling", {})
+    for kind, rows in scaling.items():
+        layers = [k for k in rows if isinstance(k, int) or str(k).isdigit()]
+        axes[1].plot([int(k) for k in layers], [rows[k]["us_per_op"] for k in layers], marker="o", label=kind)
+    if scaling:
+        axes[1].set_xscale("log")
+        axes[1].set_xlabel("layers")
+        axes[1].set_ylabel("capture time per op (us)")
+        axes[1].set_title("Scaling: capture cost per operation")
+        axes[1].set_ylim(bottom=0)
+        axes[1].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    print(f"wrote {path}")
+
+
 SECTIONS: dict[str, Callable[[bool], dict]] = {
     "bytecode": bench_bytecode,
     "hook": bench_hook,
     "capture": bench_capture,
+    "per_call": bench_per_call,
+    "scaling": bench_scaling,
 }
 
 
@@ -314,8 +454,9 @@ def main() -> int:
             print(f"  ratio {ratio}: {value:.1f}")
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
-        json.dump(results, f, indent=2)
+        json.dump(results, f, indent=2, default=str)
     print(f"wrote {args.out}")
+    plot(results, os.path.splitext(args.out)[0] + ".png")
     if not args.quick and not args.only:
         from report import update_readme
 
