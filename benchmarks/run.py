@@ -309,6 +309,10 @@ def bench_per_call(quick: bool) -> dict:
     return {"what": "per-call overhead with a no-op backend", "figures": {}, "models": out}
 
 
+# TorchDynamo is measured on the scaling runs up to this many captured ops.
+TORCH_SCALING_MAX_OPS = 2500
+
+
 def bench_scaling(quick: bool) -> dict:
     """Capture time and peak Python memory for synthetic MLPs and transformer stacks of
     10, 100 and 1,000 layers: the time per captured operation should stay flat."""
@@ -316,6 +320,8 @@ def bench_scaling(quick: bool) -> dict:
     import tracemalloc
 
     import torch
+    import torch._dynamo
+    import torch._dynamo.testing
 
     import dynamo_rs
     from dynamo_rs.testing import CompileCounter
@@ -349,8 +355,19 @@ def bench_scaling(quick: bool) -> dict:
             t = statistics.median(times)
             rows[layers] = {"capture_s": t, "ops": ops, "us_per_op": t / max(ops, 1) * 1e6, "peak_mb": peak / 1e6,
                             "graphs": counter.frame_count}
+            theirs = ""
+            if ops <= TORCH_SCALING_MAX_OPS:
+                # One TorchDynamo run for comparison; beyond a few thousand ops it takes minutes.
+                torch._dynamo.reset()
+                gc.collect()
+                start = time.perf_counter()
+                with torch.no_grad():
+                    torch.compile(model, backend=torch._dynamo.testing.CompileCounter())(example)
+                rows[layers]["torch.compile_s"] = time.perf_counter() - start
+                rows[layers]["ratio"] = rows[layers]["torch.compile_s"] / t
+                theirs = f", torch.compile {rows[layers]['torch.compile_s']*1e3:8.1f} ms ({rows[layers]['ratio']:.1f}x)"
             print(f"  {kind:12s} {layers:5d} layers: {ops:6d} ops, {t*1e3:8.1f} ms, "
-                  f"{rows[layers]['us_per_op']:6.1f} us/op, peak {peak/1e6:7.1f} MB", flush=True)
+                  f"{rows[layers]['us_per_op']:6.1f} us/op, peak {peak/1e6:7.1f} MB{theirs}", flush=True)
         first, last = rows[sizes[0]]["us_per_op"], rows[sizes[-1]]["us_per_op"]
         rows["per_op_growth"] = last / first
         print(f"  {kind:12s} time per op, {sizes[-1]} vs {sizes[0]} layers: {last / first:.2f}x", flush=True)

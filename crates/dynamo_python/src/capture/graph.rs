@@ -2,7 +2,7 @@
 //! end. Placeholders are the graph inputs (with the source each is loaded from); every
 //! other node is a call of a torch function, a Python operator or a tensor method.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use crate::eval_frame::owned::OwnedRef;
 
@@ -38,6 +38,9 @@ pub struct Node {
 pub struct Graph {
     pub nodes: Vec<Node>,
     names: HashSet<String>,
+    /// The next suffix to try per base name, so naming the n-th `linear` costs O(1)
+    /// rather than probing `linear_1` … `linear_{n-1}` again (quadratic on deep models).
+    next_suffix: HashMap<String, usize>,
 }
 
 impl Graph {
@@ -79,13 +82,13 @@ impl Graph {
         if self.names.insert(base.clone()) {
             return base;
         }
-        let mut i = 1;
+        let next = self.next_suffix.entry(base.clone()).or_insert(1);
         loop {
-            let candidate = format!("{base}_{i}");
+            let candidate = format!("{base}_{next}");
+            *next += 1;
             if self.names.insert(candidate.clone()) {
                 return candidate;
             }
-            i += 1;
         }
     }
 
