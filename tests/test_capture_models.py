@@ -71,3 +71,36 @@ def test_bare_sequential_is_compiled() -> None:
         torch.testing.assert_close(dynamo_rs.compile(model, backend=ours)(x), model(x))
         torch.compile(model, backend=theirs)(x)
     assert (ours.frame_count, ours.op_count) == (theirs.frame_count, theirs.op_count) == (1, 32)
+
+
+def test_forced_interception_is_forgotten_on_reset_and_restored_by_the_compiled_module() -> None:
+    # Compiling a Sequential intercepts torch's Sequential.forward; after `reset()` a raw hook
+    # that skips torch must not see it, and the compiled module still compiles on its next call.
+    from dynamo_rs import eval_frame
+
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).eval()
+    x = torch.randn(4, 8)
+    counter = CompileCounter()
+    compiled = dynamo_rs.compile(model, backend=counter)
+    with torch.no_grad():
+        compiled(x)
+    assert counter.frame_count == 1
+    dynamo_rs.reset()
+
+    seen = []
+
+    def callback(frame, cache_size):
+        seen.append(frame.f_code)
+        return None
+
+    eval_frame.set_eval_frame(callback)
+    try:
+        with torch.no_grad():
+            model(x)
+    finally:
+        eval_frame.set_eval_frame(None)
+    assert type(model).forward.__code__ not in seen
+
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x))
+    assert counter.frame_count == 2

@@ -70,14 +70,16 @@ class OptimizedModule(torch.nn.Module):
         self._orig_mod = mod
         self._dynamo_rs_converter = converter
         # The module's own forward is compiled even when it is torch's (nn.Sequential).
-        forward = getattr(type(mod).forward, "__code__", None)
-        if forward is not None:
-            _native.force_intercept(forward)
+        # Forced again on every call: `dynamo_rs.reset()` forgets it, and only this module's
+        # calls should bring it back (a raw hook with `skip_torch` must not see torch code).
+        self._dynamo_rs_forward_code = getattr(type(mod).forward, "__code__", None)
 
     def forward(self, *args: Any, **kwargs: Any):
+        if self._dynamo_rs_forward_code is not None:
+            _native.force_intercept(self._dynamo_rs_forward_code)
         return _run(self._dynamo_rs_converter, self._orig_mod, args, kwargs)
 
     def __getattr__(self, name: str):
-        if name in ("_orig_mod", "_dynamo_rs_converter"):
+        if name in ("_orig_mod", "_dynamo_rs_converter", "_dynamo_rs_forward_code"):
             return super().__getattr__(name)
         return getattr(self._orig_mod, name)

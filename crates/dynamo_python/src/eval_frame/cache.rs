@@ -238,7 +238,8 @@ impl std::fmt::Debug for CacheEntry {
 pub struct ExtraStateInner {
     pub mode: Mode,
     /// Intercepted even though its file is skipped (the forward of a module given to
-    /// `dynamo_rs.compile`, e.g. `nn.Sequential.forward`); survives resets.
+    /// `dynamo_rs.compile`, e.g. `nn.Sequential.forward`). Cleared by resets, like every
+    /// other decision; the compiled module sets it again on its next call.
     pub forced: bool,
     /// Most recently hit first.
     pub entries: Vec<Rc<CacheEntry>>,
@@ -256,16 +257,13 @@ pub struct ExtraState {
 
 impl ExtraState {
     /// Drops every entry and decides the mode afresh from the current skip prefixes
-    /// (generators stay skipped). The entries are dropped after the borrow ends, since
+    /// (generators stay skipped; a forced interception is forgotten). The entries are dropped after the borrow ends, since
     /// dropping them may run Python code (finalizers of guard objects).
     pub fn reset(&self, skip_prefixes: &[String]) {
         let entries = {
             let mut inner = self.inner.borrow_mut();
-            inner.mode = if inner.forced {
-                Mode::Default
-            } else {
-                initial_mode(&self.layout, skip_prefixes)
-            };
+            inner.forced = false;
+            inner.mode = initial_mode(&self.layout, skip_prefixes);
             inner.warned_limit = false;
             std::mem::take(&mut inner.entries)
         };

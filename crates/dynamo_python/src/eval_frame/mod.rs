@@ -66,7 +66,8 @@ fn skip_code(py: Python<'_>, code: &Bound<'_, PyAny>) -> PyResult<()> {
 }
 
 /// Intercepts frames of `code` even if its file is skipped (torch's own `nn.Sequential.forward`
-/// when a Sequential is compiled), from now on and across resets. Generators stay skipped.
+/// when a Sequential is compiled), until the next reset. Generators stay skipped. Cheap
+/// enough to call on every call of a compiled module, which is how it survives resets.
 #[pyfunction]
 fn force_intercept(py: Python<'_>, code: &Bound<'_, PyAny>) -> PyResult<()> {
     let code = code_arg(code)?;
