@@ -10,6 +10,7 @@
 //! A frame the translator cannot handle runs eagerly (one log line, and it is not retried);
 //! with `fullgraph=True` the reason is raised as `dynamo_rs.Unsupported` instead.
 
+mod builtins;
 pub mod codegen;
 pub mod graph;
 pub mod guards;

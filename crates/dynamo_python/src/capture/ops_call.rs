@@ -6,7 +6,7 @@
 //! - a Python function, a method, `nn.Module.__call__`: inlined (translated in a nested
 //!   frame), modules only when they have no hooks;
 //! - a pure builtin (`len`, `isinstance`, `range`, `math.*`, `operator.*`, ...) on known
-//!   values: evaluated at trace time;
+//!   values: evaluated at trace time (`builtins.rs`);
 //! - anything else: unsupported.
 
 use std::rc::Rc;
@@ -17,9 +17,7 @@ use pyo3::types::{PyDict, PyTuple};
 use super::graph::{Arg, Op};
 use super::guards::GuardKind;
 use super::source::Source;
-use super::translator::{
-    frame_state, kind_name, unsupported, CResult, CaptureError, Flow, FrameState, Tracer,
-};
+use super::translator::{frame_state, kind_name, unsupported, CResult, Flow, FrameState, Tracer};
 use super::vars::{Cell, TracedFunction, VarId, VarKind};
 use crate::eval_frame::owned::OwnedRef;
 
@@ -259,7 +257,7 @@ impl<'py> Tracer<'py> {
         }
     }
 
-    fn any_tensor(&self, args: &[VarId], kwargs: &[(String, VarId)]) -> bool {
+    pub(super) fn any_tensor(&self, args: &[VarId], kwargs: &[(String, VarId)]) -> bool {
         args.iter().any(|&a| self.contains_tensor(a))
             || kwargs.iter().any(|(_, v)| self.contains_tensor(*v))
     }
@@ -1283,203 +1281,6 @@ impl<'py> Tracer<'py> {
             return Ok(items);
         }
         unsupported(format!("iterating over {}", describe(obj)))
-    }
-
-    /// Calls a pure builtin at trace time, with the tracker-aware cases first.
-    fn call_builtin(
-        &mut self,
-        func: &Bound<'py, PyAny>,
-        args: Vec<VarId>,
-        kwargs: Vec<(String, VarId)>,
-    ) -> CResult<VarId> {
-        let py = self.py;
-        let h = self.h.clone();
-        let b = &h.builtins;
-        let name = function_name(func);
-        let is = |n: &str| b.getattr(n).map(|x| x.is(func)).unwrap_or(false);
-        if is("len") && args.len() == 1 {
-            if let Some(cls) = self.instance_class(args[0]) {
-                let len_fn = py
-                    .import("inspect")?
-                    .call_method1("getattr_static", (&cls, "__len__"))
-                    .ok();
-                return match len_fn {
-                    Some(f) if f.is_instance(&self.h.function_type)? => {
-                        self.call_python(&f, vec![args[0]], Vec::new())
-                    }
-                    _ => unsupported(format!("len() of a {} made while tracing", describe(&cls))),
-                };
-            }
-        }
-        if is("len") && args.len() == 1 {
-            let n = match self.kind(args[0]) {
-                VarKind::Tuple(items) | VarKind::List(items) => items.len(),
-                VarKind::Dict(entries) => entries.len(),
-                VarKind::Tensor { fake, .. } => fake.bind(py).len()?,
-                VarKind::Const(v) | VarKind::Object(v) => v.bind(py).len()?,
-                other => return unsupported(format!("len() of {}", kind_name(other))),
-            };
-            return Ok(self.constant(&n.into_pyobject(py)?.into_any()));
-        }
-        if is("isinstance") && args.len() == 2 {
-            if let Some(inst_cls) = self.instance_class(args[0]) {
-                let cls = self.python_value(args[1])?;
-                let result = b.getattr("issubclass")?.call1((inst_cls, cls))?;
-                return Ok(self.constant(&result));
-            }
-        }
-        if is("type") && args.len() == 1 {
-            if let Some(inst_cls) = self.instance_class(args[0]) {
-                return self.wrap(&inst_cls, None);
-            }
-        }
-        if (is("isinstance") || is("issubclass")) && args.len() == 2 {
-            let cls = self.python_value(args[1])?;
-            let value = match self.kind(args[0]) {
-                VarKind::Tensor { fake, .. } => fake.bind(py).clone(),
-                VarKind::Tuple(_) => PyTuple::empty(py).into_any(),
-                VarKind::List(_) => pyo3::types::PyList::empty(py).into_any(),
-                VarKind::Dict(_) => PyDict::new(py).into_any(),
-                VarKind::Const(v) | VarKind::Object(v) => v.bind(py).clone(),
-                other => return unsupported(format!("isinstance() of {}", kind_name(other))),
-            };
-            let result = func.call1((value, cls))?;
-            return Ok(self.constant(&result));
-        }
-        if (is("getattr") || is("hasattr")) && (2..=3).contains(&args.len()) {
-            let attr: String = self.python_value(args[1])?.extract()?;
-            let found = match self.kind(args[0]) {
-                VarKind::Const(v) | VarKind::Object(v) => v.bind(py).hasattr(attr.as_str())?,
-                VarKind::Tensor { fake, .. } => fake.bind(py).hasattr(attr.as_str())?,
-                VarKind::Instance { cls, attrs, .. } => {
-                    attrs.iter().any(|(n, _)| *n == attr) || cls.bind(py).hasattr(attr.as_str())?
-                }
-                _ => return unsupported("getattr() on a container"),
-            };
-            if is("hasattr") {
-                return Ok(self.constant(&found.into_pyobject(py)?.to_owned().into_any()));
-            }
-            return match (found, args.get(2)) {
-                (true, _) => self.get_attr(args[0], &attr),
-                (false, Some(&default)) => Ok(default),
-                (false, None) => unsupported(format!("getattr() of a missing attribute {attr:?}")),
-            };
-        }
-        if (is("tuple") || is("list"))
-            && args.len() == 1
-            && kwargs.is_empty()
-            && !matches!(self.kind(args[0]), VarKind::Const(_))
-        {
-            let items = self.items_of(args[0])?;
-            let kind = if is("tuple") {
-                VarKind::Tuple(items)
-            } else {
-                VarKind::List(items)
-            };
-            return Ok(self.add(kind, None));
-        }
-        let tracker_aware = [
-            "len",
-            "isinstance",
-            "issubclass",
-            "getattr",
-            "hasattr",
-            "tuple",
-            "list",
-            "enumerate",
-            "zip",
-        ];
-        if tracker_aware.iter().any(|n| is(n))
-            && kwargs
-                .iter()
-                .any(|(k, _)| !(is("enumerate") && k == "start"))
-        {
-            return unsupported(format!("keyword arguments to {name}()"));
-        }
-        if is("enumerate") && !args.is_empty() {
-            let start_var = args
-                .get(1)
-                .copied()
-                .or_else(|| kwargs.iter().find(|(k, _)| k == "start").map(|(_, v)| *v));
-            let start: i64 = match start_var {
-                Some(s) => self.python_value(s)?.extract()?,
-                None => 0,
-            };
-            let items = self.items_of(args[0])?;
-            let mut pairs = Vec::new();
-            for (i, item) in items.into_iter().enumerate() {
-                let index = self.constant(&(start + i as i64).into_pyobject(py)?.into_any());
-                pairs.push(self.add(VarKind::Tuple(vec![index, item]), None));
-            }
-            return Ok(self.add(
-                VarKind::Iter {
-                    items: pairs,
-                    next: 0,
-                },
-                None,
-            ));
-        }
-        if is("zip") && kwargs.is_empty() {
-            let lists = args
-                .iter()
-                .map(|&a| self.items_of(a))
-                .collect::<CResult<Vec<_>>>()?;
-            let n = lists.iter().map(Vec::len).min().unwrap_or(0);
-            let mut tuples = Vec::new();
-            for i in 0..n {
-                let items = lists.iter().map(|l| l[i]).collect();
-                tuples.push(self.add(VarKind::Tuple(items), None));
-            }
-            return Ok(self.add(
-                VarKind::Iter {
-                    items: tuples,
-                    next: 0,
-                },
-                None,
-            ));
-        }
-        if is("sum")
-            && (1..=2).contains(&args.len())
-            && kwargs.is_empty()
-            && self.any_tensor(&args, &kwargs)
-        {
-            // `sum(items, start)` adds left to right, starting from `start` (0), as Python does.
-            let items = self.items_of(args[0])?;
-            let add = self.h.operator.getattr("add")?;
-            let mut total = match args.get(1) {
-                Some(&start) => start,
-                None => self.constant(&0i64.into_pyobject(py)?.into_any()),
-            };
-            for item in items {
-                total = self.apply_operator(&add, vec![total, item])?;
-            }
-            return Ok(total);
-        }
-        if self.any_tensor(&args, &kwargs) {
-            return unsupported(format!("{name}() with tensor arguments"));
-        }
-        // Everything else is evaluated on the real values.
-        let a = args
-            .iter()
-            .map(|&v| self.python_value(v))
-            .collect::<CResult<Vec<_>>>()?;
-        let k = PyDict::new(py);
-        for (name, v) in &kwargs {
-            k.set_item(name, self.python_value(*v)?)?;
-        }
-        let result = match func.call(PyTuple::new(py, a)?, Some(&k)) {
-            Ok(r) => r,
-            Err(err) => return unsupported(format!("{name}() raised {err} while tracing")),
-        };
-        if result.is_instance(&self.h.tensor_type)? {
-            return unsupported(format!("{name}() made a tensor outside the graph"));
-        }
-        self.wrap(&result, None).or_else(|e| match e {
-            CaptureError::Unsupported(_) => {
-                Ok(self.add(VarKind::Object(OwnedRef::from_bound(&result)), None))
-            }
-            other => Err(other),
-        })
     }
 }
 
