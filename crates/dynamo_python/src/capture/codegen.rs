@@ -255,8 +255,15 @@ impl<'py> CodeGen<'py> {
                 }
             }
             Rebuild::ModelOutput { cls, fields } => {
+                // The constructor runs with the hook off: its frames (`__init__`,
+                // `__post_init__`, a custom `__setattr__`) only store the fields the graph
+                // computed, and capturing them would find nothing to compile.
+                let constructor = Bound::new(
+                    py,
+                    crate::eval_frame::disable::DisabledFunction::wrap(cls.bind(py).clone()),
+                )?;
                 self.emit(Opcode::PushNull, Operand::None);
-                self.load_const(&cls.bind(py).clone());
+                self.load_const(constructor.as_any());
                 self.load_const(&PyTuple::empty(py).into_any());
                 for (i, (name, value)) in fields.iter().enumerate() {
                     self.load_const(&pyo3::types::PyString::new(py, name).into_any());
