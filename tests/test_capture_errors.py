@@ -114,6 +114,26 @@ def test_errors_from_torch_ops_keep_their_type() -> None:
     assert str(ours.value) == str(eager.value)
 
 
+def _takes_two(a, b, /, *, scale):
+    return (a + b) * scale
+
+
+@pytest.mark.parametrize("call", [
+    lambda x: _takes_two(x, x, x, scale=1.0),   # too many positional arguments
+    lambda x: _takes_two(x, scale=1.0),         # a missing positional argument
+    lambda x: _takes_two(x, b=x, scale=1.0),    # a positional-only one passed by name
+    lambda x: _takes_two(x, x),                 # a missing keyword-only argument
+    lambda x: _takes_two(x, x, scale=1.0, z=2),  # an unexpected keyword
+], ids=["too-many", "missing", "posonly-by-name", "missing-kwonly", "unexpected"])
+def test_calls_that_do_not_fit_raise_the_eager_type_error(call) -> None:
+    x = torch.ones(2)
+    with pytest.raises(TypeError) as eager:
+        call(x)
+    with pytest.raises(TypeError) as ours:
+        dynamo_rs.compile(call, backend=CompileCounter())(x)
+    assert str(ours.value) == str(eager.value)
+
+
 def test_disable_flag_returns_the_function() -> None:
     fn = lambda x: x  # noqa: E731
     assert dynamo_rs.compile(fn, disable=True) is fn

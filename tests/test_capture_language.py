@@ -535,6 +535,11 @@ def helper_mixed(a, b=1.0, *rest, c, d=2.0, **kw):
     return a + b + sum(rest) + c + d + kw.get("e", 0.0)
 
 
+def helper_posonly(a, b=1.0, /, **kw):
+    # `b` is positional-only, so a keyword named b lands in **kw.
+    return a * b + kw.get("b", 0.0)
+
+
 def level1(x): return level2(x) + 1
 def level2(x): return level3(x) * 2
 def level3(x): return level4(x) - 1
@@ -565,6 +570,15 @@ def call_star_kwargs(x):
     return helper_default(x, **kwargs)
 @case(T34)
 def call_mixed(x): return helper_mixed(x, 1.0, 2.0, 3.0, c=4.0, e=5.0)
+@case(T34)
+def call_posonly_and_same_named_keyword(x): return helper_posonly(x, 2.0, b=3.0) + helper_posonly(x)
+@case(T34)
+def call_nested_kwonly_defaults(x):
+    scale = 3.0
+
+    def inner(a, b=scale, *, c=scale + 1, **kw):
+        return a * b + c + len(kw)
+    return inner(x) + inner(x, 2.0, c=1.0, z=1)
 @case(T34)
 def inline_depth_6(x): return level1(x)
 @case(T34)

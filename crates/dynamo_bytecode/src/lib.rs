@@ -18,6 +18,7 @@
 //! - [`error`]: `BytecodeError`, the one error type; nothing here panics on bad input.
 
 pub mod assemble;
+pub mod binding;
 pub mod cfg;
 pub mod decode;
 pub mod error;

@@ -20,8 +20,22 @@ use super::source::Source;
 use super::translator::{frame_state, kind_name, unsupported, CResult, Flow, FrameState, Tracer};
 use super::vars::{Cell, TracedFunction, VarId, VarKind};
 use crate::eval_frame::owned::OwnedRef;
+use dynamo_bytecode::binding::{self, ParamValue};
 
 const CO_GENERATOR_LIKE: u32 = 0x20 | 0x80 | 0x100 | 0x200;
+
+/// The default values of a function being inlined: a real function's `__defaults__` and
+/// `__kwdefaults__` (each possibly None), or the trackers of a function the trace made.
+enum Defaults<'py> {
+    Real {
+        defaults: Bound<'py, PyAny>,
+        kwdefaults: Bound<'py, PyAny>,
+    },
+    Traced {
+        defaults: Vec<VarId>,
+        kwdefaults: Vec<(String, VarId)>,
+    },
+}
 
 impl<'py> Tracer<'py> {
     pub(super) fn op_call(&mut self, f: &mut FrameState<'py>, argc: u32) -> CResult<Flow> {
@@ -469,7 +483,11 @@ impl<'py> Tracer<'py> {
             None => self.h.builtins.clone(),
         };
         let mut state = frame_state(&code, globals, builtins, false)?;
-        self.bind_arguments(&mut state, func, &args, &kwargs)?;
+        let defaults = Defaults::Real {
+            defaults: func.getattr("__defaults__")?,
+            kwdefaults: func.getattr("__kwdefaults__")?,
+        };
+        self.bind_arguments(&mut state, &code, &args, &kwargs, defaults)?;
         let closure = func.getattr("__closure__")?;
         if !closure.is_none() {
             let first_free = state.slot_names.len() - closure.len()?;
@@ -499,46 +517,17 @@ impl<'py> Tracer<'py> {
         if flags & CO_GENERATOR_LIKE != 0 && !is_genexpr {
             return unsupported("calling a nested generator function");
         }
-        // A real function of the same shape, only for argument binding: defaults are markers
-        // standing for the tracked default values.
-        let markers = self.py.import("dynamo_rs._capture")?.getattr("NodeRef")?;
         let defaults = match function.defaults {
-            Some(d) => {
-                let items = self.items_of(d)?;
-                let objs: Vec<_> = items
-                    .iter()
-                    .map(|v| markers.call1((DEFAULT_MARK + v.0 as i64,)))
-                    .collect::<PyResult<_>>()?;
-                PyTuple::new(py, objs)?.into_any()
-            }
-            None => py.None().into_bound(py),
+            Some(d) => self.items_of(d)?,
+            None => Vec::new(),
         };
-        let dummy_cells: Vec<_> = function
-            .closure
-            .iter()
-            .map(|_| py.import("types")?.getattr("CellType")?.call0())
-            .collect::<PyResult<_>>()?;
-        let closure = if dummy_cells.is_empty() {
-            py.None().into_bound(py)
-        } else {
-            PyTuple::new(py, dummy_cells)?.into_any()
+        let kwdefaults = match function.kwdefaults.map(|kw| self.kind(kw)) {
+            Some(VarKind::Dict(entries)) => entries
+                .iter()
+                .map(|(k, v)| Ok((k.bind(py).extract::<String>()?, *v)))
+                .collect::<PyResult<Vec<_>>>()?,
+            _ => Vec::new(),
         };
-        let shape = self.h.function_type.call1((
-            &code,
-            function.globals.bind(py),
-            "f",
-            defaults,
-            closure,
-        ))?;
-        if let Some(kw) = function.kwdefaults {
-            let d = PyDict::new(py);
-            if let VarKind::Dict(entries) = self.kind(kw) {
-                for (k, v) in entries.clone() {
-                    d.set_item(k.bind(py), markers.call1((DEFAULT_MARK + v.0 as i64,))?)?;
-                }
-            }
-            shape.setattr("__kwdefaults__", d)?;
-        }
         let globals = function
             .globals
             .bind(py)
@@ -546,7 +535,16 @@ impl<'py> Tracer<'py> {
             .map_err(PyErr::from)?
             .clone();
         let mut state = frame_state(&code, globals, function.builtins.bind(py).clone(), false)?;
-        self.bind_arguments(&mut state, &shape, &args, &kwargs)?;
+        self.bind_arguments(
+            &mut state,
+            &code,
+            &args,
+            &kwargs,
+            Defaults::Traced {
+                defaults,
+                kwdefaults,
+            },
+        )?;
         let first_free = state.slot_names.len() - function.closure.len();
         for (i, cell) in function.closure.iter().enumerate() {
             state.cells.insert(first_free + i, cell.clone());
@@ -562,93 +560,123 @@ impl<'py> Tracer<'py> {
         result
     }
 
-    /// Binds call arguments to `func`'s parameters with `inspect.signature(func).bind`,
-    /// passing marker objects that stand for the trackers.
+    /// Binds call arguments to the parameters of `code` as CPython would, putting each
+    /// parameter's tracker in its local slot.
     fn bind_arguments(
         &mut self,
         state: &mut FrameState<'py>,
-        func: &Bound<'py, PyAny>,
+        code: &Bound<'py, PyAny>,
         args: &[VarId],
         kwargs: &[(String, VarId)],
+        defaults: Defaults<'py>,
     ) -> CResult<()> {
-        let py = self.py;
-        let markers = py.import("dynamo_rs._capture")?.getattr("NodeRef")?;
-        let marker_args: Vec<_> = args
-            .iter()
-            .map(|v| markers.call1((v.0 as i64,)))
-            .collect::<PyResult<_>>()?;
-        let marker_kwargs = PyDict::new(py);
-        for (name, v) in kwargs {
-            marker_kwargs.set_item(name, markers.call1((v.0 as i64,))?)?;
-        }
-        // `follow_wrapped=False`: a `functools.wraps` wrapper binds its own parameters.
-        let sig_kwargs = PyDict::new(py);
-        sig_kwargs.set_item("follow_wrapped", false)?;
-        let signature = self.h.signature.call((func,), Some(&sig_kwargs))?;
-        let bound = match signature.call_method(
-            "bind",
-            PyTuple::new(py, marker_args)?,
-            Some(&marker_kwargs),
-        ) {
+        let params = self.parameters(code)?;
+        let keywords: Vec<&str> = kwargs.iter().map(|(k, _)| k.as_str()).collect();
+        let (ndefaults, kwdefault_names): (usize, Vec<String>) = match &defaults {
+            Defaults::Real {
+                defaults,
+                kwdefaults,
+            } => (
+                if defaults.is_none() {
+                    0
+                } else {
+                    defaults.len()?
+                },
+                if kwdefaults.is_none() {
+                    Vec::new()
+                } else {
+                    kwdefaults
+                        .try_iter()?
+                        .map(|k| k?.extract::<String>())
+                        .collect::<PyResult<_>>()?
+                },
+            ),
+            Defaults::Traced {
+                defaults,
+                kwdefaults,
+            } => (
+                defaults.len(),
+                kwdefaults.iter().map(|(k, _)| k.clone()).collect(),
+            ),
+        };
+        let kwdefault_refs: Vec<&str> = kwdefault_names.iter().map(String::as_str).collect();
+        let bound = match binding::bind(&params, args.len(), &keywords, ndefaults, &kwdefault_refs)
+        {
             Ok(b) => b,
-            Err(err) => {
-                return unsupported(format!("arguments do not fit {}: {err}", describe(func)))
+            Err(message) => {
+                let name = code.getattr("co_qualname")?;
+                return unsupported(format!("arguments do not fit {name}(): {message}"));
             }
         };
-        bound.call_method0("apply_defaults")?;
-        let arguments = bound.getattr("arguments")?;
-        for item in arguments.call_method0("items")?.try_iter()? {
-            let (name, value): (String, Bound<'py, PyAny>) = item?.extract()?;
-            // inspect names a comprehension's hidden `.0` parameter `implicit0`.
-            let code_name = match name.strip_prefix("implicit") {
-                Some(digits)
-                    if !digits.is_empty() && digits.chars().all(|c| c.is_ascii_digit()) =>
-                {
-                    format!(".{digits}")
+        for (name, value) in params.names.iter().zip(bound) {
+            let var = match value {
+                ParamValue::Positional(i) => args[i],
+                ParamValue::Keyword(k) => kwargs[k].1,
+                ParamValue::Default(i) => match &defaults {
+                    Defaults::Real { defaults, .. } => {
+                        // A default value of a real function.
+                        let value = defaults.get_item(i)?;
+                        self.wrap(&value, None)?
+                    }
+                    Defaults::Traced { defaults, .. } => defaults[i],
+                },
+                ParamValue::KwDefault => match &defaults {
+                    Defaults::Real { kwdefaults, .. } => {
+                        let value = kwdefaults.get_item(name)?;
+                        self.wrap(&value, None)?
+                    }
+                    Defaults::Traced { kwdefaults, .. } => {
+                        kwdefaults.iter().find(|(k, _)| k == name).expect("bound").1
+                    }
+                },
+                ParamValue::VarArgs(indices) => {
+                    let items = indices.iter().map(|&i| args[i]).collect();
+                    self.add(VarKind::Tuple(items), None)
                 }
-                _ => name.clone(),
+                ParamValue::VarKeywords(indices) => {
+                    let entries = indices
+                        .iter()
+                        .map(|&k| {
+                            let key = pyo3::types::PyString::new(self.py, &kwargs[k].0);
+                            (OwnedRef::from_bound(key.as_any()), kwargs[k].1)
+                        })
+                        .collect();
+                    self.add(VarKind::Dict(entries), None)
+                }
             };
-            let Some(slot) = state.slot_names.iter().position(|n| *n == code_name) else {
+            let Some(slot) = state.slot_names.iter().position(|n| n == name) else {
                 return unsupported(format!("parameter {name} has no slot"));
             };
-            let var = self.unmark(&value, &markers)?;
             state.locals[slot] = Some(var);
         }
         Ok(())
     }
 
-    /// Maps a bound argument back to a tracker: markers are the call's own arguments,
-    /// tuples and dicts of markers are `*args` and `**kwargs`, anything else is a default.
-    fn unmark(&mut self, value: &Bound<'py, PyAny>, markers: &Bound<'py, PyAny>) -> CResult<VarId> {
-        if value.is_instance(markers)? {
-            let index: i64 = value.getattr("index")?.extract()?;
-            return Ok(VarId((index % DEFAULT_MARK) as u32));
+    /// The parameter layout of `code`, read once per code object and capture.
+    fn parameters(&mut self, code: &Bound<'py, PyAny>) -> CResult<Rc<binding::Parameters>> {
+        let key = code.as_ptr() as usize;
+        if let Some((_, params)) = self.parameter_cache.get(&key) {
+            return Ok(params.clone());
         }
-        if value.get_type().is(&self.h.tuple_type)
-            && value.try_iter()?.any(|v| {
-                v.map(|v| v.is_instance(markers).unwrap_or(false))
-                    .unwrap_or(false)
-            })
-        {
-            let items = value
-                .try_iter()?
-                .map(|v| self.unmark(&v?, markers))
-                .collect::<CResult<Vec<_>>>()?;
-            return Ok(self.add(VarKind::Tuple(items), None));
-        }
-        if value.get_type().is(&self.h.tuple_type) && value.len()? == 0 {
-            return Ok(self.add(VarKind::Tuple(Vec::new()), None));
-        }
-        if let Ok(dict) = value.cast::<PyDict>() {
-            let mut entries = Vec::new();
-            for (k, v) in dict.iter() {
-                let v = self.unmark(&v, markers)?;
-                entries.push((OwnedRef::from_bound(&k), v));
-            }
-            return Ok(self.add(VarKind::Dict(entries), None));
-        }
-        // A default value of a real function.
-        self.wrap(value, None)
+        let argcount: usize = code.getattr("co_argcount")?.extract()?;
+        let kwonly: usize = code.getattr("co_kwonlyargcount")?.extract()?;
+        let flags: u32 = code.getattr("co_flags")?.extract()?;
+        let varargs = flags & 0x04 != 0;
+        let varkw = flags & 0x08 != 0;
+        let count = argcount + kwonly + usize::from(varargs) + usize::from(varkw);
+        let names: Vec<String> = code.getattr("co_varnames")?.extract()?;
+        let params = Rc::new(binding::Parameters {
+            names: names.into_iter().take(count).collect(),
+            argcount,
+            posonly: code.getattr("co_posonlyargcount")?.extract()?,
+            kwonly,
+            varargs,
+            varkw,
+        });
+        // The code object is kept with its entry so its address cannot be reused meanwhile.
+        self.parameter_cache
+            .insert(key, (OwnedRef::from_bound(code), params.clone()));
+        Ok(params)
     }
 
     /// A tensor method call.
@@ -1303,7 +1331,6 @@ fn is_model_output_class(py: Python<'_>, cls: &Bound<'_, PyAny>) -> PyResult<boo
 }
 
 /// Default-value markers are offset so they never collide with argument markers.
-const DEFAULT_MARK: i64 = 1 << 40;
 
 pub fn function_name(obj: &Bound<'_, PyAny>) -> String {
     obj.getattr("__name__")

@@ -103,6 +103,8 @@ pub struct Tracer<'py> {
     pub inputs: Vec<GraphInput>,
     /// Graph inputs by source name, so each source is one placeholder.
     input_by_name: HashMap<String, VarId>,
+    /// Parameter layouts of inlined code objects, by address (the code is kept alive).
+    pub parameter_cache: HashMap<usize, (OwnedRef, Rc<dynamo_bytecode::binding::Parameters>)>,
     pub guards: GuardSet,
     pub depth: usize,
     /// `file:line` of each frame being translated, innermost last, for messages.
@@ -150,6 +152,7 @@ impl<'py> Tracer<'py> {
             fake_mode,
             inputs: Vec::new(),
             input_by_name: HashMap::new(),
+            parameter_cache: HashMap::new(),
             guards: GuardSet::default(),
             depth: 0,
             location_stack: Vec::new(),
