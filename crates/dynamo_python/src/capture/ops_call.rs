@@ -1330,8 +1330,6 @@ fn is_model_output_class(py: Python<'_>, cls: &Bound<'_, PyAny>) -> PyResult<boo
             .is_truthy()?)
 }
 
-/// Default-value markers are offset so they never collide with argument markers.
-
 pub fn function_name(obj: &Bound<'_, PyAny>) -> String {
     obj.getattr("__name__")
         .map(|n| n.to_string())
