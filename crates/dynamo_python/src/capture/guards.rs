@@ -7,7 +7,7 @@
 //! in one call of torch's C++ `TensorGuards` (dtype, device, shape, stride, requires_grad,
 //! dispatch keys). Grad mode is checked last.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
 use pyo3::prelude::*;
@@ -28,10 +28,12 @@ pub enum GuardKind {
     Keys(OwnedRef),
 }
 
+/// The guards a trace recorded: one per (source, kind), sources interned in a table.
 #[derive(Debug, Default)]
 pub struct GuardSet {
-    pub guards: Vec<(Rc<Source>, GuardKind)>,
-    seen: HashMap<(String, u8), ()>,
+    pub guards: Vec<(u32, GuardKind)>,
+    seen: HashSet<(u32, u8)>,
+    pub sources: SourceTable,
     pub grad_mode: Option<bool>,
 }
 
@@ -45,9 +47,9 @@ impl GuardSet {
             GuardKind::Len(_) => 4,
             GuardKind::Keys(_) => 5,
         };
-        let key = (source_key(&source), tag);
-        if self.seen.insert(key, ()).is_none() {
-            self.guards.push((source, kind));
+        let id = self.sources.intern(&source);
+        if self.seen.insert((id, tag)) {
+            self.guards.push((id, kind));
         }
     }
 
@@ -60,15 +62,62 @@ impl GuardSet {
     }
 }
 
-/// A stable text key for a source (embedded objects by address).
-fn source_key(source: &Source) -> String {
-    match source {
-        Source::Local(name) => format!("L[{name}]"),
-        Source::Global { globals, name, .. } => format!("G{:p}[{name}]", globals.as_ptr()),
-        Source::Cell(cell) => format!("C{:p}", cell.as_ptr()),
-        Source::Attr(base, attr) => format!("{}.{attr}", source_key(base)),
-        Source::Item(base, ItemKey::Int(i)) => format!("{}[{i}]", source_key(base)),
-        Source::Item(base, ItemKey::Str(k)) => format!("{}[{k:?}]", source_key(base)),
+/// What identifies a source structurally: its parent's id and one path component.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum SourceKey {
+    Local(String),
+    /// By the address of the globals dict (kept alive by the source).
+    Global(usize, String),
+    Cell(usize),
+    Attr(u32, String),
+    Item(u32, ItemKey),
+}
+
+/// Every distinct source guards depend on, parents before children, each with an id.
+/// Interning is O(1) per `Rc` seen before and O(depth) otherwise; ids stand for sources in
+/// the guard plan, and the readable paths are only rendered when someone asks.
+#[derive(Debug, Default)]
+pub struct SourceTable {
+    /// The source of each id and its parent's id.
+    nodes: Vec<(Rc<Source>, Option<u32>)>,
+    by_key: HashMap<SourceKey, u32>,
+    /// By `Rc` address; the `Rc` is kept so the address cannot be reused while we hold it.
+    by_address: HashMap<usize, (Rc<Source>, u32)>,
+}
+
+impl SourceTable {
+    pub fn intern(&mut self, source: &Rc<Source>) -> u32 {
+        let address = Rc::as_ptr(source) as usize;
+        if let Some((_, id)) = self.by_address.get(&address) {
+            return *id;
+        }
+        let (key, parent) = match source.as_ref() {
+            Source::Local(name) => (SourceKey::Local(name.clone()), None),
+            Source::Global { globals, name, .. } => (
+                SourceKey::Global(globals.as_ptr() as usize, name.clone()),
+                None,
+            ),
+            Source::Cell(cell) => (SourceKey::Cell(cell.as_ptr() as usize), None),
+            Source::Attr(base, attr) => {
+                let parent = self.intern(base);
+                (SourceKey::Attr(parent, attr.clone()), Some(parent))
+            }
+            Source::Item(base, key) => {
+                let parent = self.intern(base);
+                (SourceKey::Item(parent, key.clone()), Some(parent))
+            }
+        };
+        let id = match self.by_key.get(&key) {
+            Some(&id) => id,
+            None => {
+                let id = self.nodes.len() as u32;
+                self.nodes.push((source.clone(), parent));
+                self.by_key.insert(key, id);
+                id
+            }
+        };
+        self.by_address.insert(address, (source.clone(), id));
+        id
     }
 }
 
@@ -100,9 +149,17 @@ enum Check {
 struct Step {
     access: Access,
     checks: Vec<Check>,
-    /// The source, readable, and one description per check.
-    what: String,
-    whats: Vec<String>,
+    /// The last component of the source's path, for descriptions.
+    label: Label,
+}
+
+/// One path component of a step's source, rendered into descriptions on demand.
+enum Label {
+    Local(String),
+    Global(String),
+    Cell,
+    Attr(String),
+    Item(ItemKey),
 }
 
 /// The compiled guard of one cache entry.
@@ -115,12 +172,10 @@ pub struct NativeGuard {
     tensor_guards: std::sync::OnceLock<OwnedRef>,
     grad_mode: Option<bool>,
     is_grad_enabled: OwnedRef,
-    /// Guard descriptions, for `describe()`.
-    descriptions: Vec<String>,
     /// Localsplus names, for `first_failure`.
     local_names: Vec<String>,
-    /// Source and example of each checked tensor, in check order, for `first_failure`.
-    tensor_examples: Vec<(String, OwnedRef)>,
+    /// Step and example of each checked tensor, in check order, for `first_failure`.
+    tensor_examples: Vec<(usize, OwnedRef)>,
 }
 
 impl std::fmt::Debug for NativeGuard {
@@ -130,15 +185,110 @@ impl std::fmt::Debug for NativeGuard {
 }
 
 impl NativeGuard {
+    /// The readable path of step `index`'s source (`L["self"]._modules["fc"]`).
+    fn path(&self, index: usize) -> String {
+        let step = &self.steps[index];
+        let parent = || match step.access {
+            Access::Attr(p, _) | Access::Item(p, _) => self.path(p),
+            _ => String::new(),
+        };
+        match &step.label {
+            Label::Local(name) => format!("L[{name:?}]"),
+            Label::Global(name) => format!("G[{name:?}]"),
+            Label::Cell => "<closure cell>".to_string(),
+            Label::Attr(attr) => format!("{}.{attr}", parent()),
+            Label::Item(ItemKey::Int(i)) => format!("{}[{i}]", parent()),
+            Label::Item(ItemKey::Str(k)) => format!("{}[{k:?}]", parent()),
+        }
+    }
+
+    /// One check, readable: its source's path and what it requires.
+    fn describe_check(&self, py: Python<'_>, index: usize, check: &Check) -> String {
+        let repr = |v: &OwnedRef| v.bind(py).repr().map(|r| r.to_string()).unwrap_or_default();
+        let what = match check {
+            Check::Tensor => "tensor matches (dtype, device, shape, stride, requires_grad)".into(),
+            Check::Alias(first) => format!("is the same tensor as {}", self.path(*first)),
+            Check::Equals(v) => format!("== {}", repr(v)),
+            Check::Id(v) => format!(
+                "is the same object ({})",
+                v.bind(py)
+                    .get_type()
+                    .name()
+                    .map(|n| n.to_string())
+                    .unwrap_or_default()
+            ),
+            Check::Type(t) => format!(
+                "has type {}",
+                t.bind(py)
+                    .getattr("__name__")
+                    .map(|n| n.to_string())
+                    .unwrap_or_default()
+            ),
+            Check::Len(n) => format!("has length {n}"),
+            Check::Keys(k) => format!("has keys {}", repr(k)),
+        };
+        format!("{} {what}", self.path(index))
+    }
+
     pub fn build(py: Python<'_>, set: &GuardSet, layout_names: &[String]) -> PyResult<NativeGuard> {
-        let mut steps: Vec<Step> = Vec::new();
-        let mut index_of: HashMap<String, usize> = HashMap::new();
+        // One step per interned source, in table order (parents first).
+        let mut steps: Vec<Step> = Vec::with_capacity(set.sources.nodes.len());
+        for (source, parent) in &set.sources.nodes {
+            let (access, label) = match source.as_ref() {
+                Source::Local(name) => match layout_names.iter().position(|n| n == name) {
+                    Some(i) => (Access::Local(i), Label::Local(name.clone())),
+                    None => {
+                        return Err(pyo3::exceptions::PyRuntimeError::new_err(format!(
+                            "no local named {name}"
+                        )))
+                    }
+                },
+                Source::Global {
+                    globals,
+                    builtins,
+                    name,
+                    ..
+                } => (
+                    Access::Global {
+                        globals: globals.clone(),
+                        builtins: builtins.clone(),
+                        name: OwnedRef::from_bound(PyString::intern(py, name).as_any()),
+                    },
+                    Label::Global(name.clone()),
+                ),
+                Source::Cell(cell) => (Access::Cell(cell.clone()), Label::Cell),
+                Source::Attr(_, attr) => (
+                    Access::Attr(
+                        parent.expect("attributes have a parent") as usize,
+                        OwnedRef::from_bound(PyString::intern(py, attr).as_any()),
+                    ),
+                    Label::Attr(attr.clone()),
+                ),
+                Source::Item(_, key) => {
+                    let py_key = match key {
+                        ItemKey::Int(i) => i.into_pyobject(py)?.into_any(),
+                        ItemKey::Str(s) => PyString::new(py, s).into_any(),
+                    };
+                    (
+                        Access::Item(
+                            parent.expect("items have a parent") as usize,
+                            OwnedRef::from_bound(&py_key),
+                        ),
+                        Label::Item(key.clone()),
+                    )
+                }
+            };
+            steps.push(Step {
+                access,
+                checks: Vec::new(),
+                label,
+            });
+        }
         let mut tensors: Vec<Bound<'_, PyAny>> = Vec::new();
-        let mut descriptions = Vec::new();
         let mut tensor_examples = Vec::new();
         let mut first_step_of_tensor: HashMap<usize, usize> = HashMap::new();
-        for (source, kind) in &set.guards {
-            let step = intern_source(py, source, layout_names, &mut steps, &mut index_of)?;
+        for (id, kind) in &set.guards {
+            let step = *id as usize;
             let check = match kind {
                 GuardKind::Tensor(example) => {
                     match first_step_of_tensor.get(&(example.as_ptr() as usize)) {
@@ -146,7 +296,7 @@ impl NativeGuard {
                         None => {
                             first_step_of_tensor.insert(example.as_ptr() as usize, step);
                             tensors.push(example.bind(py).clone());
-                            tensor_examples.push((source.describe(), example.clone()));
+                            tensor_examples.push((step, example.clone()));
                             Check::Tensor
                         }
                     }
@@ -157,10 +307,7 @@ impl NativeGuard {
                 GuardKind::Len(n) => Check::Len(*n),
                 GuardKind::Keys(k) => Check::Keys(k.clone()),
             };
-            let description = format!("{} {}", source.describe(), describe_kind(py, kind));
-            descriptions.push(description.clone());
             steps[step].checks.push(check);
-            steps[step].whats.push(description);
         }
         // torch's TensorGuards records the thread's dispatch state when it is made, so it is made
         // at the first check, in the caller's state, not here inside the compile callback.
@@ -183,16 +330,12 @@ impl NativeGuard {
                 OwnedRef::from_bound(kwargs.as_any()),
             ))
         };
-        if let Some(mode) = set.grad_mode {
-            descriptions.push(format!("torch.is_grad_enabled() == {mode}"));
-        }
         Ok(NativeGuard {
             steps,
             tensor_spec,
             tensor_guards: std::sync::OnceLock::new(),
             grad_mode: set.grad_mode,
             is_grad_enabled: OwnedRef::from_bound(&py.import("torch")?.getattr("is_grad_enabled")?),
-            descriptions,
             local_names: layout_names.to_vec(),
             tensor_examples,
         })
@@ -217,8 +360,8 @@ impl NativeGuard {
     ) -> PyResult<Option<String>> {
         let mut values: Vec<Option<Bound<'_, PyAny>>> = Vec::with_capacity(self.steps.len());
         let mut tensors: Vec<Bound<'_, PyAny>> = Vec::new();
-        let mut aliases: Vec<(usize, Bound<'_, PyAny>, &String)> = Vec::new();
-        for step in &self.steps {
+        let mut aliases: Vec<(usize, usize, Bound<'_, PyAny>, &Check)> = Vec::new();
+        for (index, step) in self.steps.iter().enumerate() {
             let value = match &step.access {
                 Access::Local(i) => locals(*i),
                 Access::Global {
@@ -257,9 +400,9 @@ impl NativeGuard {
                     values.push(None);
                     continue;
                 }
-                return Ok(Some(format!("{}: missing", step.what)));
+                return Ok(Some(format!("{}: missing", self.path(index))));
             };
-            for (check, what) in step.checks.iter().zip(&step.whats) {
+            for check in &step.checks {
                 let ok = match check {
                     Check::Id(expected) => value.as_ptr() == expected.as_ptr(),
                     Check::Type(expected) => value.get_type().as_ptr() == expected.as_ptr(),
@@ -278,24 +421,25 @@ impl NativeGuard {
                     }
                     Check::Alias(first) => {
                         // Checked once every step has its value.
-                        aliases.push((*first, value.clone(), what));
+                        aliases.push((*first, index, value.clone(), check));
                         true
                     }
                 };
                 if !ok {
-                    return Ok(Some(what.clone()));
+                    return Ok(Some(self.describe_check(py, index, check)));
                 }
             }
             values.push(Some(value));
         }
-        for (first, value, what) in aliases {
+        for (first, index, value, check) in aliases {
             let same = values
                 .get(first)
                 .and_then(|v| v.as_ref())
                 .is_some_and(|v| v.is(&value));
             if !same {
                 return Ok(Some(format!(
-                    "{what} (no longer the same tensor as its alias)"
+                    "{} (no longer the case)",
+                    self.describe_check(py, index, check)
                 )));
             }
         }
@@ -321,7 +465,8 @@ impl NativeGuard {
                 .is_truthy()?
             {
                 // Name the first tensor whose metadata differs from its example.
-                for (tensor, (what, example)) in tensors.iter().zip(&self.tensor_examples) {
+                for (tensor, (step, example)) in tensors.iter().zip(&self.tensor_examples) {
+                    let what = self.path(*step);
                     let example = example.bind(py);
                     for property in ["dtype", "device", "shape", "requires_grad"] {
                         if !tensor.getattr(property)?.eq(example.getattr(property)?)? {
@@ -375,105 +520,25 @@ impl NativeGuard {
     }
 }
 
-fn describe_kind(py: Python<'_>, kind: &GuardKind) -> String {
-    match kind {
-        GuardKind::Tensor(_) => {
-            "tensor matches (dtype, device, shape, stride, requires_grad)".into()
-        }
-        GuardKind::Equals(v) => format!(
-            "== {}",
-            v.bind(py).repr().map(|r| r.to_string()).unwrap_or_default()
-        ),
-        GuardKind::Id(v) => format!(
-            "is the same object ({})",
-            v.bind(py)
-                .get_type()
-                .name()
-                .map(|n| n.to_string())
-                .unwrap_or_default()
-        ),
-        GuardKind::Type(t) => format!(
-            "has type {}",
-            t.bind(py)
-                .getattr("__name__")
-                .map(|n| n.to_string())
-                .unwrap_or_default()
-        ),
-        GuardKind::Len(n) => format!("has length {n}"),
-        GuardKind::Keys(k) => format!(
-            "has keys {}",
-            k.bind(py).repr().map(|r| r.to_string()).unwrap_or_default()
-        ),
-    }
-}
-
-/// The plan step that produces `source`'s value, adding it (and its parents) if new.
-fn intern_source(
-    py: Python<'_>,
-    source: &Source,
-    layout_names: &[String],
-    steps: &mut Vec<Step>,
-    index_of: &mut HashMap<String, usize>,
-) -> PyResult<usize> {
-    let key = source_key(source);
-    if let Some(&i) = index_of.get(&key) {
-        return Ok(i);
-    }
-    let access = match source {
-        Source::Local(name) => match layout_names.iter().position(|n| n == name) {
-            Some(i) => Access::Local(i),
-            None => {
-                return Err(pyo3::exceptions::PyRuntimeError::new_err(format!(
-                    "no local named {name}"
-                )))
-            }
-        },
-        Source::Global {
-            globals,
-            builtins,
-            name,
-            ..
-        } => Access::Global {
-            globals: globals.clone(),
-            builtins: builtins.clone(),
-            name: OwnedRef::from_bound(PyString::intern(py, name).as_any()),
-        },
-        Source::Cell(cell) => Access::Cell(cell.clone()),
-        Source::Attr(base, attr) => {
-            let parent = intern_source(py, base, layout_names, steps, index_of)?;
-            Access::Attr(
-                parent,
-                OwnedRef::from_bound(PyString::intern(py, attr).as_any()),
-            )
-        }
-        Source::Item(base, key) => {
-            let parent = intern_source(py, base, layout_names, steps, index_of)?;
-            let key = match key {
-                ItemKey::Int(i) => i.into_pyobject(py)?.into_any(),
-                ItemKey::Str(s) => PyString::new(py, s).into_any(),
-            };
-            Access::Item(parent, OwnedRef::from_bound(&key))
-        }
-    };
-    steps.push(Step {
-        access,
-        checks: Vec::new(),
-        what: source.describe(),
-        whats: Vec::new(),
-    });
-    index_of.insert(key, steps.len() - 1);
-    Ok(steps.len() - 1)
-}
-
 #[pymethods]
 impl NativeGuard {
-    /// Human-readable list of the checks.
-    fn describe(&self) -> Vec<String> {
-        self.descriptions.clone()
+    /// Human-readable list of the checks, by source (parents first), grad mode last.
+    fn describe(&self, py: Python<'_>) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for (index, step) in self.steps.iter().enumerate() {
+            for check in &step.checks {
+                out.push(self.describe_check(py, index, check));
+            }
+        }
+        if let Some(mode) = self.grad_mode {
+            out.push(format!("torch.is_grad_enabled() == {mode}"));
+        }
+        out
     }
 
     fn __len__(&self) -> usize {
-        self.descriptions.len()
+        self.steps.iter().map(|s| s.checks.len()).sum::<usize>()
+            + usize::from(self.grad_mode.is_some())
     }
 
     /// Why this entry would not be used for a frame with these locals (its `f_locals`): the

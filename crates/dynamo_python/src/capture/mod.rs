@@ -57,6 +57,9 @@ pub struct Converter {
     /// Frames that ran eagerly, with the reason.
     #[pyo3(get)]
     failures: Vec<(String, String)>,
+    /// Seconds spent in each phase of capture, summed over frames (for the benchmarks).
+    #[pyo3(get)]
+    phases: HashMap<&'static str, f64>,
 }
 
 #[pymethods]
@@ -71,6 +74,7 @@ impl Converter {
             ops: 0,
             guards: 0,
             failures: Vec::new(),
+            phases: HashMap::new(),
         }
     }
 
@@ -81,9 +85,11 @@ impl Converter {
         cache_size: usize,
     ) -> PyResult<Py<PyAny>> {
         let _ = cache_size;
+        let start = std::time::Instant::now();
         let helpers = Helpers::load(py)?;
         let mut tracer = Tracer::new(py, helpers)?;
         let grad_enabled = py.import("torch")?.call_method0("is_grad_enabled")?;
+        self.lap("setup", start);
         let converted = self.convert(py, &mut tracer, frame);
         // Grad-mode blocks flip the real mode while tracing; put it back whatever happened.
         py.import("torch")?
@@ -133,6 +139,13 @@ impl Converter {
 }
 
 impl Converter {
+    /// Adds the time since `since` to `phase` and returns now.
+    fn lap(&mut self, phase: &'static str, since: std::time::Instant) -> std::time::Instant {
+        let now = std::time::Instant::now();
+        *self.phases.entry(phase).or_insert(0.0) += (now - since).as_secs_f64();
+        now
+    }
+
     fn convert<'py>(
         &mut self,
         py: Python<'py>,
@@ -140,6 +153,7 @@ impl Converter {
         frame: &Bound<'py, PyAny>,
     ) -> CResult<Option<(Py<NativeGuard>, Bound<'py, PyAny>)>> {
         let h = tracer.h.clone();
+        let t = std::time::Instant::now();
         let gc_pause = helpers::GcPause::new(py);
         let code = frame.getattr("f_code")?;
         let f_locals = frame
@@ -182,7 +196,9 @@ impl Converter {
         }
         let slot_names = state.slot_names.clone();
         let prologue = codegen::prologue(&state.instructions)?;
+        let t = self.lap("inputs", t);
         let result = tracer.run(&mut state)?;
+        let t = self.lap("translate", t);
 
         if tracer.graph.op_count() == 0 {
             return Ok(None); // nothing to compile: run the frame as it is
@@ -255,7 +271,9 @@ impl Converter {
         for input in &mut tracer.inputs {
             input.node = map[input.node.0 as usize].expect("placeholders are kept");
         }
+        let t = self.lap("outputs and graph cleanup", t);
         let gm = export(py, tracer, &outputs)?;
+        let t = self.lap("export", t);
         let examples: Vec<_> = tracer
             .inputs
             .iter()
@@ -281,6 +299,7 @@ impl Converter {
                 )));
             }
         };
+        let t = self.lap("backend", t);
         let compiled = Bound::new(
             py,
             crate::eval_frame::disable::DisabledFunction::wrap(compiled),
@@ -293,8 +312,9 @@ impl Converter {
             gen.replay_store(source, name, value.as_ref())?;
         }
         let new_code = gen.finish(&plan)?;
-
+        let t = self.lap("codegen", t);
         let guard = NativeGuard::build(py, &tracer.guards, &slot_names)?;
+        self.lap("guards", t);
         self.graphs += 1;
         self.ops += tracer.graph.op_count();
         self.guards += tracer.guards.len();

@@ -6,7 +6,7 @@ use std::rc::Rc;
 
 use crate::eval_frame::owned::OwnedRef;
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum ItemKey {
     Int(i64),
     Str(String),
