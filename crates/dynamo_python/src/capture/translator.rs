@@ -108,7 +108,9 @@ pub struct Tracer<'py> {
     pub guards: GuardSet,
     pub depth: usize,
     /// `file:line` of each frame being translated, innermost last, for messages.
-    pub location_stack: Vec<String>,
+    /// The frames being translated, innermost last: (qualname, filename, current line).
+    /// Only the line changes per instruction; the text is made when an error needs it.
+    pub location_stack: Vec<(Rc<str>, Rc<str>, u32)>,
     /// Whether the instruction being translated is covered by an exception handler.
     pub in_try: bool,
     /// Grad mode as the traced code sees it (changed by grad-mode `with` blocks).
@@ -394,19 +396,17 @@ impl<'py> Tracer<'py> {
 
     /// Translates `frame` until it returns.
     pub fn run(&mut self, frame: &mut FrameState<'py>) -> CResult<VarId> {
-        self.location_stack.push(format!(
-            "{} ({}:{})",
-            frame.qualname,
-            frame.filename,
-            frame.lines.first().copied().flatten().unwrap_or(0)
+        self.location_stack.push((
+            Rc::from(frame.qualname.as_str()),
+            Rc::from(frame.filename.as_str()),
+            frame.lines.first().copied().flatten().unwrap_or(0) as u32,
         ));
         let result = loop {
             let Some(instruction) = frame.instructions.get(frame.pc).copied() else {
                 break unsupported("ran past the end of the code");
             };
             if let Some(loc) = self.location_stack.last_mut() {
-                let line = frame.lines[frame.pc].unwrap_or(0);
-                *loc = format!("{} ({}:{line})", frame.qualname, frame.filename);
+                loc.2 = frame.lines[frame.pc].unwrap_or(0) as u32;
             }
             frame.pc += 1;
             // Inside a try block Python code is traced as usual (it ran without raising at
@@ -429,18 +429,18 @@ impl<'py> Tracer<'py> {
 
     /// Where the translator is: the innermost frame first, then the frames it was inlined from.
     pub fn location(&self) -> String {
-        let mut parts: Vec<&str> = self
+        let mut parts: Vec<String> = self
             .location_stack
             .iter()
             .rev()
-            .map(String::as_str)
+            .map(|(qualname, filename, line)| format!("{qualname} ({filename}:{line})"))
             .collect();
         if parts.is_empty() {
             return "<unknown>".into();
         }
         let first = parts.remove(0);
         if parts.is_empty() {
-            first.to_string()
+            first
         } else {
             format!("{first}, inlined from {}", parts.join(" <- "))
         }
