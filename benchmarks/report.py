@@ -66,11 +66,18 @@ def table(results: dict) -> str:
             "|---|---|---|---|---|---|---|---|---|",
         ]
         for name, m in capture["models"].items():
-            flag = " ⚠" if m["graphs"]["dynamo_rs"] > m["graphs"]["torch.compile"] else ""
+            flag = " ⚠" if m["graphs"]["dynamo_rs"] != m["graphs"]["torch.compile"] else ""
             for state in ("cold", "warm"):
                 r = m[state]
                 c = r["capture_s"]
                 below = "" if r["speedup"] >= 10 else " ⚠"
+                if m["graphs"]["dynamo_rs"] == 0:
+                    # Nothing captured: the frame ran eagerly, so there is no capture to compare.
+                    lines.append(
+                        f"| {name} | {state} | no graph (runs eagerly) | {c['torch.compile']*1e3:.0f} ms | — | — | — | "
+                        f"{m['graphs']['dynamo_rs']}/{m['graphs']['torch.compile']}{flag} | "
+                        f"{m['ops']['dynamo_rs']}/{m['ops']['torch.compile']} |")
+                    continue
 
                 def spread(side, state=state):
                     # Capture = run minus the eager median, so the run's spread shifts the same way.
@@ -84,9 +91,10 @@ def table(results: dict) -> str:
                     f"{m['ops']['dynamo_rs']}/{m['ops']['torch.compile']} |"
                 )
         lines.append("")
-        lines.append("⚠ on a speed-up = below the 10× target; on graphs = dynamo-rs captures more graphs than "
-                     "TorchDynamo (parts run eagerly). Spreads (min/median/max of every run) are in "
-                     "benchmarks/results.json.")
+        lines.append("⚠ on a speed-up = below the 10× target; on graphs = dynamo-rs captures a different number "
+                     "of graphs than TorchDynamo (the `break:` examples need graph breaks, which dynamo-rs does "
+                     "not do yet: such a frame runs eagerly as a whole). Capture times are medians "
+                     "[min–max].")
     per_call = results["sections"].get("per_call")
     if per_call:
         lines += ["", "Per-call overhead with a backend that does no work (guards + dispatch):", "",
@@ -94,22 +102,37 @@ def table(results: dict) -> str:
         for name, rows in per_call["models"].items():
             for entries, r in rows.items():
                 flag = "" if r["ratio"] >= 1 else " ⚠"
-                lines.append(f"| {name} | {entries.split()[0]} | {r['dynamo_rs_us']:.1f} µs | "
-                             f"{r['torch.compile_us']:.1f} µs | {r['ratio']:.1f}×{flag} |")
+
+                def us(front, r=r, key=None):
+                    t = r.get("spread_us", {}).get(front)
+                    median = r[key]
+                    return f"{median:.1f} µs" + (f" [{t['min']:.1f}–{t['max']:.1f}]" if t else "")
+
+                lines.append(f"| {name} | {entries.split()[0]} | {us('dynamo_rs', key='dynamo_rs_us')} | "
+                             f"{us('torch.compile', key='torch.compile_us')} | {r['ratio']:.1f}×{flag} |")
         lines.append("")
         lines.append("⚠ = dynamo-rs is slower than TorchDynamo here.")
     scaling = results["sections"].get("scaling")
     if scaling:
-        lines += ["", "Scaling (capture with `backend=CompileCounter`; TorchDynamo measured once, up to a few "
-                  "thousand ops):", "",
+        lines += ["", "Scaling (first call with `backend=CompileCounter`, medians [min–max] of 3 runs; "
+                  "TorchDynamo up to a few thousand ops, 3 runs up to 600 ops, 1 beyond):", "",
                   "| model | layers | ops | dynamo-rs capture | per op | peak Python memory | torch.compile | ratio |",
                   "|---|---|---|---|---|---|---|---|"]
         for kind, rows in scaling["scaling"].items():
             for layers, r in rows.items():
                 if layers == "per_op_growth":
                     continue
-                theirs = (f"{r['torch.compile_s']*1e3:.0f} ms | {r['ratio']:.1f}×" if "ratio" in r else "— | —")
-                lines.append(f"| {kind} | {layers} | {r['ops']} | {r['capture_s']*1e3:.0f} ms | "
+                spread = r.get("spread_s", {})
+
+                def ms(front, median, spread=spread):
+                    t = spread.get(front)
+                    if not t or t["runs"] < 2:
+                        return f"{median*1e3:.0f} ms" + (" (1 run)" if t else "")
+                    return f"{median*1e3:.0f} ms [{t['min']*1e3:.0f}–{t['max']*1e3:.0f}]"
+
+                theirs = (f"{ms('torch.compile', r['torch.compile_s'])} | {r['ratio']:.1f}×" if "ratio" in r
+                          else "— | —")
+                lines.append(f"| {kind} | {layers} | {r['ops']} | {ms('dynamo_rs', r['capture_s'])} | "
                              f"{r['us_per_op']:.0f} µs | {r['peak_mb']:.1f} MB | {theirs} |")
             lines.append(f"| {kind} | per-op cost, deepest vs shallowest | | | **{rows['per_op_growth']:.2f}×**{' ⚠ over 1.5×' if rows['per_op_growth'] > 1.5 else ''} | | | |")
     return "\n".join(lines)

@@ -205,8 +205,12 @@ def bench_capture(quick: bool) -> dict:
     from dynamo_rs.testing import CompileCounter
     from models import build
 
+    from synthetic import graph_break_examples
+
     names = ["resnet18"] if quick else ["resnet18", "mobilenet_v3_small", "vit_tiny_patch16_224",
                                          "convnext_atto", "gpt2", "bert", "llama"]
+    breaks = graph_break_examples()
+    names += list(breaks)
     repetitions = 3 if quick else 5
     clear_cache = FakeTensorMode.cache_clear
 
@@ -224,7 +228,7 @@ def bench_capture(quick: bool) -> dict:
 
     out = {}
     for name in names:
-        model, inputs = build(name)
+        model, inputs = breaks[name] if name in breaks else build(name)
         captured = {}
 
         def eager():
@@ -275,6 +279,8 @@ def bench_capture(quick: bool) -> dict:
         row = {"eager_s": e, "spread": times,
                "graphs": {"dynamo_rs": captured["ours"].frame_count, "torch.compile": captured["theirs"].frame_count},
                "ops": {"dynamo_rs": captured["ours"].op_count, "torch.compile": captured["theirs"].op_count}}
+        row["graph_breaks"] = {"dynamo_rs": max(captured["ours"].frame_count - 1, 0),
+                               "torch.compile": max(captured["theirs"].frame_count - 1, 0)}
         for state in ("cold", "warm"):
             c_ours = times[f"dynamo_rs {state}"]["median"] - e
             c_theirs = times[f"torch.compile {state}"]["median"] - e
@@ -284,7 +290,7 @@ def bench_capture(quick: bool) -> dict:
                           # The best any front end could do with FakeTensorMode: no work but it.
                           "speedup_ceiling": c_theirs / c_floor}
         out[name] = row
-        flag = "" if row["graphs"]["dynamo_rs"] <= row["graphs"]["torch.compile"] else "  MORE GRAPHS"
+        flag = "" if row["graphs"]["dynamo_rs"] == row["graphs"]["torch.compile"] else "  GRAPHS DIFFER"
         print(f"  {name:22s} " + "; ".join(
             f"{state} {row[state]['capture_s']['dynamo_rs']*1e3:6.1f} ms vs "
             f"{row[state]['capture_s']['torch.compile']*1e3:7.1f} ms ({row[state]['speedup']:.1f}x, "
@@ -345,7 +351,10 @@ def bench_per_call(quick: bool) -> dict:
             times = alternate(3 if quick else 5, timings)
             ours = times["dynamo_rs"]["median"] / calls * 1e6
             theirs = times["torch.compile"]["median"] / calls * 1e6
-            row[f"{entries} entries"] = {"dynamo_rs_us": ours, "torch.compile_us": theirs, "ratio": theirs / ours}
+            per_call = {front: {k: (v / calls * 1e6 if k != "runs" else v) for k, v in t.items()}
+                        for front, t in times.items()}
+            row[f"{entries} entries"] = {"dynamo_rs_us": ours, "torch.compile_us": theirs, "ratio": theirs / ours,
+                                         "spread_us": per_call}
             print(f"  {name:24s} {entries} cache entr{'y' if entries == 1 else 'ies'}: {ours:8.1f} us vs "
                   f"{theirs:8.1f} us per call ({theirs / ours:.1f}x)", flush=True)
         out[name] = row
@@ -397,16 +406,20 @@ def bench_scaling(quick: bool) -> dict:
             tracemalloc.stop()
             t = statistics.median(times)
             rows[layers] = {"capture_s": t, "ops": ops, "us_per_op": t / max(ops, 1) * 1e6, "peak_mb": peak / 1e6,
-                            "graphs": counter.frame_count}
+                            "graphs": counter.frame_count, "spread_s": {"dynamo_rs": stats(times)}}
             theirs = ""
             if ops <= TORCH_SCALING_MAX_OPS:
-                # One TorchDynamo run for comparison; beyond a few thousand ops it takes minutes.
-                torch._dynamo.reset()
-                gc.collect()
-                start = time.perf_counter()
-                with torch.no_grad():
-                    torch.compile(model, backend=torch._dynamo.testing.CompileCounter())(example)
-                rows[layers]["torch.compile_s"] = time.perf_counter() - start
+                # TorchDynamo for comparison: three runs while cheap, one beyond (minutes each).
+                theirs_times = []
+                for _ in range(3 if ops <= 600 and not quick else 1):
+                    torch._dynamo.reset()
+                    gc.collect()
+                    start = time.perf_counter()
+                    with torch.no_grad():
+                        torch.compile(model, backend=torch._dynamo.testing.CompileCounter())(example)
+                    theirs_times.append(time.perf_counter() - start)
+                rows[layers]["spread_s"]["torch.compile"] = stats(theirs_times)
+                rows[layers]["torch.compile_s"] = statistics.median(theirs_times)
                 rows[layers]["ratio"] = rows[layers]["torch.compile_s"] / t
                 theirs = f", torch.compile {rows[layers]['torch.compile_s']*1e3:8.1f} ms ({rows[layers]['ratio']:.1f}x)"
             print(f"  {kind:12s} {layers:5d} layers: {ops:6d} ops, {t*1e3:8.1f} ms, "

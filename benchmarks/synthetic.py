@@ -37,3 +37,45 @@ class Block(torch.nn.Module):
 
 def transformer(layers: int) -> torch.nn.Module:
     return torch.nn.Sequential(*[Block() for _ in range(layers)]).eval()
+
+
+# --- graph-break examples (the seed articles' kinds of break) -----------------------------------
+
+
+class DataDependentBranch(torch.nn.Module):
+    """Branches on a tensor's value: `.item()` needs the data, so the graph breaks there."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.encoder = mlp(4)
+        self.decoder = mlp(4)
+
+    def forward(self, x):
+        h = self.encoder(x)
+        if h.sum().item() > 0:
+            h = h * 2
+        return self.decoder(h)
+
+
+class PrintInForward(torch.nn.Module):
+    """Logs from the middle of forward: a side effect that cannot go into a graph."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = mlp(4)
+        self.second = mlp(4)
+        self.lines: list[str] = []
+
+    def forward(self, x):
+        h = self.first(x)
+        self.lines.append(f"mean {float(h.mean()):.3f}")
+        return self.second(h)
+
+
+def graph_break_examples() -> dict:
+    """name -> (model, inputs) for models TorchDynamo captures in several graphs."""
+    torch.manual_seed(0)
+    return {
+        "break: .item() branch": (DataDependentBranch().eval(), (torch.randn(8, 64),)),
+        "break: logging in forward": (PrintInForward().eval(), (torch.randn(8, 64),)),
+    }

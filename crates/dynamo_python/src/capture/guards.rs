@@ -309,6 +309,13 @@ impl NativeGuard {
             };
             steps[step].checks.push(check);
         }
+        // The same object has the same type: a type check beside an identity check on the
+        // same value adds nothing.
+        for step in &mut steps {
+            if step.checks.iter().any(|c| matches!(c, Check::Id(_))) {
+                step.checks.retain(|c| !matches!(c, Check::Type(_)));
+            }
+        }
         // torch's TensorGuards records the thread's dispatch state when it is made, so it is made
         // at the first check, in the caller's state, not here inside the compile callback.
         let tensor_spec = if tensors.is_empty() {
@@ -407,8 +414,11 @@ impl NativeGuard {
                     Check::Id(expected) => value.as_ptr() == expected.as_ptr(),
                     Check::Type(expected) => value.get_type().as_ptr() == expected.as_ptr(),
                     Check::Equals(expected) => {
+                        // The same object is equal to itself (attributes that were not
+                        // reassigned); otherwise the same type and ==.
                         let expected = expected.bind(py);
-                        value.get_type().is(expected.get_type()) && value.eq(expected)?
+                        value.is(&expected)
+                            || (value.get_type().is(expected.get_type()) && value.eq(expected)?)
                     }
                     Check::Len(n) => value.len().ok() == Some(*n),
                     Check::Keys(expected) => match value.cast::<PyDict>() {
