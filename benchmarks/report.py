@@ -40,16 +40,17 @@ def table(results: dict) -> str:
         f = hook["figures"]
         for kind in ("ints", "tensors"):
             ours = f[f"dynamo_rs overhead per hit ({kind})"]["ns"]
-            plain = f[f"plain call ({kind})"]["ns_per_call"]
             if kind == "tensors":
                 theirs = f["torch.compile overhead per hit (tensors)"]["ns"]
-                ref = f"{theirs:,.0f} ns (torch.compile, no-op backend)"
+                ref = (f"{theirs:,.0f} ns (torch.compile, no-op backend; "
+                       f"{_per_call(f['torch.compile hit (tensors)'])})")
                 ratio = f"**{theirs / ours:.0f}×** less"
             else:
                 ref, ratio = "—", "—"
             lines.append(
                 f"| frame hook: added cost of a cache hit, `add(a, b)` on {kind} "
-                f"(plain call {plain:.0f} ns) | {ours:.0f} ns | {ref} | {ratio} |"
+                f"(plain call {_per_call(f[f'plain call ({kind})'])}) | {ours:.0f} ns "
+                f"({_per_call(f[f'dynamo_rs hit ({kind})'])}) | {ref} | {ratio} |"
             )
     capture = results["sections"].get("capture")
     if capture:
@@ -136,6 +137,14 @@ def table(results: dict) -> str:
                              f"{r['us_per_op']:.0f} µs | {r['peak_mb']:.1f} MB | {theirs} |")
             lines.append(f"| {kind} | per-op cost, deepest vs shallowest | | | **{rows['per_op_growth']:.2f}×**{' ⚠ over 1.5×' if rows['per_op_growth'] > 1.5 else ''} | | | |")
     return "\n".join(lines)
+
+
+def _per_call(figure: dict) -> str:
+    """A per-call time as median [min–max] ns per call."""
+    t = figure["seconds"]
+    calls = t["median"] / figure["ns_per_call"] * 1e9
+    return (f"{figure['ns_per_call']:,.0f} ns/call "
+            f"[{t['min'] / calls * 1e9:,.0f}–{t['max'] / calls * 1e9:,.0f}]")
 
 
 def _rate(figure: dict) -> str:
