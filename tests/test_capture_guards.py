@@ -195,3 +195,58 @@ def test_hook_added_later_is_respected() -> None:
             torch.testing.assert_close(cm(x), module(x))
         finally:
             handle.remove()
+
+
+def test_same_named_globals_of_two_modules_are_two_graph_inputs() -> None:
+    # Two functions from different modules each read a global tensor named W: different
+    # sources, so two graph inputs — even though their names look alike.
+    first = {"W": torch.ones(3)}
+    second = {"W": torch.full((3,), 5.0)}
+    exec("def scale(x):\n    return x * W", first)
+    exec("def shift(x):\n    return x + W", second)
+    scale, shift = first["scale"], second["shift"]
+
+    def both(x):
+        return scale(x) + shift(x)
+
+    cfn, counter = compiled(both)
+    x = torch.arange(3.0)
+    torch.testing.assert_close(cfn(x), both(x))
+    assert counter.frame_count == 1
+    (gm,) = counter.graphs
+    assert sum(n.op == "placeholder" for n in gm.graph.nodes) == 3
+
+
+class TwoLayers(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+        self.head = torch.nn.Linear(4, 2)
+        self.register_buffer("_shift", torch.ones(2))
+
+    def forward(self, x):
+        return self.head(self.body(x)) + self._shift
+
+
+def test_graph_input_names_follow_torchdynamo() -> None:
+    import torch._dynamo
+
+    torch.manual_seed(0)
+    model = TwoLayers().eval()
+    ours, theirs = CompileCounter(), []
+
+    def keep(gm, example_inputs):
+        theirs.append(gm)
+        return gm.forward
+
+    x = torch.randn(2, 4)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        dynamo_rs.compile(model, backend=ours)(x)
+        torch.compile(model, backend=keep)(x)
+
+    def names(gm):
+        return sorted(n.name for n in gm.graph.nodes if n.op == "placeholder")
+
+    assert names(ours.graphs[0]) == names(theirs[0])
+    assert "l_self_modules_body_modules_0_parameters_weight_" in names(theirs[0])

@@ -31,34 +31,26 @@ pub enum Source {
 }
 
 impl Source {
-    /// The graph-input name for a value from this source, in TorchDynamo's style
-    /// (`L_x_`, `L_self_conv1_weight_`).
+    /// The graph-input name for a value from this source, as TorchDynamo makes it: the
+    /// readable source with every run of other characters than ASCII letters and digits
+    /// turned into one `_` (`L['self']._modules['fc']` → `L_self_modules_fc_`). Names can
+    /// coincide for different sources; graph inputs are told apart by source, and the graph
+    /// makes names unique.
     pub fn graph_name(&self) -> String {
-        let mut name = self.path();
-        name.push('_');
-        name.chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '_' {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect()
-    }
-
-    fn path(&self) -> String {
-        match self {
-            Source::Local(name) => format!("L_{name}"),
-            Source::Global { name, .. } => format!("G_{name}"),
-            Source::Cell(_) => "C".to_string(),
-            Source::Attr(base, attr) => format!("{}_{attr}", base.path()),
-            Source::Item(base, ItemKey::Int(i)) => format!("{}_{i}", base.path()),
-            Source::Item(base, ItemKey::Str(k)) => format!("{}_{k}", base.path()),
+        let mut name = String::new();
+        let mut in_run = false;
+        for c in self.describe().chars() {
+            if c.is_ascii_alphanumeric() {
+                name.push(c);
+                in_run = false;
+            } else if !in_run {
+                name.push('_');
+                in_run = true;
+            }
         }
+        name
     }
 
-    /// A readable form for messages: `L['self'].conv1.weight`.
     pub fn describe(&self) -> String {
         match self {
             Source::Local(name) => format!("L[{name:?}]"),

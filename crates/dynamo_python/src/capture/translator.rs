@@ -102,7 +102,8 @@ pub struct Tracer<'py> {
     pub fake_mode: Bound<'py, PyAny>,
     pub inputs: Vec<GraphInput>,
     /// Graph inputs by source name, so each source is one placeholder.
-    input_by_name: HashMap<String, VarId>,
+    /// Graph inputs by interned source (see `guards::SourceTable`).
+    input_by_source: HashMap<u32, VarId>,
     /// Parameter layouts of inlined code objects, by address (the code is kept alive).
     pub parameter_cache: HashMap<usize, (OwnedRef, Rc<dynamo_bytecode::binding::Parameters>)>,
     pub guards: GuardSet,
@@ -153,7 +154,7 @@ impl<'py> Tracer<'py> {
             graph: Graph::default(),
             fake_mode,
             inputs: Vec::new(),
-            input_by_name: HashMap::new(),
+            input_by_source: HashMap::new(),
             parameter_cache: HashMap::new(),
             guards: GuardSet::default(),
             depth: 0,
@@ -362,10 +363,11 @@ impl<'py> Tracer<'py> {
 
     /// The placeholder for a real tensor from `source` (one per source).
     fn graph_input(&mut self, value: &Bound<'py, PyAny>, source: Rc<Source>) -> CResult<VarId> {
-        let name = source.graph_name();
-        if let Some(&existing) = self.input_by_name.get(&name) {
+        let key = self.guards.sources.intern(&source);
+        if let Some(&existing) = self.input_by_source.get(&key) {
             return Ok(existing);
         }
+        let name = source.graph_name();
         let fake = self.h.to_fake.call1((&self.fake_mode, value))?;
         let node = self.graph.add(
             Op::Placeholder,
@@ -390,7 +392,7 @@ impl<'py> Tracer<'py> {
             },
             Some(source),
         );
-        self.input_by_name.insert(name, id);
+        self.input_by_source.insert(key, id);
         Ok(id)
     }
 
