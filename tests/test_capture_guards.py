@@ -250,3 +250,33 @@ def test_graph_input_names_follow_torchdynamo() -> None:
 
     assert names(ours.graphs[0]) == names(theirs[0])
     assert "l_self_modules_body_modules_0_parameters_weight_" in names(theirs[0])
+
+
+def test_graph_inputs_from_the_passing_guard_are_this_calls_values() -> None:
+    # The values a passing guard read go straight to the graph; with several cache entries
+    # (an entry whose guard fails part-way must hand nothing over) and interleaved calls,
+    # every call must still compute with its own inputs.
+    class Scale(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.full((4,), 2.0))
+
+        def forward(self, x):
+            return x * self.weight.sum() + x.shape[0]
+
+    model = Scale()
+    cm, counter = compiled(model)
+    shapes = [(4,), (2, 4), (3, 4), (4,), (2, 4)]
+    with torch.no_grad():
+        for i, shape in enumerate(shapes * 2):
+            x = torch.randn(*shape)
+            if i == 7:
+                model.weight.fill_(3.0)  # same tensor, new data: read through, not cached
+            torch.testing.assert_close(cm(x), model(x))
+    assert counter.frame_count == 3
+
+
+def test_handed_over_inputs_need_the_matching_graph() -> None:
+    from dynamo_rs import _native
+
+    assert _native.take_graph_inputs(object()) is None

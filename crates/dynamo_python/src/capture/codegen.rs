@@ -201,14 +201,32 @@ impl<'py> CodeGen<'py> {
         compiled: &Bound<'py, PyAny>,
         inputs: &[Rc<Source>],
     ) -> CResult<()> {
+        // graph(*inputs), where inputs are the values the passing guard just read
+        // (`take_graph_inputs`), or, on the first call (no guard ran), loaded here:
+        //     inputs = take_graph_inputs(graph)
+        //     if inputs is None: inputs = (<source 0>, <source 1>, ...)
+        let take = self
+            .py
+            .import("dynamo_rs._native")?
+            .getattr("take_graph_inputs")?;
         self.emit(Opcode::PushNull, Operand::None);
         self.load_const(compiled);
+        self.emit(Opcode::PushNull, Operand::None);
+        self.load_const(&take);
+        self.load_const(compiled);
+        self.emit(Opcode::Precall, Operand::Int(1));
+        self.emit(Opcode::Call, Operand::Int(1));
+        self.emit(Opcode::Copy, Operand::Int(1));
+        let branch = self.out.len();
+        self.emit(Opcode::PopJumpIfNotNone, Operand::Jump(InstrIndex(0)));
+        self.emit(Opcode::PopTop, Operand::None);
         for source in inputs {
             self.load_source(source)?;
         }
-        let n = inputs.len() as u32;
-        self.emit(Opcode::Precall, Operand::Int(n));
-        self.emit(Opcode::Call, Operand::Int(n));
+        self.emit(Opcode::BuildTuple, Operand::Int(inputs.len() as u32));
+        let call = self.out.len() as u32;
+        self.out[branch].operand = Operand::Jump(InstrIndex(call));
+        self.emit(Opcode::CallFunctionEx, Operand::Int(0));
         Ok(())
     }
 

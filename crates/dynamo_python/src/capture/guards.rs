@@ -176,6 +176,31 @@ pub struct NativeGuard {
     local_names: Vec<String>,
     /// Step and example of each checked tensor, in check order, for `first_failure`.
     tensor_examples: Vec<(usize, OwnedRef)>,
+    /// The graph inputs' steps, in graph-input order, and the compiled graph they are for:
+    /// a passing check hands the values it read to the code about to run (see
+    /// [`take_graph_inputs`]), which then need not load them again from their sources.
+    graph_inputs: Vec<usize>,
+    graph_token: Option<OwnedRef>,
+}
+
+thread_local! {
+    /// Graph inputs read by the last passing guard on this thread, with the address of the
+    /// compiled graph they belong to.
+    static PASSED_INPUTS: std::cell::RefCell<Option<(usize, Py<PyTuple>)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Called by generated code right before it calls its graph: the graph inputs the guard
+/// just read, if the guard that let this code run was for `token` (the compiled graph);
+/// otherwise (the first call, right after compiling, runs without a guard check) None, and
+/// the code loads the inputs from their sources.
+#[pyfunction]
+pub fn take_graph_inputs(py: Python<'_>, token: &Bound<'_, PyAny>) -> Option<Py<PyTuple>> {
+    let _ = py;
+    PASSED_INPUTS.with(|cell| match cell.borrow_mut().take() {
+        Some((address, inputs)) if address == token.as_ptr() as usize => Some(inputs),
+        _ => None,
+    })
 }
 
 impl std::fmt::Debug for NativeGuard {
@@ -230,7 +255,15 @@ impl NativeGuard {
         format!("{} {what}", self.path(index))
     }
 
-    pub fn build(py: Python<'_>, set: &GuardSet, layout_names: &[String]) -> PyResult<NativeGuard> {
+    /// The guard of `set`; `graph_inputs` are the interned sources of the graph inputs, in
+    /// order, and `graph_token` the compiled graph the generated code calls.
+    pub fn build(
+        py: Python<'_>,
+        set: &GuardSet,
+        layout_names: &[String],
+        graph_inputs: Vec<usize>,
+        graph_token: Option<OwnedRef>,
+    ) -> PyResult<NativeGuard> {
         // One step per interned source, in table order (parents first).
         let mut steps: Vec<Step> = Vec::with_capacity(set.sources.nodes.len());
         for (source, parent) in &set.sources.nodes {
@@ -345,6 +378,8 @@ impl NativeGuard {
             is_grad_enabled: OwnedRef::from_bound(&py.import("torch")?.getattr("is_grad_enabled")?),
             local_names: layout_names.to_vec(),
             tensor_examples,
+            graph_inputs,
+            graph_token,
         })
     }
 
@@ -355,15 +390,35 @@ impl NativeGuard {
             // SAFETY: a live object owned by the frame (or null).
             (!ptr.is_null()).then(|| unsafe { Bound::from_borrowed_ptr(py, ptr) })
         };
-        Ok(self.first_failing(py, &locals)?.is_none())
+        let mut values = Vec::new();
+        if self
+            .first_failing(py, &locals, Some(&mut values))?
+            .is_some()
+        {
+            return Ok(false);
+        }
+        if let Some(token) = &self.graph_token {
+            let inputs: Option<Vec<Bound<'_, PyAny>>> = self
+                .graph_inputs
+                .iter()
+                .map(|&step| values.get(step).cloned().flatten())
+                .collect();
+            if let Some(inputs) = inputs {
+                let inputs = PyTuple::new(py, inputs)?.unbind();
+                PASSED_INPUTS
+                    .with(|cell| *cell.borrow_mut() = Some((token.as_ptr() as usize, inputs)));
+            }
+        }
+        Ok(true)
     }
 
     /// The description of the first check that fails (`None`: all pass), reading locals through
-    /// `locals`.
+    /// `locals`. When all pass, `keep` receives the value of every step.
     fn first_failing<'py>(
         &self,
         py: Python<'py>,
         locals: &dyn Fn(usize) -> Option<Bound<'py, PyAny>>,
+        keep: Option<&mut Vec<Option<Bound<'py, PyAny>>>>,
     ) -> PyResult<Option<String>> {
         let mut values: Vec<Option<Bound<'_, PyAny>>> = Vec::with_capacity(self.steps.len());
         let mut tensors: Vec<Bound<'_, PyAny>> = Vec::new();
@@ -526,6 +581,9 @@ impl NativeGuard {
                 return Ok(Some(format!("torch.is_grad_enabled() is no longer {mode}")));
             }
         }
+        if let Some(keep) = keep {
+            *keep = values;
+        }
         Ok(None)
     }
 }
@@ -564,7 +622,7 @@ impl NativeGuard {
                 .get(i)
                 .and_then(|n| f_locals.get_item(n).ok().flatten())
         };
-        self.first_failing(py, &locals)
+        self.first_failing(py, &locals, None)
     }
 }
 

@@ -33,6 +33,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
 use crate::errors::{BackendCompilerFailed, Unsupported};
+use crate::eval_frame::owned::OwnedRef;
 use codegen::{CodeGen, Rebuild};
 use graph::{Arg, Op};
 use guards::NativeGuard;
@@ -313,7 +314,17 @@ impl Converter {
         }
         let new_code = gen.finish(&plan)?;
         let t = self.lap("codegen", t);
-        let guard = NativeGuard::build(py, &tracer.guards, &slot_names)?;
+        let input_steps: Vec<usize> = inputs
+            .iter()
+            .map(|s| tracer.guards.sources.intern(s) as usize)
+            .collect();
+        let guard = NativeGuard::build(
+            py,
+            &tracer.guards,
+            &slot_names,
+            input_steps,
+            Some(OwnedRef::from_bound(compiled.as_any())),
+        )?;
         self.lap("guards", t);
         self.graphs += 1;
         self.ops += tracer.graph.op_count();
@@ -479,5 +490,6 @@ fn arg_to_python<'py>(py: Python<'py>, h: &Helpers<'py>, arg: &Arg) -> PyResult<
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Converter>()?;
     m.add_class::<NativeGuard>()?;
+    m.add_function(wrap_pyfunction!(guards::take_graph_inputs, m)?)?;
     Ok(())
 }
