@@ -280,3 +280,40 @@ def test_handed_over_inputs_need_the_matching_graph() -> None:
     from dynamo_rs import _native
 
     assert _native.take_graph_inputs(object()) is None
+
+
+class Scaled(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = 2.0
+
+    def forward(self, x):
+        return x * self.scale
+
+
+def test_property_added_to_the_class_later_is_respected() -> None:
+    # The guard reads `scale` from the instance dict while the class is unchanged; a data
+    # descriptor added to the class afterwards takes precedence and must be seen.
+    cls = type("ScaledCopy", (Scaled,), {})
+    model = cls()
+    cm, counter = compiled(model)
+    x = torch.ones(3)
+    torch.testing.assert_close(cm(x), x * 2.0)
+    cls.scale = property(lambda self: 5.0)
+    torch.testing.assert_close(cm(x), x * 5.0)
+    assert counter.frame_count == 2
+
+
+def test_class_reassignment_is_respected() -> None:
+    class Other(Scaled):
+        scale = property(lambda self: 7.0)
+
+    model = Scaled()
+    cm, counter = compiled(model)
+    x = torch.ones(3)
+    torch.testing.assert_close(cm(x), x * 2.0)
+    model.__class__ = Other
+    torch.testing.assert_close(cm(x), x * 7.0)
+    model.__class__ = Scaled
+    model.scale = 3.0
+    torch.testing.assert_close(cm(x), x * 3.0)

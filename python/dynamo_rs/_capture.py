@@ -170,6 +170,27 @@ _SKIP_MODULE_PREFIXES = ("torch.nn.modules", "torch._dynamo", "torch.fx", "torch
                          "torch._tensor", "torch.autograd.grad_mode")
 
 
+def plain_instance_attribute(obj, name: str) -> bool:
+    """Whether `getattr(obj, name)` is `obj.__dict__[name]` for as long as `type(obj)` does
+    not change: the default `__getattribute__`, the name in the instance dict, and no data
+    descriptor of that name in the type's MRO (it would take precedence). The guard re-reads
+    such attributes from the instance dict while the type's version tag is unchanged."""
+    cls = type(obj)
+    if getattr(cls, "__getattribute__", None) is not object.__getattribute__:
+        return False
+    try:
+        instance_dict = object.__getattribute__(obj, "__dict__")
+    except AttributeError:
+        return False
+    if type(instance_dict) is not dict or name not in instance_dict:
+        return False
+    for klass in cls.__mro__:
+        if name in vars(klass):
+            kind = type(vars(klass)[name])
+            return not (hasattr(kind, "__set__") or hasattr(kind, "__delete__"))
+    return True
+
+
 def is_graph_function(fn) -> bool:
     """Whether calling `fn` on tensors becomes one graph node (torch and torch.nn.functional
     operations) rather than being inlined or folded."""

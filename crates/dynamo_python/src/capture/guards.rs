@@ -131,6 +131,17 @@ enum Access {
     },
     Cell(OwnedRef),
     Attr(usize, OwnedRef),
+    /// An attribute that lived in the instance `__dict__` of an object of type `ty` with no
+    /// data descriptor of that name and the default `__getattribute__` (checked when the
+    /// guard was built): read straight from the instance dict while `ty` is the parent's
+    /// type and its version tag is `tag` (any change to the type gets a new tag), otherwise
+    /// through `getattr`.
+    InstanceAttr {
+        parent: usize,
+        name: OwnedRef,
+        ty: OwnedRef,
+        tag: u32,
+    },
     Item(usize, OwnedRef),
 }
 
@@ -214,7 +225,9 @@ impl NativeGuard {
     fn path(&self, index: usize) -> String {
         let step = &self.steps[index];
         let parent = || match step.access {
-            Access::Attr(p, _) | Access::Item(p, _) => self.path(p),
+            Access::Attr(p, _) | Access::Item(p, _) | Access::InstanceAttr { parent: p, .. } => {
+                self.path(p)
+            }
             _ => String::new(),
         };
         match &step.label {
@@ -342,6 +355,40 @@ impl NativeGuard {
             };
             steps[step].checks.push(check);
         }
+        // Attributes of objects known by identity (modules, mostly) that live in the
+        // instance dict are read from it directly (see `Access::InstanceAttr`).
+        let plain = py
+            .import("dynamo_rs._capture")?
+            .getattr("plain_instance_attribute")?;
+        for index in 0..steps.len() {
+            let Access::Attr(parent, name) = &steps[index].access else {
+                continue;
+            };
+            let parent = *parent;
+            let Some(object) = steps[parent].checks.iter().find_map(|c| match c {
+                Check::Id(o) => Some(o.bind(py).clone()),
+                _ => None,
+            }) else {
+                continue;
+            };
+            let name = name.clone();
+            if !plain.call1((&object, name.bind(py)))?.is_truthy()? {
+                continue;
+            }
+            let ty = object.get_type();
+            // SAFETY: `ty` is a live type object (we hold a reference); reading a field of
+            // its PyTypeObject while holding the GIL.
+            let tag = unsafe { (*ty.as_type_ptr()).tp_version_tag };
+            if tag == 0 {
+                continue; // no valid tag (`plain_instance_attribute` looks it up to assign one)
+            }
+            steps[index].access = Access::InstanceAttr {
+                parent,
+                name,
+                ty: OwnedRef::from_bound(ty.as_any()),
+                tag,
+            };
+        }
         // The same object has the same type: a type check beside an identity check on the
         // same value adds nothing.
         for step in &mut steps {
@@ -450,6 +497,18 @@ impl NativeGuard {
                 Access::Cell(cell) => cell.bind(py).getattr("cell_contents").ok(),
                 Access::Attr(parent, name) => match &values[*parent] {
                     Some(base) => base.getattr(name.bind(py).cast::<PyString>()?).ok(),
+                    None => None,
+                },
+                Access::InstanceAttr {
+                    parent,
+                    name,
+                    ty,
+                    tag,
+                } => match &values[*parent] {
+                    Some(base) => match instance_dict_item(base, ty, *tag, name) {
+                        Some(value) => Some(value),
+                        None => base.getattr(name.bind(py).cast::<PyString>()?).ok(),
+                    },
                     None => None,
                 },
                 Access::Item(parent, key) => match &values[*parent] {
@@ -649,4 +708,36 @@ pub fn layout_names(py: Python<'_>, layout: &FrameLayout) -> Vec<String> {
         .iter()
         .map(|n| n.bind(py).to_string())
         .collect()
+}
+
+/// `object.__dict__[name]` when `object`'s type is still `ty` at version `tag` (so no data
+/// descriptor or `__getattribute__` has appeared since the guard was built) and the name is
+/// in the instance dict — what `getattr` would return — or None to take the general path.
+fn instance_dict_item<'py>(
+    object: &Bound<'py, PyAny>,
+    ty: &OwnedRef,
+    tag: u32,
+    name: &OwnedRef,
+) -> Option<Bound<'py, PyAny>> {
+    let py = object.py();
+    let object_type = object.get_type();
+    if object_type.as_ptr() != ty.as_ptr() {
+        return None;
+    }
+    // SAFETY: a live type object (the object holds its type); GIL held.
+    if unsafe { (*object_type.as_type_ptr()).tp_version_tag } != tag {
+        return None;
+    }
+    // SAFETY: `object` is live and the GIL is held; PyObject_GenericGetDict returns a new
+    // reference to the instance dict (made if needed) or NULL with an exception set.
+    let dict = unsafe { pyo3::ffi::PyObject_GenericGetDict(object.as_ptr(), std::ptr::null_mut()) };
+    if dict.is_null() {
+        // No instance dict: clear the error and let getattr decide.
+        let _ = PyErr::take(py);
+        return None;
+    }
+    // SAFETY: `dict` is the new reference just returned; Bound takes ownership of it.
+    let dict = unsafe { Bound::from_owned_ptr(py, dict) };
+    let dict = dict.cast::<PyDict>().ok()?;
+    dict.get_item(name.bind(py)).ok().flatten()
 }
