@@ -317,3 +317,18 @@ def test_class_reassignment_is_respected() -> None:
     model.__class__ = Scaled
     model.scale = 3.0
     torch.testing.assert_close(cm(x), x * 3.0)
+
+
+def test_entries_for_other_shapes_fail_on_the_arguments_first() -> None:
+    from dynamo_rs import eval_frame
+
+    model = Scaled()
+    cm, counter = compiled(model)
+    small, large = torch.ones(2), torch.ones(5)
+    for _ in range(3):
+        torch.testing.assert_close(cm(small), small * 2.0)
+        torch.testing.assert_close(cm(large), large * 2.0)
+    assert counter.frame_count == 2
+    entries = eval_frame.cache_entries(Scaled.forward)
+    reasons = [guard.first_failure({"self": model, "x": small}) for guard, _ in entries]
+    assert sorted(reasons, key=str) == sorted([None, 'L["x"].shape is torch.Size([2]), was torch.Size([5])'], key=str)

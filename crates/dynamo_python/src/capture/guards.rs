@@ -173,20 +173,63 @@ enum Label {
     Item(ItemKey),
 }
 
+/// Tensors checked together by one torch C++ `TensorGuards` (dtype, device, shape, stride,
+/// requires_grad, dispatch keys).
+#[derive(Default)]
+struct TensorGroup {
+    /// Step and example of each tensor, in check order (also for naming a failure).
+    examples: Vec<(usize, OwnedRef)>,
+    /// The examples and their sizes/strides, as `TensorGuards` takes them.
+    spec: Option<(OwnedRef, OwnedRef)>,
+    /// The checker, made at the first check: it records the thread's dispatch state when
+    /// made, so it is made in the caller's state, not inside the compile callback.
+    checker: std::sync::OnceLock<OwnedRef>,
+}
+
+impl TensorGroup {
+    fn new(py: Python<'_>, examples: Vec<(usize, OwnedRef)>) -> PyResult<TensorGroup> {
+        let spec = if examples.is_empty() {
+            None
+        } else {
+            let tensors: Vec<Bound<'_, PyAny>> =
+                examples.iter().map(|(_, t)| t.bind(py).clone()).collect();
+            let sizes: Vec<Vec<i64>> = tensors
+                .iter()
+                .map(|t| t.getattr("shape")?.extract())
+                .collect::<PyResult<_>>()?;
+            let strides: Vec<Vec<i64>> = tensors
+                .iter()
+                .map(|t| t.call_method0("stride")?.extract())
+                .collect::<PyResult<_>>()?;
+            let kwargs = PyDict::new(py);
+            kwargs.set_item("dynamic_dims_sizes", sizes)?;
+            kwargs.set_item("dynamic_dims_strides", strides)?;
+            Some((
+                OwnedRef::from_bound(PyTuple::new(py, &tensors)?.as_any()),
+                OwnedRef::from_bound(kwargs.as_any()),
+            ))
+        };
+        Ok(TensorGroup {
+            examples,
+            spec,
+            checker: std::sync::OnceLock::new(),
+        })
+    }
+}
+
 /// The compiled guard of one cache entry.
 #[pyclass(module = "dynamo_rs._native")]
 pub struct NativeGuard {
     steps: Vec<Step>,
-    /// Example tensors and their sizes/strides, for torch's C++ tensor checker.
-    tensor_spec: Option<(OwnedRef, OwnedRef)>,
-    /// That checker, made at the first check.
-    tensor_guards: std::sync::OnceLock<OwnedRef>,
+    /// Tensors that are the frame's own arguments, checked before anything else: a call with
+    /// other shapes (another cache entry's) fails there without walking the sources.
+    arguments: TensorGroup,
+    /// Every other tensor (parameters, buffers, ...), checked after the walk.
+    reached: TensorGroup,
     grad_mode: Option<bool>,
     is_grad_enabled: OwnedRef,
     /// Localsplus names, for `first_failure`.
     local_names: Vec<String>,
-    /// Step and example of each checked tensor, in check order, for `first_failure`.
-    tensor_examples: Vec<(usize, OwnedRef)>,
     /// The graph inputs' steps, in graph-input order, and the compiled graph they are for:
     /// a passing check hands the values it read to the code about to run (see
     /// [`take_graph_inputs`]), which then need not load them again from their sources.
@@ -330,8 +373,8 @@ impl NativeGuard {
                 label,
             });
         }
-        let mut tensors: Vec<Bound<'_, PyAny>> = Vec::new();
-        let mut tensor_examples = Vec::new();
+        let mut argument_examples = Vec::new();
+        let mut reached_examples = Vec::new();
         let mut first_step_of_tensor: HashMap<usize, usize> = HashMap::new();
         for (id, kind) in &set.guards {
             let step = *id as usize;
@@ -341,8 +384,11 @@ impl NativeGuard {
                         Some(&first) => Check::Alias(first),
                         None => {
                             first_step_of_tensor.insert(example.as_ptr() as usize, step);
-                            tensors.push(example.bind(py).clone());
-                            tensor_examples.push((step, example.clone()));
+                            if matches!(steps[step].access, Access::Local(_)) {
+                                argument_examples.push((step, example.clone()));
+                            } else {
+                                reached_examples.push((step, example.clone()));
+                            }
                             Check::Tensor
                         }
                     }
@@ -396,35 +442,13 @@ impl NativeGuard {
                 step.checks.retain(|c| !matches!(c, Check::Type(_)));
             }
         }
-        // torch's TensorGuards records the thread's dispatch state when it is made, so it is made
-        // at the first check, in the caller's state, not here inside the compile callback.
-        let tensor_spec = if tensors.is_empty() {
-            None
-        } else {
-            let sizes: Vec<Vec<i64>> = tensors
-                .iter()
-                .map(|t| t.getattr("shape")?.extract())
-                .collect::<PyResult<_>>()?;
-            let strides: Vec<Vec<i64>> = tensors
-                .iter()
-                .map(|t| t.call_method0("stride")?.extract())
-                .collect::<PyResult<_>>()?;
-            let kwargs = PyDict::new(py);
-            kwargs.set_item("dynamic_dims_sizes", sizes)?;
-            kwargs.set_item("dynamic_dims_strides", strides)?;
-            Some((
-                OwnedRef::from_bound(PyTuple::new(py, &tensors)?.as_any()),
-                OwnedRef::from_bound(kwargs.as_any()),
-            ))
-        };
         Ok(NativeGuard {
             steps,
-            tensor_spec,
-            tensor_guards: std::sync::OnceLock::new(),
+            arguments: TensorGroup::new(py, argument_examples)?,
+            reached: TensorGroup::new(py, reached_examples)?,
             grad_mode: set.grad_mode,
             is_grad_enabled: OwnedRef::from_bound(&py.import("torch")?.getattr("is_grad_enabled")?),
             local_names: layout_names.to_vec(),
-            tensor_examples,
             graph_inputs,
             graph_token,
         })
@@ -459,6 +483,81 @@ impl NativeGuard {
         Ok(true)
     }
 
+    /// Checks `tensors` against `group` in one `TensorGuards` call; on failure names the first
+    /// tensor whose metadata differs from its example.
+    fn check_tensors(
+        &self,
+        py: Python<'_>,
+        group: &TensorGroup,
+        tensors: &[Bound<'_, PyAny>],
+    ) -> PyResult<Option<String>> {
+        let Some((examples, kwargs)) = &group.spec else {
+            return Ok(None);
+        };
+        let checker = match group.checker.get() {
+            Some(g) => g,
+            None => {
+                let cls = py
+                    .import("torch._C._dynamo.guards")?
+                    .getattr("TensorGuards")?;
+                let made = cls.call(
+                    examples.bind(py).cast::<PyTuple>()?,
+                    Some(kwargs.bind(py).cast::<PyDict>()?),
+                )?;
+                let _ = group.checker.set(OwnedRef::from_bound(&made));
+                group.checker.get().expect("just set")
+            }
+        };
+        let args = PyTuple::new(py, tensors)?;
+        if checker.bind(py).call_method1("check", args)?.is_truthy()? {
+            return Ok(None);
+        }
+        for (tensor, (step, example)) in tensors.iter().zip(&group.examples) {
+            let what = self.path(*step);
+            let example = example.bind(py);
+            for property in ["dtype", "device", "shape", "requires_grad"] {
+                if !tensor.getattr(property)?.eq(example.getattr(property)?)? {
+                    return Ok(Some(format!(
+                        "{what}.{property} is {}, was {}",
+                        tensor.getattr(property)?,
+                        example.getattr(property)?
+                    )));
+                }
+            }
+            if !tensor
+                .call_method0("stride")?
+                .eq(example.call_method0("stride")?)?
+            {
+                return Ok(Some(format!("{what} has a different stride")));
+            }
+            let single = PyDict::new(py);
+            single.set_item(
+                "dynamic_dims_sizes",
+                vec![example.getattr("shape")?.extract::<Vec<i64>>()?],
+            )?;
+            single.set_item(
+                "dynamic_dims_strides",
+                vec![example.call_method0("stride")?.extract::<Vec<i64>>()?],
+            )?;
+            let cls = py
+                .import("torch._C._dynamo.guards")?
+                .getattr("TensorGuards")?;
+            let one = cls.call((example.clone(),), Some(&single))?;
+            if !one.call_method1("check", (tensor,))?.is_truthy()? {
+                return Ok(Some(format!(
+                    "{what}: type {} (was {}), or dispatch keys changed",
+                    tensor.get_type().name()?,
+                    example.get_type().name()?
+                )));
+            }
+        }
+        Ok(Some(format!(
+            "a tensor's dtype, device, shape, stride, requires_grad or dispatch keys changed ({} tensors checked, {} expected)",
+            tensors.len(),
+            group.examples.len()
+        )))
+    }
+
     /// The description of the first check that fails (`None`: all pass), reading locals through
     /// `locals`. When all pass, `keep` receives the value of every step.
     fn first_failing<'py>(
@@ -470,6 +569,22 @@ impl NativeGuard {
         let mut values: Vec<Option<Bound<'_, PyAny>>> = Vec::with_capacity(self.steps.len());
         let mut tensors: Vec<Bound<'_, PyAny>> = Vec::new();
         let mut aliases: Vec<(usize, usize, Bound<'_, PyAny>, &Check)> = Vec::new();
+        // The frame's own tensor arguments first.
+        if !self.arguments.examples.is_empty() {
+            let mut arguments = Vec::with_capacity(self.arguments.examples.len());
+            for (step, _) in &self.arguments.examples {
+                let Access::Local(i) = self.steps[*step].access else {
+                    unreachable!("argument tensors are locals");
+                };
+                match locals(i) {
+                    Some(value) => arguments.push(value),
+                    None => return Ok(Some(format!("{}: missing", self.path(*step)))),
+                }
+            }
+            if let Some(failure) = self.check_tensors(py, &self.arguments, &arguments)? {
+                return Ok(Some(failure));
+            }
+        }
         for (index, step) in self.steps.iter().enumerate() {
             let value = match &step.access {
                 Access::Local(i) => locals(*i),
@@ -540,7 +655,9 @@ impl NativeGuard {
                         Err(_) => false,
                     },
                     Check::Tensor => {
-                        tensors.push(value.clone());
+                        if !matches!(step.access, Access::Local(_)) {
+                            tensors.push(value.clone()); // checked after the walk
+                        }
                         true
                     }
                     Check::Alias(first) => {
@@ -567,73 +684,8 @@ impl NativeGuard {
                 )));
             }
         }
-        if let Some((examples, kwargs)) = &self.tensor_spec {
-            let tensor_guards = match self.tensor_guards.get() {
-                Some(g) => g,
-                None => {
-                    let cls = py
-                        .import("torch._C._dynamo.guards")?
-                        .getattr("TensorGuards")?;
-                    let made = cls.call(
-                        examples.bind(py).cast::<PyTuple>()?,
-                        Some(kwargs.bind(py).cast::<PyDict>()?),
-                    )?;
-                    let _ = self.tensor_guards.set(OwnedRef::from_bound(&made));
-                    self.tensor_guards.get().expect("just set")
-                }
-            };
-            let args = PyTuple::new(py, &tensors)?;
-            if !tensor_guards
-                .bind(py)
-                .call_method1("check", args)?
-                .is_truthy()?
-            {
-                // Name the first tensor whose metadata differs from its example.
-                for (tensor, (step, example)) in tensors.iter().zip(&self.tensor_examples) {
-                    let what = self.path(*step);
-                    let example = example.bind(py);
-                    for property in ["dtype", "device", "shape", "requires_grad"] {
-                        if !tensor.getattr(property)?.eq(example.getattr(property)?)? {
-                            return Ok(Some(format!(
-                                "{what}.{property} is {}, was {}",
-                                tensor.getattr(property)?,
-                                example.getattr(property)?
-                            )));
-                        }
-                    }
-                    if !tensor
-                        .call_method0("stride")?
-                        .eq(example.call_method0("stride")?)?
-                    {
-                        return Ok(Some(format!("{what} has a different stride")));
-                    }
-                    let single = PyDict::new(py);
-                    single.set_item(
-                        "dynamic_dims_sizes",
-                        vec![example.getattr("shape")?.extract::<Vec<i64>>()?],
-                    )?;
-                    single.set_item(
-                        "dynamic_dims_strides",
-                        vec![example.call_method0("stride")?.extract::<Vec<i64>>()?],
-                    )?;
-                    let cls = py
-                        .import("torch._C._dynamo.guards")?
-                        .getattr("TensorGuards")?;
-                    let one = cls.call((example.clone(),), Some(&single))?;
-                    if !one.call_method1("check", (tensor,))?.is_truthy()? {
-                        return Ok(Some(format!(
-                            "{what}: type {} (was {}), or dispatch keys changed",
-                            tensor.get_type().name()?,
-                            example.get_type().name()?
-                        )));
-                    }
-                }
-                return Ok(Some(format!(
-                    "a tensor's dtype, device, shape, stride, requires_grad or dispatch keys changed ({} tensors checked, {} expected)",
-                    tensors.len(),
-                    self.tensor_examples.len()
-                )));
-            }
+        if let Some(failure) = self.check_tensors(py, &self.reached, &tensors)? {
+            return Ok(Some(failure));
         }
         if let Some(mode) = self.grad_mode {
             if self.is_grad_enabled.bind(py).call0()?.is_truthy()? != mode {
