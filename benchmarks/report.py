@@ -109,7 +109,7 @@ def table(results: dict) -> str:
                     median = r[key]
                     return f"{median:.1f} µs" + (f" [{t['min']:.1f}–{t['max']:.1f}]" if t else "")
 
-                lines.append(f"| {name} | {entries.split()[0]} | {us('dynamo_rs', key='dynamo_rs_us')} | "
+                lines.append(f"| {name} | {entries.replace(' entries', '')} | {us('dynamo_rs', key='dynamo_rs_us')} | "
                              f"{us('torch.compile', key='torch.compile_us')} | {r['ratio']:.1f}×{flag} |")
         lines.append("")
         lines.append("⚠ = dynamo-rs is slower than TorchDynamo here.")

@@ -330,8 +330,11 @@ def bench_per_call(quick: bool) -> dict:
     out = {}
     for name, (model, inputs) in cases.items():
         row = {}
-        for entries in (1, 8):
-            variants = [inputs] + [tuple(torch.cat([t] * (k + 2)) if t.dim() else t for t in inputs) for k in range(entries - 1)]
+        for entries in (1, 8, "alternating"):
+            # "alternating": two entries (two batch sizes) called in turn, so every other call
+            # first meets the entry for the other shape.
+            count = 2 if entries == "alternating" else entries
+            variants = [inputs] + [tuple(torch.cat([t] * (k + 2)) if t.dim() else t for t in inputs) for k in range(count - 1)]
             timings = {}
             for front in ("dynamo_rs", "torch.compile"):
                 dynamo_rs.reset()
@@ -342,10 +345,10 @@ def bench_per_call(quick: bool) -> dict:
                     for v in reversed(variants):
                         compiled(*v)
 
-                    def run(compiled=compiled):
+                    def run(compiled=compiled, turns=variants if entries == "alternating" else [inputs]):
                         with torch.no_grad():
-                            for _ in range(calls):
-                                compiled(*inputs)
+                            for i in range(calls):
+                                compiled(*turns[i % len(turns)])
 
                     timings[front] = run
             times = alternate(3 if quick else 5, timings)
@@ -353,9 +356,10 @@ def bench_per_call(quick: bool) -> dict:
             theirs = times["torch.compile"]["median"] / calls * 1e6
             per_call = {front: {k: (v / calls * 1e6 if k != "runs" else v) for k, v in t.items()}
                         for front, t in times.items()}
-            row[f"{entries} entries"] = {"dynamo_rs_us": ours, "torch.compile_us": theirs, "ratio": theirs / ours,
-                                         "spread_us": per_call}
-            print(f"  {name:24s} {entries} cache entr{'y' if entries == 1 else 'ies'}: {ours:8.1f} us vs "
+            key = "2 entries, shapes alternating" if entries == "alternating" else f"{entries} entries"
+            row[key] = {"dynamo_rs_us": ours, "torch.compile_us": theirs, "ratio": theirs / ours,
+                        "spread_us": per_call}
+            print(f"  {name:24s} {key:30s}: {ours:8.1f} us vs "
                   f"{theirs:8.1f} us per call ({theirs / ours:.1f}x)", flush=True)
         out[name] = row
     return {"what": "per-call overhead with a no-op backend", "figures": {}, "models": out}
