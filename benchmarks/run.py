@@ -235,25 +235,20 @@ def bench_capture(quick: bool) -> dict:
             with torch.no_grad():
                 model(*inputs)
 
-        def ours(state):
-            def run():
-                with cache(state):
-                    dynamo_rs.reset()
-                    counter = CompileCounter()
-                    with torch.no_grad():
-                        dynamo_rs.compile(model, backend=counter)(*inputs)
-                captured["ours"] = counter
-            return run
+        def front(side, reset, compile_, counter_type):
+            def with_cache(state):
+                def run():
+                    with cache(state):
+                        reset()
+                        counter = counter_type()
+                        with torch.no_grad():
+                            compile_(model, backend=counter)(*inputs)
+                    captured[side] = counter
+                return run
+            return with_cache
 
-        def theirs(state):
-            def run():
-                with cache(state):
-                    torch._dynamo.reset()
-                    counter = torch._dynamo.testing.CompileCounter()
-                    with torch.no_grad():
-                        torch.compile(model, backend=counter)(*inputs)
-                captured["theirs"] = counter
-            return run
+        ours = front("ours", dynamo_rs.reset, dynamo_rs.compile, CompileCounter)
+        theirs = front("theirs", torch._dynamo.reset, torch.compile, torch._dynamo.testing.CompileCounter)
 
         def floor(state):
             def run():

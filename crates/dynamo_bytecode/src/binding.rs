@@ -109,12 +109,7 @@ pub fn bind(
         }
     }
     if !missing.is_empty() {
-        return Err(format!(
-            "missing {} required positional argument{}: {}",
-            missing.len(),
-            if missing.len() == 1 { "" } else { "s" },
-            quote_list(&missing)
-        ));
+        return Err(missing_error("positional", &missing));
     }
     for (i, slot) in bound
         .iter_mut()
@@ -131,12 +126,7 @@ pub fn bind(
         }
     }
     if !missing.is_empty() {
-        return Err(format!(
-            "missing {} required keyword-only argument{}: {}",
-            missing.len(),
-            if missing.len() == 1 { "" } else { "s" },
-            quote_list(&missing)
-        ));
+        return Err(missing_error("keyword-only", &missing));
     }
     let mut next = named;
     if params.varargs {
@@ -150,6 +140,16 @@ pub fn bind(
         .into_iter()
         .map(|b| b.expect("every parameter is bound or reported missing"))
         .collect())
+}
+
+/// CPython's message for required parameters left without a value.
+fn missing_error(kind: &str, names: &[&str]) -> String {
+    format!(
+        "missing {} required {kind} argument{}: {}",
+        names.len(),
+        if names.len() == 1 { "" } else { "s" },
+        quote_list(names)
+    )
 }
 
 fn quote_list(names: &[&str]) -> String {

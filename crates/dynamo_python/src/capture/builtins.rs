@@ -185,15 +185,12 @@ impl<'py> Tracer<'py> {
             return unsupported(format!("{name}() with tensor arguments"));
         }
         // Everything else is evaluated on the real values.
-        let a = args
-            .iter()
-            .map(|&v| self.python_value(v))
-            .collect::<CResult<Vec<_>>>()?;
+        let a = self.python_args(&args)?;
         let k = PyDict::new(py);
         for (name, v) in &kwargs {
             k.set_item(name, self.python_value(*v)?)?;
         }
-        let result = match func.call(PyTuple::new(py, a)?, Some(&k)) {
+        let result = match func.call(a, Some(&k)) {
             Ok(r) => r,
             Err(err) => return unsupported(format!("{name}() raised {err} while tracing")),
         };

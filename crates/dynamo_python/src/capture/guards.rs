@@ -13,7 +13,7 @@ use std::rc::Rc;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString, PyTuple};
 
-use super::source::{ItemKey, Source};
+use super::source::{ItemKey, PathPart, Source};
 use crate::eval_frame::cache::{FrameGuard, FrameLayout, FrameView};
 use crate::eval_frame::owned::OwnedRef;
 
@@ -160,17 +160,8 @@ enum Check {
 struct Step {
     access: Access,
     checks: Vec<Check>,
-    /// The last component of the source's path, for descriptions.
-    label: Label,
-}
-
-/// One path component of a step's source, rendered into descriptions on demand.
-enum Label {
-    Local(String),
-    Global(String),
-    Cell,
-    Attr(String),
-    Item(ItemKey),
+    /// The last component of the source's path, rendered into descriptions on demand.
+    label: PathPart,
 }
 
 /// Tensors checked together by one torch C++ `TensorGuards` (dtype, device, shape, stride,
@@ -249,8 +240,7 @@ thread_local! {
 /// otherwise (the first call, right after compiling, runs without a guard check) None, and
 /// the code loads the inputs from their sources.
 #[pyfunction]
-pub fn take_graph_inputs(py: Python<'_>, token: &Bound<'_, PyAny>) -> Option<Py<PyTuple>> {
-    let _ = py;
+pub fn take_graph_inputs(token: &Bound<'_, PyAny>) -> Option<Py<PyTuple>> {
     PASSED_INPUTS.with(|cell| match cell.borrow_mut().take() {
         Some((address, inputs)) if address == token.as_ptr() as usize => Some(inputs),
         _ => None,
@@ -267,20 +257,13 @@ impl NativeGuard {
     /// The readable path of step `index`'s source (`L["self"]._modules["fc"]`).
     fn path(&self, index: usize) -> String {
         let step = &self.steps[index];
-        let parent = || match step.access {
+        let parent = match step.access {
             Access::Attr(p, _) | Access::Item(p, _) | Access::InstanceAttr { parent: p, .. } => {
                 self.path(p)
             }
             _ => String::new(),
         };
-        match &step.label {
-            Label::Local(name) => format!("L[{name:?}]"),
-            Label::Global(name) => format!("G[{name:?}]"),
-            Label::Cell => "<closure cell>".to_string(),
-            Label::Attr(attr) => format!("{}.{attr}", parent()),
-            Label::Item(ItemKey::Int(i)) => format!("{}[{i}]", parent()),
-            Label::Item(ItemKey::Str(k)) => format!("{}[{k:?}]", parent()),
-        }
+        step.label.render(&parent)
     }
 
     /// One check, readable: its source's path and what it requires.
@@ -323,9 +306,9 @@ impl NativeGuard {
         // One step per interned source, in table order (parents first).
         let mut steps: Vec<Step> = Vec::with_capacity(set.sources.nodes.len());
         for (source, parent) in &set.sources.nodes {
-            let (access, label) = match source.as_ref() {
+            let access = match source.as_ref() {
                 Source::Local(name) => match layout_names.iter().position(|n| n == name) {
-                    Some(i) => (Access::Local(i), Label::Local(name.clone())),
+                    Some(i) => Access::Local(i),
                     None => {
                         return Err(pyo3::exceptions::PyRuntimeError::new_err(format!(
                             "no local named {name}"
@@ -337,40 +320,31 @@ impl NativeGuard {
                     builtins,
                     name,
                     ..
-                } => (
-                    Access::Global {
-                        globals: globals.clone(),
-                        builtins: builtins.clone(),
-                        name: OwnedRef::from_bound(PyString::intern(py, name).as_any()),
-                    },
-                    Label::Global(name.clone()),
-                ),
-                Source::Cell(cell) => (Access::Cell(cell.clone()), Label::Cell),
-                Source::Attr(_, attr) => (
-                    Access::Attr(
-                        parent.expect("attributes have a parent") as usize,
-                        OwnedRef::from_bound(PyString::intern(py, attr).as_any()),
-                    ),
-                    Label::Attr(attr.clone()),
+                } => Access::Global {
+                    globals: globals.clone(),
+                    builtins: builtins.clone(),
+                    name: OwnedRef::from_bound(PyString::intern(py, name).as_any()),
+                },
+                Source::Cell(cell) => Access::Cell(cell.clone()),
+                Source::Attr(_, attr) => Access::Attr(
+                    parent.expect("attributes have a parent") as usize,
+                    OwnedRef::from_bound(PyString::intern(py, attr).as_any()),
                 ),
                 Source::Item(_, key) => {
                     let py_key = match key {
                         ItemKey::Int(i) => i.into_pyobject(py)?.into_any(),
                         ItemKey::Str(s) => PyString::new(py, s).into_any(),
                     };
-                    (
-                        Access::Item(
-                            parent.expect("items have a parent") as usize,
-                            OwnedRef::from_bound(&py_key),
-                        ),
-                        Label::Item(key.clone()),
+                    Access::Item(
+                        parent.expect("items have a parent") as usize,
+                        OwnedRef::from_bound(&py_key),
                     )
                 }
             };
             steps.push(Step {
                 access,
                 checks: Vec::new(),
-                label,
+                label: source.part(),
             });
         }
         let mut argument_examples = Vec::new();

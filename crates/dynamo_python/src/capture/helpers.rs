@@ -160,35 +160,3 @@ impl<'py> Helpers<'py> {
         Ok(false)
     }
 }
-
-/// Keeps Python's cyclic garbage collector off while it lives, restoring the previous state.
-///
-/// Tracing allocates many short-lived objects (fake tensors, FX nodes, trackers' Python
-/// values) and each allocation threshold crossed starts a collection that walks the whole
-/// heap — with a model loaded, about a tenth of a capture. Nothing the trace makes needs
-/// collecting before it ends; the garbage is collected at the next threshold afterwards.
-#[derive(Debug)]
-pub struct GcPause {
-    was_enabled: bool,
-}
-
-impl GcPause {
-    pub fn new(_py: Python<'_>) -> Self {
-        // SAFETY: the GIL is held (we have a `Python` token); PyGC_Disable only flips the
-        // interpreter's flag and returns its previous value.
-        let was_enabled = unsafe { pyo3::ffi::PyGC_Disable() } == 1;
-        GcPause { was_enabled }
-    }
-}
-
-impl Drop for GcPause {
-    fn drop(&mut self) {
-        if self.was_enabled {
-            // SAFETY: a `GcPause` only exists inside a capture, which holds the GIL for its
-            // whole duration (it is created from a `Python` token and never sent elsewhere).
-            unsafe {
-                pyo3::ffi::PyGC_Enable();
-            }
-        }
-    }
-}

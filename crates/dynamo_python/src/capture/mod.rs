@@ -155,7 +155,6 @@ impl Converter {
     ) -> CResult<Option<(Py<NativeGuard>, Bound<'py, PyAny>)>> {
         let h = tracer.h.clone();
         let t = std::time::Instant::now();
-        let gc_pause = helpers::GcPause::new(py);
         let code = frame.getattr("f_code")?;
         let f_locals = frame
             .getattr("f_locals")?
@@ -281,8 +280,6 @@ impl Converter {
             .map(|i| i.example.bind(py).clone())
             .collect();
         let example_list = PyList::new(py, &examples)?;
-        // The backend (inductor compiles for seconds) runs with the collector as it was.
-        drop(gc_pause);
         let compiled = match self.backend.bind(py).call1((&gm, &example_list)) {
             Ok(c) => c,
             Err(err) => {

@@ -3,7 +3,6 @@
 //! become graph nodes calling the Python operator (`operator.add`, `operator.getitem`, ...).
 
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
 
 use super::graph::Op;
 use super::source::{ItemKey, Source};
@@ -126,7 +125,6 @@ impl<'py> Tracer<'py> {
     /// Applies a Python operator: on tensors a graph node, on containers the container
     /// operation, on known values the real result.
     pub fn apply_operator(&mut self, op: &Bound<'py, PyAny>, args: Vec<VarId>) -> CResult<VarId> {
-        let py = self.py;
         if args
             .iter()
             .any(|&a| matches!(self.kind(a), VarKind::Tensor { .. }))
@@ -159,11 +157,7 @@ impl<'py> Tracer<'py> {
         if args.iter().any(|&a| self.contains_tensor(a)) {
             return unsupported(format!("operator {name} on a container holding tensors"));
         }
-        let values = args
-            .iter()
-            .map(|&a| self.python_value(a))
-            .collect::<CResult<Vec<_>>>()?;
-        let result = match op.call1(PyTuple::new(py, values)?) {
+        let result = match op.call1(self.python_args(&args)?) {
             Ok(r) => r,
             Err(err) => return unsupported(format!("operator {name} raised {err} while tracing")),
         };

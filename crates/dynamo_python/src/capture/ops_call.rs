@@ -701,11 +701,7 @@ impl<'py> Tracer<'py> {
                 if self.any_tensor(&args, &kwargs) {
                     return unsupported(format!("tensor.{name} with tensor arguments"));
                 }
-                let a = args
-                    .iter()
-                    .map(|&v| self.python_value(v))
-                    .collect::<CResult<Vec<_>>>()?;
-                let value = fake.call_method1(name, PyTuple::new(py, a)?)?;
+                let value = fake.call_method1(name, self.python_args(&args)?)?;
                 Ok(self.constant(&value))
             }
             "item" | "tolist" | "numpy" | "__bool__" | "__int__" | "__float__" | "nonzero"
@@ -874,11 +870,7 @@ impl<'py> Tracer<'py> {
                     return unsupported(format!("{name}() on a sequence of tensors"));
                 }
                 let seq = self.python_value(receiver)?;
-                let a = args
-                    .iter()
-                    .map(|&v| self.python_value(v))
-                    .collect::<CResult<Vec<_>>>()?;
-                let result = seq.call_method1(name, PyTuple::new(py, a)?)?;
+                let result = seq.call_method1(name, self.python_args(&args)?)?;
                 Ok(self.constant(&result))
             }
             (

@@ -12,6 +12,32 @@ pub enum ItemKey {
     Str(String),
 }
 
+/// One component of a source's readable path (`L["self"]`, `._modules`, `["fc"]`): what
+/// [`Source::describe`] and the guard plan's descriptions are made of.
+#[derive(Clone, Debug)]
+pub enum PathPart {
+    Local(String),
+    Global(String),
+    Cell,
+    Attr(String),
+    Item(ItemKey),
+}
+
+impl PathPart {
+    /// This component written after `parent`, the readable path of the source it was read
+    /// from (roots ignore it).
+    pub fn render(&self, parent: &str) -> String {
+        match self {
+            PathPart::Local(name) => format!("L[{name:?}]"),
+            PathPart::Global(name) => format!("G[{name:?}]"),
+            PathPart::Cell => "<closure cell>".to_string(),
+            PathPart::Attr(attr) => format!("{parent}.{attr}"),
+            PathPart::Item(ItemKey::Int(i)) => format!("{parent}[{i}]"),
+            PathPart::Item(ItemKey::Str(k)) => format!("{parent}[{k:?}]"),
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub enum Source {
     /// A local of the compiled frame (an argument, or a free variable by name).
@@ -51,14 +77,23 @@ impl Source {
         name
     }
 
+    /// The readable path, written as TorchDynamo writes sources (`L["self"]._modules["fc"]`).
     pub fn describe(&self) -> String {
+        let parent = match self {
+            Source::Attr(base, _) | Source::Item(base, _) => base.describe(),
+            _ => String::new(),
+        };
+        self.part().render(&parent)
+    }
+
+    /// The last component of this source's path.
+    pub fn part(&self) -> PathPart {
         match self {
-            Source::Local(name) => format!("L[{name:?}]"),
-            Source::Global { name, .. } => format!("G[{name:?}]"),
-            Source::Cell(_) => "<closure cell>".to_string(),
-            Source::Attr(base, attr) => format!("{}.{attr}", base.describe()),
-            Source::Item(base, ItemKey::Int(i)) => format!("{}[{i}]", base.describe()),
-            Source::Item(base, ItemKey::Str(k)) => format!("{}[{k:?}]", base.describe()),
+            Source::Local(name) => PathPart::Local(name.clone()),
+            Source::Global { name, .. } => PathPart::Global(name.clone()),
+            Source::Cell(_) => PathPart::Cell,
+            Source::Attr(_, attr) => PathPart::Attr(attr.clone()),
+            Source::Item(_, key) => PathPart::Item(key.clone()),
         }
     }
 }

@@ -208,6 +208,15 @@ impl<'py> Tracer<'py> {
         }
     }
 
+    /// The Python values of `ids` as a tuple: the arguments of a call evaluated at trace time.
+    pub fn python_args(&self, ids: &[VarId]) -> CResult<Bound<'py, PyTuple>> {
+        let values = ids
+            .iter()
+            .map(|&v| self.python_value(v))
+            .collect::<CResult<Vec<_>>>()?;
+        Ok(PyTuple::new(self.py, values)?)
+    }
+
     /// A Python value for a tracker with no tensors inside (containers rebuilt), for calls
     /// evaluated at trace time.
     pub fn python_value(&self, id: VarId) -> CResult<Bound<'py, PyAny>> {
