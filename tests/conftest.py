@@ -1,4 +1,20 @@
 import os
 import sys
 
+import pytest
+
 sys.path.insert(0, os.path.dirname(__file__))
+
+import dynamo_rs  # noqa: E402
+from dynamo_rs import _meta_rules  # noqa: E402
+
+# Every fake result our shape rules compute during the tests is checked against
+# FakeTensorMode's; any difference fails the test that met it.
+dynamo_rs.config.verify_meta_rules = True
+
+
+@pytest.fixture(autouse=True)
+def _meta_rules_agree_with_fake_tensor_mode():
+    _meta_rules.mismatches.clear()
+    yield
+    assert not _meta_rules.mismatches, "\n".join(_meta_rules.mismatches)

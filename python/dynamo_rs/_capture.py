@@ -14,6 +14,8 @@ import torch.fx
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.utils._mode_utils import no_dispatch
 
+from dynamo_rs import _meta_rules, config
+
 
 class NodeRef:
     """Stands for node `index` of the graph in exported arguments."""
@@ -98,7 +100,14 @@ def _plain_dense(t: torch.Tensor) -> bool:
 
 
 def run_fake(mode: FakeTensorMode, target, args, kwargs):
-    """Runs one traced operation on fake tensors, returning its fake result."""
+    """Runs one traced operation on fake tensors, returning its fake result: by our own
+    shape rules where one applies (`_meta_rules`), else through FakeTensorMode."""
+    if config.meta_rules:
+        result = _meta_rules.infer(mode, target, args, kwargs)
+        if result is not None:
+            if config.verify_meta_rules:
+                _meta_rules.check(mode, target, args, kwargs, result)
+            return result
     with mode:
         if isinstance(target, str):  # a method name: args[0] is the receiver
             return getattr(args[0], target)(*args[1:], **kwargs)

@@ -10,6 +10,12 @@
 - skip_torch (True): never intercept frames of torch's own files (user code calling into
   torch is still captured; torch's modules are inlined from there). Applies to code objects
   first seen after the change, and to all after `dynamo_rs.reset()`.
+- meta_rules (True): compute the fake results of common operations (elementwise, views,
+  linear, conv2d, batch_norm, layer_norm) by our own shape rules instead of running them
+  through FakeTensorMode, which costs up to milliseconds per operation in a fresh process.
+- verify_meta_rules (False, or the environment variable DYNAMO_RS_VERIFY_META_RULES=1):
+  also run FakeTensorMode for every operation a rule answered and fail the frame's compile
+  on any difference. The test suite turns it on.
 """
 
 from __future__ import annotations
@@ -37,6 +43,8 @@ class _Config(types.ModuleType):
         self.cache_size_limit = 8
         self.suppress_errors = True
         self.skip_torch = True
+        self.meta_rules = True
+        self.verify_meta_rules = os.environ.get("DYNAMO_RS_VERIFY_META_RULES", "") not in ("", "0")
 
     def __getattr__(self, name: str):
         values = object.__getattribute__(self, "_values")
@@ -61,6 +69,8 @@ class _Config(types.ModuleType):
             if value:
                 prefixes += [p for p in (_package_dir("torch"),) if p]
             _native.configure(skip_prefixes=prefixes)
+        elif name in ("meta_rules", "verify_meta_rules"):
+            value = bool(value)
         else:
             raise AttributeError(f"dynamo_rs.config has no setting {name!r}")
         values[name] = value

@@ -1,1 +1,2 @@
 pub mod bytecode;
+pub mod shapes;

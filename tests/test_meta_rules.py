@@ -1,0 +1,327 @@
+"""Our shape rules (`dynamo_rs._meta_rules`) against FakeTensorMode, on many random inputs.
+
+Every case builds fake inputs (contiguous, permuted, sliced with steps, expanded, of several
+dtypes), asks our rule, and when it answers compares sizes, strides, storage offset, dtype,
+device, requires_grad and aliasing with what FakeTensorMode computes for the same call. The
+model and language tests check the same on everything they trace (conftest turns
+`verify_meta_rules` on); here the inputs are adversarial on purpose.
+"""
+
+from __future__ import annotations
+
+import operator
+import random
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from dynamo_rs import _meta_rules
+
+DTYPES = [torch.float32, torch.float32, torch.float64, torch.float16, torch.int64]
+
+
+def strided(rng: random.Random, shape, dtype=torch.float32):
+    """A fake tensor of `shape` in a random layout: contiguous, permuted, a stepped slice of
+    something bigger, or an expansion of size-1 dimensions. Call inside the fake mode."""
+    kind = rng.choice(["contiguous", "contiguous", "permuted", "sliced", "expanded", "channels_last"])
+    if kind == "permuted" and len(shape) > 1:
+        order = list(range(len(shape)))
+        rng.shuffle(order)
+        base = torch.empty([shape[d] for d in order], dtype=dtype)
+        inverse = [order.index(d) for d in range(len(shape))]
+        return base.permute(inverse)
+    if kind == "sliced" and shape:
+        steps = [rng.choice([1, 2]) for _ in shape]
+        base = torch.empty([s * k for s, k in zip(shape, steps)], dtype=dtype)
+        return base[tuple(slice(None, None, k) for k in steps)]
+    if kind == "expanded" and shape:
+        small = [1 if rng.random() < 0.4 else s for s in shape]
+        return torch.empty(small, dtype=dtype).expand(*shape)
+    if kind == "channels_last" and len(shape) == 4:
+        return torch.empty(shape, dtype=dtype).to(memory_format=torch.channels_last)
+    return torch.empty(shape, dtype=dtype)
+
+
+def random_shape(rng: random.Random, ndim=None, low=1, high=4):
+    ndim = rng.randint(0, 4) if ndim is None else ndim
+    return [rng.randint(low, high) for _ in range(ndim)]
+
+
+def broadcast_partner(rng: random.Random, shape):
+    """A shape that broadcasts with `shape`: some sizes 1, maybe fewer dimensions."""
+    drop = rng.randint(0, len(shape))
+    return [1 if rng.random() < 0.3 else s for s in shape[drop:]]
+
+
+class Tally:
+    def __init__(self):
+        self.answered = 0
+        self.declined = 0
+
+    def run(self, mode, target, args, kwargs=None):
+        kwargs = kwargs or {}
+        ours = _meta_rules.infer(mode, target, args, kwargs)
+        if ours is None:
+            self.declined += 1
+            return
+        self.answered += 1
+        _meta_rules.check(mode, target, args, kwargs, ours)
+
+
+@pytest.fixture
+def mode():
+    return FakeTensorMode()
+
+
+def test_binary_elementwise(mode):
+    rng = random.Random(0)
+    tally = Tally()
+    ops = [operator.add, operator.sub, operator.mul, operator.truediv, torch.add, torch.mul, "add", "mul", "div"]
+    with torch.no_grad():
+        for _ in range(400):
+            op = rng.choice(ops)
+            shape = random_shape(rng)
+            with mode:
+                a = strided(rng, shape, rng.choice(DTYPES))
+                if rng.random() < 0.25:
+                    b = rng.choice([2, 0.5, -3])
+                else:
+                    b = strided(rng, broadcast_partner(rng, shape), rng.choice(DTYPES))
+            args = (b, a) if rng.random() < 0.3 and not isinstance(op, str) else (a, b)
+            tally.run(mode, op, args)
+    assert tally.answered > 300
+
+
+def test_inplace_elementwise(mode):
+    rng = random.Random(1)
+    tally = Tally()
+    with torch.no_grad():
+        for _ in range(200):
+            op = rng.choice([operator.iadd, operator.isub, operator.imul, operator.itruediv])
+            shape = random_shape(rng, ndim=rng.randint(1, 4))
+            with mode:
+                a = strided(rng, shape, rng.choice(DTYPES))
+                b = rng.choice([2, 1.5]) if rng.random() < 0.3 else strided(rng, broadcast_partner(rng, shape), rng.choice(DTYPES))
+            ours = _meta_rules.infer(mode, op, (a, b), {})
+            if ours is None:
+                tally.declined += 1
+                continue
+            tally.answered += 1
+            assert ours is a
+            with mode:
+                assert op(a, b) is a  # and FakeTensorMode accepts the same write
+    assert tally.answered > 50
+    assert tally.declined > 10  # expanded targets and int tensors += floats must decline
+
+
+def test_unary_and_casts(mode):
+    rng = random.Random(2)
+    tally = Tally()
+    ops = [torch.tanh, "sigmoid", torch.neg, operator.neg, F.relu, "relu", F.silu, F.hardswish, F.hardsigmoid,
+           F.gelu, torch.rsqrt, "exp", torch.cos, "sin"]
+    with torch.no_grad():
+        for _ in range(300):
+            with mode:
+                x = strided(rng, random_shape(rng), rng.choice(DTYPES))
+            choice = rng.random()
+            if choice < 0.6:
+                tally.run(mode, rng.choice(ops), (x,))
+            elif choice < 0.7:
+                tally.run(mode, F.gelu, (x,), {"approximate": "tanh"})
+            elif choice < 0.8:
+                tally.run(mode, rng.choice([operator.pow, "pow"]), (x, rng.choice([2, 0.5, 3.0])))
+            elif choice < 0.9:
+                tally.run(mode, "to", (x, rng.choice(DTYPES)))
+            else:
+                tally.run(mode, rng.choice(["float", "half", "double", "bfloat16"]), (x,))
+    assert tally.answered > 200
+
+
+def test_dropout_and_inplace_relu_return_the_input(mode):
+    with torch.no_grad(), mode:
+        x = torch.empty(3, 4)
+    assert _meta_rules.infer(mode, F.dropout, (x, 0.1, False), {}) is x
+    assert _meta_rules.infer(mode, F.relu, (x,), {"inplace": True}) is x
+    assert _meta_rules.infer(mode, F.dropout, (x, 0.1, True), {}) is None  # training: random
+
+
+def test_views(mode):
+    rng = random.Random(3)
+    tally = Tally()
+    with torch.no_grad():
+        for _ in range(400):
+            shape = random_shape(rng, ndim=rng.randint(1, 4))
+            with mode:
+                x = strided(rng, shape, rng.choice(DTYPES))
+            numel = x.numel()
+            op = rng.choice(["view", "reshape", "permute", "transpose", "unsqueeze", "flatten", "expand",
+                             "contiguous"])
+            if op in ("view", "reshape"):
+                sizes = [numel] if rng.random() < 0.3 else list(reversed(shape))
+                if rng.random() < 0.5:
+                    sizes[rng.randrange(len(sizes))] = -1
+                args = (x, *sizes) if rng.random() < 0.5 else (x, tuple(sizes))
+                target = op if rng.random() < 0.7 or op == "view" else torch.reshape
+                if target is torch.reshape:
+                    args = (x, tuple(sizes))
+            elif op == "permute":
+                dims = list(range(x.dim()))
+                rng.shuffle(dims)
+                target, args = rng.choice(["permute", torch.permute]), (x, dims)
+            elif op == "transpose":
+                target, args = rng.choice(["transpose", torch.transpose]), (x, rng.randrange(-x.dim(), x.dim()),
+                                                                            rng.randrange(x.dim()))
+            elif op == "unsqueeze":
+                target, args = "unsqueeze", (x, rng.randint(-x.dim() - 1, x.dim()))
+            elif op == "flatten":
+                target, args = rng.choice(["flatten", torch.flatten]), (x, rng.randrange(x.dim()), -1)
+            elif op == "expand":
+                target, args = "expand", (x, *[rng.choice([s, -1]) if s != 1 else rng.choice([1, 3]) for s in shape])
+            else:
+                target, args = "contiguous", (x,)
+            try:
+                tally.run(mode, target, args)
+            except RuntimeError:
+                # Some random views are invalid; then our rule must have declined (it runs
+                # first and answers only valid calls), and FakeTensorMode raised in check.
+                assert _meta_rules.infer(mode, target, args, {}) is None
+    assert tally.answered > 250
+
+
+def test_basic_indexing_and_split(mode):
+    rng = random.Random(4)
+    tally = Tally()
+
+    def random_item(size):
+        kind = rng.random()
+        if kind < 0.3:
+            return rng.randrange(-size, size)
+        if kind < 0.8:
+            return slice(rng.choice([None, 0, 1, -2, -10]), rng.choice([None, 2, -1, 10]), rng.choice([None, 1, 2, 3]))
+        return None
+
+    with torch.no_grad():
+        for _ in range(300):
+            shape = random_shape(rng, ndim=rng.randint(1, 4), high=5)
+            with mode:
+                x = strided(rng, shape)
+            if rng.random() < 0.75:
+                items = [random_item(s) for s in shape[: rng.randint(1, len(shape))]]
+                if rng.random() < 0.3:
+                    items.insert(rng.randint(0, len(items)), Ellipsis)
+                index = items[0] if len(items) == 1 and rng.random() < 0.5 else tuple(items)
+                tally.run(mode, operator.getitem, (x, index))
+            else:
+                dim = rng.randrange(x.dim())
+                split = rng.randint(1, 3) if rng.random() < 0.6 else None
+                if split is None:
+                    cut = rng.randint(0, shape[dim])
+                    split = [cut, shape[dim] - cut] if 0 < cut < shape[dim] else [shape[dim]]
+                tally.run(mode, rng.choice(["split", torch.split]), (x, split, dim))
+    assert tally.answered > 200
+
+
+def test_layers(mode):
+    rng = random.Random(5)
+    tally = Tally()
+    with torch.no_grad():
+        for _ in range(150):
+            with mode:
+                # linear over 1-4 d inputs in any layout
+                n_in, n_out = rng.randint(1, 6), rng.randint(1, 6)
+                x = strided(rng, random_shape(rng, ndim=rng.randint(0, 3)) + [n_in])
+                w = strided(rng, [n_out, n_in])
+                b = strided(rng, [n_out]) if rng.random() < 0.7 else None
+            tally.run(mode, F.linear, (x, w, b))
+            with mode:
+                m1 = strided(rng, [rng.randint(1, 5), n_in])
+                m2 = strided(rng, [n_in, n_out])
+                bias = strided(rng, rng.choice([[n_out], [1, n_out], [m1.shape[0], n_out]]))
+            tally.run(mode, torch.addmm, (bias, m1, m2))
+            with mode:
+                groups = rng.choice([1, 1, 2])
+                c_in, c_out = 2 * rng.randint(1, 3), 2 * rng.randint(1, 3)
+                k = rng.randint(1, 3)
+                x = strided(rng, [rng.randint(1, 2), c_in, rng.randint(k, 7), rng.randint(k, 7)])
+                w = strided(rng, [c_out, c_in // groups, k, k])
+                b = torch.empty(c_out) if rng.random() < 0.5 else None
+            kwargs = {"stride": rng.choice([1, 2, (1, 2)]), "padding": rng.choice([0, 1, (1, 0), "valid"]),
+                      "dilation": rng.choice([1, 1, 2]), "groups": groups}
+            try:
+                tally.run(mode, torch.conv2d, (x, w, b), kwargs)
+            except RuntimeError:
+                assert _meta_rules.infer(mode, torch.conv2d, (x, w, b), kwargs) is None
+            with mode:
+                c = rng.randint(1, 5)
+                x = strided(rng, [rng.randint(1, 3), c] + random_shape(rng, ndim=rng.randint(0, 2)))
+                stats = [torch.empty(c) for _ in range(4)]
+            tally.run(mode, F.batch_norm, (x, stats[0], stats[1], stats[2], stats[3], False, 0.1, 1e-5))
+            with mode:
+                shape = random_shape(rng, ndim=rng.randint(1, 4))
+                normalized = shape[len(shape) - rng.randint(1, len(shape)):]
+                x = strided(rng, shape)
+                w = torch.empty(normalized) if rng.random() < 0.7 else None
+            tally.run(mode, F.layer_norm, (x, normalized, w, None if w is None else torch.empty(normalized)))
+            with mode:
+                idx = torch.empty(random_shape(rng, ndim=rng.randint(1, 3)), dtype=torch.int64)
+                table = torch.empty(10, rng.randint(1, 5))
+            tally.run(mode, F.embedding, (idx, table))
+            with mode:
+                shape = random_shape(rng, ndim=rng.randint(1, 3))
+                dim = rng.randrange(len(shape))
+                parts = []
+                for _ in range(rng.randint(1, 3)):
+                    s = list(shape)
+                    s[dim] = rng.randint(1, 3)
+                    parts.append(strided(rng, s))
+            tally.run(mode, torch.cat, (parts, dim))
+            with mode:
+                x = strided(rng, random_shape(rng, ndim=rng.randint(1, 4)))
+            dims = rng.choice([None, 0, -1, (0, -1)])
+            if dims is None or (isinstance(dims, tuple) and x.dim() < 2):
+                tally.run(mode, "mean", (x,))
+            else:
+                tally.run(mode, "mean", (x, dims, rng.random() < 0.5))
+            with mode:
+                x = strided(rng, [rng.randint(1, 2), rng.randint(1, 3), rng.randint(3, 9), rng.randint(3, 9)])
+            tally.run(mode, F.adaptive_avg_pool2d, (x, rng.choice([1, (2, 3), (None, 2)])))
+            tally.run(mode, F.max_pool2d, (x, rng.choice([2, 3]), rng.choice([None, 1, 2]), rng.choice([0, 1])))
+    assert tally.answered > 700
+
+
+def test_rules_decline_what_they_do_not_model(mode):
+    with mode:
+        x = torch.empty(3, 4)
+        p = torch.empty(4, 4).requires_grad_(True)
+        bn = [torch.empty(4) for _ in range(4)]
+    # Grad mode on and an input requiring grad: the result needs autograd history.
+    with torch.enable_grad():
+        assert _meta_rules.infer(mode, F.linear, (x, p), {}) is None
+    with torch.no_grad():
+        # Training batch norm updates the running statistics.
+        assert _meta_rules.infer(mode, F.batch_norm, (torch.empty(2, 4, device="meta"), *bn, True), {}) is None
+        # Shapes that do not fit: FakeTensorMode raises torch's error.
+        assert _meta_rules.infer(mode, F.linear, (x, torch.empty(5, 5, device="meta")), {}) is None
+        assert _meta_rules.infer(mode, "view", (x.t(), -1), {}) is None
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            assert _meta_rules.infer(mode, F.linear, (x, torch.empty(4, 4)), {}) is None
+        # A tensor of another mode, or a real one.
+        assert _meta_rules.infer(mode, operator.add, (x, torch.ones(3, 4)), {}) is None
+        assert _meta_rules.infer(mode, operator.add, (x, FakeTensorMode().from_tensor(torch.ones(3, 4))), {}) is None
+
+
+def test_views_of_parameters_require_grad_with_grad_off(mode):
+    """With grad mode off, ops on a parameter give results that don't require grad, but views
+    of it do, as in eager."""
+    param = torch.nn.Parameter(torch.randn(4, 6))
+    fake = mode.from_tensor(param)
+    with torch.no_grad():
+        for target, args in [("view", (fake, -1)), ("transpose", (fake, 0, 1)), (operator.getitem, (fake, 0)),
+                             (operator.mul, (fake, 2)), (F.relu, (fake,))]:
+            ours = _meta_rules.infer(mode, target, args, {})
+            assert ours is not None
+            _meta_rules.check(mode, target, args, {}, ours)
+            eager = (getattr(param, target)(*args[1:]) if isinstance(target, str) else target(param, *args[1:]))
+            assert ours.requires_grad == eager.requires_grad
