@@ -49,19 +49,6 @@ pub fn contiguous_strides(sizes: &[i64]) -> Vec<i64> {
     strides
 }
 
-/// Strides of a fresh 4-d tensor in channels-last order (N, H, W, C innermost last).
-pub fn channels_last_strides(sizes: &[i64]) -> Option<Vec<i64>> {
-    if sizes.len() != 4 {
-        return None;
-    }
-    let mut strides = vec![0; 4];
-    strides[1] = 1;
-    strides[3] = sizes[1];
-    strides[2] = strides[3] * sizes[3];
-    strides[0] = strides[2] * sizes[2];
-    Some(strides)
-}
-
 /// `tensor.is_contiguous()`: row-major, ignoring the strides of size-1 dimensions; any
 /// empty tensor is contiguous.
 pub fn is_contiguous(sizes: &[i64], strides: &[i64]) -> bool {
@@ -171,8 +158,7 @@ mod tests {
     #[test]
     fn channels_last() {
         let sizes = [2, 8, 5, 5];
-        let strides = channels_last_strides(&sizes).unwrap();
-        assert_eq!(strides, vec![200, 1, 40, 8]);
+        let strides = [200, 1, 40, 8];
         assert!(is_channels_last_contiguous(&sizes, &strides));
         assert!(!is_contiguous(&sizes, &strides));
         assert!(!is_channels_last_contiguous(&[2, 3], &[3, 1]));
