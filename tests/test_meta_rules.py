@@ -213,6 +213,8 @@ def test_basic_indexing_and_split(mode):
                     items.insert(rng.randint(0, len(items)), Ellipsis)
                 index = items[0] if len(items) == 1 and rng.random() < 0.5 else tuple(items)
                 tally.run(mode, operator.getitem, (x, index))
+            elif rng.random() < 0.3:
+                tally.run(mode, rng.choice(["unbind", torch.unbind]), (x, rng.randrange(-x.dim(), x.dim())))
             else:
                 dim = rng.randrange(x.dim())
                 split = rng.randint(1, 3) if rng.random() < 0.6 else None

@@ -263,15 +263,22 @@ def _conv2d(mode, args, kwargs):
     stride, padding, dilation = _pair(stride, 2), _pair(padding, 2), _pair(dilation, 2)
     if stride is None or padding is None or dilation is None or x.dim() != 4:
         return None
-    # A channels-last input or weight gives a channels-last result; only canonical ones are modelled.
-    if not _canonical(x) or not _canonical(w):
-        return None
     if b is not None and tuple(b.shape) != (w.shape[0],):
         return None
     sizes = _native.conv_output_sizes(x.shape, w.shape, stride, padding, dilation, groups)
     if sizes is None:
         return None
-    return _contiguous(mode, x, sizes)
+    # Like FakeTensorMode: the output is row-major, then converted to the memory format the
+    # backend torch would pick for these tensors (channels-last for channels-last inputs on
+    # most backends) — asked of torch itself, which only reads the tensors' metadata.
+    backend = torch._C._select_conv_backend(
+        x, w, bias=b, stride=list(stride), padding=list(padding), dilation=list(dilation),
+        transposed=False, output_padding=[0, 0], groups=groups)
+    memory_format = torch._C._conv_determine_backend_memory_format(x, w, backend)
+    if memory_format not in (torch.contiguous_format, torch.channels_last):
+        return None
+    strides = _native.strides_in_format(sizes, memory_format is torch.channels_last)
+    return _new(mode, x, sizes, strides)
 
 
 def _batch_norm(mode, args, kwargs):
@@ -570,6 +577,23 @@ def _split(mode, args, kwargs):
     return tuple(_view(mode, x, *layout) for layout in layouts)
 
 
+def _unbind(mode, args, kwargs):
+    def bind(input, dim=0):
+        return input, dim
+    try:
+        x, dim = bind(*args, **kwargs)
+    except TypeError:
+        return None
+    if type(dim) is not int or not _ready(mode, x) or x.dim() == 0:
+        return None
+    d = _native.wrap_dim(dim, x.dim())
+    if d is None:
+        return None
+    full = [(1, None, None, 1)] * d
+    return tuple(_view(mode, x, *_native.index_layout(x.shape, x.stride(), x.storage_offset(), [*full, (0, i, None, 1)]))
+                 for i in range(x.shape[d]))
+
+
 def _contiguous_method(mode, args, kwargs):
     if kwargs or len(args) != 1 or not _ready(mode, args[0]):
         return None
@@ -675,7 +699,7 @@ RULES = {
     "permute": _permute, torch.permute: _permute, "transpose": _transpose, torch.transpose: _transpose,
     "unsqueeze": _unsqueeze, torch.unsqueeze: _unsqueeze, "flatten": _flatten, torch.flatten: _flatten,
     "expand": _expand, "contiguous": _contiguous_method,
-    operator.getitem: _getitem, "split": _split, torch.split: _split,
+    operator.getitem: _getitem, "split": _split, torch.split: _split, "unbind": _unbind, torch.unbind: _unbind,
     # layers, continued
     F.embedding: _embedding, torch.cat: _cat, F.adaptive_avg_pool2d: _adaptive_avg_pool2d,
     F.max_pool2d: _max_pool2d,

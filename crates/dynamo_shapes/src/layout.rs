@@ -49,6 +49,31 @@ pub fn contiguous_strides(sizes: &[i64]) -> Vec<i64> {
     strides
 }
 
+/// Strides of a fresh 4-d tensor in channels-last order (N, H, W, C innermost last).
+pub fn channels_last_strides(sizes: &[i64]) -> Option<Vec<i64>> {
+    if sizes.len() != 4 {
+        return None;
+    }
+    let mut strides = vec![0; 4];
+    strides[1] = 1;
+    strides[3] = sizes[1];
+    strides[2] = strides[3] * sizes[3];
+    strides[0] = strides[2] * sizes[2];
+    Some(strides)
+}
+
+/// Strides of `fresh.to(memory_format=...)` for a fresh (row-major) tensor of `sizes`. `to`
+/// keeps a tensor whose *suggested* format is already the target; row-major strides never
+/// suggest channels-last (c10's heuristic breaks ties towards row-major), so converting
+/// always gives channels-last strides — also for `[N, C, 1, 1]`, which is contiguous in both.
+pub fn strides_in_format(sizes: &[i64], channels_last: bool) -> Option<Vec<i64>> {
+    if channels_last {
+        channels_last_strides(sizes)
+    } else {
+        Some(contiguous_strides(sizes))
+    }
+}
+
 /// `tensor.is_contiguous()`: row-major, ignoring the strides of size-1 dimensions; any
 /// empty tensor is contiguous.
 pub fn is_contiguous(sizes: &[i64], strides: &[i64]) -> bool {
@@ -158,7 +183,13 @@ mod tests {
     #[test]
     fn channels_last() {
         let sizes = [2, 8, 5, 5];
-        let strides = [200, 1, 40, 8];
+        let strides = channels_last_strides(&sizes).unwrap();
+        assert_eq!(strides, vec![200, 1, 40, 8]);
+        assert_eq!(strides_in_format(&sizes, true).unwrap(), strides);
+        assert_eq!(
+            strides_in_format(&[2, 8, 1, 1], true).unwrap(),
+            vec![8, 1, 8, 8]
+        );
         assert!(is_channels_last_contiguous(&sizes, &strides));
         assert!(!is_contiguous(&sizes, &strides));
         assert!(!is_channels_last_contiguous(&[2, 3], &[3, 1]));

@@ -70,6 +70,12 @@ fn is_contiguous(sizes: Vec<i64>, strides: Vec<i64>) -> bool {
     layout::is_contiguous(&sizes, &strides)
 }
 
+/// Strides of a fresh tensor of `sizes` converted to channels-last (or left row-major).
+#[pyfunction]
+fn strides_in_format(sizes: Vec<i64>, channels_last: bool) -> Option<Vec<i64>> {
+    layout::strides_in_format(&sizes, channels_last)
+}
+
 #[pyfunction]
 fn is_non_overlapping_and_dense(sizes: Vec<i64>, strides: Vec<i64>) -> bool {
     layout::is_non_overlapping_and_dense(&sizes, &strides)
@@ -139,6 +145,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(contiguous_strides, m)?)?;
     m.add_function(wrap_pyfunction!(is_contiguous, m)?)?;
     m.add_function(wrap_pyfunction!(is_non_overlapping_and_dense, m)?)?;
+    m.add_function(wrap_pyfunction!(strides_in_format, m)?)?;
     m.add_function(wrap_pyfunction!(conv_output_sizes, m)?)?;
     m.add_function(wrap_pyfunction!(index_layout, m)?)?;
     m.add_function(wrap_pyfunction!(split_layouts, m)?)?;
