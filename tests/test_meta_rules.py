@@ -290,6 +290,14 @@ def test_layers(mode):
                 x = strided(rng, [rng.randint(1, 2), rng.randint(1, 3), rng.randint(3, 9), rng.randint(3, 9)])
             tally.run(mode, F.adaptive_avg_pool2d, (x, rng.choice([1, (2, 3), (None, 2)])))
             tally.run(mode, F.max_pool2d, (x, rng.choice([2, 3]), rng.choice([None, 1, 2]), rng.choice([0, 1])))
+            with mode:
+                b, h, l, d = rng.randint(1, 2), rng.randint(1, 3), rng.randint(1, 5), rng.choice([4, 8])
+                if rng.random() < 0.5:  # q, k, v from one projection, as in ViT
+                    q, k, v = torch.empty(b, l, 3, h, d).permute(2, 0, 3, 1, 4).unbind(0)
+                else:
+                    q, k, v = (strided(rng, [b, h, l, d]) for _ in range(3))
+            kwargs = rng.choice([{}, {"is_causal": True}, {"scale": 0.5}, {"dropout_p": 0.1}])
+            tally.run(mode, F.scaled_dot_product_attention, (q, k, v), kwargs)
     assert tally.answered > 700
 
 

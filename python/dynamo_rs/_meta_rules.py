@@ -353,7 +353,11 @@ def _cat(mode, args, kwargs):
     d = _native.wrap_dim(dim, first.dim())
     if d is None or first.dim() == 0 or not _same_float(*tensors):
         return None
-    if not all(t.dim() == first.dim() and _canonical(t) for t in tensors):
+    if not all(t.dim() == first.dim() for t in tensors) or first.dim() == 5:
+        return None
+    # The output is channels-last when every input suggests it, else row-major (c10's
+    # `cat_compute_output_memory_format`); only the row-major case is modelled.
+    if all(_native.suggests_channels_last(t.shape, t.stride()) for t in tensors):
         return None
     if any(tuple(t.shape[:d]) != tuple(first.shape[:d]) or tuple(t.shape[d + 1:]) != tuple(first.shape[d + 1:])
            for t in tensors):
@@ -406,6 +410,38 @@ def _max_pool2d(mode, args, kwargs):
     if sizes is None:
         return None
     return _contiguous(mode, x, (n, c, *sizes[2:]))
+
+
+def _sdpa(mode, args, kwargs):
+    """`scaled_dot_product_attention` where torch's CPU dispatch certainly takes the flash
+    kernel, whose result is laid out like `empty_like(query)`. Every other case (a mask,
+    dropout, differing head sizes, a last dimension that is not unit-stride, grouped-query
+    attention, flash disabled or ranked after math) is FakeTensorMode's."""
+    def bind(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, *, enable_gqa=False):
+        return query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa
+    try:
+        q, k, v, mask, dropout_p, is_causal, scale, enable_gqa = bind(*args, **kwargs)
+    except TypeError:
+        return None
+    if mask is not None or dropout_p != 0.0 or type(is_causal) is not bool or enable_gqa is not False:
+        return None
+    if not (scale is None or type(scale) is float):
+        return None
+    if not _ready(mode, q, k, v) or not _same_float(q, k, v) or q.device.type != "cpu":
+        return None
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        return None
+    if not q.shape[0] == k.shape[0] == v.shape[0] or not q.shape[1] == k.shape[1] == v.shape[1]:
+        return None
+    if not q.shape[3] == k.shape[3] == v.shape[3] or k.shape[2] != v.shape[2]:
+        return None
+    if q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1:
+        return None
+    order = torch._C._get_sdp_priority_order()
+    flash, math = int(torch._C._SDPBackend.FLASH_ATTENTION), int(torch._C._SDPBackend.MATH)
+    if not torch._C._get_flash_sdp_enabled() or flash not in order or (math in order and order.index(math) < order.index(flash)):
+        return None
+    return _elementwise(mode, (q,), q.dtype)
 
 
 # --- views -------------------------------------------------------------------------------
@@ -702,7 +738,7 @@ RULES = {
     operator.getitem: _getitem, "split": _split, torch.split: _split, "unbind": _unbind, torch.unbind: _unbind,
     # layers, continued
     F.embedding: _embedding, torch.cat: _cat, F.adaptive_avg_pool2d: _adaptive_avg_pool2d,
-    F.max_pool2d: _max_pool2d,
+    F.max_pool2d: _max_pool2d, F.scaled_dot_product_attention: _sdpa,
 }
 
 

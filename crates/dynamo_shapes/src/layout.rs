@@ -109,6 +109,30 @@ pub fn is_channels_last_contiguous(sizes: &[i64], strides: &[i64]) -> bool {
     true
 }
 
+/// Whether c10 suggests the channels-last memory format for a 4-d tensor with these strides
+/// (`suggest_memory_format()`): strides increasing in the order C, W, H, N, with ambiguous
+/// cases (a trivial C dimension, N111-like shapes) resolved towards row-major. Only 4-d
+/// tensors can suggest it (5-d ones have their own 3-d variant, not modelled).
+pub fn suggests_channels_last(sizes: &[i64], strides: &[i64]) -> bool {
+    if sizes.len() != 4 || strides[1] == 0 {
+        return false;
+    }
+    let mut min = 0;
+    for d in [1, 3, 2, 0] {
+        if sizes[d] == 0 || strides[d] < min {
+            return false;
+        }
+        if d == 0 && min == strides[1] {
+            return false;
+        }
+        min = strides[d];
+        if sizes[d] > 1 {
+            min *= sizes[d];
+        }
+    }
+    true
+}
+
 /// Every element at a distinct offset and the offsets without gaps, in some dimension order.
 pub fn is_non_overlapping_and_dense(sizes: &[i64], strides: &[i64]) -> bool {
     let dim = sizes.len();
@@ -193,6 +217,10 @@ mod tests {
         assert!(is_channels_last_contiguous(&sizes, &strides));
         assert!(!is_contiguous(&sizes, &strides));
         assert!(!is_channels_last_contiguous(&[2, 3], &[3, 1]));
+        assert!(suggests_channels_last(&sizes, &strides));
+        // Row-major never suggests channels-last, even where it is channels-last contiguous.
+        assert!(!suggests_channels_last(&[2, 8, 1, 1], &[8, 1, 1, 1]));
+        assert!(!suggests_channels_last(&[2, 1, 1, 1], &[1, 1, 1, 1]));
     }
 
     #[test]

@@ -77,6 +77,11 @@ fn strides_in_format(sizes: Vec<i64>, channels_last: bool) -> Option<Vec<i64>> {
 }
 
 #[pyfunction]
+fn suggests_channels_last(sizes: Vec<i64>, strides: Vec<i64>) -> bool {
+    layout::suggests_channels_last(&sizes, &strides)
+}
+
+#[pyfunction]
 fn is_non_overlapping_and_dense(sizes: Vec<i64>, strides: Vec<i64>) -> bool {
     layout::is_non_overlapping_and_dense(&sizes, &strides)
 }
@@ -146,6 +151,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(is_contiguous, m)?)?;
     m.add_function(wrap_pyfunction!(is_non_overlapping_and_dense, m)?)?;
     m.add_function(wrap_pyfunction!(strides_in_format, m)?)?;
+    m.add_function(wrap_pyfunction!(suggests_channels_last, m)?)?;
     m.add_function(wrap_pyfunction!(conv_output_sizes, m)?)?;
     m.add_function(wrap_pyfunction!(index_layout, m)?)?;
     m.add_function(wrap_pyfunction!(split_layouts, m)?)?;
