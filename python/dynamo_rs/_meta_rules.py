@@ -95,6 +95,15 @@ def _elementwise(mode: FakeTensorMode, operands, dtype) -> FakeTensor | None:
     return _new(mode, like, layout[0], layout[1], dtype)
 
 
+def _bind(signature, args, kwargs):
+    """The call's arguments bound by `signature` (a lambda with the operation's parameters,
+    returning the ones the rule needs), or None when they do not fit it."""
+    try:
+        return signature(*args, **kwargs)
+    except TypeError:
+        return None
+
+
 def _float_unary(mode, x, inplace=False):
     if not _ready(mode, x) or x.dtype not in _FLOATS:
         return None
@@ -114,36 +123,33 @@ def _unary(mode, args, kwargs):
 
 def _with_inplace(mode, args, kwargs):
     """relu / silu / hardswish / hardsigmoid (input, inplace=False)."""
-    def bind(input, inplace=False):
-        return input, inplace
-    try:
-        x, inplace = bind(*args, **kwargs)
-    except TypeError:
+    bound = _bind(lambda input, inplace=False: (input, inplace), args, kwargs)
+    if bound is None:
         return None
+    x, inplace = bound
     if type(inplace) is not bool:
         return None
     return _float_unary(mode, x, inplace)
 
 
 def _gelu(mode, args, kwargs):
-    def bind(input, approximate="none"):
-        return input, approximate
-    try:
-        x, approximate = bind(*args, **kwargs)
-    except TypeError:
+    bound = _bind(lambda input, approximate="none": (input, approximate), args, kwargs)
+    if bound is None:
         return None
+    x, approximate = bound
     if approximate not in ("none", "tanh"):
         return None
     return _float_unary(mode, x)
 
 
 def _dropout(mode, args, kwargs):
-    def bind(input, p=0.5, training=True, inplace=False):
-        return input, p, training, inplace
-    try:
-        x, p, training, inplace = bind(*args, **kwargs)
-    except TypeError:
+    bound = _bind(
+        lambda input, p=0.5, training=True, inplace=False:
+        (input, p, training, inplace),
+        args, kwargs)
+    if bound is None:
         return None
+    x, p, training, inplace = bound
     if training is not False or type(inplace) is not bool or not isinstance(p, _NUMBERS) or not 0 <= p <= 1:
         return None
     # Outside training, dropout returns its input itself.
@@ -203,12 +209,10 @@ def _contiguous(mode, x, sizes):
 
 
 def _linear(mode, args, kwargs):
-    def bind(input, weight, bias=None):
-        return input, weight, bias
-    try:
-        x, w, b = bind(*args, **kwargs)
-    except TypeError:
+    bound = _bind(lambda input, weight, bias=None: (input, weight, bias), args, kwargs)
+    if bound is None:
         return None
+    x, w, b = bound
     tensors = (x, w) if b is None else (x, w, b)
     if not _ready(mode, *tensors) or not _same_float(*tensors):
         return None
@@ -220,12 +224,13 @@ def _linear(mode, args, kwargs):
 
 
 def _addmm(mode, args, kwargs):
-    def bind(input, mat1, mat2, *, beta=1, alpha=1):
-        return input, mat1, mat2, beta, alpha
-    try:
-        b, m1, m2, beta, alpha = bind(*args, **kwargs)
-    except TypeError:
+    bound = _bind(
+        lambda input, mat1, mat2, *, beta=1, alpha=1:
+        (input, mat1, mat2, beta, alpha),
+        args, kwargs)
+    if bound is None:
         return None
+    b, m1, m2, beta, alpha = bound
     if not isinstance(beta, _NUMBERS) or not isinstance(alpha, _NUMBERS):
         return None
     if not _ready(mode, b, m1, m2) or not _same_float(b, m1, m2):
@@ -249,12 +254,13 @@ def _pair(value, n):
 
 
 def _conv2d(mode, args, kwargs):
-    def bind(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
-        return input, weight, bias, stride, padding, dilation, groups
-    try:
-        x, w, b, stride, padding, dilation, groups = bind(*args, **kwargs)
-    except TypeError:
+    bound = _bind(
+        lambda input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1:
+        (input, weight, bias, stride, padding, dilation, groups),
+        args, kwargs)
+    if bound is None:
         return None
+    x, w, b, stride, padding, dilation, groups = bound
     tensors = (x, w) if b is None else (x, w, b)
     if not _ready(mode, *tensors) or not _same_float(*tensors) or type(groups) is not int:
         return None
@@ -282,12 +288,13 @@ def _conv2d(mode, args, kwargs):
 
 
 def _batch_norm(mode, args, kwargs):
-    def bind(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5):
-        return input, running_mean, running_var, weight, bias, training
-    try:
-        x, mean, var, w, b, training = bind(*args, **kwargs)
-    except TypeError:
+    bound = _bind(
+        lambda input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5:
+        (input, running_mean, running_var, weight, bias, training),
+        args, kwargs)
+    if bound is None:
         return None
+    x, mean, var, w, b, training = bound
     # Training updates the running statistics: FakeTensorMode's business.
     if training is not False or mean is None or var is None:
         return None
@@ -301,12 +308,13 @@ def _batch_norm(mode, args, kwargs):
 
 
 def _layer_norm(mode, args, kwargs):
-    def bind(input, normalized_shape, weight=None, bias=None, eps=1e-5):
-        return input, normalized_shape, weight, bias
-    try:
-        x, shape, w, b = bind(*args, **kwargs)
-    except TypeError:
+    bound = _bind(
+        lambda input, normalized_shape, weight=None, bias=None, eps=1e-5:
+        (input, normalized_shape, weight, bias),
+        args, kwargs)
+    if bound is None:
         return None
+    x, shape, w, b = bound
     shape = _pair(shape, 1) if type(shape) is int else shape
     if not isinstance(shape, (tuple, list, torch.Size)) or not shape or not all(type(s) is int for s in shape):
         return None
@@ -324,12 +332,13 @@ def _layer_norm(mode, args, kwargs):
 
 
 def _embedding(mode, args, kwargs):
-    def bind(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False, sparse=False):
-        return input, weight, max_norm, sparse
-    try:
-        idx, w, max_norm, sparse = bind(*args, **kwargs)
-    except TypeError:
+    bound = _bind(
+        lambda input, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False, sparse=False:
+        (input, weight, max_norm, sparse),
+        args, kwargs)
+    if bound is None:
         return None
+    idx, w, max_norm, sparse = bound
     # max_norm renormalises rows of the weight in place: FakeTensorMode's business.
     if max_norm is not None or sparse is not False or not _ready(mode, idx, w):
         return None
@@ -339,12 +348,10 @@ def _embedding(mode, args, kwargs):
 
 
 def _cat(mode, args, kwargs):
-    def bind(tensors, dim=0):
-        return tensors, dim
-    try:
-        tensors, dim = bind(*args, **kwargs)
-    except TypeError:
+    bound = _bind(lambda tensors, dim=0: (tensors, dim), args, kwargs)
+    if bound is None:
         return None
+    tensors, dim = bound
     if not isinstance(tensors, (tuple, list)) or not tensors or type(dim) is not int:
         return None
     if not all(isinstance(t, FakeTensor) for t in tensors) or not _ready(mode, *tensors):
@@ -368,12 +375,10 @@ def _cat(mode, args, kwargs):
 
 
 def _adaptive_avg_pool2d(mode, args, kwargs):
-    def bind(input, output_size):
-        return input, output_size
-    try:
-        x, size = bind(*args, **kwargs)
-    except TypeError:
+    bound = _bind(lambda input, output_size: (input, output_size), args, kwargs)
+    if bound is None:
         return None
+    x, size = bound
     if not _ready(mode, x) or x.dim() != 4 or not _canonical(x) or x.dtype not in _FLOATS:
         return None
     if type(size) is int:
@@ -387,12 +392,13 @@ def _adaptive_avg_pool2d(mode, args, kwargs):
 
 
 def _max_pool2d(mode, args, kwargs):
-    def bind(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
-        return input, kernel_size, stride, padding, dilation, ceil_mode, return_indices
-    try:
-        x, kernel, stride, padding, dilation, ceil_mode, return_indices = bind(*args, **kwargs)
-    except TypeError:
+    bound = _bind(
+        lambda input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False:
+        (input, kernel_size, stride, padding, dilation, ceil_mode, return_indices),
+        args, kwargs)
+    if bound is None:
         return None
+    x, kernel, stride, padding, dilation, ceil_mode, return_indices = bound
     if ceil_mode is not False or return_indices is not False:
         return None
     if not _ready(mode, x) or x.dim() != 4 or not _canonical(x) or x.dtype not in _FLOATS:
@@ -417,12 +423,13 @@ def _sdpa(mode, args, kwargs):
     kernel, whose result is laid out like `empty_like(query)`. Every other case (a mask,
     dropout, differing head sizes, a last dimension that is not unit-stride, grouped-query
     attention, flash disabled or ranked after math) is FakeTensorMode's."""
-    def bind(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, *, enable_gqa=False):
-        return query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa
-    try:
-        q, k, v, mask, dropout_p, is_causal, scale, enable_gqa = bind(*args, **kwargs)
-    except TypeError:
+    bound = _bind(
+        lambda query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, *, enable_gqa=False:
+        (query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa),
+        args, kwargs)
+    if bound is None:
         return None
+    q, k, v, mask, dropout_p, is_causal, scale, enable_gqa = bound
     if mask is not None or dropout_p != 0.0 or type(is_causal) is not bool or enable_gqa is not False:
         return None
     if not (scale is None or type(scale) is float):
@@ -439,7 +446,9 @@ def _sdpa(mode, args, kwargs):
         return None
     order = torch._C._get_sdp_priority_order()
     flash, math = int(torch._C._SDPBackend.FLASH_ATTENTION), int(torch._C._SDPBackend.MATH)
-    if not torch._C._get_flash_sdp_enabled() or flash not in order or (math in order and order.index(math) < order.index(flash)):
+    if not torch._C._get_flash_sdp_enabled() or flash not in order:
+        return None
+    if math in order and order.index(math) < order.index(flash):
         return None
     return _elementwise(mode, (q,), q.dtype)
 
@@ -482,32 +491,32 @@ def _reshaping(copy_allowed: bool):
 
 
 def _torch_reshape(mode, args, kwargs):
-    def bind(input, shape):
-        return input, shape
-    try:
-        x, shape = bind(*args, **kwargs)
-    except TypeError:
+    bound = _bind(lambda input, shape: (input, shape), args, kwargs)
+    if bound is None:
         return None
+    x, shape = bound
     return _reshaping(True)(mode, (x, shape), {})
 
 
-def _permute(mode, args, kwargs):
-    if kwargs or not args or not _ready(mode, args[0]):
-        return None
-    x, dims = args[0], _sizes_arg(args[1:])
-    if dims is None:
-        return None
-    layout = _native.permute_layout(x.shape, x.stride(), dims)
-    return None if layout is None else _view(mode, x, *layout)
+def _sized_view(layout_of):
+    """`t.permute(*dims)` / `t.expand(*sizes)` (or with one tuple): a view whose layout
+    `layout_of(sizes, strides, ints)` computes, None when it does not apply."""
+    def rule(mode, args, kwargs):
+        if kwargs or not args or not _ready(mode, args[0]):
+            return None
+        x, ints = args[0], _sizes_arg(args[1:])
+        if ints is None:
+            return None
+        layout = layout_of(x.shape, x.stride(), ints)
+        return None if layout is None else _view(mode, x, *layout)
+    return rule
 
 
 def _transpose(mode, args, kwargs):
-    def bind(input, dim0, dim1):
-        return input, dim0, dim1
-    try:
-        x, d0, d1 = bind(*args, **kwargs)
-    except TypeError:
+    bound = _bind(lambda input, dim0, dim1: (input, dim0, dim1), args, kwargs)
+    if bound is None:
         return None
+    x, d0, d1 = bound
     if type(d0) is not int or type(d1) is not int or not _ready(mode, x):
         return None
     d0, d1 = _native.wrap_dim(d0, x.dim()), _native.wrap_dim(d1, x.dim())
@@ -519,12 +528,10 @@ def _transpose(mode, args, kwargs):
 
 
 def _unsqueeze(mode, args, kwargs):
-    def bind(input, dim):
-        return input, dim
-    try:
-        x, dim = bind(*args, **kwargs)
-    except TypeError:
+    bound = _bind(lambda input, dim: (input, dim), args, kwargs)
+    if bound is None:
         return None
+    x, dim = bound
     if type(dim) is not int or not _ready(mode, x):
         return None
     layout = _native.unsqueeze_layout(x.shape, x.stride(), dim)
@@ -532,12 +539,10 @@ def _unsqueeze(mode, args, kwargs):
 
 
 def _flatten(mode, args, kwargs):
-    def bind(input, start_dim=0, end_dim=-1):
-        return input, start_dim, end_dim
-    try:
-        x, start, end = bind(*args, **kwargs)
-    except TypeError:
+    bound = _bind(lambda input, start_dim=0, end_dim=-1: (input, start_dim, end_dim), args, kwargs)
+    if bound is None:
         return None
+    x, start, end = bound
     if type(start) is not int or type(end) is not int or not _ready(mode, x) or x.dim() == 0:
         return None
     start, end = _native.wrap_dim(start, x.dim()), _native.wrap_dim(end, x.dim())
@@ -548,16 +553,6 @@ def _flatten(mode, args, kwargs):
     for s in sizes[start:end + 1]:
         flat *= s
     return _reshaping(True)(mode, (x, (*sizes[:start], flat, *sizes[end + 1:])), {})
-
-
-def _expand(mode, args, kwargs):
-    if kwargs or not args or not _ready(mode, args[0]):
-        return None
-    x, shape = args[0], _sizes_arg(args[1:])
-    if shape is None:
-        return None
-    layout = _native.expand_layout(x.shape, x.stride(), shape)
-    return None if layout is None else _view(mode, x, *layout)
 
 
 def _index_items(index):
@@ -597,12 +592,13 @@ def _getitem(mode, args, kwargs):
 
 
 def _split(mode, args, kwargs):
-    def bind(tensor, split_size_or_sections, dim=0):
-        return tensor, split_size_or_sections, dim
-    try:
-        x, split, dim = bind(*args, **kwargs)
-    except TypeError:
+    bound = _bind(
+        lambda tensor, split_size_or_sections, dim=0:
+        (tensor, split_size_or_sections, dim),
+        args, kwargs)
+    if bound is None:
         return None
+    x, split, dim = bound
     if type(dim) is not int or not _ready(mode, x):
         return None
     if not (type(split) is int or isinstance(split, (tuple, list)) and all(type(s) is int for s in split)):
@@ -614,20 +610,19 @@ def _split(mode, args, kwargs):
 
 
 def _unbind(mode, args, kwargs):
-    def bind(input, dim=0):
-        return input, dim
-    try:
-        x, dim = bind(*args, **kwargs)
-    except TypeError:
+    bound = _bind(lambda input, dim=0: (input, dim), args, kwargs)
+    if bound is None:
         return None
+    x, dim = bound
     if type(dim) is not int or not _ready(mode, x) or x.dim() == 0:
         return None
     d = _native.wrap_dim(dim, x.dim())
     if d is None:
         return None
     full = [(1, None, None, 1)] * d
-    return tuple(_view(mode, x, *_native.index_layout(x.shape, x.stride(), x.storage_offset(), [*full, (0, i, None, 1)]))
-                 for i in range(x.shape[d]))
+    return tuple(
+        _view(mode, x, *_native.index_layout(x.shape, x.stride(), x.storage_offset(), [*full, (0, i, None, 1)]))
+        for i in range(x.shape[d]))
 
 
 def _contiguous_method(mode, args, kwargs):
@@ -683,12 +678,13 @@ def _cast(dtype_of_method):
 
 
 def _mean(mode, args, kwargs):
-    def bind(input, dim=None, keepdim=False, *, dtype=None):
-        return input, dim, keepdim, dtype
-    try:
-        x, dim, keepdim, dtype = bind(*args, **kwargs)
-    except TypeError:
+    bound = _bind(
+        lambda input, dim=None, keepdim=False, *, dtype=None:
+        (input, dim, keepdim, dtype),
+        args, kwargs)
+    if bound is None:
         return None
+    x, dim, keepdim, dtype = bound
     if dtype is not None or type(keepdim) is not bool or not _ready(mode, x) or x.dtype not in _FLOATS:
         return None
     if not _canonical(x):
@@ -732,9 +728,10 @@ RULES = {
     F.batch_norm: _batch_norm, F.layer_norm: _layer_norm,
     # views
     "view": _reshaping(False), "reshape": _reshaping(True), torch.reshape: _torch_reshape,
-    "permute": _permute, torch.permute: _permute, "transpose": _transpose, torch.transpose: _transpose,
+    "permute": _sized_view(_native.permute_layout), torch.permute: _sized_view(_native.permute_layout),
+    "transpose": _transpose, torch.transpose: _transpose,
     "unsqueeze": _unsqueeze, torch.unsqueeze: _unsqueeze, "flatten": _flatten, torch.flatten: _flatten,
-    "expand": _expand, "contiguous": _contiguous_method,
+    "expand": _sized_view(_native.expand_layout), "contiguous": _contiguous_method,
     operator.getitem: _getitem, "split": _split, torch.split: _split, "unbind": _unbind, torch.unbind: _unbind,
     # layers, continued
     F.embedding: _embedding, torch.cat: _cat, F.adaptive_avg_pool2d: _adaptive_avg_pool2d,

@@ -77,28 +77,23 @@ pub fn strides_in_format(sizes: &[i64], channels_last: bool) -> Option<Vec<i64>>
 /// `tensor.is_contiguous()`: row-major, ignoring the strides of size-1 dimensions; any
 /// empty tensor is contiguous.
 pub fn is_contiguous(sizes: &[i64], strides: &[i64]) -> bool {
-    if numel(sizes) == 0 {
-        return true;
-    }
-    let mut expected = 1;
-    for d in (0..sizes.len()).rev() {
-        if sizes[d] != 1 {
-            if strides[d] != expected {
-                return false;
-            }
-            expected *= sizes[d];
-        }
-    }
-    true
+    numel(sizes) == 0 || dense_in_order(sizes, strides, (0..sizes.len()).rev())
 }
 
 /// `tensor.is_contiguous(memory_format=torch.channels_last)`, which only 4-d tensors can be.
 pub fn is_channels_last_contiguous(sizes: &[i64], strides: &[i64]) -> bool {
-    if sizes.len() != 4 {
-        return false;
-    }
+    sizes.len() == 4 && dense_in_order(sizes, strides, [1, 3, 2, 0])
+}
+
+/// Dense with the dimensions nested in `inner_first` order (innermost first), size-1
+/// dimensions having no say.
+fn dense_in_order(
+    sizes: &[i64],
+    strides: &[i64],
+    inner_first: impl IntoIterator<Item = usize>,
+) -> bool {
     let mut expected = 1;
-    for d in [1, 3, 2, 0] {
+    for d in inner_first {
         if sizes[d] != 1 {
             if strides[d] != expected {
                 return false;
