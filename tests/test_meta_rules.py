@@ -371,3 +371,57 @@ def test_a_small_cnn_and_mlp_need_no_fake_tensor_mode_dispatch(monkeypatch):
         torch.testing.assert_close(got, expected)
         assert counter.frame_count == 1
     assert declined == []
+
+
+def test_rules_under_inference_mode_and_with_grad():
+    """The same model compiled under inference mode, no_grad and with grad enabled (then the
+    rules must leave ops on parameters that require grad to FakeTensorMode): results match
+    eager and every rule's answer agrees with FakeTensorMode (conftest's check)."""
+    import dynamo_rs
+    from dynamo_rs.testing import CompileCounter
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.LayerNorm(8), torch.nn.GELU(),
+                                torch.nn.Linear(8, 3)).eval()
+    x = torch.randn(4, 6)
+    for context in (torch.inference_mode, torch.no_grad, torch.enable_grad):
+        dynamo_rs.reset()
+        counter = CompileCounter()
+        with context():
+            expected = model(x)
+            got = dynamo_rs.compile(model, backend=counter)(x)
+        torch.testing.assert_close(got, expected)
+        assert got.requires_grad == expected.requires_grad
+        assert counter.frame_count == 1
+
+
+def test_graphs_are_the_same_with_and_without_rules():
+    """Switching the rules off (`config.meta_rules = False`) gives the same graph, node for
+    node, with the same metadata on every node."""
+    import dynamo_rs
+    from dynamo_rs.testing import CompileCounter
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.BatchNorm2d(4), torch.nn.ReLU(), torch.nn.Flatten(1),
+        torch.nn.Linear(4 * 8 * 8, 5), torch.nn.Dropout(0.1),
+    ).eval()
+    x = torch.randn(2, 3, 8, 8)
+
+    def capture():
+        dynamo_rs.reset()
+        counter = CompileCounter()
+        with torch.no_grad():
+            dynamo_rs.compile(model, backend=counter)(x)
+        (gm,) = counter.graphs
+        return gm.code, [(n.name, tuple(v.shape), v.stride(), v.dtype, v.requires_grad)
+                         for n in gm.graph.nodes
+                         if isinstance(v := n.meta.get("example_value"), torch.Tensor)]
+
+    with_rules = capture()
+    dynamo_rs.config.meta_rules = False
+    try:
+        without = capture()
+    finally:
+        dynamo_rs.config.meta_rules = True
+    assert with_rules == without
