@@ -178,7 +178,8 @@ def test_views(mode):
             elif op == "flatten":
                 target, args = rng.choice(["flatten", torch.flatten]), (x, rng.randrange(x.dim()), -1)
             elif op == "expand":
-                target, args = "expand", (x, *[rng.choice([s, -1]) if s != 1 else rng.choice([1, 3]) for s in shape])
+                sizes = [rng.choice([s, -1]) if s != 1 else rng.choice([1, 3]) for s in shape]
+                target, args = "expand", (x, *([rng.choice([1, 2])] if rng.random() < 0.3 else []), *sizes)
             else:
                 target, args = "contiguous", (x,)
             try:
@@ -317,6 +318,9 @@ def test_rules_decline_what_they_do_not_model(mode):
         assert _meta_rules.infer(mode, "view", (x.t(), -1), {}) is None
         with torch.autocast("cpu", dtype=torch.bfloat16):
             assert _meta_rules.infer(mode, F.linear, (x, torch.empty(4, 4)), {}) is None
+        # A torch-function mode could change what the call does.
+        with torch.device("cpu"):
+            assert _meta_rules.infer(mode, operator.add, (x, x), {}) is None
         # A tensor of another mode, or a real one.
         assert _meta_rules.infer(mode, operator.add, (x, torch.ones(3, 4)), {}) is None
         assert _meta_rules.infer(mode, operator.add, (x, FakeTensorMode().from_tensor(torch.ones(3, 4))), {}) is None

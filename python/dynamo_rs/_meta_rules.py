@@ -7,9 +7,10 @@ that operation and shape (batch_norm alone decomposes into some twenty fake oper
 the operations below the answer is integer arithmetic (in Rust: `dynamo_shapes`, through
 `_native`) and a fake tensor built the way FakeTensorMode's own cache builds one.
 
-A rule answers only when it is sure: plain fake tensors of this mode with static sizes, no
-element, no autograd history to build (grad mode off or nothing requiring grad), no autocast,
-and arguments the rule understands. Otherwise it returns None and FakeTensorMode runs, which
+A rule answers only when it is sure: plain fake tensors of this mode with static, non-zero
+sizes, no autograd history to build (grad mode off or nothing requiring grad), no autocast,
+no torch-function mode (which could change what the call does), and arguments the rule
+understands. Otherwise it returns None and FakeTensorMode runs, which
 also raises torch's own error for bad input. With `config.verify_meta_rules` (on in the test
 suite) every answer is checked against FakeTensorMode's.
 """
@@ -42,18 +43,19 @@ def _plain(mode: FakeTensorMode, t) -> bool:
     )
 
 
-def _no_autograd(tensors) -> bool:
-    if torch._C._is_any_autocast_enabled():
+def _plain_context(tensors) -> bool:
+    """No autocast or torch-function mode active, and no autograd graph to record."""
+    if torch._C._is_any_autocast_enabled() or torch._C._len_torch_function_stack():
         return False
     return not torch.is_grad_enabled() or not any(t.requires_grad for t in tensors)
 
 
 def _ready(mode: FakeTensorMode, *tensors) -> bool:
-    """Every tensor plain, on one device, and no autograd graph to record."""
+    """Every tensor plain, on one device, in a plain context."""
     if not all(_plain(mode, t) for t in tensors):
         return False
     device = tensors[0].device
-    return all(t.device == device for t in tensors) and _no_autograd(tensors)
+    return all(t.device == device for t in tensors) and _plain_context(tensors)
 
 
 def _new(mode: FakeTensorMode, like: FakeTensor, sizes, strides, dtype=None) -> FakeTensor:
