@@ -170,8 +170,8 @@ def _binary(true_division: bool = False, inplace: bool = False):
             if isinstance(o, FakeTensor):
                 if o.dtype is torch.bool or o.dtype.is_complex:
                     return None
-            elif type(o) not in _NUMBERS:
-                return None
+            elif type(o) not in _NUMBERS or (type(o) is int and not -2**63 <= o < 2**63):
+                return None  # not a number, or one torch cannot hold (FakeTensorMode raises)
         dtype = torch.result_type(a, b)
         if true_division and not dtype.is_floating_point:
             dtype = torch.get_default_dtype()
