@@ -10,6 +10,7 @@ model and language tests check the same on everything they trace (conftest turns
 from __future__ import annotations
 
 import operator
+import os
 import random
 
 import pytest
@@ -18,6 +19,10 @@ import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from dynamo_rs import _meta_rules
+
+# Each sweep runs once in the suite; `DYNAMO_RS_META_SEEDS=20 pytest tests/test_meta_rules.py`
+# runs twenty differently seeded sweeps (worth doing after changing a rule).
+SEEDS = pytest.mark.parametrize("seed", range(int(os.environ.get("DYNAMO_RS_META_SEEDS", "1"))))
 
 DTYPES = [torch.float32, torch.float32, torch.float64, torch.float16, torch.int64]
 
@@ -75,8 +80,9 @@ def mode():
     return FakeTensorMode()
 
 
-def test_binary_elementwise(mode):
-    rng = random.Random(0)
+@SEEDS
+def test_binary_elementwise(mode, seed):
+    rng = random.Random(0 + 1000 * seed)
     tally = Tally()
     ops = [operator.add, operator.sub, operator.mul, operator.truediv, torch.add, torch.mul, "add", "mul", "div"]
     with torch.no_grad():
@@ -94,8 +100,9 @@ def test_binary_elementwise(mode):
     assert tally.answered > 300
 
 
-def test_inplace_elementwise(mode):
-    rng = random.Random(1)
+@SEEDS
+def test_inplace_elementwise(mode, seed):
+    rng = random.Random(1 + 1000 * seed)
     tally = Tally()
     with torch.no_grad():
         for _ in range(200):
@@ -116,8 +123,9 @@ def test_inplace_elementwise(mode):
     assert tally.declined > 10  # expanded targets and int tensors += floats must decline
 
 
-def test_unary_and_casts(mode):
-    rng = random.Random(2)
+@SEEDS
+def test_unary_and_casts(mode, seed):
+    rng = random.Random(2 + 1000 * seed)
     tally = Tally()
     ops = [torch.tanh, "sigmoid", torch.neg, operator.neg, F.relu, "relu", F.silu, F.hardswish, F.hardsigmoid,
            F.gelu, torch.rsqrt, "exp", torch.cos, "sin"]
@@ -147,8 +155,9 @@ def test_dropout_and_inplace_relu_return_the_input(mode):
     assert _meta_rules.infer(mode, F.dropout, (x, 0.1, True), {}) is None  # training: random
 
 
-def test_views(mode):
-    rng = random.Random(3)
+@SEEDS
+def test_views(mode, seed):
+    rng = random.Random(3 + 1000 * seed)
     tally = Tally()
     with torch.no_grad():
         for _ in range(400):
@@ -191,8 +200,9 @@ def test_views(mode):
     assert tally.answered > 250
 
 
-def test_basic_indexing_and_split(mode):
-    rng = random.Random(4)
+@SEEDS
+def test_basic_indexing_and_split(mode, seed):
+    rng = random.Random(4 + 1000 * seed)
     tally = Tally()
 
     def random_item(size):
@@ -226,8 +236,9 @@ def test_basic_indexing_and_split(mode):
     assert tally.answered > 200
 
 
-def test_layers(mode):
-    rng = random.Random(5)
+@SEEDS
+def test_layers(mode, seed):
+    rng = random.Random(5 + 1000 * seed)
     tally = Tally()
     with torch.no_grad():
         for _ in range(150):
