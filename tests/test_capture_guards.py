@@ -136,6 +136,45 @@ def test_module_parameter_values_are_inputs_not_constants() -> None:
     assert counter.frame_count == 1
 
 
+def test_replaced_parameter_is_read_again() -> None:
+    """A parameter object replaced by another of the same shape: the guards read module dicts
+    through a cache that trusts an unchanged dict (PEP 509 version tag); the replacement
+    changes `_parameters`, so the new parameter's values are used."""
+    torch.manual_seed(0)
+    module = Gate().eval()
+    counter = CompileCounter()
+    cm = dynamo_rs.compile(module, backend=counter)
+    x = torch.randn(2, 3)
+    with torch.no_grad():
+        cm(x)
+        for _ in range(3):
+            module.linear.weight = torch.nn.Parameter(torch.randn(3, 3))
+            torch.testing.assert_close(cm(x), module(x))
+            module.linear.__dict__["_parameters"]["bias"] = torch.nn.Parameter(torch.randn(3))
+            torch.testing.assert_close(cm(x), module(x))
+
+
+def test_attribute_changed_back_and_forth_is_reread() -> None:
+    """The same dict changed and changed back: a new version tag each time, so the cached read
+    is never trusted across a change (each value gets its own compiled entry)."""
+    class Scaled(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scale = 2.0
+
+        def forward(self, x):
+            return x * self.scale
+
+    module = Scaled()
+    counter = CompileCounter()
+    cm = dynamo_rs.compile(module, backend=counter)
+    x = torch.randn(4)
+    for scale in (2.0, 3.0, 2.0, 3.0, 5.0):
+        module.scale = scale
+        torch.testing.assert_close(cm(x), x * scale)
+    assert counter.frame_count == 3
+
+
 def test_swapped_submodule_recompiles() -> None:
     torch.manual_seed(0)
     module = Gate().eval()

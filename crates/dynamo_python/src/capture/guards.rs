@@ -9,6 +9,8 @@
 
 use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicU64, AtomicUsize};
 
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString, PyTuple};
@@ -162,6 +164,52 @@ struct Step {
     checks: Vec<Check>,
     /// The last component of the source's path, rendered into descriptions on demand.
     label: PathPart,
+    /// For item and instance-attribute reads: what the dict held at the last read.
+    read_cache: DictReadCache,
+}
+
+/// The value a step last read from a dict, with that dict and its PEP 509 version tag. CPython
+/// 3.11 gives a dict a new, globally unique `ma_version_tag` on every change (and on
+/// creation, so a new dict at a freed dict's address never matches): while the same dict has
+/// the same tag, the key maps to the same value object and the lookup can be skipped.
+/// Addresses are kept as integers and only turned back into a reference after that check.
+/// (Atomics only because a pyclass must be `Sync`; every access holds the GIL.)
+#[derive(Default)]
+struct DictReadCache {
+    dict: AtomicUsize,
+    tag: AtomicU64,
+    value: AtomicUsize,
+}
+
+impl DictReadCache {
+    /// `dict[key]`, or None when the key is missing. `dict` must be an exact `dict`.
+    fn get<'py>(
+        &self,
+        dict: &Bound<'py, PyDict>,
+        key: &Bound<'py, PyAny>,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let py = dict.py();
+        let address = dict.as_ptr();
+        // SAFETY: the caller checked that `dict` is an exact dict, so the object is laid out
+        // as a PyDictObject; it is alive (we hold a reference) and the GIL is held.
+        let tag = unsafe { (*(address as *mut pyo3::ffi::PyDictObject)).ma_version_tag };
+        if self.dict.load(Relaxed) == address as usize && self.tag.load(Relaxed) == tag {
+            let value = self.value.load(Relaxed) as *mut pyo3::ffi::PyObject;
+            // SAFETY: the same dict with the same version tag has not changed since `value`
+            // was read from it (see the type's comment), so the dict, which is alive, still
+            // holds its reference to `value`; the GIL is held.
+            return Ok(Some(unsafe { Bound::from_borrowed_ptr(py, value) }));
+        }
+        let value = dict.get_item(key)?;
+        if let Some(value) = &value {
+            // The tag read before the lookup: if the lookup itself changed the dict (a key's
+            // __eq__), the next read sees a newer tag and looks up again.
+            self.dict.store(address as usize, Relaxed);
+            self.tag.store(tag, Relaxed);
+            self.value.store(value.as_ptr() as usize, Relaxed);
+        }
+        Ok(value)
+    }
 }
 
 /// Tensors checked together by one torch C++ `TensorGuards` (dtype, device, shape, stride,
@@ -345,6 +393,7 @@ impl NativeGuard {
                 access,
                 checks: Vec::new(),
                 label: source.part(),
+                read_cache: DictReadCache::default(),
             });
         }
         let mut argument_examples = Vec::new();
@@ -594,14 +643,19 @@ impl NativeGuard {
                     ty,
                     tag,
                 } => match &values[*parent] {
-                    Some(base) => match instance_dict_item(base, ty, *tag, name) {
-                        Some(value) => Some(value),
-                        None => base.getattr(name.bind(py).cast::<PyString>()?).ok(),
-                    },
+                    Some(base) => {
+                        match instance_dict_item(base, ty, *tag, name, &step.read_cache) {
+                            Some(value) => Some(value),
+                            None => base.getattr(name.bind(py).cast::<PyString>()?).ok(),
+                        }
+                    }
                     None => None,
                 },
                 Access::Item(parent, key) => match &values[*parent] {
-                    Some(base) => base.get_item(key.bind(py)).ok(),
+                    Some(base) => match base.cast_exact::<PyDict>() {
+                        Ok(dict) => step.read_cache.get(dict, &key.bind(py)).ok().flatten(),
+                        Err(_) => base.get_item(key.bind(py)).ok(),
+                    },
                     None => None,
                 },
             };
@@ -744,6 +798,7 @@ fn instance_dict_item<'py>(
     ty: &OwnedRef,
     tag: u32,
     name: &OwnedRef,
+    cache: &DictReadCache,
 ) -> Option<Bound<'py, PyAny>> {
     let py = object.py();
     let object_type = object.get_type();
@@ -764,6 +819,6 @@ fn instance_dict_item<'py>(
     }
     // SAFETY: `dict` is the new reference just returned; Bound takes ownership of it.
     let dict = unsafe { Bound::from_owned_ptr(py, dict) };
-    let dict = dict.cast::<PyDict>().ok()?;
-    dict.get_item(name.bind(py)).ok().flatten()
+    let dict = dict.cast_exact::<PyDict>().ok()?;
+    cache.get(dict, &name.bind(py)).ok().flatten()
 }
