@@ -107,12 +107,16 @@ class Gate(torch.nn.Module):
         return y.relu() if self.use_relu else y
 
 
-def test_module_attribute_change_recompiles() -> None:
+def compiled_gate():
+    """A seeded `Gate`, its compiled version, the counter and an input."""
     torch.manual_seed(0)
     module = Gate().eval()
     counter = CompileCounter()
-    cm = dynamo_rs.compile(module, backend=counter)
-    x = torch.randn(2, 3)
+    return module, dynamo_rs.compile(module, backend=counter), counter, torch.randn(2, 3)
+
+
+def test_module_attribute_change_recompiles() -> None:
+    module, cm, counter, x = compiled_gate()
     with torch.no_grad():
         torch.testing.assert_close(cm(x), module(x))
         module.use_relu = False
@@ -124,11 +128,7 @@ def test_module_attribute_change_recompiles() -> None:
 
 
 def test_module_parameter_values_are_inputs_not_constants() -> None:
-    torch.manual_seed(0)
-    module = Gate().eval()
-    counter = CompileCounter()
-    cm = dynamo_rs.compile(module, backend=counter)
-    x = torch.randn(2, 3)
+    module, cm, counter, x = compiled_gate()
     with torch.no_grad():
         cm(x)
         module.linear.weight.mul_(2)  # same tensor, new values: no recompile, new result
@@ -140,11 +140,7 @@ def test_replaced_parameter_is_read_again() -> None:
     """A parameter object replaced by another of the same shape: the guards read module dicts
     through a cache that trusts an unchanged dict (PEP 509 version tag); the replacement
     changes `_parameters`, so the new parameter's values are used."""
-    torch.manual_seed(0)
-    module = Gate().eval()
-    counter = CompileCounter()
-    cm = dynamo_rs.compile(module, backend=counter)
-    x = torch.randn(2, 3)
+    module, cm, counter, x = compiled_gate()
     with torch.no_grad():
         cm(x)
         for _ in range(3):
@@ -176,11 +172,7 @@ def test_attribute_changed_back_and_forth_is_reread() -> None:
 
 
 def test_swapped_submodule_recompiles() -> None:
-    torch.manual_seed(0)
-    module = Gate().eval()
-    counter = CompileCounter()
-    cm = dynamo_rs.compile(module, backend=counter)
-    x = torch.randn(2, 3)
+    module, cm, counter, x = compiled_gate()
     with torch.no_grad():
         cm(x)
         module.linear = torch.nn.Linear(3, 3)
