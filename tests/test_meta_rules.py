@@ -325,6 +325,9 @@ def test_rules_decline_what_they_do_not_model(mode):
         # Training batch norm updates the running statistics.
         assert _meta_rules.infer(mode, F.batch_norm, (torch.empty(2, 4, device="meta"), *bn, True), {}) is None
         # Shapes that do not fit: FakeTensorMode raises torch's error.
+        with mode:
+            bias, m1, m2 = torch.empty(3, 4), torch.empty(1, 2), torch.empty(2, 4)
+        assert _meta_rules.infer(mode, torch.addmm, (bias, m1, m2), {}) is None  # bias bigger than m1 @ m2
         assert _meta_rules.infer(mode, F.linear, (x, torch.empty(5, 5, device="meta")), {}) is None
         assert _meta_rules.infer(mode, "view", (x.t(), -1), {}) is None
         with torch.autocast("cpu", dtype=torch.bfloat16):

@@ -240,9 +240,9 @@ def _addmm(mode, args, kwargs):
     if m1.dim() != 2 or m2.dim() != 2 or m1.shape[1] != m2.shape[0]:
         return None
     out = (m1.shape[0], m2.shape[1])
-    if _native.elementwise_layout([(b.shape, b.stride()), (out, _native.contiguous_strides(out))]) is None:
-        return None
-    if b.dim() > 2:
+    # The bias must expand to the product's shape (a bias that would broadcast it bigger is
+    # an error).
+    if _native.expand_layout(b.shape, b.stride(), out) is None:
         return None
     return _contiguous(mode, m1, out)
 
@@ -467,17 +467,24 @@ def _sizes_arg(rest):
     return None
 
 
+def _receiver_and_ints(mode, args, kwargs):
+    """`(t, ints)` for `t.method(*ints)` or `t.method(ints)` on a ready tensor, else None."""
+    if kwargs or not args or not _ready(mode, args[0]):
+        return None
+    ints = _sizes_arg(args[1:])
+    return None if ints is None else (args[0], ints)
+
+
 def _reshaping(copy_allowed: bool):
     """`view` (`copy_allowed=False`) and `reshape`. A canonical input gives a canonical view.
     Otherwise the strides of the view's size-1 dimensions depend on which algorithm computes
     them (ATen's and PrimTorch's differ there; the others are fixed by the elements' addresses),
     so such views are left to FakeTensorMode."""
     def rule(mode, args, kwargs):
-        if kwargs or not args or not _ready(mode, args[0]):
+        received = _receiver_and_ints(mode, args, kwargs)
+        if received is None:
             return None
-        x, shape = args[0], _sizes_arg(args[1:])
-        if shape is None:
-            return None
+        x, shape = received
         layout = _native.view_layout(x.shape, x.stride(), shape)
         if layout is None:
             return None
@@ -504,11 +511,10 @@ def _sized_view(layout_of):
     """`t.permute(*dims)` / `t.expand(*sizes)` (or with one tuple): a view whose layout
     `layout_of(sizes, strides, ints)` computes, None when it does not apply."""
     def rule(mode, args, kwargs):
-        if kwargs or not args or not _ready(mode, args[0]):
+        received = _receiver_and_ints(mode, args, kwargs)
+        if received is None:
             return None
-        x, ints = args[0], _sizes_arg(args[1:])
-        if ints is None:
-            return None
+        x, ints = received
         layout = layout_of(x.shape, x.stride(), ints)
         return None if layout is None else _view(mode, x, *layout)
     return rule
