@@ -41,8 +41,22 @@ impl<'py> Tracer<'py> {
             let n = match self.kind(args[0]) {
                 VarKind::Tuple(items) | VarKind::List(items) => items.len(),
                 VarKind::Dict(entries) => entries.len(),
+                VarKind::DictView { dict, .. } => match self.kind(*dict) {
+                    VarKind::Dict(entries) => entries.len(),
+                    other => {
+                        return unsupported(format!("len() of a view of {}", kind_name(other)))
+                    }
+                },
                 VarKind::Tensor { fake, .. } => fake.bind(py).len()?,
-                VarKind::Const(v) | VarKind::Object(v) => v.bind(py).len()?,
+                VarKind::Const(v) => v.bind(py).len()?,
+                VarKind::Object(v) => {
+                    // The length of an existing object is its state: guard it.
+                    let n = v.bind(py).len()?;
+                    if let Some(source) = self.source(args[0]) {
+                        self.guards.add(source, super::guards::GuardKind::Len(n));
+                    }
+                    n
+                }
                 other => return unsupported(format!("len() of {}", kind_name(other))),
             };
             return Ok(self.constant(&n.into_pyobject(py)?.into_any()));

@@ -9,7 +9,7 @@ use dynamo_bytecode::{InstrIndex, Instruction, Opcode, Operand, Positions};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
-use super::source::{ItemKey, Source};
+use super::source::Source;
 use super::translator::{unsupported, CResult, CaptureError};
 use crate::eval_frame::owned::OwnedRef;
 
@@ -171,6 +171,7 @@ impl<'py> CodeGen<'py> {
                     }
                 }
             }
+            Source::Object(object, _) => self.load_const(&object.bind(py).clone()),
             Source::Cell(cell) => {
                 self.load_const(&cell.bind(py).clone());
                 let i = self.name_index("cell_contents");
@@ -183,10 +184,7 @@ impl<'py> CodeGen<'py> {
             }
             Source::Item(base, key) => {
                 self.load_source(base)?;
-                let key = match key {
-                    ItemKey::Int(i) => i.into_pyobject(py)?.into_any(),
-                    ItemKey::Str(s) => pyo3::types::PyString::new(py, s).into_any(),
-                };
+                let key = key.to_python(py)?;
                 self.load_const(&key);
                 self.emit(Opcode::BinarySubscr, Operand::None);
             }

@@ -28,6 +28,11 @@ pub enum GuardKind {
     Len(usize),
     /// The keys of a dict, in order (a tuple).
     Keys(OwnedRef),
+    /// The value is a class whose contents are unchanged: its version tag (CPython's
+    /// `tp_version_tag`, reset on any change to the class or one of its bases and then given
+    /// a new, never reused value) is still this one. Methods inlined from a class and class
+    /// data read by the trace depend on it.
+    ClassTag(u32),
 }
 
 /// The guards a trace recorded: one per (source, kind), sources interned in a table.
@@ -48,6 +53,7 @@ impl GuardSet {
             GuardKind::Type(_) => 3,
             GuardKind::Len(_) => 4,
             GuardKind::Keys(_) => 5,
+            GuardKind::ClassTag(_) => 6,
         };
         let id = self.sources.intern(&source);
         if self.seen.insert((id, tag)) {
@@ -71,6 +77,8 @@ enum SourceKey {
     /// By the address of the globals dict (kept alive by the source).
     Global(usize, String),
     Cell(usize),
+    /// By the address of the object (kept alive by the source).
+    Object(usize),
     Attr(u32, String),
     Item(u32, ItemKey),
 }
@@ -100,6 +108,7 @@ impl SourceTable {
                 None,
             ),
             Source::Cell(cell) => (SourceKey::Cell(cell.as_ptr() as usize), None),
+            Source::Object(object, _) => (SourceKey::Object(object.as_ptr() as usize), None),
             Source::Attr(base, attr) => {
                 let parent = self.intern(base);
                 (SourceKey::Attr(parent, attr.clone()), Some(parent))
@@ -132,6 +141,7 @@ enum Access {
         name: OwnedRef,
     },
     Cell(OwnedRef),
+    Object(OwnedRef),
     Attr(usize, OwnedRef),
     /// An attribute that lived in the instance `__dict__` of an object of type `ty` with no
     /// data descriptor of that name and the default `__getattribute__` (checked when the
@@ -156,6 +166,7 @@ enum Check {
     Type(OwnedRef),
     Equals(OwnedRef),
     Len(usize),
+    ClassTag(u32),
     Tensor,
 }
 
@@ -274,6 +285,9 @@ pub struct NativeGuard {
     /// [`take_graph_inputs`]), which then need not load them again from their sources.
     graph_inputs: Vec<usize>,
     graph_token: Option<OwnedRef>,
+    /// The converter (`dynamo_rs.compile`'s callback) that compiled this entry: the entry
+    /// only runs under it or under one with the same backend.
+    owner: Option<OwnedRef>,
 }
 
 thread_local! {
@@ -338,6 +352,9 @@ impl NativeGuard {
             ),
             Check::Len(n) => format!("has length {n}"),
             Check::Keys(k) => format!("has keys {}", repr(k)),
+            Check::ClassTag(_) => {
+                "is unchanged (no attribute of the class or a base set or deleted)".into()
+            }
         };
         format!("{} {what}", self.path(index))
     }
@@ -350,6 +367,7 @@ impl NativeGuard {
         layout_names: &[String],
         graph_inputs: Vec<usize>,
         graph_token: Option<OwnedRef>,
+        owner: Option<OwnedRef>,
     ) -> PyResult<NativeGuard> {
         // One step per interned source, in table order (parents first).
         let mut steps: Vec<Step> = Vec::with_capacity(set.sources.nodes.len());
@@ -374,15 +392,13 @@ impl NativeGuard {
                     name: OwnedRef::from_bound(PyString::intern(py, name).as_any()),
                 },
                 Source::Cell(cell) => Access::Cell(cell.clone()),
+                Source::Object(object, _) => Access::Object(object.clone()),
                 Source::Attr(_, attr) => Access::Attr(
                     parent.expect("attributes have a parent") as usize,
                     OwnedRef::from_bound(PyString::intern(py, attr).as_any()),
                 ),
                 Source::Item(_, key) => {
-                    let py_key = match key {
-                        ItemKey::Int(i) => i.into_pyobject(py)?.into_any(),
-                        ItemKey::Str(s) => PyString::new(py, s).into_any(),
-                    };
+                    let py_key = key.to_python(py)?;
                     Access::Item(
                         parent.expect("items have a parent") as usize,
                         OwnedRef::from_bound(&py_key),
@@ -421,6 +437,7 @@ impl NativeGuard {
                 GuardKind::Type(t) => Check::Type(t.clone()),
                 GuardKind::Len(n) => Check::Len(*n),
                 GuardKind::Keys(k) => Check::Keys(k.clone()),
+                GuardKind::ClassTag(tag) => Check::ClassTag(*tag),
             };
             steps[step].checks.push(check);
         }
@@ -474,7 +491,27 @@ impl NativeGuard {
             local_names: layout_names.to_vec(),
             graph_inputs,
             graph_token,
+            owner,
         })
+    }
+
+    /// Whether the callback installed on this thread may run this entry (see `owner`).
+    fn backend_matches(&self, py: Python<'_>) -> PyResult<bool> {
+        let Some(owner) = &self.owner else {
+            return Ok(true);
+        };
+        let current = crate::eval_frame::hook::current_callback();
+        if current == owner.as_ptr() {
+            return Ok(true);
+        }
+        if current.is_null() {
+            return Ok(false);
+        }
+        // SAFETY: the thread's callback is alive while installed (the hook owns a reference)
+        // and the GIL is held.
+        let current = unsafe { Bound::from_borrowed_ptr(py, current) };
+        let owner = owner.bind(py).cast::<super::Converter>()?.clone();
+        Ok(owner.get().same_backend(py, &current))
     }
 
     fn evaluate(&self, py: Python<'_>, view: &FrameView<'_>) -> PyResult<bool> {
@@ -484,6 +521,9 @@ impl NativeGuard {
             // SAFETY: a live object owned by the frame (or null).
             (!ptr.is_null()).then(|| unsafe { Bound::from_borrowed_ptr(py, ptr) })
         };
+        if !self.backend_matches(py)? {
+            return Ok(false);
+        }
         let mut values = Vec::new();
         if self
             .first_failing(py, &locals, Some(&mut values))?
@@ -633,6 +673,7 @@ impl NativeGuard {
                     }
                 }
                 Access::Cell(cell) => cell.bind(py).getattr("cell_contents").ok(),
+                Access::Object(object) => Some(object.bind(py).clone()),
                 Access::Attr(parent, name) => match &values[*parent] {
                     Some(base) => base.getattr(name.bind(py).cast::<PyString>()?).ok(),
                     None => None,
@@ -678,6 +719,14 @@ impl NativeGuard {
                             || (value.get_type().is(expected.get_type()) && value.eq(expected)?)
                     }
                     Check::Len(n) => value.len().ok() == Some(*n),
+                    Check::ClassTag(tag) => match value.cast::<pyo3::types::PyType>() {
+                        Ok(ty) => {
+                            // SAFETY: a live type object (we hold a reference); GIL held.
+                            let current = unsafe { (*ty.as_type_ptr()).tp_version_tag };
+                            current == *tag
+                        }
+                        Err(_) => false,
+                    },
                     Check::Keys(expected) => match value.cast::<PyDict>() {
                         Ok(d) => PyTuple::new(py, d.keys())?.eq(expected.bind(py))?,
                         Err(_) => false,
@@ -788,6 +837,20 @@ pub fn layout_names(py: Python<'_>, layout: &FrameLayout) -> Vec<String> {
         .iter()
         .map(|n| n.bind(py).to_string())
         .collect()
+}
+
+/// The version tag of `ty`, assigned now if it has none; 0 if CPython cannot give it one.
+pub fn type_version_tag(ty: &Bound<'_, pyo3::types::PyType>) -> u32 {
+    // SAFETY: a live type object (we hold a reference); GIL held.
+    let tag = unsafe { (*ty.as_type_ptr()).tp_version_tag };
+    if tag != 0 {
+        return tag;
+    }
+    // A tag is assigned lazily, by a lookup through CPython's method cache: any attribute
+    // lookup on the type does one (a missing name too).
+    let _ = ty.getattr("__dynamo_rs_version_probe__");
+    // SAFETY: as above.
+    unsafe { (*ty.as_type_ptr()).tp_version_tag }
 }
 
 /// `object.__dict__[name]` when `object`'s type is still `ty` at version `tag` (so no data

@@ -43,24 +43,48 @@ use translator::{frame_state, unsupported, CResult, CaptureError, Tracer};
 use vars::{VarId, VarKind};
 
 /// The callback `dynamo_rs.compile` installs: compiles a frame into `(guard, code)`.
-#[pyclass(module = "dynamo_rs._native")]
+///
+/// Frozen (no `&mut self`): several threads may compile with one converter at once, and
+/// guards read its backend while another thread compiles. Counters sit behind a mutex that
+/// is only held for an update.
+#[pyclass(module = "dynamo_rs._native", frozen)]
 #[derive(Debug)]
 pub struct Converter {
     backend: Py<PyAny>,
     fullgraph: bool,
-    /// Graphs compiled and operations captured, for tests and the demo.
-    #[pyo3(get)]
+    stats: std::sync::Mutex<ConverterStats>,
+}
+
+/// What a converter has done, for tests, the demo and the benchmarks.
+#[derive(Debug, Default)]
+struct ConverterStats {
     graphs: usize,
-    #[pyo3(get)]
     ops: usize,
-    #[pyo3(get)]
     guards: usize,
     /// Frames that ran eagerly, with the reason.
-    #[pyo3(get)]
     failures: Vec<(String, String)>,
-    /// Seconds spent in each phase of capture, summed over frames (for the benchmarks).
-    #[pyo3(get)]
+    /// Seconds spent in each phase of capture, summed over frames.
     phases: HashMap<&'static str, f64>,
+}
+
+impl Converter {
+    fn stats(&self) -> std::sync::MutexGuard<'_, ConverterStats> {
+        // A panic while holding the lock cannot leave the counters inconsistent in a way
+        // that matters; keep counting.
+        self.stats.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether entries compiled by this converter may run under `other` (the callback now
+    /// installed on the thread): the same converter, or one with the same backend (the same
+    /// object, or an equal one — torch's inductor wrapper compares its settings).
+    pub fn same_backend(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> bool {
+        let Ok(other) = other.cast::<Converter>() else {
+            return false;
+        };
+        let other = other.get();
+        let (mine, theirs) = (self.backend.bind(py), other.backend.bind(py));
+        mine.is(theirs) || mine.eq(theirs).unwrap_or(false)
+    }
 }
 
 #[pymethods]
@@ -71,27 +95,54 @@ impl Converter {
         Converter {
             backend,
             fullgraph,
-            graphs: 0,
-            ops: 0,
-            guards: 0,
-            failures: Vec::new(),
-            phases: HashMap::new(),
+            stats: std::sync::Mutex::new(ConverterStats::default()),
         }
     }
 
+    /// Graphs compiled.
+    #[getter]
+    fn graphs(&self) -> usize {
+        self.stats().graphs
+    }
+
+    /// Operations captured, summed over graphs.
+    #[getter]
+    fn ops(&self) -> usize {
+        self.stats().ops
+    }
+
+    /// Guards built, summed over entries.
+    #[getter]
+    fn guards(&self) -> usize {
+        self.stats().guards
+    }
+
+    /// Frames that ran eagerly, with the reason.
+    #[getter]
+    fn failures(&self) -> Vec<(String, String)> {
+        self.stats().failures.clone()
+    }
+
+    /// Seconds spent in each phase of capture, summed over frames.
+    #[getter]
+    fn phases(&self) -> HashMap<&'static str, f64> {
+        self.stats().phases.clone()
+    }
+
     fn __call__(
-        &mut self,
+        slf: &Bound<'_, Self>,
         py: Python<'_>,
         frame: &Bound<'_, PyAny>,
         cache_size: usize,
     ) -> PyResult<Py<PyAny>> {
         let _ = cache_size;
+        let this = slf.get();
         let start = std::time::Instant::now();
         let helpers = Helpers::load(py)?;
         let mut tracer = Tracer::new(py, helpers)?;
         let grad_enabled = py.import("torch")?.call_method0("is_grad_enabled")?;
-        self.lap("setup", start);
-        let converted = self.convert(py, &mut tracer, frame);
+        this.lap("setup", start);
+        let converted = this.convert(py, &mut tracer, frame, slf.as_any());
         // Grad-mode blocks flip the real mode while tracing; put it back whatever happened.
         py.import("torch")?
             .getattr("_C")?
@@ -115,14 +166,14 @@ impl Converter {
                         )
                     }
                 };
-                if self.fullgraph {
+                if this.fullgraph {
                     return Err(if backend_failed {
                         BackendCompilerFailed::new_err(message)
                     } else {
                         Unsupported::new_err(message)
                     });
                 }
-                self.failures.push((where_, message.clone()));
+                this.stats().failures.push((where_, message.clone()));
                 let logger = py
                     .import("logging")?
                     .call_method1("getLogger", ("dynamo_rs",))?;
@@ -141,17 +192,18 @@ impl Converter {
 
 impl Converter {
     /// Adds the time since `since` to `phase` and returns now.
-    fn lap(&mut self, phase: &'static str, since: std::time::Instant) -> std::time::Instant {
+    fn lap(&self, phase: &'static str, since: std::time::Instant) -> std::time::Instant {
         let now = std::time::Instant::now();
-        *self.phases.entry(phase).or_insert(0.0) += (now - since).as_secs_f64();
+        *self.stats().phases.entry(phase).or_insert(0.0) += (now - since).as_secs_f64();
         now
     }
 
     fn convert<'py>(
-        &mut self,
+        &self,
         py: Python<'py>,
         tracer: &mut Tracer<'py>,
         frame: &Bound<'py, PyAny>,
+        converter: &Bound<'py, PyAny>,
     ) -> CResult<Option<(Py<NativeGuard>, Bound<'py, PyAny>)>> {
         let h = tracer.h.clone();
         let t = std::time::Instant::now();
@@ -321,11 +373,13 @@ impl Converter {
             &slot_names,
             input_steps,
             Some(OwnedRef::from_bound(compiled.as_any())),
+            Some(OwnedRef::from_bound(converter)),
         )?;
         self.lap("guards", t);
-        self.graphs += 1;
-        self.ops += tracer.graph.op_count();
-        self.guards += tracer.guards.len();
+        let mut stats = self.stats();
+        stats.graphs += 1;
+        stats.ops += tracer.graph.op_count();
+        stats.guards += tracer.guards.len();
         Ok(Some((Py::new(py, guard)?, new_code)))
     }
 }

@@ -10,6 +10,23 @@ use super::translator::{kind_name, unsupported, CResult, Flow, FrameState, Trace
 use super::vars::{VarId, VarKind};
 use crate::eval_frame::owned::OwnedRef;
 
+/// Python's augmented-assignment operators (`operator.iadd`, ...).
+const IN_PLACE_OPERATORS: &[&str] = &[
+    "iadd",
+    "isub",
+    "imul",
+    "imatmul",
+    "itruediv",
+    "ifloordiv",
+    "imod",
+    "ipow",
+    "iand",
+    "ior",
+    "ixor",
+    "ilshift",
+    "irshift",
+];
+
 impl<'py> Tracer<'py> {
     pub(super) fn op_binary(&mut self, f: &mut FrameState<'py>, kind: u32) -> CResult<Flow> {
         let rhs = self.pop(f)?;
@@ -93,6 +110,18 @@ impl<'py> Tracer<'py> {
             return unsupported("`in` with a tensor");
         }
         let needle = self.python_value(item)?;
+        // `k in d.keys()` is `k in d`; other views are asked on their items as they are now.
+        let container = match self.kind(container) {
+            &VarKind::DictView {
+                dict,
+                which: super::vars::DictViewKind::Keys,
+            } => dict,
+            &VarKind::DictView { dict, which } => {
+                let items = self.dict_view_items(dict, which)?;
+                self.add(VarKind::Tuple(items), None)
+            }
+            _ => container,
+        };
         let found = match self.kind(container) {
             VarKind::Dict(entries) => {
                 let mut found = false;
@@ -129,7 +158,25 @@ impl<'py> Tracer<'py> {
             .iter()
             .any(|&a| matches!(self.kind(a), VarKind::Tensor { .. }))
         {
-            let name = super::ops_call::function_name(op);
+            let mut op = op.clone();
+            let mut name = super::ops_call::function_name(&op);
+            if IN_PLACE_OPERATORS.contains(&name.as_str())
+                && !matches!(self.kind(args[0]), VarKind::Tensor { .. })
+            {
+                // `out = 0; out += t`: an in-place operator on an immutable left operand is
+                // the plain operator (Python falls back to `__add__`/`__radd__`); a graph
+                // node `iadd(0, t)` is not even valid FX code. Mutable non-tensor left
+                // operands (lists) are not traced here.
+                if !matches!(self.kind(args[0]), VarKind::Const(_)) {
+                    return unsupported(format!(
+                        "operator {name} with {} on the left and a tensor on the right",
+                        kind_name(self.kind(args[0]))
+                    ));
+                }
+                name = name[1..].to_string();
+                op = self.h.operator.getattr(name.as_str())?;
+            }
+            let op = &op;
             return self.graph_call(
                 Op::CallFunction(OwnedRef::from_bound(op)),
                 &name,
@@ -190,6 +237,9 @@ impl<'py> Tracer<'py> {
             }
             VarKind::Tuple(items) | VarKind::List(items) => !items.is_empty(),
             VarKind::Dict(entries) => !entries.is_empty(),
+            VarKind::DictView { dict, .. } => {
+                matches!(self.kind(*dict), VarKind::Dict(entries) if !entries.is_empty())
+            }
             VarKind::Function(_) | VarKind::Method { .. } => true,
             VarKind::Instance {
                 model_output: true, ..
@@ -309,15 +359,10 @@ impl<'py> Tracer<'py> {
                     Ok(item) => item,
                     Err(err) => return unsupported(format!("indexing raised {err} while tracing")),
                 };
-                let item_key = if let Ok(i) = key.extract::<i64>() {
-                    Some(ItemKey::Int(i))
-                } else {
-                    key.extract::<String>().ok().map(ItemKey::Str)
-                };
-                let source = match (self.source(container), item_key) {
-                    (Some(s), Some(k)) => Some(std::rc::Rc::new(Source::Item(s, k))),
-                    _ => None,
-                };
+                // Hashable keys other than ints and strs (dtype-keyed tables) are guarded too.
+                let source = self
+                    .source(container)
+                    .map(|s| std::rc::Rc::new(Source::Item(s, ItemKey::of(&key))));
                 self.wrap(&item, source)
             }
             other => unsupported(format!("indexing {}", kind_name(other))),

@@ -18,7 +18,7 @@ use super::graph::{Arg, Op};
 use super::guards::GuardKind;
 use super::source::Source;
 use super::translator::{frame_state, kind_name, unsupported, CResult, Flow, FrameState, Tracer};
-use super::vars::{Cell, TracedFunction, VarId, VarKind};
+use super::vars::{Cell, DictViewKind, TracedFunction, VarId, VarKind};
 use crate::eval_frame::owned::OwnedRef;
 use dynamo_bytecode::binding::{self, ParamValue};
 
@@ -445,6 +445,7 @@ impl<'py> Tracer<'py> {
             });
             self.guards.add(source, GuardKind::Len(0));
         }
+        self.guard_class(module.get_type().as_any(), "forward")?;
         let forward = module.get_type().getattr("forward")?;
         if !forward.is_instance(&self.h.function_type)? {
             return unsupported(format!(
@@ -701,7 +702,13 @@ impl<'py> Tracer<'py> {
                 if self.any_tensor(&args, &kwargs) {
                     return unsupported(format!("tensor.{name} with tensor arguments"));
                 }
-                let value = fake.call_method1(name, self.python_args(&args)?)?;
+                // Every argument counts (`is_contiguous(memory_format=torch.channels_last)`,
+                // `size(dim=1)`): the fake tensor answers from the same metadata.
+                let py_kwargs = PyDict::new(py);
+                for (k, v) in &kwargs {
+                    py_kwargs.set_item(k, self.python_value(*v)?)?;
+                }
+                let value = fake.call_method(name, self.python_args(&args)?, Some(&py_kwargs))?;
                 Ok(self.constant(&value))
             }
             "item" | "tolist" | "numpy" | "__bool__" | "__int__" | "__float__" | "nonzero"
@@ -752,28 +759,19 @@ impl<'py> Tracer<'py> {
                     (None, None) => unsupported(format!("missing key {key} in {name}()")),
                 }
             }
-            (VarKind::Dict(entries), "keys") => {
-                let keys: Vec<OwnedRef> = entries.iter().map(|(k, _)| k.clone()).collect();
-                let items = keys
-                    .into_iter()
-                    .map(|k| self.add(VarKind::Const(k), None))
-                    .collect();
-                Ok(self.add(VarKind::Tuple(items), None))
-            }
-            (VarKind::Dict(entries), "values") => {
-                let values = entries.iter().map(|(_, v)| *v).collect();
-                Ok(self.add(VarKind::Tuple(values), None))
-            }
-            (VarKind::Dict(entries), "items") => {
-                let entries = entries.clone();
-                let pairs = entries
-                    .into_iter()
-                    .map(|(k, v)| {
-                        let k = self.add(VarKind::Const(k), None);
-                        self.add(VarKind::Tuple(vec![k, v]), None)
-                    })
-                    .collect();
-                Ok(self.add(VarKind::Tuple(pairs), None))
+            (VarKind::Dict(_), "keys" | "values" | "items") => {
+                let which = match name {
+                    "keys" => DictViewKind::Keys,
+                    "values" => DictViewKind::Values,
+                    _ => DictViewKind::Items,
+                };
+                Ok(self.add(
+                    VarKind::DictView {
+                        dict: receiver,
+                        which,
+                    },
+                    None,
+                ))
             }
             (VarKind::Dict(entries), "copy") => {
                 let entries = entries.clone();
@@ -955,7 +953,7 @@ impl<'py> Tracer<'py> {
             let value = dict.get_item(key)?;
             let item_source = Rc::new(Source::Item(
                 source.clone(),
-                super::source::ItemKey::Str(key.to_string()),
+                super::source::ItemKey::of(key),
             ));
             this.wrap(&value, Some(item_source))
         };
@@ -1191,6 +1189,7 @@ impl<'py> Tracer<'py> {
                     .map(|k| self.add(VarKind::Const(k.clone()), None))
                     .collect())
             }
+            &VarKind::DictView { dict, which } => self.dict_view_items(dict, which),
             VarKind::Const(v) => {
                 let v = v.bind(py).clone();
                 let mut out = Vec::new();
@@ -1217,6 +1216,26 @@ impl<'py> Tracer<'py> {
             VarKind::Tensor { .. } => unsupported("iterating over a tensor"),
             other => unsupported(format!("iterating over {}", kind_name(other))),
         }
+    }
+
+    /// What iterating a dict view gives now: keys, values or `(key, value)` tuples of the
+    /// dict's current entries.
+    pub fn dict_view_items(&mut self, dict: VarId, which: DictViewKind) -> CResult<Vec<VarId>> {
+        let VarKind::Dict(entries) = self.kind(dict) else {
+            return unsupported("internal: a dict view of something that is not a dict");
+        };
+        let entries = entries.clone();
+        Ok(entries
+            .into_iter()
+            .map(|(k, v)| match which {
+                DictViewKind::Keys => self.add(VarKind::Const(k), None),
+                DictViewKind::Values => v,
+                DictViewKind::Items => {
+                    let k = self.add(VarKind::Const(k), None);
+                    self.add(VarKind::Tuple(vec![k, v]), None)
+                }
+            })
+            .collect())
     }
 
     /// Items of an object whose class is a Python sequence (`__len__` and `__getitem__` in
@@ -1263,28 +1282,33 @@ impl<'py> Tracer<'py> {
         let py = self.py;
         let source = self.source(id);
         let type_name = obj.get_type().name()?.to_string();
-        if obj.is_instance(&self.h.module_dict)? {
-            let mut out = Vec::new();
-            for key in obj.getattr("_modules")?.try_iter()? {
-                out.push(self.constant(&key?));
-            }
-            return Ok(out);
-        }
-        if obj.is_instance(&self.h.module_sequences)? {
+        let is_module_dict = obj.is_instance(&self.h.module_dict)?;
+        if is_module_dict || obj.is_instance(&self.h.module_sequences)? {
+            // Iterating a module container reads its `_modules`: wrapped from its source, the
+            // keys are guarded (a module appended later recompiles) and each child by
+            // identity.
             let modules = obj.getattr("_modules")?;
-            let mut out = Vec::new();
-            for key in modules.try_iter()? {
-                let key = key?;
-                let child = modules.get_item(&key)?;
-                let child_source = source.as_ref().map(|s| {
-                    Rc::new(Source::Item(
-                        Rc::new(Source::Attr(s.clone(), "_modules".into())),
-                        super::source::ItemKey::Str(key.to_string()),
+            let modules_source = source.map(|s| Rc::new(Source::Attr(s, "_modules".into())));
+            let modules_var = self.wrap(&modules, modules_source)?;
+            let entries = match self.kind(modules_var) {
+                VarKind::Dict(entries) => entries.clone(),
+                other => {
+                    return unsupported(format!(
+                        "a module container whose _modules is {}",
+                        kind_name(other)
                     ))
-                });
-                out.push(self.wrap(&child, child_source)?);
-            }
-            return Ok(out);
+                }
+            };
+            return Ok(entries
+                .into_iter()
+                .map(|(key, child)| {
+                    if is_module_dict {
+                        self.add(VarKind::Const(key), None)
+                    } else {
+                        child
+                    }
+                })
+                .collect());
         }
         if matches!(
             type_name.as_str(),

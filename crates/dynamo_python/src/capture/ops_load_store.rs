@@ -168,8 +168,12 @@ impl<'py> Tracer<'py> {
                 if value.is(&py.import("os")?.getattr("environ")?) {
                     return Ok(self.add(VarKind::Object(OwnedRef::from_bound(&attr)), None));
                 }
-                // A Python method keeps its tracked receiver.
+                // A Python method keeps its tracked receiver; its code comes from the class,
+                // whose contents are guarded (a method patched later recompiles).
                 if attr.is_instance(&self.h.method_type)? && attr.getattr("__self__")?.is(&value) {
+                    if !value.is_instance_of::<pyo3::types::PyType>() {
+                        self.guard_class(&value.get_type().into_any(), name)?;
+                    }
                     let func = attr.getattr("__func__")?;
                     if let Some(s) = self.source(obj) {
                         // The method's code is fixed by the receiver's class.
@@ -181,6 +185,29 @@ impl<'py> Tracer<'py> {
                         );
                     }
                     return Ok(self.method(obj, name, Some(OwnedRef::from_bound(&func))));
+                }
+                // A classmethod read through an instance (`self.from_config(...)`): the bound
+                // method is a new object on every read, so it is not guarded by identity; its
+                // receiver is the instance's class, fixed by the instance's type guard, and its
+                // code by the class's contents.
+                if attr.is_instance(&self.h.method_type)?
+                    && !value.is_instance_of::<pyo3::types::PyType>()
+                    && attr.getattr("__self__")?.is(value.get_type())
+                {
+                    let ty = value.get_type();
+                    self.guard_class(ty.as_any(), name)?;
+                    if let Some(s) = self.source(obj) {
+                        self.guards.add(
+                            s,
+                            super::guards::GuardKind::Type(OwnedRef::from_bound(ty.as_any())),
+                        );
+                    }
+                    let receiver = self.add(
+                        VarKind::Object(OwnedRef::from_bound(ty.as_any())),
+                        Some(super::ops_objects::class_source(&ty)),
+                    );
+                    let func = attr.getattr("__func__")?;
+                    return Ok(self.method(receiver, name, Some(OwnedRef::from_bound(&func))));
                 }
                 // A property that returns a plain object may build a new one on each access
                 // (`config.per_layer_config`): an identity guard would never pass again, so the

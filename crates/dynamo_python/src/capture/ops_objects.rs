@@ -174,6 +174,7 @@ impl<'py> Tracer<'py> {
             },
             None,
         );
+        self.guard_class(cls, "__init__")?;
         let init = cls.getattr("__init__")?;
         let object_init = py
             .import("builtins")?
@@ -276,6 +277,8 @@ impl<'py> Tracer<'py> {
             return Ok(*v);
         }
         let (cls, model_output) = (cls.bind(py).clone(), *model_output);
+        // Everything below is read from the class.
+        self.guard_class(&cls, name)?;
         if model_output && matches!(name, "to_tuple" | "keys" | "values" | "items" | "get") {
             return Ok(self.method(obj, name, None));
         }
@@ -310,9 +313,40 @@ impl<'py> Tracer<'py> {
             let func = attr.getattr("__func__")?;
             return Ok(self.method(cls_var, name, Some(OwnedRef::from_bound(&func))));
         }
-        // Class data (constants, nested classes, functions from elsewhere).
+        // Class data (constants, nested classes, functions from elsewhere), read through the
+        // class so that what it holds is guarded like any other read.
         let value = cls.getattr(name)?;
-        self.wrap(&value, None)
+        let source = match cls.cast::<PyType>() {
+            Ok(ty) => Some(std::rc::Rc::new(super::source::Source::Attr(
+                class_source(ty),
+                name.to_string(),
+            ))),
+            Err(_) => None,
+        };
+        self.wrap(&value, source)
+    }
+
+    /// Records that the trace depends on the contents of class `cls` (a method inlined from
+    /// it, class data read through an instance): the class is held by the guard and checked
+    /// by its version tag, which changes when an attribute of it or of a base is set or
+    /// deleted. Where CPython cannot tag the class, `cls.name` is checked by identity instead.
+    pub fn guard_class(&mut self, cls: &Bound<'py, PyAny>, name: &str) -> CResult<()> {
+        let Ok(ty) = cls.cast::<PyType>() else {
+            return Ok(());
+        };
+        let source = class_source(ty);
+        let tag = super::guards::type_version_tag(ty);
+        if tag != 0 {
+            self.guards
+                .add(source, super::guards::GuardKind::ClassTag(tag));
+        } else if let Ok(attr) = cls.getattr(name) {
+            let attr_source = std::rc::Rc::new(super::source::Source::Attr(source, name.into()));
+            self.guards.add(
+                attr_source,
+                super::guards::GuardKind::Id(OwnedRef::from_bound(&attr)),
+            );
+        }
+        Ok(())
     }
 
     /// `isinstance`/`issubclass`-style checks and `type()` for instances use their class.
@@ -322,4 +356,16 @@ impl<'py> Tracer<'py> {
             _ => None,
         }
     }
+}
+
+/// The source of a class the guard holds itself.
+pub fn class_source(ty: &Bound<'_, PyType>) -> std::rc::Rc<super::source::Source> {
+    let name = ty
+        .qualname()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "?".into());
+    std::rc::Rc::new(super::source::Source::Object(
+        OwnedRef::from_bound(ty.as_any()),
+        format!("<class {name}>"),
+    ))
 }

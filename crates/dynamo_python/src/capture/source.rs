@@ -10,6 +10,65 @@ use crate::eval_frame::owned::OwnedRef;
 pub enum ItemKey {
     Int(i64),
     Str(String),
+    /// Any other hashable key (a dtype, a type, a tuple, a float), kept alive; told apart by
+    /// identity, looked up by the dict's own hash and `==`.
+    Object(ObjectKey),
+}
+
+/// A dict key that is neither an int nor a str, with its repr for descriptions.
+#[derive(Clone, Debug)]
+pub struct ObjectKey {
+    pub value: OwnedRef,
+    pub repr: String,
+}
+
+impl PartialEq for ObjectKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.value.as_ptr() == other.value.as_ptr()
+    }
+}
+
+impl Eq for ObjectKey {}
+
+impl std::hash::Hash for ObjectKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        (self.value.as_ptr() as usize).hash(state);
+    }
+}
+
+impl ItemKey {
+    /// The key for looking `key` up again: ints and strs by value (what a guard or the
+    /// generated code rebuilds), anything else by the object itself.
+    pub fn of(key: &pyo3::Bound<'_, pyo3::PyAny>) -> ItemKey {
+        use pyo3::types::{PyAnyMethods, PyBool, PyInt, PyString};
+        if key.is_instance_of::<PyInt>() && !key.is_instance_of::<PyBool>() {
+            if let Ok(i) = key.extract::<i64>() {
+                return ItemKey::Int(i);
+            }
+        }
+        if key.is_exact_instance_of::<PyString>() {
+            if let Ok(s) = key.extract::<String>() {
+                return ItemKey::Str(s);
+            }
+        }
+        ItemKey::Object(ObjectKey {
+            value: OwnedRef::from_bound(key),
+            repr: key.repr().map(|r| r.to_string()).unwrap_or_default(),
+        })
+    }
+
+    /// The key as a Python object.
+    pub fn to_python<'py>(
+        &self,
+        py: pyo3::Python<'py>,
+    ) -> pyo3::PyResult<pyo3::Bound<'py, pyo3::PyAny>> {
+        use pyo3::IntoPyObject;
+        Ok(match self {
+            ItemKey::Int(i) => i.into_pyobject(py)?.into_any(),
+            ItemKey::Str(s) => pyo3::types::PyString::new(py, s).into_any(),
+            ItemKey::Object(k) => k.value.bind(py).clone(),
+        })
+    }
 }
 
 /// One component of a source's readable path (`L["self"]`, `._modules`, `["fc"]`): what
@@ -19,6 +78,7 @@ pub enum PathPart {
     Local(String),
     Global(String),
     Cell,
+    Object(String),
     Attr(String),
     Item(ItemKey),
 }
@@ -31,9 +91,11 @@ impl PathPart {
             PathPart::Local(name) => format!("L[{name:?}]"),
             PathPart::Global(name) => format!("G[{name:?}]"),
             PathPart::Cell => "<closure cell>".to_string(),
+            PathPart::Object(what) => what.clone(),
             PathPart::Attr(attr) => format!("{parent}.{attr}"),
             PathPart::Item(ItemKey::Int(i)) => format!("{parent}[{i}]"),
             PathPart::Item(ItemKey::Str(k)) => format!("{parent}[{k:?}]"),
+            PathPart::Item(ItemKey::Object(k)) => format!("{parent}[{}]", k.repr),
         }
     }
 }
@@ -52,6 +114,10 @@ pub enum Source {
     },
     /// The contents of a closure cell of an inlined function (the cell itself is kept).
     Cell(OwnedRef),
+    /// An object the compiled code holds itself (a class, a function, `sys.modules`): the
+    /// root for state read from objects that are not reached from the frame, so that what
+    /// is read from them is guarded like anything else.
+    Object(OwnedRef, String),
     Attr(Rc<Source>, String),
     Item(Rc<Source>, ItemKey),
 }
@@ -92,6 +158,7 @@ impl Source {
             Source::Local(name) => PathPart::Local(name.clone()),
             Source::Global { name, .. } => PathPart::Global(name.clone()),
             Source::Cell(_) => PathPart::Cell,
+            Source::Object(_, what) => PathPart::Object(what.clone()),
             Source::Attr(_, attr) => PathPart::Attr(attr.clone()),
             Source::Item(_, key) => PathPart::Item(key.clone()),
         }

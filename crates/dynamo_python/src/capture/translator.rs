@@ -262,6 +262,10 @@ impl<'py> Tracer<'py> {
                     .collect::<CResult<Vec<_>>>()?;
                 pyo3::types::PyList::new(py, items)?.into_any()
             }
+            // A view of a dict rebuilt now: the call it is passed to runs right away.
+            VarKind::DictView { dict, which } => {
+                self.python_value(*dict)?.call_method0(which.method())?
+            }
             other => return unsupported(format!("{} used as a Python value", kind_name(other))),
         })
     }
@@ -275,6 +279,9 @@ impl<'py> Tracer<'py> {
             VarKind::Dict(entries) => entries.iter().any(|(_, v)| self.contains_tensor(*v)),
             VarKind::Iter { items, next } => {
                 items[*next..].iter().any(|&i| self.contains_tensor(i))
+            }
+            VarKind::DictView { dict, which } => {
+                *which != super::vars::DictViewKind::Keys && self.contains_tensor(*dict)
             }
             _ => false,
         }
@@ -347,16 +354,9 @@ impl<'py> Tracer<'py> {
                 let mut entries = Vec::with_capacity(keys.len());
                 for key in keys {
                     let item = dict.get_item(&key)?.expect("key from this dict");
-                    let item_key = match key.extract::<i64>() {
-                        Ok(i) if !key.is_instance_of::<pyo3::types::PyBool>() => {
-                            Some(ItemKey::Int(i))
-                        }
-                        _ => key.extract::<String>().ok().map(ItemKey::Str),
-                    };
-                    let item_source = match (&source, item_key) {
-                        (Some(s), Some(k)) => Some(Rc::new(Source::Item(s.clone(), k))),
-                        _ => None,
-                    };
+                    let item_source = source
+                        .as_ref()
+                        .map(|s| Rc::new(Source::Item(s.clone(), ItemKey::of(&key))));
                     let item = self.wrap(&item, item_source)?;
                     entries.push((OwnedRef::from_bound(&key), item));
                 }
@@ -607,6 +607,7 @@ pub fn kind_name(kind: &VarKind) -> &'static str {
         VarKind::Tuple(_) => "a tuple",
         VarKind::List(_) => "a list",
         VarKind::Dict(_) => "a dict",
+        VarKind::DictView { .. } => "a dict view",
         VarKind::Null => "NULL",
         VarKind::Method { .. } => "a method",
         VarKind::Iter { .. } => "an iterator",

@@ -36,6 +36,12 @@ pub enum VarKind {
     List(Vec<VarId>),
     /// Keys are constants, in insertion order.
     Dict(Vec<(OwnedRef, VarId)>),
+    /// `d.keys()`, `d.values()` or `d.items()` of a dict tracker: live, like Python's views,
+    /// so a store into `d` after the view was taken shows through it.
+    DictView {
+        dict: VarId,
+        which: DictViewKind,
+    },
     /// The NULL that `PUSH_NULL` and `LOAD_GLOBAL` put below a callable.
     Null,
     /// `receiver.name`, a method of a tracked value (a tensor method, or a Python method
@@ -76,6 +82,24 @@ pub enum VarKind {
     GradModeExit {
         previous: bool,
     },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DictViewKind {
+    Keys,
+    Values,
+    Items,
+}
+
+impl DictViewKind {
+    /// The dict method that makes this view.
+    pub fn method(self) -> &'static str {
+        match self {
+            DictViewKind::Keys => "keys",
+            DictViewKind::Values => "values",
+            DictViewKind::Items => "items",
+        }
+    }
 }
 
 #[derive(Debug)]

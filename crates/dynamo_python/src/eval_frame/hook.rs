@@ -503,6 +503,13 @@ extern "C" fn default_evaluator(
     unsafe { ffi::_PyEval_EvalFrameDefault(tstate, frame, throw) }
 }
 
+/// This thread's callback (borrowed; null when the hook is off here). Guards compare it with
+/// the callback that compiled their entry: an entry made for one backend is not reused under
+/// another.
+pub fn current_callback() -> *mut ffi::PyObject {
+    CALLBACK.with(|c| c.get())
+}
+
 /// Whether a callback is set on this thread.
 pub fn is_enabled() -> bool {
     CALLBACK.with(|c| !c.get().is_null())
