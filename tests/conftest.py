@@ -11,6 +11,9 @@ from dynamo_rs import _meta_rules  # noqa: E402
 # Every fake result our shape rules compute during the tests is checked against
 # FakeTensorMode's; any difference fails the test that met it.
 dynamo_rs.config.verify_meta_rules = True
+# Every new cache entry must pass its own guard on the frame it was compiled for (a guard
+# that fails right away never holds, and every call would compile again).
+dynamo_rs.config.guard_self_check = True
 
 
 @pytest.fixture(autouse=True)

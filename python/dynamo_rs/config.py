@@ -16,6 +16,10 @@
 - verify_meta_rules (False, or the environment variable DYNAMO_RS_VERIFY_META_RULES=1):
   also run FakeTensorMode for every operation a rule answered and fail the frame's compile
   on any difference. The test suite turns it on.
+- guard_self_check (False, or the environment variable DYNAMO_RS_GUARD_SELF_CHECK=1): check
+  every new cache entry's guard on the frame it was compiled for and raise
+  `dynamo_rs.CompileError` if it fails (such a guard never holds: every call would compile
+  again). The test suite turns it on.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ class _Config(types.ModuleType):
         self.skip_torch = True
         self.meta_rules = True
         self.verify_meta_rules = os.environ.get("DYNAMO_RS_VERIFY_META_RULES", "") not in ("", "0")
+        self.guard_self_check = os.environ.get("DYNAMO_RS_GUARD_SELF_CHECK", "") not in ("", "0")
 
     def __getattr__(self, name: str):
         values = object.__getattribute__(self, "_values")
@@ -69,7 +74,7 @@ class _Config(types.ModuleType):
             if value:
                 prefixes += [p for p in (_package_dir("torch"),) if p]
             _native.configure(skip_prefixes=prefixes)
-        elif name in ("meta_rules", "verify_meta_rules"):
+        elif name in ("meta_rules", "verify_meta_rules", "guard_self_check"):
             value = bool(value)
         else:
             raise AttributeError(f"dynamo_rs.config has no setting {name!r}")

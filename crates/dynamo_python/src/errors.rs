@@ -32,6 +32,14 @@ create_exception!(
     "The backend raised while compiling a graph."
 );
 
+create_exception!(
+    dynamo_rs,
+    InternalCheckFailed,
+    CompileError,
+    "One of dynamo_rs's own consistency checks failed (config.guard_self_check): a bug in \
+     dynamo_rs, raised so that tests see it."
+);
+
 pub fn bytecode_error(err: RustBytecodeError) -> PyErr {
     BytecodeError::new_err(err.to_string())
 }
@@ -40,6 +48,10 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("BytecodeError", m.py().get_type::<BytecodeError>())?;
     m.add("CompileError", m.py().get_type::<CompileError>())?;
     m.add("Unsupported", m.py().get_type::<Unsupported>())?;
+    m.add(
+        "InternalCheckFailed",
+        m.py().get_type::<InternalCheckFailed>(),
+    )?;
     m.add(
         "BackendCompilerFailed",
         m.py().get_type::<BackendCompilerFailed>(),

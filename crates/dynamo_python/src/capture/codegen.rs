@@ -182,6 +182,9 @@ impl<'py> CodeGen<'py> {
                 let i = self.name_index(attr);
                 self.emit(Opcode::LoadAttr, Operand::Name(i));
             }
+            Source::ClassAttr(..) => {
+                return unsupported("internal: loading a class-lookup source");
+            }
             Source::Item(base, key) => {
                 self.load_source(base)?;
                 let key = key.to_python(py)?;

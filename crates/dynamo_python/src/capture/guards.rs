@@ -28,32 +28,33 @@ pub enum GuardKind {
     Len(usize),
     /// The keys of a dict, in order (a tuple).
     Keys(OwnedRef),
-    /// The value is a class whose contents are unchanged: its version tag (CPython's
-    /// `tp_version_tag`, reset on any change to the class or one of its bases and then given
-    /// a new, never reused value) is still this one. Methods inlined from a class and class
-    /// data read by the trace depend on it.
-    ClassTag(u32),
+    /// `key in value` gives this answer (membership in a set, in `os.environ`).
+    Contains(OwnedRef, bool),
 }
 
 /// The guards a trace recorded: one per (source, kind), sources interned in a table.
 #[derive(Debug, Default)]
 pub struct GuardSet {
     pub guards: Vec<(u32, GuardKind)>,
-    seen: HashSet<(u32, u8)>,
+    seen: HashSet<(u32, u64)>,
     pub sources: SourceTable,
     pub grad_mode: Option<bool>,
+    /// torch's `GlobalStateGuard`, made before tracing: grad mode, autocast, deterministic
+    /// algorithms, default dtype, torch-function enablement, ... as the trace saw them.
+    pub global_state: Option<OwnedRef>,
 }
 
 impl GuardSet {
     pub fn add(&mut self, source: Rc<Source>, kind: GuardKind) {
-        let tag = match kind {
+        let tag = match &kind {
             GuardKind::Tensor(_) => 0,
             GuardKind::Equals(_) => 1,
             GuardKind::Id(_) => 2,
             GuardKind::Type(_) => 3,
             GuardKind::Len(_) => 4,
             GuardKind::Keys(_) => 5,
-            GuardKind::ClassTag(_) => 6,
+            // One per key: the tag holds the key's address (the key is kept by the guard).
+            GuardKind::Contains(key, _) => 7 + ((key.as_ptr() as usize as u64) << 8),
         };
         let id = self.sources.intern(&source);
         if self.seen.insert((id, tag)) {
@@ -80,6 +81,7 @@ enum SourceKey {
     /// By the address of the object (kept alive by the source).
     Object(usize),
     Attr(u32, String),
+    ClassAttr(u32, String),
     Item(u32, ItemKey),
 }
 
@@ -113,6 +115,10 @@ impl SourceTable {
                 let parent = self.intern(base);
                 (SourceKey::Attr(parent, attr.clone()), Some(parent))
             }
+            Source::ClassAttr(base, attr) => {
+                let parent = self.intern(base);
+                (SourceKey::ClassAttr(parent, attr.clone()), Some(parent))
+            }
             Source::Item(base, key) => {
                 let parent = self.intern(base);
                 (SourceKey::Item(parent, key.clone()), Some(parent))
@@ -143,6 +149,9 @@ enum Access {
     Cell(OwnedRef),
     Object(OwnedRef),
     Attr(usize, OwnedRef),
+    /// A name found along the MRO of the class that is the parent's value (see
+    /// [`class_lookup`]).
+    ClassAttr(usize, OwnedRef),
     /// An attribute that lived in the instance `__dict__` of an object of type `ty` with no
     /// data descriptor of that name and the default `__getattribute__` (checked when the
     /// guard was built): read straight from the instance dict while `ty` is the parent's
@@ -166,7 +175,7 @@ enum Check {
     Type(OwnedRef),
     Equals(OwnedRef),
     Len(usize),
-    ClassTag(u32),
+    Contains(OwnedRef, bool),
     Tensor,
 }
 
@@ -277,7 +286,10 @@ pub struct NativeGuard {
     /// Every other tensor (parameters, buffers, ...), checked after the walk.
     reached: TensorGroup,
     grad_mode: Option<bool>,
-    is_grad_enabled: OwnedRef,
+    global_state: Option<OwnedRef>,
+    /// `torch._C._len_torch_function_stack`: frames are only compiled with no torch-function
+    /// mode active (the trace folds `has_torch_function` to False), so none may be active.
+    len_torch_function_stack: OwnedRef,
     /// Localsplus names, for `first_failure`.
     local_names: Vec<String>,
     /// The graph inputs' steps, in graph-input order, and the compiled graph they are for:
@@ -320,9 +332,10 @@ impl NativeGuard {
     fn path(&self, index: usize) -> String {
         let step = &self.steps[index];
         let parent = match step.access {
-            Access::Attr(p, _) | Access::Item(p, _) | Access::InstanceAttr { parent: p, .. } => {
-                self.path(p)
-            }
+            Access::Attr(p, _)
+            | Access::ClassAttr(p, _)
+            | Access::Item(p, _)
+            | Access::InstanceAttr { parent: p, .. } => self.path(p),
             _ => String::new(),
         };
         step.label.render(&parent)
@@ -352,9 +365,8 @@ impl NativeGuard {
             ),
             Check::Len(n) => format!("has length {n}"),
             Check::Keys(k) => format!("has keys {}", repr(k)),
-            Check::ClassTag(_) => {
-                "is unchanged (no attribute of the class or a base set or deleted)".into()
-            }
+            Check::Contains(key, true) => format!("contains {}", repr(key)),
+            Check::Contains(key, false) => format!("does not contain {}", repr(key)),
         };
         format!("{} {what}", self.path(index))
     }
@@ -397,6 +409,10 @@ impl NativeGuard {
                     parent.expect("attributes have a parent") as usize,
                     OwnedRef::from_bound(PyString::intern(py, attr).as_any()),
                 ),
+                Source::ClassAttr(_, attr) => Access::ClassAttr(
+                    parent.expect("class lookups have a parent") as usize,
+                    OwnedRef::from_bound(PyString::intern(py, attr).as_any()),
+                ),
                 Source::Item(_, key) => {
                     let py_key = key.to_python(py)?;
                     Access::Item(
@@ -437,7 +453,7 @@ impl NativeGuard {
                 GuardKind::Type(t) => Check::Type(t.clone()),
                 GuardKind::Len(n) => Check::Len(*n),
                 GuardKind::Keys(k) => Check::Keys(k.clone()),
-                GuardKind::ClassTag(tag) => Check::ClassTag(*tag),
+                GuardKind::Contains(key, expected) => Check::Contains(key.clone(), *expected),
             };
             steps[step].checks.push(check);
         }
@@ -487,7 +503,12 @@ impl NativeGuard {
             arguments: TensorGroup::new(py, argument_examples)?,
             reached: TensorGroup::new(py, reached_examples)?,
             grad_mode: set.grad_mode,
-            is_grad_enabled: OwnedRef::from_bound(&py.import("torch")?.getattr("is_grad_enabled")?),
+            global_state: set.global_state.clone(),
+            len_torch_function_stack: OwnedRef::from_bound(
+                &py.import("torch")?
+                    .getattr("_C")?
+                    .getattr("_len_torch_function_stack")?,
+            ),
             local_names: layout_names.to_vec(),
             graph_inputs,
             graph_token,
@@ -621,6 +642,52 @@ impl NativeGuard {
         )))
     }
 
+    /// Tensors that were distinct objects when compiled must still be: the graph has one
+    /// input for each, and an in-place operation on one would not show through the other.
+    /// (Tensors that were the same object are `Check::Alias`.) One check over every tensor,
+    /// arguments and tensors reached through other sources alike.
+    fn check_distinct(
+        &self,
+        arguments: &[Bound<'_, PyAny>],
+        reached: &[Bound<'_, PyAny>],
+    ) -> Option<String> {
+        let total = arguments.len() + reached.len();
+        if total < 2 {
+            return None;
+        }
+        let mut addresses: Vec<usize> = arguments
+            .iter()
+            .chain(reached)
+            .map(|t| t.as_ptr() as usize)
+            .collect();
+        addresses.sort_unstable();
+        let shared = addresses.windows(2).find(|w| w[0] == w[1])?[0];
+        let steps: Vec<usize> = self
+            .arguments
+            .examples
+            .iter()
+            .map(|(step, _)| *step)
+            .zip(arguments)
+            .chain(
+                self.reached
+                    .examples
+                    .iter()
+                    .map(|(step, _)| *step)
+                    .zip(reached),
+            )
+            .filter(|(_, t)| t.as_ptr() as usize == shared)
+            .map(|(step, _)| step)
+            .collect();
+        Some(match steps.as_slice() {
+            [a, b, ..] => format!(
+                "{} and {} are now the same tensor (they were distinct)",
+                self.path(*a),
+                self.path(*b)
+            ),
+            _ => "two tensors that were distinct are now the same object".into(),
+        })
+    }
+
     /// The description of the first check that fails (`None`: all pass), reading locals through
     /// `locals`. When all pass, `keep` receives the value of every step.
     fn first_failing<'py>(
@@ -633,8 +700,8 @@ impl NativeGuard {
         let mut tensors: Vec<Bound<'_, PyAny>> = Vec::new();
         let mut aliases: Vec<(usize, usize, Bound<'_, PyAny>, &Check)> = Vec::new();
         // The frame's own tensor arguments first.
+        let mut arguments = Vec::with_capacity(self.arguments.examples.len());
         if !self.arguments.examples.is_empty() {
-            let mut arguments = Vec::with_capacity(self.arguments.examples.len());
             for (step, _) in &self.arguments.examples {
                 let Access::Local(i) = self.steps[*step].access else {
                     unreachable!("argument tensors are locals");
@@ -678,6 +745,10 @@ impl NativeGuard {
                     Some(base) => base.getattr(name.bind(py).cast::<PyString>()?).ok(),
                     None => None,
                 },
+                Access::ClassAttr(parent, name) => match &values[*parent] {
+                    Some(base) => class_lookup(base, name.bind(py).cast::<PyString>()?),
+                    None => None,
+                },
                 Access::InstanceAttr {
                     parent,
                     name,
@@ -719,14 +790,9 @@ impl NativeGuard {
                             || (value.get_type().is(expected.get_type()) && value.eq(expected)?)
                     }
                     Check::Len(n) => value.len().ok() == Some(*n),
-                    Check::ClassTag(tag) => match value.cast::<pyo3::types::PyType>() {
-                        Ok(ty) => {
-                            // SAFETY: a live type object (we hold a reference); GIL held.
-                            let current = unsafe { (*ty.as_type_ptr()).tp_version_tag };
-                            current == *tag
-                        }
-                        Err(_) => false,
-                    },
+                    Check::Contains(key, expected) => {
+                        value.contains(key.bind(py)).ok() == Some(*expected)
+                    }
                     Check::Keys(expected) => match value.cast::<PyDict>() {
                         Ok(d) => PyTuple::new(py, d.keys())?.eq(expected.bind(py))?,
                         Err(_) => false,
@@ -764,10 +830,27 @@ impl NativeGuard {
         if let Some(failure) = self.check_tensors(py, &self.reached, &tensors)? {
             return Ok(Some(failure));
         }
-        if let Some(mode) = self.grad_mode {
-            if self.is_grad_enabled.bind(py).call0()?.is_truthy()? != mode {
-                return Ok(Some(format!("torch.is_grad_enabled() is no longer {mode}")));
+        if let Some(failure) = self.check_distinct(&arguments, &tensors) {
+            return Ok(Some(failure));
+        }
+        if let Some(state) = &self.global_state {
+            let state = state.bind(py);
+            if !state.call_method0("check")?.is_truthy()? {
+                let what = state.call_method0("reason")?;
+                return Ok(Some(format!(
+                    "global torch state changed since compiling: {}",
+                    what.str()?.to_string().trim()
+                )));
             }
+        }
+        if self
+            .len_torch_function_stack
+            .bind(py)
+            .call0()?
+            .extract::<usize>()?
+            != 0
+        {
+            return Ok(Some("a torch-function mode is active".into()));
         }
         if let Some(keep) = keep {
             *keep = values;
@@ -789,6 +872,10 @@ impl NativeGuard {
         if let Some(mode) = self.grad_mode {
             out.push(format!("torch.is_grad_enabled() == {mode}"));
         }
+        if self.global_state.is_some() {
+            out.push("global torch state (autocast, deterministic algorithms, default dtype, torch function) as when compiled".into());
+        }
+        out.push("no torch-function mode active".into());
         out
     }
 
@@ -839,18 +926,28 @@ pub fn layout_names(py: Python<'_>, layout: &FrameLayout) -> Vec<String> {
         .collect()
 }
 
-/// The version tag of `ty`, assigned now if it has none; 0 if CPython cannot give it one.
-pub fn type_version_tag(ty: &Bound<'_, pyo3::types::PyType>) -> u32 {
-    // SAFETY: a live type object (we hold a reference); GIL held.
-    let tag = unsafe { (*ty.as_type_ptr()).tp_version_tag };
-    if tag != 0 {
-        return tag;
-    }
-    // A tag is assigned lazily, by a lookup through CPython's method cache: any attribute
-    // lookup on the type does one (a missing name too).
-    let _ = ty.getattr("__dynamo_rs_version_probe__");
-    // SAFETY: as above.
-    unsafe { (*ty.as_type_ptr()).tp_version_tag }
+extern "C" {
+    // CPython's lookup of a name along a type's MRO, through the method cache; exported by
+    // libpython (Include/cpython/object.h) though pyo3-ffi leaves it out as private.
+    fn _PyType_Lookup(
+        ty: *mut pyo3::ffi::PyTypeObject,
+        name: *mut pyo3::ffi::PyObject,
+    ) -> *mut pyo3::ffi::PyObject;
+}
+
+/// `name` found along the MRO of the class `ty`, as the raw class-dict entry (descriptors
+/// not invoked), or None.
+pub fn class_lookup<'py>(
+    ty: &Bound<'py, PyAny>,
+    name: &Bound<'py, PyString>,
+) -> Option<Bound<'py, PyAny>> {
+    let ty = ty.cast::<pyo3::types::PyType>().ok()?;
+    // SAFETY: `ty` is a live type object and `name` a live str (we hold both), GIL held.
+    // _PyType_Lookup returns a borrowed reference or NULL and never sets an exception.
+    let found = unsafe { _PyType_Lookup(ty.as_type_ptr(), name.as_ptr()) };
+    // SAFETY: a borrowed reference from the type's MRO dicts, alive while we hold `ty`;
+    // `from_borrowed_ptr` takes a new reference of its own.
+    (!found.is_null()).then(|| unsafe { Bound::from_borrowed_ptr(ty.py(), found) })
 }
 
 /// `object.__dict__[name]` when `object`'s type is still `ty` at version `tag` (so no data

@@ -141,6 +141,24 @@ impl Converter {
         let helpers = Helpers::load(py)?;
         let mut tracer = Tracer::new(py, helpers)?;
         let grad_enabled = py.import("torch")?.call_method0("is_grad_enabled")?;
+        // The global state the trace sees, taken before tracing changes anything.
+        let global_state = py
+            .import("torch._C._dynamo.guards")?
+            .getattr("GlobalStateGuard")?
+            .call0()?;
+        tracer.guards.global_state = Some(OwnedRef::from_bound(&global_state));
+        if py
+            .import("torch")?
+            .getattr("_C")?
+            .call_method0("_len_torch_function_stack")?
+            .extract::<usize>()?
+            != 0
+        {
+            // A torch-function mode changes what every torch call does, and the trace folds
+            // `has_torch_function` to False: run this call as it is, and compile a later one
+            // made without the mode.
+            return Ok(py.None());
+        }
         this.lap("setup", start);
         let converted = this.convert(py, &mut tracer, frame, slf.as_any());
         // Grad-mode blocks flip the real mode while tracing; put it back whatever happened.
@@ -150,6 +168,12 @@ impl Converter {
         match converted {
             Ok(Some((guard, code))) => Ok((guard, code).into_pyobject(py)?.into_any().unbind()),
             Ok(None) => Ok(crate::eval_frame::hook::skip_sentinel(py).clone().unbind()),
+            Err(CaptureError::Python(err))
+                if err.is_instance_of::<crate::errors::InternalCheckFailed>(py) =>
+            {
+                // Our own consistency checks (the guard self-check) always reach the user.
+                Err(err)
+            }
             Err(err) => {
                 let where_ = tracer.location();
                 let (message, backend_failed) = match err {
@@ -375,13 +399,33 @@ impl Converter {
             Some(OwnedRef::from_bound(compiled.as_any())),
             Some(OwnedRef::from_bound(converter)),
         )?;
+        let guard = Py::new(py, guard)?;
+        if self_check_enabled(py)? {
+            // A guard that fails on the very frame it was built from never holds: every
+            // call would recompile. That is a bug in the guards, not in the user's code.
+            let failure = guard.bind(py).call_method1("first_failure", (&f_locals,))?;
+            if !failure.is_none() {
+                return Err(CaptureError::Python(crate::errors::InternalCheckFailed::new_err(format!(
+                    "internal error: the guard built for {} fails on the frame it was built from: {}",
+                    frame_location(&code)?,
+                    failure
+                ))));
+            }
+        }
         self.lap("guards", t);
         let mut stats = self.stats();
         stats.graphs += 1;
         stats.ops += tracer.graph.op_count();
         stats.guards += tracer.guards.len();
-        Ok(Some((Py::new(py, guard)?, new_code)))
+        Ok(Some((guard, new_code)))
     }
+}
+
+/// Whether `dynamo_rs.config.guard_self_check` is on.
+fn self_check_enabled(py: Python<'_>) -> PyResult<bool> {
+    py.import("dynamo_rs.config")?
+        .getattr("guard_self_check")?
+        .is_truthy()
 }
 
 /// `qualname (file:line)` of a code object, for messages.

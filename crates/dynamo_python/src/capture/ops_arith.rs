@@ -111,12 +111,12 @@ impl<'py> Tracer<'py> {
         }
         let needle = self.python_value(item)?;
         // `k in d.keys()` is `k in d`; other views are asked on their items as they are now.
-        let container = match self.kind(container) {
-            &VarKind::DictView {
+        let container = match *self.kind(container) {
+            VarKind::DictView {
                 dict,
                 which: super::vars::DictViewKind::Keys,
             } => dict,
-            &VarKind::DictView { dict, which } => {
+            VarKind::DictView { dict, which } => {
                 let items = self.dict_view_items(dict, which)?;
                 self.add(VarKind::Tuple(items), None)
             }
@@ -137,7 +137,18 @@ impl<'py> Tracer<'py> {
                 if self.contains_tensor(container) {
                     return unsupported("`in` on a container of tensors");
                 }
-                self.python_value(container)?.contains(&needle)?
+                let found = self.python_value(container)?.contains(&needle)?;
+                // Membership in an existing object (a set attribute, a registry) is its
+                // state: guard the answer.
+                if let (VarKind::Object(_), Some(source)) =
+                    (self.kind(container), self.source(container))
+                {
+                    self.guards.add(
+                        source,
+                        super::guards::GuardKind::Contains(OwnedRef::from_bound(&needle), found),
+                    );
+                }
+                found
             }
             other => return unsupported(format!("`in` on {}", kind_name(other))),
         };

@@ -28,6 +28,7 @@ const CO_GENERATOR_LIKE: u32 = 0x20 | 0x80 | 0x100 | 0x200;
 /// `__kwdefaults__` (each possibly None), or the trackers of a function the trace made.
 enum Defaults<'py> {
     Real {
+        function: Bound<'py, PyAny>,
         defaults: Bound<'py, PyAny>,
         kwdefaults: Bound<'py, PyAny>,
     },
@@ -132,7 +133,17 @@ impl<'py> Tracer<'py> {
             name.split('.').next().unwrap_or(&name).to_string()
         };
         let module = modules.get_item(&target)?;
-        let id = self.add(VarKind::Object(OwnedRef::from_bound(&module)), None);
+        // What `import` gives is `sys.modules[name]`: read from there, it is guarded like any
+        // other read (a module replaced in `sys.modules` recompiles), and attributes read
+        // from it (`from m import x`, `m.x`) have sources.
+        let source = Rc::new(Source::Item(
+            Rc::new(Source::Object(
+                OwnedRef::from_bound(&modules),
+                "sys.modules".into(),
+            )),
+            super::source::ItemKey::Str(target),
+        ));
+        let id = self.wrap(&module, Some(source))?;
         f.stack.push(id);
         Ok(Flow::Continue)
     }
@@ -348,20 +359,6 @@ impl<'py> Tracer<'py> {
         if self.is_plain_class(obj)? {
             return self.construct(obj, args, kwargs);
         }
-        // Reads of the process environment (`os.environ.get(...)`) are evaluated as they are.
-        if obj.is_instance(&h.method_type)?
-            && obj
-                .getattr("__self__")?
-                .is(&py.import("os")?.getattr("environ")?)
-        {
-            let name = function_name(obj);
-            if matches!(
-                name.as_str(),
-                "get" | "__getitem__" | "__contains__" | "keys"
-            ) {
-                return self.call_builtin(obj, args, kwargs);
-            }
-        }
         if obj.is_instance(&h.method_type)? {
             let source = self
                 .source(callee)
@@ -485,6 +482,7 @@ impl<'py> Tracer<'py> {
         };
         let mut state = frame_state(&code, globals, builtins, false)?;
         let defaults = Defaults::Real {
+            function: func.clone(),
             defaults: func.getattr("__defaults__")?,
             kwdefaults: func.getattr("__kwdefaults__")?,
         };
@@ -577,6 +575,7 @@ impl<'py> Tracer<'py> {
             Defaults::Real {
                 defaults,
                 kwdefaults,
+                ..
             } => (
                 if defaults.is_none() {
                     0
@@ -601,6 +600,10 @@ impl<'py> Tracer<'py> {
             ),
         };
         let kwdefault_refs: Vec<&str> = kwdefault_names.iter().map(String::as_str).collect();
+        let func = match &defaults {
+            Defaults::Real { function, .. } => Some(function.clone()),
+            Defaults::Traced { .. } => None,
+        };
         let bound = match binding::bind(&params, args.len(), &keywords, ndefaults, &kwdefault_refs)
         {
             Ok(b) => b,
@@ -615,16 +618,38 @@ impl<'py> Tracer<'py> {
                 ParamValue::Keyword(k) => kwargs[k].1,
                 ParamValue::Default(i) => match &defaults {
                     Defaults::Real { defaults, .. } => {
-                        // A default value of a real function.
+                        // A default of a real function is state of that function: the tuple
+                        // can be replaced (`f.__defaults__ = ...`) and a mutable default
+                        // (a list) changed in place, so it is read through a source.
+                        // The tuple itself is immutable: guarded by identity, its constant
+                        // items need no check of their own.
                         let value = defaults.get_item(i)?;
-                        self.wrap(&value, None)?
+                        let tuple_source =
+                            self.function_attr_source(func.as_ref(), "__defaults__")?;
+                        self.guards.add(
+                            tuple_source.clone(),
+                            GuardKind::Id(OwnedRef::from_bound(defaults)),
+                        );
+                        if self.h.is_constant(&value)? {
+                            self.wrap(&value, None)?
+                        } else {
+                            let source = Rc::new(Source::Item(
+                                tuple_source,
+                                super::source::ItemKey::Int(i as i64),
+                            ));
+                            self.wrap(&value, Some(source))?
+                        }
                     }
                     Defaults::Traced { defaults, .. } => defaults[i],
                 },
                 ParamValue::KwDefault => match &defaults {
                     Defaults::Real { kwdefaults, .. } => {
                         let value = kwdefaults.get_item(name)?;
-                        self.wrap(&value, None)?
+                        let source = Rc::new(Source::Item(
+                            self.function_attr_source(func.as_ref(), "__kwdefaults__")?,
+                            super::source::ItemKey::Str(name.clone()),
+                        ));
+                        self.wrap(&value, Some(source))?
                     }
                     Defaults::Traced { kwdefaults, .. } => {
                         kwdefaults.iter().find(|(k, _)| k == name).expect("bound").1
@@ -651,6 +676,22 @@ impl<'py> Tracer<'py> {
             state.locals[slot] = Some(var);
         }
         Ok(())
+    }
+
+    /// `function.<attr>` read from the function object itself (held by the guard).
+    fn function_attr_source(
+        &self,
+        function: Option<&Bound<'py, PyAny>>,
+        attr: &str,
+    ) -> CResult<Rc<Source>> {
+        let Some(function) = function else {
+            return unsupported("internal: defaults of a real function without the function");
+        };
+        let what = format!("<function {}>", function_name(function));
+        Ok(Rc::new(Source::Attr(
+            Rc::new(Source::Object(OwnedRef::from_bound(function), what)),
+            attr.into(),
+        )))
     }
 
     /// The parameter layout of `code`, read once per code object and capture.
@@ -737,6 +778,10 @@ impl<'py> Tracer<'py> {
         }
         let owned = self.source(receiver).is_none();
         let none = || py.None().into_bound(py);
+        let environ = py.import("os")?.getattr("environ")?;
+        if matches!(self.kind(receiver), VarKind::Object(o) if o.bind(py).is(&environ)) {
+            return self.environ_lookup(receiver, &environ, name, &args);
+        }
         match (self.kind(receiver), name) {
             (VarKind::Dict(entries), "get" | "pop" | "__getitem__") => {
                 let key = self.python_value(args[0])?;
@@ -916,6 +961,50 @@ impl<'py> Tracer<'py> {
                 self.dict_object_lookup(receiver, &dict, name, &args)
             }
             (other, _) => unsupported(format!("the method {name}() of {}", kind_name(other))),
+        }
+    }
+
+    /// `os.environ.get(k)`, `os.environ[k]`, `k in os.environ`: the answer is guarded (the
+    /// variable's value, or its absence), so setting the variable later recompiles.
+    fn environ_lookup(
+        &mut self,
+        receiver: VarId,
+        environ: &Bound<'py, PyAny>,
+        name: &str,
+        args: &[VarId],
+    ) -> CResult<VarId> {
+        let py = self.py;
+        let Some(source) = self.source(receiver) else {
+            return unsupported("os.environ reached without a source");
+        };
+        if !matches!(name, "get" | "__getitem__" | "__contains__") || args.is_empty() {
+            return unsupported(format!("os.environ.{name}()"));
+        }
+        let key = self.python_value(args[0])?;
+        if !key.is_exact_instance_of::<pyo3::types::PyString>() {
+            return unsupported("os.environ looked up with a key that is not a str");
+        }
+        let present = environ.contains(&key)?;
+        if name == "__contains__" || !present {
+            self.guards.add(
+                source.clone(),
+                GuardKind::Contains(OwnedRef::from_bound(&key), present),
+            );
+        }
+        match (name, present) {
+            ("__contains__", _) => {
+                Ok(self.constant(&present.into_pyobject(py)?.to_owned().into_any()))
+            }
+            (_, true) => {
+                let value = environ.get_item(&key)?;
+                let item_source = Rc::new(Source::Item(source, super::source::ItemKey::of(&key)));
+                self.wrap(&value, Some(item_source))
+            }
+            ("get", false) => match args.get(1) {
+                Some(&default) => Ok(default),
+                None => Ok(self.constant(&py.None().into_bound(py))),
+            },
+            _ => unsupported(format!("os.environ[{key}]: the variable is not set")),
         }
     }
 
@@ -1289,14 +1378,43 @@ impl<'py> Tracer<'py> {
             // identity.
             let modules = obj.getattr("_modules")?;
             let modules_source = source.map(|s| Rc::new(Source::Attr(s, "_modules".into())));
-            let modules_var = self.wrap(&modules, modules_source)?;
-            let entries = match self.kind(modules_var) {
-                VarKind::Dict(entries) => entries.clone(),
-                other => {
-                    return unsupported(format!(
-                        "a module container whose _modules is {}",
-                        kind_name(other)
-                    ))
+            let entries = match modules.cast::<PyDict>() {
+                // An exact dict is wrapped as one; a dict subclass (`ModuleList.pop` leaves an
+                // OrderedDict) gets the same guards by hand.
+                Ok(dict) if !modules.get_type().is(&self.h.dict_type) => {
+                    let keys = PyTuple::new(py, dict.keys())?;
+                    if let Some(s) = &modules_source {
+                        self.guards.add(
+                            s.clone(),
+                            GuardKind::Type(OwnedRef::from_bound(modules.get_type().as_any())),
+                        );
+                        self.guards.add(
+                            s.clone(),
+                            GuardKind::Keys(OwnedRef::from_bound(keys.as_any())),
+                        );
+                    }
+                    let mut entries = Vec::new();
+                    for key in keys.iter() {
+                        let child = dict.get_item(&key)?.expect("key from this dict");
+                        let child_source = modules_source.as_ref().map(|s| {
+                            Rc::new(Source::Item(s.clone(), super::source::ItemKey::of(&key)))
+                        });
+                        entries
+                            .push((OwnedRef::from_bound(&key), self.wrap(&child, child_source)?));
+                    }
+                    entries
+                }
+                _ => {
+                    let modules_var = self.wrap(&modules, modules_source)?;
+                    match self.kind(modules_var) {
+                        VarKind::Dict(entries) => entries.clone(),
+                        other => {
+                            return unsupported(format!(
+                                "a module container whose _modules is {}",
+                                kind_name(other)
+                            ))
+                        }
+                    }
                 }
             };
             return Ok(entries

@@ -164,9 +164,9 @@ impl<'py> Tracer<'py> {
                 {
                     return Ok(self.method(obj, name, None));
                 }
-                // `os.environ`'s methods are called as they are (see `call_object`).
+                // `os.environ`'s lookups are answered with guards (see `environ_lookup`).
                 if value.is(&py.import("os")?.getattr("environ")?) {
-                    return Ok(self.add(VarKind::Object(OwnedRef::from_bound(&attr)), None));
+                    return Ok(self.method(obj, name, None));
                 }
                 // A Python method keeps its tracked receiver; its code comes from the class,
                 // whose contents are guarded (a method patched later recompiles).
@@ -280,6 +280,7 @@ impl<'py> Tracer<'py> {
                 // An instance made while tracing: look `name` up statically along its class's MRO,
                 // after `cls`.
                 if let Some(inst_cls) = self.instance_class(receiver) {
+                    self.guard_class(&inst_cls, name)?;
                     let mro = inst_cls.getattr("__mro__")?;
                     let mut after = false;
                     for klass in mro.try_iter()? {
@@ -323,10 +324,25 @@ impl<'py> Tracer<'py> {
                 let Some(real_receiver) = self.real(receiver) else {
                     return unsupported("super() on a value without a Python object");
                 };
+                // What super() finds depends on the receiver's class and the classes after
+                // `cls` in its MRO: guard the receiver's type and its contents (a change to
+                // any base changes the version tag of the classes derived from it).
+                let receiver_type = real_receiver.get_type();
+                if !real_receiver.is_instance_of::<pyo3::types::PyType>() {
+                    self.guard_class(receiver_type.as_any(), name)?;
+                    if let Some(s) = self.source(receiver) {
+                        self.guards.add(
+                            s,
+                            super::guards::GuardKind::Type(OwnedRef::from_bound(
+                                receiver_type.as_any(),
+                            )),
+                        );
+                    }
+                }
                 let sup = py
                     .import("builtins")?
                     .getattr("super")?
-                    .call1((cls, &real_receiver))?;
+                    .call1((&cls, &real_receiver))?;
                 let attr = match sup.getattr(name) {
                     Ok(a) => a,
                     Err(err) => return unsupported(format!("super().{name} raised {err}")),
@@ -361,7 +377,28 @@ impl<'py> Tracer<'py> {
                         None,
                     ));
                 }
-                self.wrap(&attr, None)
+                // Data found on a class after `cls`: read through that class, so that what it
+                // holds (a mutable table) is guarded and not taken for a fresh object.
+                let mut owner = None;
+                let mut after = false;
+                for klass in receiver_type.getattr("__mro__")?.try_iter()? {
+                    let klass = klass?;
+                    if !after {
+                        after = klass.is(&cls);
+                        continue;
+                    }
+                    if klass.getattr("__dict__")?.contains(name)? {
+                        owner = Some(klass);
+                        break;
+                    }
+                }
+                let source = match owner.as_ref().map(|k| k.cast::<pyo3::types::PyType>()) {
+                    Some(Ok(ty)) if !attr.is_instance(&self.h.method_type)? => Some(Rc::new(
+                        Source::Attr(super::ops_objects::class_source(ty), name.to_string()),
+                    )),
+                    _ => None,
+                };
+                self.wrap(&attr, source)
             }
             other => unsupported(format!(
                 "attribute {name:?} of {}",

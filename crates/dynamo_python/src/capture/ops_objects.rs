@@ -326,26 +326,27 @@ impl<'py> Tracer<'py> {
         self.wrap(&value, source)
     }
 
-    /// Records that the trace depends on the contents of class `cls` (a method inlined from
-    /// it, class data read through an instance): the class is held by the guard and checked
-    /// by its version tag, which changes when an attribute of it or of a base is set or
-    /// deleted. Where CPython cannot tag the class, `cls.name` is checked by identity instead.
+    /// Records that the trace depends on what class `cls` gives for `name` (a method it
+    /// inlines, the `__init__` it runs): the entry found along the MRO is guarded by
+    /// identity, so a method patched on the class or a base later recompiles. (Version tags
+    /// of classes would say "something changed" more cheaply, but torch resets them: FX
+    /// tracing patches and restores `nn.Module` on every compile.)
     pub fn guard_class(&mut self, cls: &Bound<'py, PyAny>, name: &str) -> CResult<()> {
         let Ok(ty) = cls.cast::<PyType>() else {
             return Ok(());
         };
-        let source = class_source(ty);
-        let tag = super::guards::type_version_tag(ty);
-        if tag != 0 {
-            self.guards
-                .add(source, super::guards::GuardKind::ClassTag(tag));
-        } else if let Ok(attr) = cls.getattr(name) {
-            let attr_source = std::rc::Rc::new(super::source::Source::Attr(source, name.into()));
-            self.guards.add(
-                attr_source,
-                super::guards::GuardKind::Id(OwnedRef::from_bound(&attr)),
-            );
-        }
+        let key = pyo3::types::PyString::intern(self.py, name);
+        let Some(found) = super::guards::class_lookup(ty.as_any(), &key) else {
+            return Ok(());
+        };
+        let source = std::rc::Rc::new(super::source::Source::ClassAttr(
+            class_source(ty),
+            name.to_string(),
+        ));
+        self.guards.add(
+            source,
+            super::guards::GuardKind::Id(OwnedRef::from_bound(&found)),
+        );
         Ok(())
     }
 

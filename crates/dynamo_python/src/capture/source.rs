@@ -80,6 +80,7 @@ pub enum PathPart {
     Cell,
     Object(String),
     Attr(String),
+    ClassAttr(String),
     Item(ItemKey),
 }
 
@@ -93,6 +94,7 @@ impl PathPart {
             PathPart::Cell => "<closure cell>".to_string(),
             PathPart::Object(what) => what.clone(),
             PathPart::Attr(attr) => format!("{parent}.{attr}"),
+            PathPart::ClassAttr(attr) => format!("getattr_static({parent}, {attr:?})"),
             PathPart::Item(ItemKey::Int(i)) => format!("{parent}[{i}]"),
             PathPart::Item(ItemKey::Str(k)) => format!("{parent}[{k:?}]"),
             PathPart::Item(ItemKey::Object(k)) => format!("{parent}[{}]", k.repr),
@@ -119,6 +121,10 @@ pub enum Source {
     /// is read from them is guarded like anything else.
     Object(OwnedRef, String),
     Attr(Rc<Source>, String),
+    /// `name` as found along the MRO of the class that is the parent's value: the raw entry
+    /// of a class `__dict__` (a function, a classmethod object, a property), descriptors not
+    /// invoked — what a method call inlines. Only guards read it.
+    ClassAttr(Rc<Source>, String),
     Item(Rc<Source>, ItemKey),
 }
 
@@ -146,7 +152,9 @@ impl Source {
     /// The readable path, written as TorchDynamo writes sources (`L["self"]._modules["fc"]`).
     pub fn describe(&self) -> String {
         let parent = match self {
-            Source::Attr(base, _) | Source::Item(base, _) => base.describe(),
+            Source::Attr(base, _) | Source::ClassAttr(base, _) | Source::Item(base, _) => {
+                base.describe()
+            }
             _ => String::new(),
         };
         self.part().render(&parent)
@@ -160,6 +168,7 @@ impl Source {
             Source::Cell(_) => PathPart::Cell,
             Source::Object(_, what) => PathPart::Object(what.clone()),
             Source::Attr(_, attr) => PathPart::Attr(attr.clone()),
+            Source::ClassAttr(_, attr) => PathPart::ClassAttr(attr.clone()),
             Source::Item(_, key) => PathPart::Item(key.clone()),
         }
     }

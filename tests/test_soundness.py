@@ -1,0 +1,577 @@
+"""Wrong results found by trying dynamo-rs as a user would, and state the trace read without
+guarding it. Each case runs the same code eagerly and compiled, changes what the compiled
+code depended on, and checks that the next call gives eager's result (recompiling where it
+must) — and that leaving things alone reuses the compiled code."""
+
+from __future__ import annotations
+
+import os
+import sys
+import types
+
+import pytest
+import torch
+
+import dynamo_rs
+from dynamo_rs.testing import CompileCounter
+
+
+@pytest.fixture(autouse=True)
+def fresh():
+    dynamo_rs.reset()
+    yield
+    dynamo_rs.reset()
+
+
+def compiled(fn):
+    counter = CompileCounter()
+    return dynamo_rs.compile(fn, backend=counter), counter
+
+
+def same(compiled_fn, fn, *args):
+    """Calls eager first, then compiled, on the same state; their results must agree."""
+    expected = fn(*args)
+    actual = compiled_fn(*args)
+    torch.testing.assert_close(actual, expected)
+    return actual
+
+
+# --- dict views are live --------------------------------------------------------------------
+
+
+def keys_view_after_store(x):
+    d = {"a": x}
+    keys = d.keys()
+    d["b"] = x * 2
+    return x + ("b" in keys) + len(keys)
+
+
+def values_view_after_store(x):
+    d = {"a": x}
+    values = d.values()
+    d["b"] = x * 2
+    total = x * 0
+    for v in values:
+        total = total + v
+    return total + len(values)
+
+
+def items_view_after_store(x):
+    d = {"a": 1}
+    items = d.items()
+    d["b"] = 2
+    d["a"] = 5
+    return x * sum(v for _, v in items) + (("a", 5) in items)
+
+
+def view_after_delete(x):
+    d = {"a": 1, "b": 2}
+    keys = d.keys()
+    d.pop("a")
+    return x + len(keys) + ("a" in keys) + len(list(keys))
+
+
+@pytest.mark.parametrize(
+    "fn", [keys_view_after_store, values_view_after_store, items_view_after_store, view_after_delete]
+)
+def test_dict_views_see_later_stores(fn) -> None:
+    cfn, counter = compiled(fn)
+    same(cfn, fn, torch.randn(3))
+    assert counter.frame_count == 1
+
+
+# --- tensor predicates honour every argument --------------------------------------------------
+
+
+def branch_on_channels_last(x):
+    if x.is_contiguous(memory_format=torch.channels_last):
+        return x + 1
+    return x - 1
+
+
+def size_and_stride_by_keyword(x):
+    return x * x.size(dim=1) + x.stride(dim=0)
+
+
+@pytest.mark.parametrize("layout", [torch.channels_last, torch.contiguous_format])
+def test_is_contiguous_memory_format(layout) -> None:
+    cfn, _ = compiled(branch_on_channels_last)
+    x = torch.randn(2, 3, 4, 5).to(memory_format=layout)
+    same(cfn, branch_on_channels_last, x)
+
+
+def test_size_and_stride_keywords() -> None:
+    cfn, _ = compiled(size_and_stride_by_keyword)
+    same(cfn, size_and_stride_by_keyword, torch.randn(2, 3, 4))
+
+
+# --- module containers: structure is guarded -------------------------------------------------
+
+
+class Stack(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList([torch.nn.Linear(4, 4)])
+        self.seq = torch.nn.Sequential(torch.nn.ReLU())
+        self.named = torch.nn.ModuleDict({"a": torch.nn.Linear(4, 4)})
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        x = self.seq(x)
+        for key in self.named:
+            x = self.named[key](x)
+        return x * len(self.layers)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda m: m.layers.append(torch.nn.Linear(4, 4)),
+        lambda m: m.seq.append(torch.nn.Tanh()),
+        lambda m: m.named.update({"b": torch.nn.Linear(4, 4)}),
+        lambda m: m.layers.pop(0),
+    ],
+    ids=["modulelist-append", "sequential-append", "moduledict-add", "modulelist-pop"],
+)
+def test_module_container_changes_recompile(change) -> None:
+    model = Stack().eval()
+    counter = CompileCounter()
+    cmodel = dynamo_rs.compile(model, backend=counter)
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        same(cmodel, model, x)
+        same(cmodel, model, x)
+        assert counter.frame_count == 1
+        change(model)
+        same(cmodel, model, x)
+        assert counter.frame_count == 2
+
+
+def test_unrelated_module_attribute_does_not_recompile() -> None:
+    model = Stack().eval()
+    counter = CompileCounter()
+    cmodel = dynamo_rs.compile(model, backend=counter)
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        same(cmodel, model, x)
+        model.some_note = "unrelated"
+        same(cmodel, model, x)
+    assert counter.frame_count == 1
+
+
+# --- the backend is part of the cache key ----------------------------------------------------
+
+
+def test_another_backend_gets_its_own_graph() -> None:
+    def f(x):
+        return x.sin() + 1
+
+    seen = []
+
+    def first(gm, example_inputs):
+        seen.append("first")
+        return gm
+
+    def second(gm, example_inputs):
+        seen.append("second")
+        return gm
+
+    x = torch.randn(3)
+    same(dynamo_rs.compile(f, backend=first), f, x)
+    same(dynamo_rs.compile(f, backend=second), f, x)
+    assert seen == ["first", "second"]
+    # The same backend object again shares what was compiled for it.
+    same(dynamo_rs.compile(f, backend=first), f, x)
+    assert seen == ["first", "second"]
+
+
+# --- classes: methods and class data read by the trace ---------------------------------------
+
+
+class Scaler:
+    factor = 2.0
+
+    def scale(self, x):
+        return x * self.factor
+
+    @classmethod
+    def offset(cls, x):
+        return x + cls.factor
+
+
+class ScalerChild(Scaler):
+    def apply(self, x):
+        return super().scale(x) + super().offset(x)
+
+
+scaler = ScalerChild()
+
+
+def call_methods(x):
+    return scaler.scale(x) + scaler.offset(x) + scaler.apply(x)
+
+
+def test_method_patched_on_the_class_recompiles() -> None:
+    cfn, counter = compiled(call_methods)
+    x = torch.randn(3)
+    original = Scaler.scale
+    try:
+        same(cfn, call_methods, x)
+        same(cfn, call_methods, x)
+        assert counter.frame_count == 1, "a classmethod through an instance must not recompile"
+        Scaler.scale = lambda self, x: x * 100
+        same(cfn, call_methods, x)
+        assert counter.frame_count == 2
+    finally:
+        Scaler.scale = original
+
+
+def test_class_data_patched_on_a_base_recompiles() -> None:
+    cfn, counter = compiled(call_methods)
+    x = torch.randn(3)
+    try:
+        same(cfn, call_methods, x)
+        Scaler.factor = 7.0
+        same(cfn, call_methods, x)
+        assert counter.frame_count == 2
+    finally:
+        Scaler.factor = 2.0
+
+
+class Config:
+    scale = 3
+
+    def __init__(self, bias):
+        self.bias = bias
+
+
+def instance_made_in_trace(x):
+    config = Config(1)
+    return x * config.scale + config.bias
+
+
+def test_class_attribute_through_an_instance_made_in_the_trace() -> None:
+    cfn, counter = compiled(instance_made_in_trace)
+    x = torch.randn(3)
+    try:
+        same(cfn, instance_made_in_trace, x)
+        Config.scale = 10
+        same(cfn, instance_made_in_trace, x)
+        assert counter.frame_count == 2
+    finally:
+        Config.scale = 3
+
+
+class Base:
+    table = [1, 2]
+
+
+class Derived(Base):
+    def total(self, x):
+        return x * sum(super().table)
+
+
+derived = Derived()
+
+
+def super_data(x):
+    return derived.total(x)
+
+
+def test_super_attribute_is_guarded() -> None:
+    cfn, counter = compiled(super_data)
+    x = torch.randn(3)
+    try:
+        same(cfn, super_data, x)
+        Base.table = [5, 6, 7]
+        same(cfn, super_data, x)
+        assert counter.frame_count == 2
+    finally:
+        Base.table = [1, 2]
+
+
+# --- function-level imports, defaults, os.environ, default dtype ----------------------------
+
+
+def test_function_level_import_is_guarded() -> None:
+    first = types.ModuleType("dynamo_rs_test_settings")
+    first.SCALE = 2
+    second = types.ModuleType("dynamo_rs_test_settings")
+    second.SCALE = 5
+    sys.modules["dynamo_rs_test_settings"] = first
+
+    def f(x):
+        import dynamo_rs_test_settings
+
+        return x * dynamo_rs_test_settings.SCALE
+
+    cfn, counter = compiled(f)
+    x = torch.randn(3)
+    try:
+        same(cfn, f, x)
+        first.SCALE = 3
+        same(cfn, f, x)
+        sys.modules["dynamo_rs_test_settings"] = second
+        same(cfn, f, x)
+        assert counter.frame_count == 3
+    finally:
+        del sys.modules["dynamo_rs_test_settings"]
+
+
+def with_default(x, k=2):
+    return x * k
+
+
+def calls_with_default(x):
+    return with_default(x)
+
+
+def test_replaced_defaults_recompile() -> None:
+    cfn, counter = compiled(calls_with_default)
+    x = torch.randn(3)
+    try:
+        same(cfn, calls_with_default, x)
+        same(cfn, calls_with_default, x)
+        assert counter.frame_count == 1
+        with_default.__defaults__ = (7,)
+        same(cfn, calls_with_default, x)
+        assert counter.frame_count == 2
+    finally:
+        with_default.__defaults__ = (2,)
+
+
+def appends_to_default(x, seen=[]):  # noqa: B006 - the mutable default is the point
+    seen.append(1)
+    return x * len(seen)
+
+
+def calls_mutating_default(x):
+    return appends_to_default(x)
+
+
+def test_mutable_default_is_not_taken_for_a_fresh_list() -> None:
+    seen = appends_to_default.__defaults__[0]
+    x = torch.randn(3)
+    seen.clear()
+    expected = [calls_mutating_default(x) for _ in range(3)]
+    seen.clear()
+    cfn, _ = compiled(calls_mutating_default)
+    actual = [cfn(x) for _ in range(3)]
+    torch.testing.assert_close(actual, expected)
+    assert len(seen) == 3
+
+
+def test_keyword_only_default_is_guarded() -> None:
+    def inner(x, *, k=2):
+        return x * k
+
+    def f(x):
+        return inner(x)
+
+    cfn, counter = compiled(f)
+    x = torch.randn(3)
+    same(cfn, f, x)
+    inner.__kwdefaults__["k"] = 9
+    same(cfn, f, x)
+    assert counter.frame_count == 2
+
+
+def reads_environment(x):
+    if os.environ.get("DYNAMO_RS_TEST_FLAG") == "1":
+        return x + 1
+    if "DYNAMO_RS_TEST_OTHER" in os.environ:
+        return x + 2
+    return x - 1
+
+
+def test_environment_reads_are_guarded(monkeypatch) -> None:
+    monkeypatch.delenv("DYNAMO_RS_TEST_FLAG", raising=False)
+    monkeypatch.delenv("DYNAMO_RS_TEST_OTHER", raising=False)
+    cfn, counter = compiled(reads_environment)
+    x = torch.randn(3)
+    same(cfn, reads_environment, x)
+    same(cfn, reads_environment, x)
+    assert counter.frame_count == 1
+    monkeypatch.setenv("DYNAMO_RS_TEST_FLAG", "1")
+    same(cfn, reads_environment, x)
+    monkeypatch.setenv("DYNAMO_RS_TEST_FLAG", "0")
+    same(cfn, reads_environment, x)
+    monkeypatch.setenv("DYNAMO_RS_TEST_OTHER", "")
+    same(cfn, reads_environment, x)
+
+
+def uses_default_dtype(x):
+    return x.to(torch.get_default_dtype()) * 2
+
+
+def test_default_dtype_is_guarded() -> None:
+    cfn, counter = compiled(uses_default_dtype)
+    x = torch.randn(3, dtype=torch.float16)
+    same(cfn, uses_default_dtype, x)
+    previous = torch.get_default_dtype()
+    try:
+        torch.set_default_dtype(torch.float64)
+        out = same(cfn, uses_default_dtype, x)
+        assert out.dtype == torch.float64
+    finally:
+        torch.set_default_dtype(previous)
+    assert counter.frame_count == 2
+
+
+SCALE_BY_DTYPE = {torch.float32: 2.0, torch.float64: 3.0}
+
+
+def dtype_keyed_table(x):
+    return x * SCALE_BY_DTYPE[x.dtype]
+
+
+def test_dict_values_under_dtype_keys_are_guarded() -> None:
+    cfn, counter = compiled(dtype_keyed_table)
+    x = torch.randn(3)
+    try:
+        same(cfn, dtype_keyed_table, x)
+        same(cfn, dtype_keyed_table, x)
+        assert counter.frame_count == 1
+        SCALE_BY_DTYPE[torch.float32] = 5.0
+        same(cfn, dtype_keyed_table, x)
+        assert counter.frame_count == 2
+    finally:
+        SCALE_BY_DTYPE[torch.float32] = 2.0
+
+
+ENABLED = {"relu"}
+
+
+def membership_in_a_set(x):
+    if "relu" in ENABLED:
+        return torch.relu(x)
+    return x * 2
+
+
+def test_membership_in_an_existing_set_is_guarded() -> None:
+    cfn, counter = compiled(membership_in_a_set)
+    x = torch.randn(5)
+    try:
+        same(cfn, membership_in_a_set, x)
+        ENABLED.discard("relu")
+        same(cfn, membership_in_a_set, x)
+        assert counter.frame_count == 2
+    finally:
+        ENABLED.add("relu")
+
+
+# --- global state ----------------------------------------------------------------------------
+
+
+def matmul(x, y):
+    return (x @ y).relu()
+
+
+def test_autocast_state_is_guarded() -> None:
+    cfn, counter = compiled(matmul)
+    x, y = torch.randn(4, 4), torch.randn(4, 4)
+    same(cfn, matmul, x, y)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        expected = matmul(x, y)
+        actual = cfn(x, y)
+    assert actual.dtype == expected.dtype == torch.bfloat16
+    torch.testing.assert_close(actual, expected)
+    assert counter.frame_count == 2
+
+
+def test_deterministic_algorithms_state_is_guarded() -> None:
+    cfn, counter = compiled(matmul)
+    x, y = torch.randn(4, 4), torch.randn(4, 4)
+    same(cfn, matmul, x, y)
+    previous = torch.are_deterministic_algorithms_enabled()
+    try:
+        torch.use_deterministic_algorithms(True)
+        same(cfn, matmul, x, y)
+    finally:
+        torch.use_deterministic_algorithms(previous)
+    assert counter.frame_count == 2
+
+
+class AddOne(torch.overrides.TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func is torch.Tensor.relu:
+            return out + 1
+        return out
+
+
+def test_torch_function_mode_is_honoured() -> None:
+    cfn, counter = compiled(matmul)
+    x, y = torch.randn(4, 4), torch.randn(4, 4)
+    same(cfn, matmul, x, y)
+    with AddOne():
+        expected = matmul(x, y)
+        actual = cfn(x, y)
+    torch.testing.assert_close(actual, expected)
+    same(cfn, matmul, x, y)
+    assert counter.frame_count == 1
+
+
+# --- aliasing --------------------------------------------------------------------------------
+
+
+def mutate_first(a, b):
+    a.add_(1)
+    return b * 2
+
+
+def test_arguments_that_become_the_same_tensor_recompile() -> None:
+    cfn, counter = compiled(mutate_first)
+    a, b = torch.zeros(3), torch.zeros(3)
+    a2, b2 = a.clone(), b.clone()
+    torch.testing.assert_close(cfn(a, b), mutate_first(a2, b2))
+    shared, shared2 = torch.zeros(3), torch.zeros(3)
+    torch.testing.assert_close(cfn(shared, shared), mutate_first(shared2, shared2))
+    torch.testing.assert_close(shared, shared2)
+    assert counter.frame_count == 2
+
+
+class WithBuffer(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("total", torch.zeros(3))
+
+    def forward(self, x):
+        x.add_(1)
+        return self.total * 2
+
+
+def test_argument_that_is_a_buffer_recompiles() -> None:
+    model = WithBuffer()
+    counter = CompileCounter()
+    cmodel = dynamo_rs.compile(model, backend=counter)
+    cmodel(torch.zeros(3))
+    expected = model.total.clone().add_(1) * 2
+    actual = cmodel(model.total)
+    torch.testing.assert_close(actual, expected)
+    assert counter.frame_count == 2
+
+
+# --- code that must compile, not fail --------------------------------------------------------
+
+
+def accumulate_from_zero(x):
+    out = 0
+    out += x.sin()
+    out *= 2
+    return out
+
+
+def accumulate_float(x):
+    total = 1.5
+    total -= x
+    total **= 2
+    return total
+
+
+@pytest.mark.parametrize("fn", [accumulate_from_zero, accumulate_float])
+def test_augmented_assignment_on_a_number(fn) -> None:
+    cfn, counter = compiled(fn)
+    same(cfn, fn, torch.randn(3))
+    assert counter.frame_count == 1
