@@ -575,3 +575,75 @@ def test_augmented_assignment_on_a_number(fn) -> None:
     cfn, counter = compiled(fn)
     same(cfn, fn, torch.randn(3))
     assert counter.frame_count == 1
+
+
+# --- a program that runs eagerly must run compiled -------------------------------------------
+
+
+def optional_mask(x, mask):
+    if mask is not None:
+        return x.masked_fill(mask, 0.0)
+    return x * 2
+
+
+def test_tensor_argument_later_none_recompiles() -> None:
+    cfn, counter = compiled(optional_mask)
+    x = torch.randn(4)
+    same(cfn, optional_mask, x, x > 0)
+    same(cfn, optional_mask, x, None)
+    same(cfn, optional_mask, x, x > 0.5)
+    assert counter.frame_count == 2
+
+
+def _small_bart():
+    from transformers import BartConfig, BartModel
+
+    config = BartConfig(encoder_layers=1, decoder_layers=1, d_model=32, encoder_attention_heads=2,
+                        decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64, vocab_size=100,
+                        max_position_embeddings=32)
+    torch.manual_seed(0)
+    return BartModel(config).eval()
+
+
+@pytest.mark.parametrize("with_mask", [False, True])
+def test_bart_with_and_without_attention_mask(with_mask) -> None:
+    model = _small_bart()
+    ids = torch.randint(3, 100, (2, 6))
+    kwargs = {"input_ids": ids}
+    if with_mask:
+        mask = torch.ones_like(ids)
+        mask[0, -2:] = 0
+        kwargs["attention_mask"] = mask
+    cmodel = dynamo_rs.compile(model, backend="eager")
+    with torch.no_grad():
+        expected = model(**kwargs)
+        for _ in range(2):
+            actual = cmodel(**kwargs)
+            torch.testing.assert_close(actual.last_hidden_state, expected.last_hidden_state)
+            torch.testing.assert_close(actual.encoder_last_hidden_state, expected.encoder_last_hidden_state)
+
+
+class TwoBuffers(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("a", torch.zeros(3))
+        self.register_buffer("b", torch.ones(3))
+
+    def forward(self, x):
+        self.a.add_(1)
+        return self.b * 2 + x
+
+
+@pytest.mark.parametrize("backend", ["counter", "aot_eager"])
+def test_buffers_that_become_one_tensor_recompile(backend) -> None:
+    model, reference = TwoBuffers(), TwoBuffers()
+    counter = CompileCounter()
+    cmodel = dynamo_rs.compile(model, backend=counter if backend == "counter" else "aot_eager")
+    x = torch.zeros(3)
+    torch.testing.assert_close(cmodel(x), reference(x))
+    model.b = model.a
+    reference.b = reference.a
+    torch.testing.assert_close(cmodel(x), reference(x))
+    torch.testing.assert_close(model.a, reference.a)
+    if backend == "counter":
+        assert counter.frame_count == 2

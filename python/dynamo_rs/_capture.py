@@ -6,6 +6,7 @@ itself (bytecode, variables, guards, codegen) is in Rust.
 
 from __future__ import annotations
 
+import logging
 import operator
 import weakref
 
@@ -217,3 +218,33 @@ def is_graph_function(fn) -> bool:
         return True
     return module.startswith("torch.") and not module.startswith(_SKIP_MODULE_PREFIXES) \
         and callable(fn) and not isinstance(fn, type) and type(fn).__name__ == "builtin_function_or_method"
+
+
+_recompiles_log = logging.getLogger("dynamo_rs.recompiles")
+#: The last recompile reason per code object's qualified name, for the cache-limit warning.
+last_recompile_reason: dict = {}
+
+
+def log_recompile(frame) -> None:
+    """Called when no cache entry of `frame`'s code applies (and entries exist): puts the first
+    failing check of each entry in words on the `dynamo_rs.recompiles` logger (INFO)."""
+    from dynamo_rs import _native
+
+    code = frame.f_code
+    reasons = []
+    for guard, _ in _native.cache_entries(code):
+        failure = getattr(guard, "first_failure", None)
+        if failure is None:
+            continue
+        try:
+            reason = failure(frame.f_locals)
+        except Exception as err:  # a guard that cannot even be evaluated is a reason too
+            reason = f"guard raised {type(err).__name__}: {err}"
+        reasons.append(reason or "passes now (another backend's entry, or state that changed back)")
+    if not reasons:
+        return
+    where = f"{code.co_qualname} ({code.co_filename}:{code.co_firstlineno})"
+    last_recompile_reason[where] = reasons[0]
+    if _recompiles_log.isEnabledFor(logging.INFO):
+        _recompiles_log.info("recompiling %s: %s", where, "; ".join(
+            f"entry {i}: {r}" for i, r in enumerate(reasons)))

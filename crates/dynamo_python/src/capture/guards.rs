@@ -42,6 +42,8 @@ pub struct GuardSet {
     /// torch's `GlobalStateGuard`, made before tracing: grad mode, autocast, deterministic
     /// algorithms, default dtype, torch-function enablement, ... as the trace saw them.
     pub global_state: Option<OwnedRef>,
+    /// Whether the graph may change a tensor in place (see `NativeGuard::check_distinct`).
+    pub mutates_in_place: bool,
 }
 
 impl GuardSet {
@@ -287,6 +289,7 @@ pub struct NativeGuard {
     reached: TensorGroup,
     grad_mode: Option<bool>,
     global_state: Option<OwnedRef>,
+    mutates_in_place: bool,
     /// `torch._C._len_torch_function_stack`: frames are only compiled with no torch-function
     /// mode active (the trace folds `has_torch_function` to False), so none may be active.
     len_torch_function_stack: OwnedRef,
@@ -504,6 +507,7 @@ impl NativeGuard {
             reached: TensorGroup::new(py, reached_examples)?,
             grad_mode: set.grad_mode,
             global_state: set.global_state.clone(),
+            mutates_in_place: set.mutates_in_place,
             len_torch_function_stack: OwnedRef::from_bound(
                 &py.import("torch")?
                     .getattr("_C")?
@@ -546,11 +550,12 @@ impl NativeGuard {
             return Ok(false);
         }
         let mut values = Vec::new();
-        if self
-            .first_failing(py, &locals, Some(&mut values))?
-            .is_some()
-        {
-            return Ok(false);
+        // A check that raises (an attribute whose getter fails, a value of another type than
+        // the check expects) does not hold: the frame is compiled again, never failed.
+        match self.first_failing(py, &locals, Some(&mut values)) {
+            Ok(None) => {}
+            Ok(Some(_)) => return Ok(false),
+            Err(_) => return Ok(false),
         }
         if let Some(token) = &self.graph_token {
             let inputs: Option<Vec<Bound<'_, PyAny>>> = self
@@ -599,6 +604,12 @@ impl NativeGuard {
         for (tensor, (step, example)) in tensors.iter().zip(&group.examples) {
             let what = self.path(*step);
             let example = example.bind(py);
+            if !tensor.hasattr("dtype")? || !tensor.hasattr("stride")? {
+                return Ok(Some(format!(
+                    "{what} is a {}, was a tensor",
+                    tensor.get_type().name()?
+                )));
+            }
             for property in ["dtype", "device", "shape", "requires_grad"] {
                 if !tensor.getattr(property)?.eq(example.getattr(property)?)? {
                     return Ok(Some(format!(
@@ -644,48 +655,63 @@ impl NativeGuard {
 
     /// Tensors that were distinct objects when compiled must still be: the graph has one
     /// input for each, and an in-place operation on one would not show through the other.
-    /// (Tensors that were the same object are `Check::Alias`.) One check over every tensor,
-    /// arguments and tensors reached through other sources alike.
+    /// (Tensors that were the same object are `Check::Alias`.) The frame's own tensor
+    /// arguments are compared with every other tensor on every call (a few against many);
+    /// tensors reached through other sources (parameters, buffers) with each other only when
+    /// the graph changes a tensor in place — without that, two of them becoming one object
+    /// cannot change the result.
     fn check_distinct(
         &self,
         arguments: &[Bound<'_, PyAny>],
         reached: &[Bound<'_, PyAny>],
     ) -> Option<String> {
-        let total = arguments.len() + reached.len();
-        if total < 2 {
-            return None;
+        let address = |t: &Bound<'_, PyAny>| t.as_ptr() as usize;
+        let steps = || {
+            self.arguments
+                .examples
+                .iter()
+                .map(|(step, _)| *step)
+                .zip(arguments)
+                .chain(
+                    self.reached
+                        .examples
+                        .iter()
+                        .map(|(step, _)| *step)
+                        .zip(reached),
+                )
+        };
+        let describe = |shared: usize| {
+            let both: Vec<usize> = steps()
+                .filter(|(_, t)| address(t) == shared)
+                .map(|(step, _)| step)
+                .collect();
+            match both.as_slice() {
+                [a, b, ..] => format!(
+                    "{} and {} are now the same tensor (they were distinct)",
+                    self.path(*a),
+                    self.path(*b)
+                ),
+                _ => "two tensors that were distinct are now the same object".into(),
+            }
+        };
+        for (i, argument) in arguments.iter().enumerate() {
+            let a = address(argument);
+            let clash = arguments[i + 1..]
+                .iter()
+                .chain(reached)
+                .any(|other| address(other) == a);
+            if clash {
+                return Some(describe(a));
+            }
         }
-        let mut addresses: Vec<usize> = arguments
-            .iter()
-            .chain(reached)
-            .map(|t| t.as_ptr() as usize)
-            .collect();
-        addresses.sort_unstable();
-        let shared = addresses.windows(2).find(|w| w[0] == w[1])?[0];
-        let steps: Vec<usize> = self
-            .arguments
-            .examples
-            .iter()
-            .map(|(step, _)| *step)
-            .zip(arguments)
-            .chain(
-                self.reached
-                    .examples
-                    .iter()
-                    .map(|(step, _)| *step)
-                    .zip(reached),
-            )
-            .filter(|(_, t)| t.as_ptr() as usize == shared)
-            .map(|(step, _)| step)
-            .collect();
-        Some(match steps.as_slice() {
-            [a, b, ..] => format!(
-                "{} and {} are now the same tensor (they were distinct)",
-                self.path(*a),
-                self.path(*b)
-            ),
-            _ => "two tensors that were distinct are now the same object".into(),
-        })
+        if self.mutates_in_place && reached.len() > 1 {
+            let mut addresses: Vec<usize> = reached.iter().map(address).collect();
+            addresses.sort_unstable();
+            if let Some(pair) = addresses.windows(2).find(|w| w[0] == w[1]) {
+                return Some(describe(pair[0]));
+            }
+        }
+        None
     }
 
     /// The description of the first check that fails (`None`: all pass), reading locals through

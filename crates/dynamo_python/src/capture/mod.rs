@@ -135,8 +135,13 @@ impl Converter {
         frame: &Bound<'_, PyAny>,
         cache_size: usize,
     ) -> PyResult<Py<PyAny>> {
-        let _ = cache_size;
         let this = slf.get();
+        if cache_size > 0 {
+            // Every entry failed: say why (the `dynamo_rs.recompiles` log, the cache-limit
+            // warning).
+            py.import("dynamo_rs._capture")?
+                .call_method1("log_recompile", (frame,))?;
+        }
         let start = std::time::Instant::now();
         let helpers = Helpers::load(py)?;
         let mut tracer = Tracer::new(py, helpers)?;
@@ -391,6 +396,7 @@ impl Converter {
             .iter()
             .map(|s| tracer.guards.sources.intern(s) as usize)
             .collect();
+        tracer.guards.mutates_in_place = may_mutate_in_place(py, &tracer.graph);
         let guard = NativeGuard::build(
             py,
             &tracer.guards,
@@ -419,6 +425,43 @@ impl Converter {
         stats.guards += tracer.guards.len();
         Ok(Some((guard, new_code)))
     }
+}
+
+/// Whether a graph may change a tensor in place (`add_`, `relu_`, `x[i] = v`, `+=` on a
+/// tensor, `inplace=True`, `out=`): only then can two inputs that are one tensor give another
+/// result than two distinct ones. Conservative: a false positive only costs a check.
+fn may_mutate_in_place(py: Python<'_>, graph: &graph::Graph) -> bool {
+    graph.nodes.iter().any(|node| {
+        let name = node.name.trim_end_matches(|c: char| c.is_ascii_digit());
+        let in_place_name = (name.ends_with('_') && !name.ends_with("__"))
+            || name.starts_with("setitem")
+            || ops_arith_in_place(name);
+        in_place_name
+            || node.kwargs.iter().any(|(k, v)| {
+                k == "out"
+                    || (k == "inplace"
+                        && matches!(v, Arg::Const(c) if c.bind(py).is_truthy().unwrap_or(true)))
+            })
+    })
+}
+
+fn ops_arith_in_place(name: &str) -> bool {
+    matches!(
+        name,
+        "iadd"
+            | "isub"
+            | "imul"
+            | "imatmul"
+            | "itruediv"
+            | "ifloordiv"
+            | "imod"
+            | "ipow"
+            | "iand"
+            | "ior"
+            | "ixor"
+            | "ilshift"
+            | "irshift"
+    )
 }
 
 /// Whether `dynamo_rs.config.guard_self_check` is on.
