@@ -96,6 +96,21 @@ impl<'py> Tracer<'py> {
                 }
                 _ => return unsupported("getattr() on a container"),
             };
+            // Whether an attribute is there is state of the object: when it is, reading it
+            // (below, or here for hasattr) guards it through its source; when it is not,
+            // only the object's identity says it stays missing.
+            if matches!(self.kind(args[0]), VarKind::Object(_)) {
+                if found {
+                    if is("hasattr")
+                        && self.source(args[0]).is_some()
+                        && self.get_attr(args[0], &attr).is_err()
+                    {
+                        self.pin_identity(args[0]);
+                    }
+                } else {
+                    self.pin_identity(args[0]);
+                }
+            }
             if is("hasattr") {
                 return Ok(self.constant(&found.into_pyobject(py)?.to_owned().into_any()));
             }

@@ -396,6 +396,7 @@ impl Converter {
             .iter()
             .map(|s| tracer.guards.sources.intern(s) as usize)
             .collect();
+        tracer.apply_pins();
         tracer.guards.mutates_in_place = may_mutate_in_place(py, &tracer.graph);
         let guard = NativeGuard::build(
             py,

@@ -69,6 +69,8 @@ impl<'py> Tracer<'py> {
     pub(super) fn op_is(&mut self, f: &mut FrameState<'py>, invert: u32) -> CResult<Flow> {
         let rhs = self.pop(f)?;
         let lhs = self.pop(f)?;
+        self.pin_identity(lhs);
+        self.pin_identity(rhs);
         let same = match (self.kind(lhs), self.kind(rhs)) {
             (VarKind::Tensor { node: a, .. }, VarKind::Tensor { node: b, .. }) => a == b,
             (VarKind::Tensor { .. }, _) | (_, VarKind::Tensor { .. }) => false,

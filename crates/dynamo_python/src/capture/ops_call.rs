@@ -29,6 +29,7 @@ const CO_GENERATOR_LIKE: u32 = 0x20 | 0x80 | 0x100 | 0x200;
 enum Defaults<'py> {
     Real {
         function: Bound<'py, PyAny>,
+        source: Option<Rc<Source>>,
         defaults: Bound<'py, PyAny>,
         kwdefaults: Bound<'py, PyAny>,
     },
@@ -87,7 +88,7 @@ impl<'py> Tracer<'py> {
             return unsupported("super() without a __class__ cell");
         };
         let cls = match f.cells.get(&slot) {
-            Some(Cell::Real(cell)) => cell.bind(self.py).getattr("cell_contents")?,
+            Some(Cell::Real(cell, _)) => cell.bind(self.py).getattr("cell_contents")?,
             _ => match f
                 .locals
                 .get(slot)
@@ -296,6 +297,16 @@ impl<'py> Tracer<'py> {
     ) -> CResult<VarId> {
         let py = self.py;
         let h = self.h.clone();
+        // Only inlining a user function leaves its identity unread (its code and closure
+        // are guarded instead); every other way of calling depends on which object it is.
+        let user_function = obj.get_type().is(&h.function_type)
+            && !h.is_compiling.iter().any(|f| f.is(obj))
+            && !h.always_false.iter().any(|f| f.is(obj))
+            && !h.foldable.contains(obj).unwrap_or(true)
+            && !h.is_graph_function.call1((obj,))?.is_truthy()?;
+        if !user_function {
+            self.pin_identity(callee);
+        }
         if h.is_compiling.iter().any(|f| f.is(obj)) {
             return Ok(self.constant(&true.into_pyobject(py)?.to_owned().into_any()));
         }
@@ -348,7 +359,8 @@ impl<'py> Tracer<'py> {
             return self.call_builtin(obj, args, kwargs);
         }
         if obj.is_instance(&h.function_type)? {
-            return self.call_python(obj, args, kwargs);
+            let source = self.source(callee);
+            return self.call_python_from(obj, source, args, kwargs);
         }
         if let Some(context) = self.grad_mode_context(obj, &args)? {
             return Ok(context);
@@ -463,6 +475,19 @@ impl<'py> Tracer<'py> {
         args: Vec<VarId>,
         kwargs: Vec<(String, VarId)>,
     ) -> CResult<VarId> {
+        self.call_python_from(func, None, args, kwargs)
+    }
+
+    /// Inlines a Python function read from `source` (if it has one): its defaults and
+    /// closure cells are read through that source, so a new function object with the same
+    /// code on a later call is checked for what it holds, not for being the same object.
+    pub fn call_python_from(
+        &mut self,
+        func: &Bound<'py, PyAny>,
+        source: Option<Rc<Source>>,
+        args: Vec<VarId>,
+        kwargs: Vec<(String, VarId)>,
+    ) -> CResult<VarId> {
         let py = self.py;
         let code = func.getattr("__code__")?;
         let flags: u32 = code.getattr("co_flags")?.extract()?;
@@ -483,6 +508,7 @@ impl<'py> Tracer<'py> {
         let mut state = frame_state(&code, globals, builtins, false)?;
         let defaults = Defaults::Real {
             function: func.clone(),
+            source: source.clone(),
             defaults: func.getattr("__defaults__")?,
             kwdefaults: func.getattr("__kwdefaults__")?,
         };
@@ -490,10 +516,20 @@ impl<'py> Tracer<'py> {
         let closure = func.getattr("__closure__")?;
         if !closure.is_none() {
             let first_free = state.slot_names.len() - closure.len()?;
+            let closure_source = source
+                .as_ref()
+                .map(|s| Rc::new(Source::Attr(s.clone(), "__closure__".into())));
             for (i, cell) in closure.try_iter()?.enumerate() {
-                state
-                    .cells
-                    .insert(first_free + i, Cell::Real(OwnedRef::from_bound(&cell?)));
+                let cell_source = closure_source.as_ref().map(|c| {
+                    Rc::new(Source::Item(
+                        c.clone(),
+                        super::source::ItemKey::Int(i as i64),
+                    ))
+                });
+                state.cells.insert(
+                    first_free + i,
+                    Cell::Real(OwnedRef::from_bound(&cell?), cell_source),
+                );
             }
         }
         let _ = py;
@@ -601,7 +637,9 @@ impl<'py> Tracer<'py> {
         };
         let kwdefault_refs: Vec<&str> = kwdefault_names.iter().map(String::as_str).collect();
         let func = match &defaults {
-            Defaults::Real { function, .. } => Some(function.clone()),
+            Defaults::Real {
+                function, source, ..
+            } => Some((function.clone(), source.clone())),
             Defaults::Traced { .. } => None,
         };
         let bound = match binding::bind(&params, args.len(), &keywords, ndefaults, &kwdefault_refs)
@@ -626,11 +664,16 @@ impl<'py> Tracer<'py> {
                         let value = defaults.get_item(i)?;
                         let tuple_source =
                             self.function_attr_source(func.as_ref(), "__defaults__")?;
-                        self.guards.add(
-                            tuple_source.clone(),
-                            GuardKind::Id(OwnedRef::from_bound(defaults)),
-                        );
-                        if self.h.is_constant(&value)? {
+                        // A function from a source may be a new closure next time, with a
+                        // new (equal) tuple: its items are guarded one by one instead.
+                        let by_items = matches!(&func, Some((_, Some(_))));
+                        if !by_items {
+                            self.guards.add(
+                                tuple_source.clone(),
+                                GuardKind::Id(OwnedRef::from_bound(defaults)),
+                            );
+                        }
+                        if self.h.is_constant(&value)? && !by_items {
                             self.wrap(&value, None)?
                         } else {
                             let source = Rc::new(Source::Item(
@@ -681,17 +724,22 @@ impl<'py> Tracer<'py> {
     /// `function.<attr>` read from the function object itself (held by the guard).
     fn function_attr_source(
         &self,
-        function: Option<&Bound<'py, PyAny>>,
+        function: Option<&(Bound<'py, PyAny>, Option<Rc<Source>>)>,
         attr: &str,
     ) -> CResult<Rc<Source>> {
-        let Some(function) = function else {
+        let Some((function, source)) = function else {
             return unsupported("internal: defaults of a real function without the function");
         };
-        let what = format!("<function {}>", function_name(function));
-        Ok(Rc::new(Source::Attr(
-            Rc::new(Source::Object(OwnedRef::from_bound(function), what)),
-            attr.into(),
-        )))
+        // Through the function's own source when it has one (a new function object with
+        // the same code may come next time); otherwise the function held by the guard.
+        let base = match source {
+            Some(s) => s.clone(),
+            None => {
+                let what = format!("<function {}>", function_name(function));
+                Rc::new(Source::Object(OwnedRef::from_bound(function), what))
+            }
+        };
+        Ok(Rc::new(Source::Attr(base, attr.into())))
     }
 
     /// The parameter layout of `code`, read once per code object and capture.
@@ -1232,7 +1280,10 @@ impl<'py> Tracer<'py> {
                 }
                 d.into_any()
             }
-            VarKind::Const(v) | VarKind::Object(v) => v.bind(py).clone(),
+            VarKind::Const(v) | VarKind::Object(v) => {
+                self.pin_identity(id);
+                v.bind(py).clone()
+            }
             other => return unsupported(format!("{} as an operation argument", kind_name(other))),
         })
     }
@@ -1260,7 +1311,10 @@ impl<'py> Tracer<'py> {
                     .collect::<CResult<_>>()?,
             ),
             VarKind::Const(v) => Arg::Const(v.clone()),
-            VarKind::Object(v) => Arg::Const(v.clone()),
+            VarKind::Object(v) => {
+                self.pin_identity(id);
+                Arg::Const(v.clone())
+            }
             other => return unsupported(format!("{} as a graph argument", kind_name(other))),
         })
     }

@@ -321,7 +321,7 @@ impl<'py> Tracer<'py> {
                     }
                     return unsupported(format!("super().{name}: not found"));
                 }
-                let Some(real_receiver) = self.real(receiver) else {
+                let Some(real_receiver) = self.real_unpinned(receiver) else {
                     return unsupported("super() on a value without a Python object");
                 };
                 // What super() finds depends on the receiver's class and the classes after
@@ -496,12 +496,16 @@ impl<'py> Tracer<'py> {
                 Some(v) => v,
                 None => return unsupported("reads an empty closure cell"),
             },
-            Some(Cell::Real(cell)) => {
+            Some(Cell::Real(cell, cell_source)) => {
                 let contents = match cell.bind(self.py).getattr("cell_contents") {
                     Ok(c) => c,
                     Err(_) => return unsupported("reads an empty closure cell"),
                 };
-                self.wrap(&contents, Some(Rc::new(Source::Cell(cell.clone()))))?
+                let source = match cell_source {
+                    Some(s) => Rc::new(Source::Attr(s, "cell_contents".into())),
+                    None => Rc::new(Source::Cell(cell.clone())),
+                };
+                self.wrap(&contents, Some(source))?
             }
             // A free variable of the compiled frame itself: its value came in with the frame.
             None if f.is_root => match f.locals.get(slot).copied().flatten() {

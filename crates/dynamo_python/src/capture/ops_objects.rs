@@ -46,7 +46,7 @@ impl<'py> Tracer<'py> {
             }
             _ => {}
         }
-        let (Some(source), Some(real)) = (self.source(obj), self.real(obj)) else {
+        let (Some(source), Some(real)) = (self.source(obj), self.real_unpinned(obj)) else {
             return unsupported(format!("setting .{name} of {}", kind_name(self.kind(obj))));
         };
         // Only plain attribute stores can be replayed as they are.

@@ -121,6 +121,8 @@ pub struct Tracer<'py> {
     /// Attribute stores on objects that existed before the call, in order; the transformed
     /// code replays the last value of each after running the graph.
     pub mutations: Vec<Mutation>,
+    /// Objects whose identity the trace came to depend on (see `pin_identity`).
+    pub pins: std::cell::RefCell<Vec<VarId>>,
 }
 
 /// `obj.name = value` on an object from a source.
@@ -163,12 +165,42 @@ impl<'py> Tracer<'py> {
             grad_enabled: true,
             tuple_fields: HashMap::new(),
             mutations: Vec::new(),
+            pins: std::cell::RefCell::new(Vec::new()),
         })
     }
 
     pub fn add(&mut self, kind: VarKind, source: Option<Rc<Source>>) -> VarId {
-        self.vars.push(Var { kind, source });
+        self.vars.push(Var {
+            kind,
+            source,
+            identity_pending: false,
+        });
         VarId(self.vars.len() as u32 - 1)
+    }
+
+    /// The trace depends on which object `id` is: guard its identity (see
+    /// `Var::identity_pending`). Callable from `&self` paths: recorded, applied by
+    /// [`Tracer::apply_pins`].
+    pub fn pin_identity(&self, id: VarId) {
+        if self.vars[id.0 as usize].identity_pending {
+            self.pins.borrow_mut().push(id);
+        }
+    }
+
+    /// Adds the identity guards asked for by `pin_identity`.
+    pub fn apply_pins(&mut self) {
+        let pins = std::mem::take(&mut *self.pins.borrow_mut());
+        for id in pins {
+            let var = &mut self.vars[id.0 as usize];
+            if !var.identity_pending {
+                continue;
+            }
+            var.identity_pending = false;
+            if let (Some(source), VarKind::Object(value)) = (var.source.clone(), &var.kind) {
+                let value = value.clone();
+                self.guards.add(source, GuardKind::Id(value));
+            }
+        }
     }
 
     /// A method of a tracked value: `func` is the Python function to inline with `receiver`
@@ -202,6 +234,14 @@ impl<'py> Tracer<'py> {
 
     /// The real Python value of a trace-time value (constants and objects), if it has one.
     pub fn real(&self, id: VarId) -> Option<Bound<'py, PyAny>> {
+        self.pin_identity(id);
+        self.real_unpinned(id)
+    }
+
+    /// The real object of `id` for the trace's own bookkeeping, where which object it is
+    /// does not reach the result: attribute stores (replayed through the object's source)
+    /// and `super()` (resolved by the object's guarded type).
+    pub fn real_unpinned(&self, id: VarId) -> Option<Bound<'py, PyAny>> {
         match self.kind(id) {
             VarKind::Const(v) | VarKind::Object(v) => Some(v.bind(self.py).clone()),
             _ => None,
@@ -221,6 +261,7 @@ impl<'py> Tracer<'py> {
     /// evaluated at trace time.
     pub fn python_value(&self, id: VarId) -> CResult<Bound<'py, PyAny>> {
         let py = self.py;
+        self.pin_identity(id);
         Ok(match self.kind(id) {
             VarKind::Const(v) | VarKind::Object(v) => v.bind(py).clone(),
             VarKind::Tuple(items) => {
@@ -364,10 +405,92 @@ impl<'py> Tracer<'py> {
             }
         }
         if let Some(s) = &source {
+            if self.guard_by_contents(value, s)? {
+                let id = self.add(VarKind::Object(OwnedRef::from_bound(value)), source);
+                self.vars[id.0 as usize].identity_pending = true;
+                return Ok(id);
+            }
             self.guards
                 .add(s.clone(), GuardKind::Id(OwnedRef::from_bound(value)));
         }
         Ok(self.add(VarKind::Object(OwnedRef::from_bound(value)), source))
+    }
+
+    /// For a Python function or an instance of a plain Python class read from `source`:
+    /// records the guards that stand for it without its identity — a function's code,
+    /// globals and closure layout (its cells, defaults and attributes are guarded when read),
+    /// an instance's type (its attributes are guarded when read) — and returns true.
+    /// Objects made anew on every call (transformers' cache objects, mask closures) then
+    /// reuse the compiled code. False for anything else, which is guarded by identity.
+    fn guard_by_contents(
+        &mut self,
+        value: &Bound<'py, PyAny>,
+        source: &Rc<Source>,
+    ) -> CResult<bool> {
+        let py = self.py;
+        let ty = value.get_type();
+        if ty.is(&self.h.function_type) {
+            let attr = |name: &str| Rc::new(Source::Attr(source.clone(), name.to_string()));
+            self.guards.add(
+                source.clone(),
+                GuardKind::Type(OwnedRef::from_bound(ty.as_any())),
+            );
+            self.guards.add(
+                attr("__code__"),
+                GuardKind::Id(OwnedRef::from_bound(&value.getattr("__code__")?)),
+            );
+            self.guards.add(
+                attr("__globals__"),
+                GuardKind::Id(OwnedRef::from_bound(&value.getattr("__globals__")?)),
+            );
+            let closure = value.getattr("__closure__")?;
+            if closure.is_none() {
+                self.guards.add(
+                    attr("__closure__"),
+                    GuardKind::Equals(OwnedRef::from_bound(&closure)),
+                );
+            } else {
+                self.guards
+                    .add(attr("__closure__"), GuardKind::Len(closure.len()?));
+            }
+            return Ok(true);
+        }
+        // A plain instance: a Python class all the way up (no builtin base with state of its
+        // own, like a dict subclass), an instance dict, not callable, not a module.
+        const HEAP_TYPE: u64 = 1 << 9;
+        if value.is_callable()
+            || value.is_instance(&self.h.module_type)?
+            || value.is_instance_of::<pyo3::types::PyType>()
+            || value.is_instance_of::<pyo3::types::PyModule>()
+        {
+            return Ok(false);
+        }
+        let object = py.import("builtins")?.getattr("object")?;
+        for klass in ty.getattr("__mro__")?.try_iter()? {
+            let klass = klass?;
+            if klass.is(&object) {
+                continue;
+            }
+            let flags: u64 = klass.getattr("__flags__")?.extract()?;
+            if flags & HEAP_TYPE == 0 {
+                return Ok(false);
+            }
+        }
+        // SAFETY: `value` is live and the GIL is held; PyObject_GenericGetDict returns a new
+        // reference to the instance dict or NULL with an exception set.
+        let dict =
+            unsafe { pyo3::ffi::PyObject_GenericGetDict(value.as_ptr(), std::ptr::null_mut()) };
+        if dict.is_null() {
+            let _ = PyErr::take(py);
+            return Ok(false);
+        }
+        // SAFETY: the new reference just returned; dropped at once.
+        drop(unsafe { Bound::from_owned_ptr(py, dict) });
+        self.guards.add(
+            source.clone(),
+            GuardKind::Type(OwnedRef::from_bound(ty.as_any())),
+        );
+        Ok(true)
     }
 
     /// The placeholder for a real tensor from `source` (one per source).

@@ -16,7 +16,9 @@ pub struct VarId(pub u32);
 /// trace, or a cell created inside it (shared by the frame and the functions it makes).
 #[derive(Clone, Debug)]
 pub enum Cell {
-    Real(OwnedRef),
+    /// A real cell, with the cell's own source when the function it belongs to has one (its
+    /// contents are then read through it, so a new closure of the same code is read afresh).
+    Real(OwnedRef, Option<Rc<Source>>),
     Traced(Rc<RefCell<Option<VarId>>>),
 }
 
@@ -116,4 +118,10 @@ pub struct TracedFunction {
 pub struct Var {
     pub kind: VarKind,
     pub source: Option<Rc<Source>>,
+    /// An object from a source that is guarded by what the trace reads of it (its type, its
+    /// attributes, a function's code and closure), not by identity: a new object of the same
+    /// kind each call (a cache object, a closure) reuses the compiled code. Where the trace
+    /// depends on which object it is (`is`, a trace-time call given the object), its identity
+    /// is guarded after all (`Tracer::pin_identity`).
+    pub identity_pending: bool,
 }

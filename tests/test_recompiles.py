@@ -1,0 +1,209 @@
+"""No recompile on a second identical call: what a frame is given anew on every call (a
+transformers cache object, mask closures, a config-like object) is guarded by what the trace
+reads of it, not by identity — while code that does depend on identity still is."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import dynamo_rs
+from dynamo_rs.testing import CompileCounter
+from models import build, tensors_of
+
+
+@pytest.fixture(autouse=True)
+def fresh():
+    dynamo_rs.reset()
+    yield
+    dynamo_rs.reset()
+
+
+def compiled(fn):
+    counter = CompileCounter()
+    return dynamo_rs.compile(fn, backend=counter), counter
+
+
+# --- the model suite, and transformers models called the usual way (with a mask) -------------
+
+MODELS = ["resnet18", "mobilenet_v3_small", "vit_tiny_patch16_224", "convnext_atto", "gpt2", "bert", "llama"]
+
+
+def _calls(name: str, with_mask: bool):
+    model, inputs = build(name)
+    if not with_mask:
+        return model, inputs, {}
+    (ids,) = inputs
+    mask = torch.ones_like(ids)
+    mask[0, -3:] = 0
+    return model, (), {"input_ids": ids, "attention_mask": mask}
+
+
+def _small_bart():
+    from transformers import BartConfig, BartModel
+
+    config = BartConfig(encoder_layers=2, decoder_layers=2, d_model=64, encoder_attention_heads=4,
+                        decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, vocab_size=1000,
+                        max_position_embeddings=64)
+    torch.manual_seed(0)
+    ids = torch.randint(3, 1000, (2, 12))
+    mask = torch.ones_like(ids)
+    mask[1, -4:] = 0
+    return BartModel(config).eval(), (), {"input_ids": ids, "attention_mask": mask}
+
+
+# BART's layers reach frames compiled per module instance (modules are still guarded by
+# identity; sharing compiled code between instances of one class is not built yet), and its
+# second call takes a layer down such a frame for the first time.
+BART_NOT_YET = pytest.mark.xfail(strict=True, reason="module instances of one class do not share compiled code yet")
+CASES = [(name, False) for name in MODELS] + [(name, True) for name in ["gpt2", "bert", "llama"]]
+CASES.append(pytest.param("bart", True, marks=BART_NOT_YET))
+
+
+@pytest.mark.parametrize("name,with_mask", CASES)
+def test_second_identical_call_adds_no_graph(name, with_mask) -> None:
+    model, args, kwargs = _small_bart() if name == "bart" else _calls(name, with_mask)
+    counter = CompileCounter()
+    cmodel = dynamo_rs.compile(model, backend=counter)
+    with torch.no_grad():
+        expected = model(*args, **kwargs)
+        first = cmodel(*args, **kwargs)
+        after_first = counter.frame_count
+        for _ in range(2):
+            again = cmodel(*args, **kwargs)
+            assert counter.frame_count == after_first, "an identical call compiled again"
+    for e, g in zip(tensors_of(expected), tensors_of(first)):
+        torch.testing.assert_close(g, e)
+    for e, g in zip(tensors_of(expected), tensors_of(again)):
+        torch.testing.assert_close(g, e)
+
+
+# --- objects and closures made anew on every call --------------------------------------------
+
+
+class Box:
+    def __init__(self, scale):
+        self.scale = scale
+
+    def apply(self, x):
+        return x * self.scale
+
+
+def use_box(x, box):
+    return box.apply(x) + box.scale
+
+
+def test_a_new_object_of_the_same_kind_reuses_the_code() -> None:
+    cfn, counter = compiled(use_box)
+    x = torch.randn(3)
+    for _ in range(3):
+        torch.testing.assert_close(cfn(x, Box(2.0)), use_box(x, Box(2.0)))
+    assert counter.frame_count == 1
+    torch.testing.assert_close(cfn(x, Box(5.0)), use_box(x, Box(5.0)))
+    assert counter.frame_count == 2
+
+
+class OtherBox(Box):
+    def apply(self, x):
+        return x - self.scale
+
+
+def test_an_object_of_another_class_recompiles() -> None:
+    cfn, counter = compiled(use_box)
+    x = torch.randn(3)
+    cfn(x, Box(2.0))
+    torch.testing.assert_close(cfn(x, OtherBox(2.0)), use_box(x, OtherBox(2.0)))
+    assert counter.frame_count == 2
+
+
+def make_scaler(k):
+    def scale(x):
+        return x * k
+
+    return scale
+
+
+def make_with_default(k):
+    def scale(x, k=k):
+        return x * k
+
+    return scale
+
+
+def call_fn(x, fn):
+    return fn(x) + 1
+
+
+@pytest.mark.parametrize("factory", [make_scaler, make_with_default])
+def test_a_new_closure_of_the_same_code_reuses_the_code(factory) -> None:
+    cfn, counter = compiled(call_fn)
+    x = torch.randn(3)
+    for _ in range(3):
+        torch.testing.assert_close(cfn(x, factory(2.0)), call_fn(x, factory(2.0)))
+    assert counter.frame_count == 1
+    torch.testing.assert_close(cfn(x, factory(7.0)), call_fn(x, factory(7.0)))
+    assert counter.frame_count == 2
+    torch.testing.assert_close(cfn(x, lambda t: t.cos()), call_fn(x, lambda t: t.cos()))
+    assert counter.frame_count == 3
+
+
+SENTINEL = Box(1.0)
+
+
+def identity_branch(x, box):
+    if box is SENTINEL:
+        return x + 1
+    return x - 1
+
+
+def test_identity_comparisons_still_guard_identity() -> None:
+    cfn, _ = compiled(identity_branch)
+    x = torch.randn(3)
+    torch.testing.assert_close(cfn(x, SENTINEL), identity_branch(x, SENTINEL))
+    look_alike = Box(1.0)
+    torch.testing.assert_close(cfn(x, look_alike), identity_branch(x, look_alike))
+
+
+def optional_attribute(x, box):
+    if hasattr(box, "extra"):
+        return x + box.extra
+    return x * box.scale
+
+
+def test_attribute_presence_is_guarded() -> None:
+    cfn, _ = compiled(optional_attribute)
+    x = torch.randn(3)
+    plain, with_extra = Box(2.0), Box(2.0)
+    with_extra.extra = 10.0
+    torch.testing.assert_close(cfn(x, plain), optional_attribute(x, plain))
+    torch.testing.assert_close(cfn(x, with_extra), optional_attribute(x, with_extra))
+    torch.testing.assert_close(cfn(x, Box(2.0)), optional_attribute(x, Box(2.0)))
+
+
+def count_calls(x, box):
+    box.calls = box.calls + 1
+    return x * box.calls
+
+
+def test_stores_reach_the_object_of_this_call() -> None:
+    cfn, counter = compiled(count_calls)
+    x = torch.randn(3)
+    for _ in range(3):
+        mine, theirs = Box(1.0), Box(1.0)
+        mine.calls = theirs.calls = 0
+        torch.testing.assert_close(cfn(x, mine), count_calls(x, theirs))
+        assert mine.calls == theirs.calls == 1
+    assert counter.frame_count == 1
+
+
+def dict_keyed_by_object(x, box, table):
+    return x * table[box]
+
+
+def test_objects_used_as_keys_keep_identity() -> None:
+    cfn, _ = compiled(dict_keyed_by_object)
+    x = torch.randn(3)
+    a, b = Box(1.0), Box(1.0)
+    table = {a: 2.0, b: 3.0}
+    torch.testing.assert_close(cfn(x, a, table), dict_keyed_by_object(x, a, table))
+    torch.testing.assert_close(cfn(x, b, table), dict_keyed_by_object(x, b, table))
