@@ -171,13 +171,26 @@ def test_attribute_changed_back_and_forth_is_reread() -> None:
     assert counter.frame_count == 3
 
 
-def test_swapped_submodule_recompiles() -> None:
+def test_submodule_swapped_for_another_kind_recompiles() -> None:
     module, cm, counter, x = compiled_gate()
     with torch.no_grad():
         cm(x)
-        module.linear = torch.nn.Linear(3, 3)
+        module.linear = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Tanh())
         torch.testing.assert_close(cm(x), module(x))
     assert counter.frame_count == 2
+
+
+def test_submodule_swapped_for_one_of_the_same_kind_runs_the_new_one() -> None:
+    # Same class and structure: the compiled code is shared (parameters are graph inputs read
+    # from the module each call), and the new submodule's weights are the ones used.
+    module, cm, counter, x = compiled_gate()
+    with torch.no_grad():
+        before = cm(x)
+        module.linear = torch.nn.Linear(3, 3)
+        after = cm(x)
+        torch.testing.assert_close(after, module(x))
+        assert not torch.allclose(before, after)
+    assert counter.frame_count == 1
 
 
 def test_list_length_change_recompiles() -> None:

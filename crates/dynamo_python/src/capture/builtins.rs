@@ -72,6 +72,19 @@ impl<'py> Tracer<'py> {
             if let Some(inst_cls) = self.instance_class(args[0]) {
                 return self.wrap(&inst_cls, None);
             }
+            // `type(obj)` of an existing object depends on its type only, not on which object
+            // it is: guard the type, leave identity alone.
+            if let (VarKind::Object(v), Some(source)) = (self.kind(args[0]), self.source(args[0])) {
+                let ty = v.bind(py).get_type();
+                self.guards.add(
+                    source,
+                    super::guards::GuardKind::Type(OwnedRef::from_bound(ty.as_any())),
+                );
+                return Ok(self.add(
+                    VarKind::Object(OwnedRef::from_bound(ty.as_any())),
+                    Some(super::ops_objects::class_source(&ty)),
+                ));
+            }
         }
         if (is("isinstance") || is("issubclass")) && args.len() == 2 {
             let cls = self.python_value(args[1])?;
@@ -108,7 +121,13 @@ impl<'py> Tracer<'py> {
                         self.pin_identity(args[0]);
                     }
                 } else {
-                    self.pin_identity(args[0]);
+                    match self.source(args[0]) {
+                        Some(source) => self.guards.add(
+                            source,
+                            super::guards::GuardKind::HasAttr(attr.clone(), false),
+                        ),
+                        None => self.pin_identity(args[0]),
+                    }
                 }
             }
             if is("hasattr") {

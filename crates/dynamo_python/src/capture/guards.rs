@@ -30,6 +30,8 @@ pub enum GuardKind {
     Keys(OwnedRef),
     /// `key in value` gives this answer (membership in a set, in `os.environ`).
     Contains(OwnedRef, bool),
+    /// `hasattr(value, name)` gives this answer.
+    HasAttr(String, bool),
 }
 
 /// The guards a trace recorded: one per (source, kind), sources interned in a table.
@@ -44,6 +46,9 @@ pub struct GuardSet {
     pub global_state: Option<OwnedRef>,
     /// Whether the graph may change a tensor in place (see `NativeGuard::check_distinct`).
     pub mutates_in_place: bool,
+    /// The object seen at a source that is guarded by type rather than identity, by source
+    /// id: what the plan inspects to read its attributes the fast way.
+    pub examples: HashMap<u32, OwnedRef>,
 }
 
 impl GuardSet {
@@ -57,11 +62,25 @@ impl GuardSet {
             GuardKind::Keys(_) => 5,
             // One per key: the tag holds the key's address (the key is kept by the guard).
             GuardKind::Contains(key, _) => 7 + ((key.as_ptr() as usize as u64) << 8),
+            GuardKind::HasAttr(name, _) => {
+                use std::hash::{Hash, Hasher};
+                let mut hasher = std::collections::hash_map::DefaultHasher::new();
+                name.hash(&mut hasher);
+                8 + (hasher.finish() << 8)
+            }
         };
         let id = self.sources.intern(&source);
         if self.seen.insert((id, tag)) {
             self.guards.push((id, kind));
         }
+    }
+
+    /// Records `value` as what `source` held when traced (see `examples`).
+    pub fn example(&mut self, source: &Rc<Source>, value: &Bound<'_, PyAny>) {
+        let id = self.sources.intern(source);
+        self.examples
+            .entry(id)
+            .or_insert_with(|| OwnedRef::from_bound(value));
     }
 
     pub fn len(&self) -> usize {
@@ -178,6 +197,7 @@ enum Check {
     Equals(OwnedRef),
     Len(usize),
     Contains(OwnedRef, bool),
+    HasAttr(OwnedRef, bool),
     Tensor,
 }
 
@@ -370,6 +390,8 @@ impl NativeGuard {
             Check::Keys(k) => format!("has keys {}", repr(k)),
             Check::Contains(key, true) => format!("contains {}", repr(key)),
             Check::Contains(key, false) => format!("does not contain {}", repr(key)),
+            Check::HasAttr(name, true) => format!("has an attribute {}", repr(name)),
+            Check::HasAttr(name, false) => format!("has no attribute {}", repr(name)),
         };
         format!("{} {what}", self.path(index))
     }
@@ -457,6 +479,10 @@ impl NativeGuard {
                 GuardKind::Len(n) => Check::Len(*n),
                 GuardKind::Keys(k) => Check::Keys(k.clone()),
                 GuardKind::Contains(key, expected) => Check::Contains(key.clone(), *expected),
+                GuardKind::HasAttr(name, expected) => Check::HasAttr(
+                    OwnedRef::from_bound(PyString::intern(py, name).as_any()),
+                    *expected,
+                ),
             };
             steps[step].checks.push(check);
         }
@@ -470,10 +496,21 @@ impl NativeGuard {
                 continue;
             };
             let parent = *parent;
-            let Some(object) = steps[parent].checks.iter().find_map(|c| match c {
-                Check::Id(o) => Some(o.bind(py).clone()),
-                _ => None,
-            }) else {
+            // The parent's object: known by identity, or (guarded by type) as traced; the
+            // fast path re-checks the type and its version tag on every read either way.
+            let object = steps[parent]
+                .checks
+                .iter()
+                .find_map(|c| match c {
+                    Check::Id(o) => Some(o.bind(py).clone()),
+                    _ => None,
+                })
+                .or_else(|| {
+                    set.examples
+                        .get(&(parent as u32))
+                        .map(|o| o.bind(py).clone())
+                });
+            let Some(object) = object else {
                 continue;
             };
             let name = name.clone();
@@ -816,6 +853,10 @@ impl NativeGuard {
                             || (value.get_type().is(expected.get_type()) && value.eq(expected)?)
                     }
                     Check::Len(n) => value.len().ok() == Some(*n),
+                    Check::HasAttr(name, expected) => {
+                        let name = name.bind(py).cast::<PyString>()?.clone();
+                        value.hasattr(name).unwrap_or(false) == *expected
+                    }
                     Check::Contains(key, expected) => {
                         value.contains(key.bind(py)).ok() == Some(*expected)
                     }

@@ -304,7 +304,8 @@ impl<'py> Tracer<'py> {
             && !h.always_false.iter().any(|f| f.is(obj))
             && !h.foldable.contains(obj).unwrap_or(true)
             && !h.is_graph_function.call1((obj,))?.is_truthy()?;
-        if !user_function {
+        // A module call reads what it needs through the module's source (`call_module`).
+        if !user_function && !obj.is_instance(&h.module_type)? {
             self.pin_identity(callee);
         }
         if h.is_compiling.iter().any(|f| f.is(obj)) {

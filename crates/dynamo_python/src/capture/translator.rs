@@ -455,6 +455,18 @@ impl<'py> Tracer<'py> {
             }
             return Ok(true);
         }
+        // An nn.Module: its children, parameters, buffers, hooks and flags are read through
+        // sources (`_modules[...]`, `_parameters[...]`, ...) and guarded there, and its
+        // forward through its class; so every instance of one class with the same structure
+        // shares the compiled code, as under TorchDynamo.
+        if value.is_instance(&self.h.module_type)? {
+            self.guards.add(
+                source.clone(),
+                GuardKind::Type(OwnedRef::from_bound(ty.as_any())),
+            );
+            self.guards.example(source, value);
+            return Ok(true);
+        }
         // A plain instance: a Python class all the way up (no builtin base with state of its
         // own, like a dict subclass), an instance dict, not callable, not a module.
         const HEAP_TYPE: u64 = 1 << 9;
@@ -490,6 +502,7 @@ impl<'py> Tracer<'py> {
             source.clone(),
             GuardKind::Type(OwnedRef::from_bound(ty.as_any())),
         );
+        self.guards.example(source, value);
         Ok(true)
     }
 
