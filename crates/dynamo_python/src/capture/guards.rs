@@ -328,7 +328,9 @@ pub struct NativeGuard {
 thread_local! {
     /// Graph inputs read by the last passing guard on this thread, with the address of the
     /// compiled graph they belong to.
-    static PASSED_INPUTS: std::cell::RefCell<Option<(usize, Py<PyTuple>)>> =
+    /// The graph is held (not just its address), so the address cannot be reused by another
+    /// graph while the slot is filled.
+    static PASSED_INPUTS: std::cell::RefCell<Option<(OwnedRef, Py<PyTuple>)>> =
         const { std::cell::RefCell::new(None) };
 }
 
@@ -339,7 +341,7 @@ thread_local! {
 #[pyfunction]
 pub fn take_graph_inputs(token: &Bound<'_, PyAny>) -> Option<Py<PyTuple>> {
     PASSED_INPUTS.with(|cell| match cell.borrow_mut().take() {
-        Some((address, inputs)) if address == token.as_ptr() as usize => Some(inputs),
+        Some((graph, inputs)) if graph.as_ptr() == token.as_ptr() => Some(inputs),
         _ => None,
     })
 }
@@ -602,8 +604,8 @@ impl NativeGuard {
                 .collect();
             if let Some(inputs) = inputs {
                 let inputs = PyTuple::new(py, inputs)?.unbind();
-                PASSED_INPUTS
-                    .with(|cell| *cell.borrow_mut() = Some((token.as_ptr() as usize, inputs)));
+                let token = token.clone();
+                PASSED_INPUTS.with(|cell| *cell.borrow_mut() = Some((token, inputs)));
             }
         }
         Ok(true)
@@ -616,6 +618,7 @@ impl NativeGuard {
         py: Python<'_>,
         group: &TensorGroup,
         tensors: &[Bound<'_, PyAny>],
+        describe: bool,
     ) -> PyResult<Option<String>> {
         let Some((examples, kwargs)) = &group.spec else {
             return Ok(None);
@@ -637,6 +640,10 @@ impl NativeGuard {
         let args = PyTuple::new(py, tensors)?;
         if checker.bind(py).call_method1("check", args)?.is_truthy()? {
             return Ok(None);
+        }
+        if !describe {
+            // The hook only needs to know; naming the tensor costs a checker per tensor.
+            return Ok(Some(String::new()));
         }
         for (tensor, (step, example)) in tensors.iter().zip(&group.examples) {
             let what = self.path(*step);
@@ -752,13 +759,16 @@ impl NativeGuard {
     }
 
     /// The description of the first check that fails (`None`: all pass), reading locals through
-    /// `locals`. When all pass, `keep` receives the value of every step.
+    /// `locals`. When all pass, `keep` receives the value of every step. With `keep` (the
+    /// hook's own check) a failure is reported without a description, which only
+    /// `first_failure` needs.
     fn first_failing<'py>(
         &self,
         py: Python<'py>,
         locals: &dyn Fn(usize) -> Option<Bound<'py, PyAny>>,
         keep: Option<&mut Vec<Option<Bound<'py, PyAny>>>>,
     ) -> PyResult<Option<String>> {
+        let describe = keep.is_none();
         let mut values: Vec<Option<Bound<'_, PyAny>>> = Vec::with_capacity(self.steps.len());
         let mut tensors: Vec<Bound<'_, PyAny>> = Vec::new();
         let mut aliases: Vec<(usize, usize, Bound<'_, PyAny>, &Check)> = Vec::new();
@@ -774,7 +784,7 @@ impl NativeGuard {
                     None => return Ok(Some(format!("{}: missing", self.path(*step)))),
                 }
             }
-            if let Some(failure) = self.check_tensors(py, &self.arguments, &arguments)? {
+            if let Some(failure) = self.check_tensors(py, &self.arguments, &arguments, describe)? {
                 return Ok(Some(failure));
             }
         }
@@ -877,7 +887,11 @@ impl NativeGuard {
                     }
                 };
                 if !ok {
-                    return Ok(Some(self.describe_check(py, index, check)));
+                    return Ok(Some(if describe {
+                        self.describe_check(py, index, check)
+                    } else {
+                        String::new()
+                    }));
                 }
             }
             values.push(Some(value));
@@ -894,7 +908,7 @@ impl NativeGuard {
                 )));
             }
         }
-        if let Some(failure) = self.check_tensors(py, &self.reached, &tensors)? {
+        if let Some(failure) = self.check_tensors(py, &self.reached, &tensors, describe)? {
             return Ok(Some(failure));
         }
         if let Some(failure) = self.check_distinct(&arguments, &tensors) {

@@ -160,6 +160,17 @@ impl Source {
         self.part().render(&parent)
     }
 
+    /// Whether this source starts at a local of the compiled frame.
+    pub fn is_rooted_in_locals(&self) -> bool {
+        match self {
+            Source::Local(_) => true,
+            Source::Attr(base, _) | Source::ClassAttr(base, _) | Source::Item(base, _) => {
+                base.is_rooted_in_locals()
+            }
+            Source::Global { .. } | Source::Cell(_) | Source::Object(..) => false,
+        }
+    }
+
     /// The last component of this source's path.
     pub fn part(&self) -> PathPart {
         match self {

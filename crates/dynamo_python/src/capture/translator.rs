@@ -428,6 +428,12 @@ impl<'py> Tracer<'py> {
         source: &Rc<Source>,
     ) -> CResult<bool> {
         let py = self.py;
+        // What is made anew per call reaches a frame through its locals (arguments, and what
+        // hangs off them); globals, classes and closure cells of module-level functions hold
+        // long-lived definitions, which one identity check covers most cheaply.
+        if !source.is_rooted_in_locals() {
+            return Ok(false);
+        }
         let ty = value.get_type();
         if ty.is(&self.h.function_type) {
             let attr = |name: &str| Rc::new(Source::Attr(source.clone(), name.to_string()));

@@ -352,6 +352,18 @@ unsafe fn call_callback(
             type_name(&check)
         )));
     };
+    // Another thread may have compiled an entry for the same inputs while this compile ran
+    // (compiling lets other threads run): use it rather than keep two for one case, which
+    // would fill the cache towards its limit.
+    let view = FrameView {
+        frame,
+        layout: &extra.layout,
+    };
+    if cache_size < extra.inner.borrow().entries.len() {
+        if let Some(existing) = lookup(py, extra, &view)? {
+            return Ok(Decision::Run(existing));
+        }
+    }
     // SAFETY: live frame.
     let globals = unsafe { (*frame).f_globals };
     let entry = Rc::new(CacheEntry {
