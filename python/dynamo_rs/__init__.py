@@ -5,7 +5,7 @@
 """
 
 from dynamo_rs import bytecode, config
-from dynamo_rs._native import BackendCompilerFailed, CompileError, Unsupported
+from dynamo_rs._native import BackendCompilerFailed, CompileError, InternalCheckFailed, Unsupported
 from dynamo_rs.eval_frame import disable
 
 
@@ -28,6 +28,7 @@ def reset() -> None:
 __all__ = [
     "BackendCompilerFailed",
     "CompileError",
+    "InternalCheckFailed",
     "OptimizedModule",
     "Unsupported",
     "bytecode",
