@@ -264,3 +264,32 @@ def test_an_instance_in_another_mode_recompiles() -> None:
         for block in (a, b, a):
             torch.testing.assert_close(dynamo_rs.compile(block, backend=counter)(x), block(x))
     assert counter.frame_count == 2
+
+
+# --- recompile reasons -----------------------------------------------------------------------
+
+
+def double(x):
+    return x * 2
+
+
+def test_recompile_reasons_are_logged_and_named_at_the_cache_limit(caplog) -> None:
+    import logging
+    import warnings
+
+    previous = dynamo_rs.config.cache_size_limit
+    dynamo_rs.config.cache_size_limit = 2
+    try:
+        cfn, counter = compiled(double)
+        with caplog.at_level(logging.INFO, logger="dynamo_rs.recompiles"):
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                for n in (2, 3, 4):
+                    torch.testing.assert_close(cfn(torch.ones(n)), double(torch.ones(n)))
+        assert counter.frame_count == 2
+        logged = [r.getMessage() for r in caplog.records if r.name == "dynamo_rs.recompiles"]
+        assert logged and "double" in logged[0] and "shape" in logged[0]
+        limit = [str(w.message) for w in caught if "cache_size_limit" in str(w.message)]
+        assert len(limit) == 1 and "last recompile" in limit[0] and "shape" in limit[0], limit
+    finally:
+        dynamo_rs.config.cache_size_limit = previous
