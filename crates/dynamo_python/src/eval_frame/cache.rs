@@ -222,8 +222,26 @@ pub struct CacheEntry {
     pub code: OwnedRef,
     /// A function object for `code`, called to run it. Its globals, builtins and closure
     /// are those of the frame being replaced, filled in for the duration of each call and
-    /// cleared afterwards, so the cache never keeps a module or closure alive.
+    /// cleared afterwards, so the cache never keeps a module or closure alive. It is not
+    /// tracked by the cyclic GC while the entry holds it (see `run::make_runner`).
     pub runner: OwnedRef,
+}
+
+impl Drop for CacheEntry {
+    fn drop(&mut self) {
+        // The runner was untracked when made; CPython 3.11's function dealloc untracks
+        // unconditionally, so it must be tracked again before the reference that keeps it
+        // alive (ours; a frame running it holds another) can be the last one.
+        // SAFETY: entries are dropped with the GIL held (they live in code objects' extra
+        // state, freed by CPython or by our resets under the GIL); the runner is alive (we
+        // still hold our reference) and is a function object, a GC type.
+        unsafe {
+            let runner = self.runner.as_ptr();
+            if ffi::PyObject_GC_IsTracked(runner) == 0 {
+                ffi::PyObject_GC_Track(runner.cast());
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for CacheEntry {
