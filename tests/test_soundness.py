@@ -212,31 +212,24 @@ def call_methods(x):
     return scaler.scale(x) + scaler.offset(x) + scaler.apply(x)
 
 
-def test_method_patched_on_the_class_recompiles() -> None:
+def test_method_patched_on_the_class_recompiles(monkeypatch) -> None:
     cfn, counter = compiled(call_methods)
     x = torch.randn(3)
-    original = Scaler.scale
-    try:
-        same(cfn, call_methods, x)
-        same(cfn, call_methods, x)
-        assert counter.frame_count == 1, "a classmethod through an instance must not recompile"
-        Scaler.scale = lambda self, x: x * 100
-        same(cfn, call_methods, x)
-        assert counter.frame_count == 2
-    finally:
-        Scaler.scale = original
+    same(cfn, call_methods, x)
+    same(cfn, call_methods, x)
+    assert counter.frame_count == 1, "a classmethod through an instance must not recompile"
+    monkeypatch.setattr(Scaler, "scale", lambda self, x: x * 100)
+    same(cfn, call_methods, x)
+    assert counter.frame_count == 2
 
 
-def test_class_data_patched_on_a_base_recompiles() -> None:
+def test_class_data_patched_on_a_base_recompiles(monkeypatch) -> None:
     cfn, counter = compiled(call_methods)
     x = torch.randn(3)
-    try:
-        same(cfn, call_methods, x)
-        Scaler.factor = 7.0
-        same(cfn, call_methods, x)
-        assert counter.frame_count == 2
-    finally:
-        Scaler.factor = 2.0
+    same(cfn, call_methods, x)
+    monkeypatch.setattr(Scaler, "factor", 7.0)
+    same(cfn, call_methods, x)
+    assert counter.frame_count == 2
 
 
 class Config:
@@ -251,16 +244,13 @@ def instance_made_in_trace(x):
     return x * config.scale + config.bias
 
 
-def test_class_attribute_through_an_instance_made_in_the_trace() -> None:
+def test_class_attribute_through_an_instance_made_in_the_trace(monkeypatch) -> None:
     cfn, counter = compiled(instance_made_in_trace)
     x = torch.randn(3)
-    try:
-        same(cfn, instance_made_in_trace, x)
-        Config.scale = 10
-        same(cfn, instance_made_in_trace, x)
-        assert counter.frame_count == 2
-    finally:
-        Config.scale = 3
+    same(cfn, instance_made_in_trace, x)
+    monkeypatch.setattr(Config, "scale", 10)
+    same(cfn, instance_made_in_trace, x)
+    assert counter.frame_count == 2
 
 
 class Base:
@@ -279,16 +269,13 @@ def super_data(x):
     return derived.total(x)
 
 
-def test_super_attribute_is_guarded() -> None:
+def test_super_attribute_is_guarded(monkeypatch) -> None:
     cfn, counter = compiled(super_data)
     x = torch.randn(3)
-    try:
-        same(cfn, super_data, x)
-        Base.table = [5, 6, 7]
-        same(cfn, super_data, x)
-        assert counter.frame_count == 2
-    finally:
-        Base.table = [1, 2]
+    same(cfn, super_data, x)
+    monkeypatch.setattr(Base, "table", [5, 6, 7])
+    same(cfn, super_data, x)
+    assert counter.frame_count == 2
 
 
 # --- function-level imports, defaults, os.environ, default dtype ----------------------------
@@ -327,18 +314,15 @@ def calls_with_default(x):
     return with_default(x)
 
 
-def test_replaced_defaults_recompile() -> None:
+def test_replaced_defaults_recompile(monkeypatch) -> None:
     cfn, counter = compiled(calls_with_default)
     x = torch.randn(3)
-    try:
-        same(cfn, calls_with_default, x)
-        same(cfn, calls_with_default, x)
-        assert counter.frame_count == 1
-        with_default.__defaults__ = (7,)
-        same(cfn, calls_with_default, x)
-        assert counter.frame_count == 2
-    finally:
-        with_default.__defaults__ = (2,)
+    same(cfn, calls_with_default, x)
+    same(cfn, calls_with_default, x)
+    assert counter.frame_count == 1
+    monkeypatch.setattr(with_default, "__defaults__", (7,))
+    same(cfn, calls_with_default, x)
+    assert counter.frame_count == 2
 
 
 def appends_to_default(x, seen=[]):  # noqa: B006 - the mutable default is the point
@@ -426,18 +410,15 @@ def dtype_keyed_table(x):
     return x * SCALE_BY_DTYPE[x.dtype]
 
 
-def test_dict_values_under_dtype_keys_are_guarded() -> None:
+def test_dict_values_under_dtype_keys_are_guarded(monkeypatch) -> None:
     cfn, counter = compiled(dtype_keyed_table)
     x = torch.randn(3)
-    try:
-        same(cfn, dtype_keyed_table, x)
-        same(cfn, dtype_keyed_table, x)
-        assert counter.frame_count == 1
-        SCALE_BY_DTYPE[torch.float32] = 5.0
-        same(cfn, dtype_keyed_table, x)
-        assert counter.frame_count == 2
-    finally:
-        SCALE_BY_DTYPE[torch.float32] = 2.0
+    same(cfn, dtype_keyed_table, x)
+    same(cfn, dtype_keyed_table, x)
+    assert counter.frame_count == 1
+    monkeypatch.setitem(SCALE_BY_DTYPE, torch.float32, 5.0)
+    same(cfn, dtype_keyed_table, x)
+    assert counter.frame_count == 2
 
 
 ENABLED = {"relu"}

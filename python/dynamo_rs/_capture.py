@@ -221,13 +221,13 @@ def is_graph_function(fn) -> bool:
 
 
 _recompiles_log = logging.getLogger("dynamo_rs.recompiles")
-#: The last recompile reason per code object's qualified name, for the cache-limit warning.
-last_recompile_reason: dict = {}
 
 
 def log_recompile(frame) -> None:
     """Called when no cache entry of `frame`'s code applies (and entries exist): puts the first
     failing check of each entry in words on the `dynamo_rs.recompiles` logger (INFO)."""
+    if not _recompiles_log.isEnabledFor(logging.INFO):
+        return
     from dynamo_rs import _native
 
     code = frame.f_code
@@ -244,7 +244,5 @@ def log_recompile(frame) -> None:
     if not reasons:
         return
     where = f"{code.co_qualname} ({code.co_filename}:{code.co_firstlineno})"
-    last_recompile_reason[where] = reasons[0]
-    if _recompiles_log.isEnabledFor(logging.INFO):
-        _recompiles_log.info("recompiling %s: %s", where, "; ".join(
-            f"entry {i}: {r}" for i, r in enumerate(reasons)))
+    _recompiles_log.info("recompiling %s: %s", where, "; ".join(
+        f"entry {i}: {r}" for i, r in enumerate(reasons)))

@@ -579,12 +579,7 @@ impl NativeGuard {
     }
 
     fn evaluate(&self, py: Python<'_>, view: &FrameView<'_>) -> PyResult<bool> {
-        let locals = |i: usize| -> Option<Bound<'_, PyAny>> {
-            // SAFETY: the index was looked up in this code's layout; the frame is live.
-            let ptr = unsafe { view.value(i) };
-            // SAFETY: a live object owned by the frame (or null).
-            (!ptr.is_null()).then(|| unsafe { Bound::from_borrowed_ptr(py, ptr) })
-        };
+        let locals = |i: usize| frame_local(py, view, i);
         if !self.backend_matches(py)? {
             return Ok(false);
         }
@@ -996,6 +991,24 @@ impl FrameGuard for NativeGuardRef {
     fn as_python(&self, py: Python<'_>) -> Py<PyAny> {
         self.0.bind(py).clone().unbind()
     }
+
+    fn failure(&self, py: Python<'_>, frame: &FrameView<'_>) -> Option<String> {
+        let guard = self.0.bind(py).cast::<NativeGuard>().ok()?.borrow();
+        let locals = |i: usize| frame_local(py, frame, i);
+        guard.first_failing(py, &locals, None).ok().flatten()
+    }
+}
+
+/// Local `index` of a live, not yet started frame.
+fn frame_local<'py>(
+    py: Python<'py>,
+    view: &FrameView<'_>,
+    index: usize,
+) -> Option<Bound<'py, PyAny>> {
+    // SAFETY: the index was looked up in this code's layout; the frame is live.
+    let ptr = unsafe { view.value(index) };
+    // SAFETY: a live object owned by the frame (or null).
+    (!ptr.is_null()).then(|| unsafe { Bound::from_borrowed_ptr(py, ptr) })
 }
 
 /// The localsplus names of a frame layout, for resolving `Source::Local`.

@@ -15,6 +15,7 @@ pub mod codegen;
 pub mod graph;
 pub mod guards;
 pub mod helpers;
+mod iteration;
 mod ops_arith;
 mod ops_build;
 mod ops_call;

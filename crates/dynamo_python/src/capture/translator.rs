@@ -378,29 +378,12 @@ impl<'py> Tracer<'py> {
         }
         if value.get_type().is(&h.dict_type) {
             let dict = value.cast::<PyDict>().map_err(PyErr::from)?;
-            let keys: Vec<Bound<'py, PyAny>> = dict.keys().iter().collect();
-            if keys.iter().all(|k| h.is_constant(k).unwrap_or(false)) {
-                if let Some(s) = &source {
-                    self.guards.add(
-                        s.clone(),
-                        GuardKind::Type(OwnedRef::from_bound(value.get_type().as_any())),
-                    );
-                    self.guards.add(
-                        s.clone(),
-                        GuardKind::Keys(OwnedRef::from_bound(
-                            PyTuple::new(self.py, &keys)?.as_any(),
-                        )),
-                    );
-                }
-                let mut entries = Vec::with_capacity(keys.len());
-                for key in keys {
-                    let item = dict.get_item(&key)?.expect("key from this dict");
-                    let item_source = source
-                        .as_ref()
-                        .map(|s| Rc::new(Source::Item(s.clone(), ItemKey::of(&key))));
-                    let item = self.wrap(&item, item_source)?;
-                    entries.push((OwnedRef::from_bound(&key), item));
-                }
+            if dict
+                .keys()
+                .iter()
+                .all(|k| h.is_constant(&k).unwrap_or(false))
+            {
+                let entries = self.dict_entries(dict, source.as_ref())?;
                 return Ok(self.add(VarKind::Dict(entries), source));
             }
         }
@@ -414,6 +397,34 @@ impl<'py> Tracer<'py> {
                 .add(s.clone(), GuardKind::Id(OwnedRef::from_bound(value)));
         }
         Ok(self.add(VarKind::Object(OwnedRef::from_bound(value)), source))
+    }
+
+    /// The entries of a real dict (or dict subclass) read from `source`: its type and keys
+    /// are guarded, and each value is wrapped from its item source.
+    pub fn dict_entries(
+        &mut self,
+        dict: &Bound<'py, PyDict>,
+        source: Option<&Rc<Source>>,
+    ) -> CResult<Vec<(OwnedRef, VarId)>> {
+        let keys = PyTuple::new(self.py, dict.keys())?;
+        if let Some(s) = source {
+            self.guards.add(
+                s.clone(),
+                GuardKind::Type(OwnedRef::from_bound(dict.get_type().as_any())),
+            );
+            self.guards.add(
+                s.clone(),
+                GuardKind::Keys(OwnedRef::from_bound(keys.as_any())),
+            );
+        }
+        let mut entries = Vec::with_capacity(keys.len());
+        for key in keys.iter() {
+            let item = dict.get_item(&key)?.expect("key from this dict");
+            let item_source = source.map(|s| Rc::new(Source::Item(s.clone(), ItemKey::of(&key))));
+            let item = self.wrap(&item, item_source)?;
+            entries.push((OwnedRef::from_bound(&key), item));
+        }
+        Ok(entries)
     }
 
     /// For a Python function or an instance of a plain Python class read from `source`:

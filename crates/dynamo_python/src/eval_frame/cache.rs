@@ -184,6 +184,12 @@ pub trait FrameGuard {
 
     /// The Python object this guard came from, for introspection.
     fn as_python(&self, py: Python<'_>) -> Py<PyAny>;
+
+    /// Why the entry does not apply to `frame`, in words (for the cache-limit warning), if
+    /// the guard can say.
+    fn failure(&self, _py: Python<'_>, _frame: &FrameView<'_>) -> Option<String> {
+        None
+    }
 }
 
 /// An entry without guards: valid for every frame.

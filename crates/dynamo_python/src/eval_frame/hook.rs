@@ -230,7 +230,8 @@ unsafe fn eval_frame(
                  it now runs uncompiled when none of them applies",
                 extra.layout.location
             );
-            if let Some(reason) = last_recompile_reason(py, &extra.layout.location) {
+            let first = extra.inner.borrow().entries.first().cloned();
+            if let Some(reason) = first.and_then(|entry| entry.guard.failure(py, &view)) {
                 message.push_str(&format!(" (last recompile: {reason})"));
             }
             if let Err(err) = warn_runtime(py, &message) {
@@ -516,17 +517,6 @@ extern "C" fn default_evaluator(
 ) -> *mut ffi::PyObject {
     // SAFETY: the evaluator's contract.
     unsafe { ffi::_PyEval_EvalFrameDefault(tstate, frame, throw) }
-}
-
-/// Why `location`'s code was last compiled again, if the capture layer recorded it (it puts
-/// the first failing check of each entry in words; see `dynamo_rs._capture.log_recompile`).
-/// Looked up only if that module is loaded: the hook knows nothing of capture.
-fn last_recompile_reason(py: Python<'_>, location: &str) -> Option<String> {
-    let modules = py.import("sys").ok()?.getattr("modules").ok()?;
-    let capture = modules.get_item("dynamo_rs._capture").ok()?;
-    let reasons = capture.getattr("last_recompile_reason").ok()?;
-    let reason = reasons.get_item(location).ok()?;
-    Some(reason.str().ok()?.to_string())
 }
 
 /// This thread's callback (borrowed; null when the hook is off here). Guards compare it with

@@ -1,0 +1,161 @@
+//! Iteration at trace time: the items of a tracker (containers, iterators, dict views,
+//! module containers, Python sequences), with sources for what is read from real objects.
+
+use std::rc::Rc;
+
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use super::ops_call::describe;
+use super::source::Source;
+use super::translator::{kind_name, unsupported, CResult, Tracer};
+use super::vars::{DictViewKind, VarId, VarKind};
+use crate::eval_frame::owned::OwnedRef;
+
+impl<'py> Tracer<'py> {
+    /// The items of a tracker that can be iterated at trace time.
+    pub fn items_of(&mut self, id: VarId) -> CResult<Vec<VarId>> {
+        let py = self.py;
+        match self.kind(id) {
+            VarKind::Tuple(items) | VarKind::List(items) => Ok(items.clone()),
+            VarKind::Iter { items, next } => Ok(items[*next..].to_vec()),
+            VarKind::Dict(entries) => {
+                let keys: Vec<OwnedRef> = entries.iter().map(|(k, _)| k.clone()).collect();
+                Ok(keys
+                    .iter()
+                    .map(|k| self.add(VarKind::Const(k.clone()), None))
+                    .collect())
+            }
+            &VarKind::DictView { dict, which } => self.dict_view_items(dict, which),
+            VarKind::Const(v) => {
+                let v = v.bind(py).clone();
+                let mut out = Vec::new();
+                for item in v.try_iter()? {
+                    let item = item?;
+                    out.push(self.wrap(&item, None)?);
+                }
+                Ok(out)
+            }
+            VarKind::Object(v) => {
+                let v = v.bind(py).clone();
+                self.object_items(id, &v)
+            }
+            VarKind::Instance { cls, .. } => {
+                let cls = cls.bind(py).clone();
+                match self.sequence_items(id, &cls)? {
+                    Some(items) => Ok(items),
+                    None => unsupported(format!(
+                        "iterating over a {} made while tracing",
+                        describe(&cls)
+                    )),
+                }
+            }
+            VarKind::Tensor { .. } => unsupported("iterating over a tensor"),
+            other => unsupported(format!("iterating over {}", kind_name(other))),
+        }
+    }
+
+    /// What iterating a dict view gives now: keys, values or `(key, value)` tuples of the
+    /// dict's current entries.
+    pub fn dict_view_items(&mut self, dict: VarId, which: DictViewKind) -> CResult<Vec<VarId>> {
+        let VarKind::Dict(entries) = self.kind(dict) else {
+            return unsupported("internal: a dict view of something that is not a dict");
+        };
+        let entries = entries.clone();
+        Ok(entries
+            .into_iter()
+            .map(|(k, v)| match which {
+                DictViewKind::Keys => self.add(VarKind::Const(k), None),
+                DictViewKind::Values => v,
+                DictViewKind::Items => {
+                    let k = self.add(VarKind::Const(k), None);
+                    self.add(VarKind::Tuple(vec![k, v]), None)
+                }
+            })
+            .collect())
+    }
+
+    /// Items of an object whose class is a Python sequence (`__len__` and `__getitem__` in
+    /// Python, iteration left to `collections.abc.Sequence`), by inlining those two so what
+    /// they read is traced and guarded. `None` if the class is not such a sequence.
+    fn sequence_items(
+        &mut self,
+        id: VarId,
+        cls: &Bound<'py, PyAny>,
+    ) -> CResult<Option<Vec<VarId>>> {
+        let py = self.py;
+        let inspect = py.import("inspect")?;
+        let static_attr = |name: &str| inspect.call_method1("getattr_static", (cls, name)).ok();
+        let sequence_iter = py
+            .import("collections.abc")?
+            .getattr("Sequence")?
+            .getattr("__iter__")?;
+        let (Some(len_fn), Some(getitem_fn)) = (static_attr("__len__"), static_attr("__getitem__"))
+        else {
+            return Ok(None);
+        };
+        let iter_ok = static_attr("__iter__").is_none_or(|it| it.is(&sequence_iter));
+        if !(iter_ok
+            && len_fn.is_instance(&self.h.function_type)?
+            && getitem_fn.is_instance(&self.h.function_type)?)
+        {
+            return Ok(None);
+        }
+        let n = self.call_python(&len_fn, vec![id], Vec::new())?;
+        let n: usize = match self.real(n) {
+            Some(v) => v.extract()?,
+            None => return unsupported("len() of a sequence that is not a constant"),
+        };
+        let mut out = Vec::with_capacity(n);
+        for i in 0..n {
+            let index = self.constant(&(i as i64).into_pyobject(py)?.into_any());
+            out.push(self.call_python(&getitem_fn, vec![id, index], Vec::new())?);
+        }
+        Ok(Some(out))
+    }
+
+    /// Items of a real container: nn.Module containers and dict views, with sources.
+    fn object_items(&mut self, id: VarId, obj: &Bound<'py, PyAny>) -> CResult<Vec<VarId>> {
+        let py = self.py;
+        let source = self.source(id);
+        let type_name = obj.get_type().name()?.to_string();
+        let is_module_dict = obj.is_instance(&self.h.module_dict)?;
+        if is_module_dict || obj.is_instance(&self.h.module_sequences)? {
+            // Iterating a module container reads its `_modules`: wrapped from its source, the
+            // keys are guarded (a module appended later recompiles) and each child by
+            // identity.
+            let modules = obj.getattr("_modules")?;
+            let modules_source = source.map(|s| Rc::new(Source::Attr(s, "_modules".into())));
+            // A dict subclass too (`ModuleList.pop` leaves an OrderedDict).
+            let Ok(modules) = modules.cast::<PyDict>() else {
+                return unsupported("a module container whose _modules is not a dict");
+            };
+            let entries = self.dict_entries(modules, modules_source.as_ref())?;
+            return Ok(entries
+                .into_iter()
+                .map(|(key, child)| {
+                    if is_module_dict {
+                        self.add(VarKind::Const(key), None)
+                    } else {
+                        child
+                    }
+                })
+                .collect());
+        }
+        if matches!(
+            type_name.as_str(),
+            "odict_values" | "dict_values" | "dict_keys" | "odict_keys"
+        ) {
+            let mut out = Vec::new();
+            for item in obj.try_iter()? {
+                out.push(self.wrap(&item?, None)?);
+            }
+            return Ok(out);
+        }
+        let _ = py;
+        if let Some(items) = self.sequence_items(id, &obj.get_type().into_any())? {
+            return Ok(items);
+        }
+        unsupported(format!("iterating over {}", describe(obj)))
+    }
+}
