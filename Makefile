@@ -9,7 +9,7 @@ INSTALLED := $(VENV)/.dynamo-rs-installed
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 export VIRTUAL_ENV := $(abspath $(VENV))
 
-.PHONY: all build demo test test-rust test-python lint bench bench-quick clean
+.PHONY: all build demo test test-rust test-python lint bench bench-quick fuzz fuzz-quick clean
 
 all: test
 
@@ -49,6 +49,14 @@ bench: build
 
 bench-quick: build
 	$(PY) benchmarks/run.py --quick
+
+# Differential fuzzing (tools/fuzz): random programs run eagerly and compiled, compared
+# value for value and side effect for side effect; mismatches are shrunk into tests/fuzz_cases.
+fuzz: build
+	$(PY) tools/fuzz --programs 100000
+
+fuzz-quick: build
+	$(PY) tools/fuzz --programs 2000 --seed 1000000 --save ''
 
 clean:
 	rm -rf target $(VENV)

@@ -101,7 +101,15 @@ impl<'py> Tracer<'py> {
         }
         if (is("getattr") || is("hasattr")) && (2..=3).contains(&args.len()) {
             let attr: String = self.python_value(args[1])?.extract()?;
+            // A store or `del` earlier in this trace decides the answer for an existing object.
+            let stored = match self.kind(args[0]) {
+                VarKind::Const(v) | VarKind::Object(v) => {
+                    self.mutated_attr(&v.bind(py).clone(), &attr)
+                }
+                _ => None,
+            };
             let found = match self.kind(args[0]) {
+                _ if stored.is_some() => matches!(stored, Some(Some(_))),
                 VarKind::Const(v) | VarKind::Object(v) => v.bind(py).hasattr(attr.as_str())?,
                 VarKind::Tensor { fake, .. } => fake.bind(py).hasattr(attr.as_str())?,
                 VarKind::Instance { cls, attrs, .. } => {
@@ -112,7 +120,7 @@ impl<'py> Tracer<'py> {
             // Whether an attribute is there is state of the object: when it is, reading it
             // (below, or here for hasattr) guards it through its source; when it is not,
             // only the object's identity says it stays missing.
-            if matches!(self.kind(args[0]), VarKind::Object(_)) {
+            if stored.is_none() && matches!(self.kind(args[0]), VarKind::Object(_)) {
                 if found {
                     if is("hasattr")
                         && self.source(args[0]).is_some()

@@ -254,46 +254,102 @@ impl DictReadCache {
     }
 }
 
-/// Tensors checked together by one torch C++ `TensorGuards` (dtype, device, shape, stride,
-/// requires_grad, dispatch keys).
+/// What a failing tensor check reports against: the example's metadata, not the example
+/// (a guard must not keep the first call's tensors alive).
+struct TensorMeta {
+    step: usize,
+    type_name: String,
+    dtype: String,
+    device: String,
+    shape: Vec<i64>,
+    stride: Vec<i64>,
+    requires_grad: bool,
+}
+
+impl TensorMeta {
+    fn of(step: usize, t: &Bound<'_, PyAny>) -> PyResult<TensorMeta> {
+        Ok(TensorMeta {
+            step,
+            type_name: t.get_type().name()?.to_string(),
+            dtype: t.getattr("dtype")?.str()?.to_string(),
+            device: t.getattr("device")?.str()?.to_string(),
+            shape: t.getattr("shape")?.extract()?,
+            stride: t.call_method0("stride")?.extract()?,
+            requires_grad: t.getattr("requires_grad")?.extract()?,
+        })
+    }
+
+    /// How `t` differs from this example, if its metadata does.
+    fn difference(&self, what: &str, t: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
+        if !t.hasattr("dtype")? || !t.hasattr("stride")? {
+            return Ok(Some(format!(
+                "{what} is a {}, was a tensor",
+                t.get_type().name()?
+            )));
+        }
+        let now = TensorMeta::of(self.step, t)?;
+        let field = |name: &str, now: String, was: String| {
+            (now != was).then(|| format!("{what}.{name} is {now}, was {was}"))
+        };
+        Ok(field("dtype", now.dtype, self.dtype.clone())
+            .or_else(|| field("device", now.device, self.device.clone()))
+            .or_else(|| {
+                field(
+                    "shape",
+                    format!("{:?}", now.shape),
+                    format!("{:?}", self.shape),
+                )
+            })
+            .or_else(|| {
+                field(
+                    "requires_grad",
+                    now.requires_grad.to_string(),
+                    self.requires_grad.to_string(),
+                )
+            })
+            .or_else(|| {
+                (now.stride != self.stride).then(|| format!("{what} has a different stride"))
+            })
+            .or_else(|| field("__class__", now.type_name, self.type_name.clone())))
+    }
+}
+
+/// Tensors checked together by one torch C++ `TensorGuards` (type, dtype, device, shape,
+/// stride, requires_grad, dispatch keys). The checker is made when the guard is built, from
+/// the examples, which are not kept.
 #[derive(Default)]
 struct TensorGroup {
-    /// Step and example of each tensor, in check order (also for naming a failure).
-    examples: Vec<(usize, OwnedRef)>,
-    /// The examples and their sizes/strides, as `TensorGuards` takes them.
-    spec: Option<(OwnedRef, OwnedRef)>,
-    /// The checker, made at the first check: it records the thread's dispatch state when
-    /// made, so it is made in the caller's state, not inside the compile callback.
-    checker: std::sync::OnceLock<OwnedRef>,
+    examples: Vec<TensorMeta>,
+    checker: Option<OwnedRef>,
 }
 
 impl TensorGroup {
     fn new(py: Python<'_>, examples: Vec<(usize, OwnedRef)>) -> PyResult<TensorGroup> {
-        let spec = if examples.is_empty() {
-            None
-        } else {
-            let tensors: Vec<Bound<'_, PyAny>> =
-                examples.iter().map(|(_, t)| t.bind(py).clone()).collect();
-            let sizes: Vec<Vec<i64>> = tensors
-                .iter()
-                .map(|t| t.getattr("shape")?.extract())
-                .collect::<PyResult<_>>()?;
-            let strides: Vec<Vec<i64>> = tensors
-                .iter()
-                .map(|t| t.call_method0("stride")?.extract())
-                .collect::<PyResult<_>>()?;
-            let kwargs = PyDict::new(py);
-            kwargs.set_item("dynamic_dims_sizes", sizes)?;
-            kwargs.set_item("dynamic_dims_strides", strides)?;
-            Some((
-                OwnedRef::from_bound(PyTuple::new(py, &tensors)?.as_any()),
-                OwnedRef::from_bound(kwargs.as_any()),
-            ))
-        };
+        if examples.is_empty() {
+            return Ok(TensorGroup::default());
+        }
+        let tensors: Vec<Bound<'_, PyAny>> =
+            examples.iter().map(|(_, t)| t.bind(py).clone()).collect();
+        let metas = examples
+            .iter()
+            .map(|(step, t)| TensorMeta::of(*step, &t.bind(py)))
+            .collect::<PyResult<Vec<_>>>()?;
+        let kwargs = PyDict::new(py);
+        kwargs.set_item(
+            "dynamic_dims_sizes",
+            metas.iter().map(|m| m.shape.clone()).collect::<Vec<_>>(),
+        )?;
+        kwargs.set_item(
+            "dynamic_dims_strides",
+            metas.iter().map(|m| m.stride.clone()).collect::<Vec<_>>(),
+        )?;
+        let checker = py
+            .import("torch._C._dynamo.guards")?
+            .getattr("TensorGuards")?
+            .call(PyTuple::new(py, &tensors)?, Some(&kwargs))?;
         Ok(TensorGroup {
-            examples,
-            spec,
-            checker: std::sync::OnceLock::new(),
+            examples: metas,
+            checker: Some(OwnedRef::from_bound(&checker)),
         })
     }
 }
@@ -615,78 +671,24 @@ impl NativeGuard {
         tensors: &[Bound<'_, PyAny>],
         describe: bool,
     ) -> PyResult<Option<String>> {
-        let Some((examples, kwargs)) = &group.spec else {
+        let Some(checker) = &group.checker else {
             return Ok(None);
-        };
-        let checker = match group.checker.get() {
-            Some(g) => g,
-            None => {
-                let cls = py
-                    .import("torch._C._dynamo.guards")?
-                    .getattr("TensorGuards")?;
-                let made = cls.call(
-                    examples.bind(py).cast::<PyTuple>()?,
-                    Some(kwargs.bind(py).cast::<PyDict>()?),
-                )?;
-                let _ = group.checker.set(OwnedRef::from_bound(&made));
-                group.checker.get().expect("just set")
-            }
         };
         let args = PyTuple::new(py, tensors)?;
         if checker.bind(py).call_method1("check", args)?.is_truthy()? {
             return Ok(None);
         }
         if !describe {
-            // The hook only needs to know; naming the tensor costs a checker per tensor.
+            // The hook only needs to know.
             return Ok(Some(String::new()));
         }
-        for (tensor, (step, example)) in tensors.iter().zip(&group.examples) {
-            let what = self.path(*step);
-            let example = example.bind(py);
-            if !tensor.hasattr("dtype")? || !tensor.hasattr("stride")? {
-                return Ok(Some(format!(
-                    "{what} is a {}, was a tensor",
-                    tensor.get_type().name()?
-                )));
-            }
-            for property in ["dtype", "device", "shape", "requires_grad"] {
-                if !tensor.getattr(property)?.eq(example.getattr(property)?)? {
-                    return Ok(Some(format!(
-                        "{what}.{property} is {}, was {}",
-                        tensor.getattr(property)?,
-                        example.getattr(property)?
-                    )));
-                }
-            }
-            if !tensor
-                .call_method0("stride")?
-                .eq(example.call_method0("stride")?)?
-            {
-                return Ok(Some(format!("{what} has a different stride")));
-            }
-            let single = PyDict::new(py);
-            single.set_item(
-                "dynamic_dims_sizes",
-                vec![example.getattr("shape")?.extract::<Vec<i64>>()?],
-            )?;
-            single.set_item(
-                "dynamic_dims_strides",
-                vec![example.call_method0("stride")?.extract::<Vec<i64>>()?],
-            )?;
-            let cls = py
-                .import("torch._C._dynamo.guards")?
-                .getattr("TensorGuards")?;
-            let one = cls.call((example.clone(),), Some(&single))?;
-            if !one.call_method1("check", (tensor,))?.is_truthy()? {
-                return Ok(Some(format!(
-                    "{what}: type {} (was {}), or dispatch keys changed",
-                    tensor.get_type().name()?,
-                    example.get_type().name()?
-                )));
+        for (tensor, example) in tensors.iter().zip(&group.examples) {
+            if let Some(difference) = example.difference(&self.path(example.step), tensor)? {
+                return Ok(Some(difference));
             }
         }
         Ok(Some(format!(
-            "a tensor's dtype, device, shape, stride, requires_grad or dispatch keys changed ({} tensors checked, {} expected)",
+            "a tensor's dispatch keys changed ({} tensors checked, {} expected)",
             tensors.len(),
             group.examples.len()
         )))
@@ -709,13 +711,13 @@ impl NativeGuard {
             self.arguments
                 .examples
                 .iter()
-                .map(|(step, _)| *step)
+                .map(|example| example.step)
                 .zip(arguments)
                 .chain(
                     self.reached
                         .examples
                         .iter()
-                        .map(|(step, _)| *step)
+                        .map(|example| example.step)
                         .zip(reached),
                 )
         };
@@ -770,7 +772,8 @@ impl NativeGuard {
         // The frame's own tensor arguments first.
         let mut arguments = Vec::with_capacity(self.arguments.examples.len());
         if !self.arguments.examples.is_empty() {
-            for (step, _) in &self.arguments.examples {
+            for example in &self.arguments.examples {
+                let step = &example.step;
                 let Access::Local(i) = self.steps[*step].access else {
                     unreachable!("argument tensors are locals");
                 };

@@ -522,6 +522,11 @@ fn rebuild_plan(
                 Rebuild::Const(v.clone())
             }
         },
+        // A container that existed before the call is returned as itself (the caller may
+        // compare it with `is` or change it later); the trace never changes such containers.
+        VarKind::Tuple(_) | VarKind::List(_) | VarKind::Dict(_) if tracer.source(id).is_some() => {
+            Rebuild::Source(tracer.source(id).expect("checked"))
+        }
         VarKind::Tuple(items) => Rebuild::Tuple(
             items
                 .iter()

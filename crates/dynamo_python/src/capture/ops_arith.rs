@@ -198,6 +198,11 @@ impl<'py> Tracer<'py> {
             );
         }
         let name = super::ops_call::function_name(op);
+        if IN_PLACE_OPERATORS.contains(&name.as_str()) {
+            if let Some(result) = self.in_place_on_container(&name, &args)? {
+                return Ok(result);
+            }
+        }
         // Tuple and list concatenation and repetition keep their trackers.
         if args.len() == 2 && matches!(name.as_str(), "add" | "iadd") {
             if let (VarKind::Tuple(a), VarKind::Tuple(b)) | (VarKind::List(a), VarKind::List(b)) =
@@ -226,6 +231,71 @@ impl<'py> Tracer<'py> {
         } else {
             self.wrap(&result, None)
         }
+    }
+
+    /// `lhs op= rhs` where `lhs` is a mutable container: Python changes it in place, so every
+    /// name bound to it sees the change. Done on containers made in this trace; refused on
+    /// existing ones (a side effect the transformed code does not replay) and on objects
+    /// whose in-place operator would run on the real object while tracing. `None`: the
+    /// left operand is immutable, and the operator is the plain one.
+    fn in_place_on_container(&mut self, name: &str, args: &[VarId]) -> CResult<Option<VarId>> {
+        let py = self.py;
+        let [lhs, rhs] = args else { return Ok(None) };
+        let (lhs, rhs) = (*lhs, *rhs);
+        let mutable = matches!(
+            self.kind(lhs),
+            VarKind::List(_) | VarKind::Dict(_) | VarKind::Object(_) | VarKind::Instance { .. }
+        );
+        if !mutable {
+            return Ok(None);
+        }
+        if self.source(lhs).is_some()
+            || !matches!(self.kind(lhs), VarKind::List(_) | VarKind::Dict(_))
+        {
+            return unsupported(format!(
+                "operator {name} on {} that existed before the call",
+                kind_name(self.kind(lhs))
+            ));
+        }
+        let kind = match (name, self.kind(lhs), self.kind(rhs)) {
+            ("iadd", VarKind::List(a), VarKind::List(b) | VarKind::Tuple(b)) => {
+                VarKind::List(a.iter().chain(b).copied().collect())
+            }
+            ("imul", VarKind::List(a), VarKind::Const(n)) => {
+                let n: i64 = match n.bind(py).extract() {
+                    Ok(n) => n,
+                    Err(_) => return unsupported("list *= a value that is not an int"),
+                };
+                let times = n.max(0) as usize;
+                VarKind::List(a.iter().copied().cycle().take(a.len() * times).collect())
+            }
+            ("ior", VarKind::Dict(a), VarKind::Dict(b)) => {
+                let mut entries = a.clone();
+                for (key, value) in b {
+                    let mut replaced = false;
+                    for entry in entries.iter_mut() {
+                        if entry.0.bind(py).eq(key.bind(py))? {
+                            entry.1 = *value;
+                            replaced = true;
+                            break;
+                        }
+                    }
+                    if !replaced {
+                        entries.push((key.clone(), *value));
+                    }
+                }
+                VarKind::Dict(entries)
+            }
+            (_, lhs_kind, rhs_kind) => {
+                return unsupported(format!(
+                    "operator {name} on {} and {}",
+                    kind_name(lhs_kind),
+                    kind_name(rhs_kind)
+                ))
+            }
+        };
+        self.vars[lhs.0 as usize].kind = kind;
+        Ok(Some(lhs))
     }
 
     /// The truth value of a known value (a tensor's would need its data).

@@ -6,6 +6,9 @@
 use pyo3::prelude::*;
 use pyo3::types::PyType;
 
+use std::rc::Rc;
+
+use super::source::Source;
 use super::translator::{kind_name, unsupported, CResult, Flow, FrameState, Mutation, Tracer};
 use super::vars::{VarId, VarKind};
 use crate::eval_frame::owned::OwnedRef;
@@ -35,7 +38,13 @@ impl<'py> Tracer<'py> {
                 model_output: false,
                 ..
             } => {
+                let before = attrs.len();
                 attrs.retain(|(n, _)| n != name);
+                if value.is_none() && attrs.len() == before {
+                    return unsupported(format!(
+                        "deleting .{name}, which the object does not have"
+                    ));
+                }
                 if let Some(v) = value {
                     attrs.push((name.to_string(), v));
                 }
@@ -61,6 +70,39 @@ impl<'py> Tracer<'py> {
                 "setting .{name} of {} (custom __setattr__)",
                 super::ops_call::describe(&real)
             ));
+        }
+        if value.is_none() {
+            // `del obj.name` raises unless the attribute is there: after an earlier store in
+            // this trace, or in the object's own `__dict__` (guarded to stay there).
+            let in_dict = match real.getattr("__dict__") {
+                Ok(d) => d.contains(name)?,
+                Err(_) => false,
+            };
+            let stored_before = match self.mutated_attr(&real, name) {
+                Some(Some(_)) => true,
+                Some(None) => return unsupported(format!("deleting .{name} twice")),
+                None => false,
+            };
+            if !in_dict && !stored_before {
+                return unsupported(format!(
+                    "deleting .{name}, which is not in the object's __dict__"
+                ));
+            }
+            // Whether the object has the attribute when the transformed code runs decides
+            // what replaying the delete must do: guard it by its `__dict__`.
+            let dict_source = Rc::new(Source::Attr(source.clone(), "__dict__".into()));
+            let key = OwnedRef::from_bound(&pyo3::types::PyString::new(py, name).into_any());
+            self.guards.add(
+                dict_source,
+                super::guards::GuardKind::Contains(key, in_dict),
+            );
+            if !in_dict {
+                // Stored by this trace, then deleted: nothing to replay.
+                let object = real.as_ptr();
+                self.mutations
+                    .retain(|m| !(m.object.as_ptr() == object && m.name == name));
+                return Ok(());
+            }
         }
         if let Some(v) = value {
             if !self.rebuildable(v) {

@@ -389,8 +389,13 @@ impl<'py> Tracer<'py> {
         }
         if let Some(s) = &source {
             if self.guard_by_contents(value, s)? {
+                // A set's elements are all the trace can depend on (it never changes an
+                // existing set, and returns it as itself); other objects may need their
+                // identity later.
+                let is_set = value.is_exact_instance_of::<pyo3::types::PySet>()
+                    || value.is_exact_instance_of::<pyo3::types::PyFrozenSet>();
                 let id = self.add(VarKind::Object(OwnedRef::from_bound(value)), source);
-                self.vars[id.0 as usize].identity_pending = true;
+                self.vars[id.0 as usize].identity_pending = !is_set;
                 return Ok(id);
             }
             self.guards
@@ -482,6 +487,29 @@ impl<'py> Tracer<'py> {
                 GuardKind::Type(OwnedRef::from_bound(ty.as_any())),
             );
             self.guards.example(source, value);
+            return Ok(true);
+        }
+        // A set of constants: its type and its elements.
+        if value.is_exact_instance_of::<pyo3::types::PySet>()
+            || value.is_exact_instance_of::<pyo3::types::PyFrozenSet>()
+        {
+            let mut constant = true;
+            for item in value.try_iter()? {
+                constant &= self.h.is_constant(&item?)?;
+            }
+            if !constant {
+                return Ok(false);
+            }
+            // A copy of the same type (the check compares types); only the guard holds it.
+            let copy = ty.call1((value,))?;
+            self.guards.add(
+                source.clone(),
+                GuardKind::Type(OwnedRef::from_bound(ty.as_any())),
+            );
+            self.guards.add(
+                source.clone(),
+                GuardKind::Equals(OwnedRef::from_bound(&copy)),
+            );
             return Ok(true);
         }
         // A plain instance: a Python class all the way up (no builtin base with state of its

@@ -1,0 +1,93 @@
+"""What compiled code keeps alive: a compiled model and the inputs of its first call are freed
+once the user drops them, without `dynamo_rs.reset()` (guards keep tensor metadata, not
+tensors); and compiling, calling and dropping models over and over does not grow memory."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import pytest
+import torch
+
+import dynamo_rs
+from dynamo_rs.testing import CompileCounter
+
+
+@pytest.fixture(autouse=True)
+def fresh():
+    dynamo_rs.reset()
+    yield
+    dynamo_rs.reset()
+
+
+class Net(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+        self.register_buffer("scale", torch.ones(4))
+
+    def forward(self, x, extra):
+        return self.lin(x).relu() * self.scale + extra["bias"]
+
+
+def plain_function(x, y):
+    return (x @ y).sin() + y.sum()
+
+
+@pytest.mark.parametrize("backend", ["counter", "eager", "aot_eager"])
+def test_deleted_model_and_first_inputs_are_freed(backend) -> None:
+    def run():
+        model = Net()
+        compiled = dynamo_rs.compile(model, backend=CompileCounter() if backend == "counter"
+                                     else backend)
+        x, bias = torch.randn(2, 4), torch.randn(4)
+        expected = model(x, {"bias": bias})
+        torch.testing.assert_close(compiled(x, {"bias": bias}), expected)
+        torch.testing.assert_close(compiled(x, {"bias": bias}), expected)
+        return [weakref.ref(o) for o in (model, model.lin.weight, model.scale, x, bias)]
+
+    refs = run()
+    gc.collect()
+    assert [r() is None for r in refs] == [True] * len(refs)
+
+
+def test_function_inputs_are_freed() -> None:
+    compiled = dynamo_rs.compile(plain_function, backend=CompileCounter())
+
+    def run():
+        x, y = torch.randn(3, 3), torch.randn(3, 3)
+        torch.testing.assert_close(compiled(x, y), plain_function(x, y))
+        return weakref.ref(x), weakref.ref(y)
+
+    refs = run()
+    gc.collect()
+    assert [r() is None for r in refs] == [True, True]
+
+
+def _live_counts() -> tuple[int, int]:
+    gc.collect()
+    objects = gc.get_objects()
+    return len(objects), sum(1 for o in objects if issubclass(type(o), torch.Tensor))
+
+
+def test_compile_delete_cycles_do_not_grow() -> None:
+    counter = CompileCounter()
+
+    def cycle() -> None:
+        model = Net()
+        compiled = dynamo_rs.compile(model, backend=counter)
+        compiled(torch.randn(2, 4), {"bias": torch.randn(4)})
+        fn = dynamo_rs.compile(plain_function, backend=counter)
+        fn(torch.randn(3, 3), torch.randn(3, 3))
+
+    for _ in range(50):
+        cycle()
+    before = _live_counts()
+    for _ in range(10_000):
+        cycle()
+    after = _live_counts()
+    # Instances of one class share compiled code: two graphs in all.
+    assert counter.frame_count == 2
+    assert after[1] <= before[1], f"live tensors {before[1]} -> {after[1]}"
+    assert after[0] - before[0] < 100, f"live objects {before[0]} -> {after[0]}"

@@ -1,0 +1,223 @@
+"""Wrong results the differential fuzzer (tools/fuzz) found, as families: containers that
+existed before the call keep their identity when returned; in-place operators on containers
+change them in place (every alias sees it); attribute deletes and `hasattr` follow the
+trace's own stores; sets as arguments are guarded by their elements. Each case runs eagerly
+and compiled on equal inputs and compares results, arguments afterwards, and identities."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+import torch
+
+import dynamo_rs
+from dynamo_rs.testing import CompileCounter
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))
+from fuzz.harness import Comparer  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def fresh():
+    dynamo_rs.reset()
+    yield
+    dynamo_rs.reset()
+
+
+def inputs():
+    return torch.ones(3), [1, 2], {"a": 1}, (4, 5), {1, 2}
+
+
+def run_both(fn, make=inputs):
+    """Calls `fn` eagerly and compiled on fresh equal inputs; returns both sides' (result,
+    arguments) so that callers can compare identities too."""
+    eager_args = make()
+    expected = fn(*eager_args)
+    counter = CompileCounter()
+    compiled_args = make()
+    actual = dynamo_rs.compile(fn, backend=counter)(*compiled_args)
+    # Values, and the same sharing between the result and the arguments.
+    Comparer().compare((expected, eager_args), (actual, compiled_args))
+    return (expected, eager_args), (actual, compiled_args), counter
+
+
+# --- returned containers are the caller's own objects -----------------------------------------
+
+
+def returns_arguments(t, lst, dct, tup, st):
+    return t + 1, lst, dct, tup, st
+
+
+def returns_arguments_nested(t, lst, dct, tup, st):
+    return {"list": lst, "out": [t * 2, dct]}
+
+
+def returns_argument_list_and_an_item(t, lst, dct, tup, st):
+    first = lst[0]
+    return t * first, lst, [lst]
+
+
+@pytest.mark.parametrize("fn", [returns_arguments, returns_arguments_nested,
+                                returns_argument_list_and_an_item])
+def test_returned_arguments_keep_their_identity(fn) -> None:
+    (expected, eager_args), (actual, compiled_args), counter = run_both(fn)
+    assert counter.frame_count == 1
+
+    def identities(result, args):
+        found = []
+
+        def walk(value, path):
+            for i, arg in enumerate(args):
+                if value is arg:
+                    found.append((path, i))
+            if isinstance(value, (list, tuple)):
+                for k, item in enumerate(value):
+                    walk(item, path + (k,))
+            elif isinstance(value, dict):
+                for k, item in value.items():
+                    walk(item, path + (k,))
+
+        walk(result, ())
+        return found
+
+    assert identities(actual, compiled_args) == identities(expected, eager_args)
+    assert identities(expected, eager_args), "the case returns an argument"
+
+
+# --- in-place operators on containers ---------------------------------------------------------
+
+
+def list_iadd_alias(t, lst, dct, tup, st):
+    a = [t]
+    b = a
+    a += [t * 2]
+    a += (t * 3,)
+    return b, len(b)
+
+
+def list_imul_alias(t, lst, dct, tup, st):
+    a = [t, 1]
+    b = a
+    a *= 2
+    return b, a is b
+
+
+def dict_ior_alias(t, lst, dct, tup, st):
+    a = {"x": t, "y": 1}
+    b = a
+    a |= {"y": t * 2, "z": 3}
+    return b, list(b)
+
+
+def tuple_iadd_is_a_new_tuple(t, lst, dct, tup, st):
+    a = (t,)
+    b = a
+    a += (t * 2,)
+    return a, b
+
+
+def argument_list_iadd(t, lst, dct, tup, st):
+    lst += [3]
+    return t * len(lst)
+
+
+def argument_list_imul(t, lst, dct, tup, st):
+    lst *= 2
+    return t * len(lst)
+
+
+def argument_dict_ior(t, lst, dct, tup, st):
+    dct |= {"b": 2}
+    return t * len(dct)
+
+
+@pytest.mark.parametrize("fn", [list_iadd_alias, list_imul_alias, dict_ior_alias,
+                                tuple_iadd_is_a_new_tuple, argument_list_iadd,
+                                argument_list_imul, argument_dict_ior])
+def test_in_place_operators_on_containers(fn) -> None:
+    # `run_both` compares the arguments afterwards: a change to an argument list or dict
+    # must happen under dynamo-rs too.
+    run_both(fn)
+
+
+# --- attribute deletes and hasattr after the trace's own stores -------------------------------
+
+
+class Holder:
+    def __init__(self) -> None:
+        self.kept = 1
+
+
+def holder_inputs():
+    return torch.ones(3), Holder()
+
+
+def store_then_delete(t, h):
+    h.extra = 2
+    if hasattr(h, "extra"):
+        del h.extra
+    return t + hasattr(h, "extra")
+
+
+def delete_existing(t, h):
+    del h.kept
+    return t + hasattr(h, "kept") + getattr(h, "kept", 10)
+
+
+def store_then_getattr(t, h):
+    h.extra = 5
+    return t * getattr(h, "extra", 1)
+
+
+def delete_missing(t, h):
+    del h.missing
+    return t
+
+
+@pytest.mark.parametrize("fn", [store_then_delete, delete_existing, store_then_getattr])
+def test_attribute_deletes_follow_the_trace(fn) -> None:
+    run_both(fn, holder_inputs)
+
+
+def test_deleting_a_missing_attribute_raises_as_eager() -> None:
+    with pytest.raises(AttributeError):
+        delete_missing(*holder_inputs())
+    with pytest.raises(AttributeError):
+        dynamo_rs.compile(delete_missing, backend=CompileCounter())(*holder_inputs())
+
+
+def test_delete_recompiles_when_the_attribute_comes_back() -> None:
+    """The compiled code deletes an attribute the first object had; a later object without
+    it must not reuse that code (eager raises)."""
+    counter = CompileCounter()
+    cfn = dynamo_rs.compile(delete_existing, backend=counter)
+    t, h = holder_inputs()
+    expected = delete_existing(*holder_inputs())
+    torch.testing.assert_close(cfn(t, h), expected)
+    with pytest.raises(AttributeError):
+        cfn(t, h)  # `kept` is gone now: eager raises on `del h.kept` as well
+
+
+# --- sets as arguments ------------------------------------------------------------------------
+
+
+def uses_set(t, st):
+    return t * len(st) + (2 in st)
+
+
+def ignores_set(t, st):
+    return t + 1
+
+
+@pytest.mark.parametrize("fn", [uses_set, ignores_set])
+def test_set_argument_is_guarded_by_its_elements(fn) -> None:
+    counter = CompileCounter()
+    cfn = dynamo_rs.compile(fn, backend=counter)
+    t = torch.ones(3)
+    for st in ({1, 2}, {1, 2}, {2, 1}):
+        torch.testing.assert_close(cfn(t, st), fn(t, st))
+    assert counter.frame_count == 1  # equal sets: no recompile
+    for st in ({1, 5}, {1, 2, 3}, frozenset({1, 2})):
+        torch.testing.assert_close(cfn(t, st), fn(t, st))

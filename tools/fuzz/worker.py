@@ -1,0 +1,56 @@
+"""What one fuzzing process runs: a range of seeds (spawned workers import this module)."""
+
+from __future__ import annotations
+
+import collections
+import logging
+import signal
+import warnings
+
+
+def setup() -> None:
+    logging.getLogger("dynamo_rs").setLevel(logging.ERROR)
+    # FakeTensorMode logs the errors it raises for programs that fail on both sides.
+    logging.getLogger("torch").setLevel(logging.CRITICAL)
+    # Generated expressions such as `2[0]` are legal (they raise, on both sides).
+    warnings.filterwarnings("ignore", category=SyntaxWarning)
+    import dynamo_rs
+
+    dynamo_rs.config.guard_self_check = True
+
+
+def _timeout(signum, frame):
+    raise TimeoutError
+
+
+def run_range(task):
+    start, count, verify = task
+    setup()
+    from dynamo_rs import _meta_rules
+    import dynamo_rs
+
+    from fuzz.grammar import generate
+    from fuzz.harness import run_source
+
+    dynamo_rs.config.verify_meta_rules = verify
+    signal.signal(signal.SIGALRM, _timeout)
+    found, captured, fallbacks, errors = [], 0, collections.Counter(), collections.Counter()
+    for seed in range(start, start + count):
+        program = generate(seed)
+        _meta_rules.mismatches.clear()
+        signal.alarm(20)
+        try:
+            outcome = run_source(program.source())
+        except TimeoutError:
+            errors[f"seed {seed}: took over 20 s"] += 1
+            continue
+        finally:
+            signal.alarm(0)
+        if _meta_rules.mismatches and outcome.mismatch is None:
+            outcome.mismatch = "shape rule: " + _meta_rules.mismatches[0]
+        captured += outcome.graphs > 0
+        fallbacks.update(reason.split(" at ", 1)[0] for reason in outcome.fallbacks)
+        errors.update(error.splitlines()[0][:160] for error in outcome.internal_errors)
+        if outcome.mismatch is not None:
+            found.append((seed, outcome.mismatch))
+    return found, captured, fallbacks, errors
