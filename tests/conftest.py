@@ -14,6 +14,8 @@ dynamo_rs.config.verify_meta_rules = True
 # Every new cache entry must pass its own guard on the frame it was compiled for (a guard
 # that fails right away never holds, and every call would compile again).
 dynamo_rs.config.guard_self_check = True
+# Every guard check is also made by the slow reference evaluation; any disagreement raises.
+dynamo_rs.config.guard_check_mode = "debug"
 
 
 @pytest.fixture(autouse=True)

@@ -20,6 +20,10 @@
   every new cache entry's guard on the frame it was compiled for and raise
   `dynamo_rs.CompileError` if it fails (such a guard never holds: every call would compile
   again). The test suite turns it on.
+- guard_check_mode ("fast", or the environment variable DYNAMO_RS_GUARD_CHECK_MODE):
+  "debug" also evaluates every guard check by a slow reference that resolves each guarded
+  source on its own with plain getattr/[] and compares tensors field by field, and raises
+  `dynamo_rs.InternalCheckFailed` if the two disagree. The test suite turns it on.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ class _Config(types.ModuleType):
         self.meta_rules = True
         self.verify_meta_rules = os.environ.get("DYNAMO_RS_VERIFY_META_RULES", "") not in ("", "0")
         self.guard_self_check = os.environ.get("DYNAMO_RS_GUARD_SELF_CHECK", "") not in ("", "0")
+        self.guard_check_mode = os.environ.get("DYNAMO_RS_GUARD_CHECK_MODE", "") or "fast"
 
     def __getattr__(self, name: str):
         values = object.__getattribute__(self, "_values")
@@ -74,6 +79,10 @@ class _Config(types.ModuleType):
             if value:
                 prefixes += [p for p in (_package_dir("torch"),) if p]
             _native.configure(skip_prefixes=prefixes)
+        elif name == "guard_check_mode":
+            if value not in ("fast", "debug"):
+                raise ValueError(f"guard_check_mode must be 'fast' or 'debug', not {value!r}")
+            _native.configure(guard_check_debug=value == "debug")
         elif name in ("meta_rules", "verify_meta_rules", "guard_self_check"):
             value = bool(value)
         else:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import logging
 import signal
+import sys
 import warnings
 
 
@@ -17,6 +18,7 @@ def setup() -> None:
     import dynamo_rs
 
     dynamo_rs.config.guard_self_check = True
+    dynamo_rs.config.guard_check_mode = "debug"
 
 
 def _timeout(signum, frame):
@@ -44,6 +46,9 @@ def run_range(task):
         except TimeoutError:
             errors[f"seed {seed}: took over 20 s"] += 1
             continue
+        except Exception as err:  # noqa: BLE001 - reported, the run goes on
+            errors[f"seed {seed}: the harness failed: {err!r:.120}"] += 1
+            continue
         finally:
             signal.alarm(0)
         if _meta_rules.mismatches and outcome.mismatch is None:
@@ -53,4 +58,5 @@ def run_range(task):
         errors.update(error.splitlines()[0][:160] for error in outcome.internal_errors)
         if outcome.mismatch is not None:
             found.append((seed, outcome.mismatch))
+            print(f"\nseed {seed}: {outcome.mismatch}", file=sys.stderr, flush=True)
     return found, captured, fallbacks, errors

@@ -379,7 +379,12 @@ pub struct NativeGuard {
     /// The converter (`dynamo_rs.compile`'s callback) that compiled this entry: the entry
     /// only runs under it or under one with the same backend.
     owner: Option<OwnedRef>,
+    /// The same checks for the slow reference evaluation (`guard_check_mode = "debug"`).
+    reference: super::guard_reference::ReferenceGuard,
 }
+
+/// Whether every check also runs the reference evaluation (`guard_check_mode = "debug"`).
+pub static DEBUG_CHECKS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 thread_local! {
     /// Graph inputs read by the last passing guard on this thread, with the address of the
@@ -612,6 +617,15 @@ impl NativeGuard {
             graph_inputs,
             graph_token,
             owner,
+            reference: super::guard_reference::ReferenceGuard::build(
+                py,
+                &set.guards
+                    .iter()
+                    .map(|(id, kind)| (set.sources.nodes[*id as usize].0.clone(), kind))
+                    .collect::<Vec<_>>(),
+                set.mutates_in_place,
+                set.grad_mode,
+            )?,
         })
     }
 
@@ -635,6 +649,63 @@ impl NativeGuard {
     }
 
     fn evaluate(&self, py: Python<'_>, view: &FrameView<'_>) -> PyResult<bool> {
+        let fast = self.evaluate_fast(py, view)?;
+        if DEBUG_CHECKS.load(Relaxed) {
+            let names = &self.local_names;
+            let by_name = |name: &str| {
+                names
+                    .iter()
+                    .position(|n| n == name)
+                    .and_then(|i| frame_local(py, view, i))
+            };
+            let reference = self.reference_failure(py, &by_name, true);
+            if reference.is_none() != fast {
+                let locals = |i: usize| frame_local(py, view, i);
+                let fast_says = self
+                    .first_failing(py, &locals, None)
+                    .unwrap_or_else(|e| Some(format!("raised {e}")));
+                return Err(crate::errors::InternalCheckFailed::new_err(format!(
+                    "internal error: the guard and its reference evaluation disagree: the guard \
+                     says {}, the reference says {}",
+                    fast_says.map_or("it holds".into(), |f| format!("it fails ({f})")),
+                    reference.map_or("it holds".into(), |f| format!("it fails ({f})")),
+                )));
+            }
+        }
+        Ok(fast)
+    }
+
+    /// The reference evaluation's first failure (see `guard_reference`), with the checks
+    /// that are not about sources (backend, global state, torch-function modes).
+    fn reference_failure<'py>(
+        &self,
+        py: Python<'py>,
+        locals: &dyn Fn(&str) -> Option<Bound<'py, PyAny>>,
+        check_backend: bool,
+    ) -> Option<String> {
+        let rest = || -> PyResult<Option<String>> {
+            if check_backend && !self.backend_matches(py)? {
+                return Ok(Some("another backend".into()));
+            }
+            if let Some(failure) = self.reference.first_failure(py, locals)? {
+                return Ok(Some(failure));
+            }
+            if let Some(state) = &self.global_state {
+                if !state.bind(py).call_method0("check")?.is_truthy()? {
+                    return Ok(Some("global state changed".into()));
+                }
+            }
+            let modes: usize = py
+                .import("torch")?
+                .getattr("_C")?
+                .call_method0("_len_torch_function_stack")?
+                .extract()?;
+            Ok((modes != 0).then(|| "a torch-function mode is active".into()))
+        };
+        rest().unwrap_or_else(|e| Some(format!("raised {e}")))
+    }
+
+    fn evaluate_fast(&self, py: Python<'_>, view: &FrameView<'_>) -> PyResult<bool> {
         let locals = |i: usize| frame_local(py, view, i);
         if !self.backend_matches(py)? {
             return Ok(false);
@@ -977,6 +1048,18 @@ impl NativeGuard {
                 .and_then(|n| f_locals.get_item(n).ok().flatten())
         };
         self.first_failing(py, &locals, None)
+    }
+
+    /// What the reference evaluation (see `guard_reference`) says for these locals: the
+    /// first failing check, or None if all hold. Like `first_failure`, it leaves out the
+    /// backend (which depends on the callback installed on the calling thread).
+    fn reference_first_failure(
+        &self,
+        py: Python<'_>,
+        f_locals: &Bound<'_, PyDict>,
+    ) -> Option<String> {
+        let by_name = |name: &str| f_locals.get_item(name).ok().flatten();
+        self.reference_failure(py, &by_name, false)
     }
 }
 

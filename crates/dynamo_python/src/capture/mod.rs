@@ -13,6 +13,7 @@
 mod builtins;
 pub mod codegen;
 pub mod graph;
+pub mod guard_reference;
 pub mod guards;
 pub mod helpers;
 mod iteration;

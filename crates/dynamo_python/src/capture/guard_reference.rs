@@ -1,0 +1,307 @@
+//! The reference evaluation of a guard, for `dynamo_rs.config.guard_check_mode = "debug"`.
+//!
+//! [`NativeGuard`](super::guards::NativeGuard) runs a compiled plan: sources shared between
+//! checks are resolved once, attributes may be read straight from an instance dict while a
+//! type's version tag holds, dict items through a version-keyed cache, type checks implied by
+//! identity checks are dropped, tensors are checked in one batch by torch's C++ checker and
+//! aliasing by a split rule. Every one of those is an optimisation that could be wrong. This
+//! evaluator knows none of them: it resolves every recorded (source, check) on its own, from
+//! the frame, with plain `getattr`/`[]`/MRO walks, compares tensor metadata field by field and
+//! every pair of tensors for aliasing. In debug mode both run on every check and any
+//! disagreement raises `dynamo_rs.InternalCheckFailed`.
+
+use std::rc::Rc;
+
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyString};
+
+use super::guards::GuardKind;
+use super::source::Source;
+use crate::eval_frame::owned::OwnedRef;
+
+/// One step from the previous value (or the frame) to the next.
+enum Hop {
+    Local(String),
+    Global {
+        globals: OwnedRef,
+        builtins: OwnedRef,
+        name: String,
+    },
+    Cell(OwnedRef),
+    Object(OwnedRef),
+    Attr(String),
+    ClassAttr(String),
+    Item(OwnedRef),
+}
+
+/// What a tensor looked like when the guard was built.
+struct TensorFacts {
+    type_ptr: usize,
+    dtype: String,
+    device: String,
+    shape: Vec<i64>,
+    stride: Vec<i64>,
+    requires_grad: bool,
+    dispatch_keys: String,
+    /// Index of the first tensor that was the same object (itself if none).
+    alias_of: usize,
+    /// Whether the source is a frame argument itself (not reached through another value).
+    is_argument: bool,
+}
+
+enum Expect {
+    Equals(OwnedRef),
+    Id(usize),
+    Type(usize),
+    Len(usize),
+    Keys(OwnedRef),
+    Contains(OwnedRef, bool),
+    HasAttr(String, bool),
+    Tensor(usize),
+}
+
+impl std::fmt::Debug for ReferenceGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ReferenceGuard({} checks)", self.checks.len())
+    }
+}
+
+pub struct ReferenceGuard {
+    checks: Vec<(Vec<Hop>, Expect, String)>,
+    tensors: Vec<TensorFacts>,
+    mutates_in_place: bool,
+    grad_mode: Option<bool>,
+}
+
+fn path_of(py: Python<'_>, source: &Source, out: &mut Vec<Hop>) -> PyResult<()> {
+    match source {
+        Source::Local(name) => out.push(Hop::Local(name.clone())),
+        Source::Global {
+            globals,
+            builtins,
+            name,
+            ..
+        } => out.push(Hop::Global {
+            globals: globals.clone(),
+            builtins: builtins.clone(),
+            name: name.clone(),
+        }),
+        Source::Cell(cell) => out.push(Hop::Cell(cell.clone())),
+        Source::Object(object, _) => out.push(Hop::Object(object.clone())),
+        Source::Attr(parent, name) => {
+            path_of(py, parent, out)?;
+            out.push(Hop::Attr(name.clone()));
+        }
+        Source::ClassAttr(parent, name) => {
+            path_of(py, parent, out)?;
+            out.push(Hop::ClassAttr(name.clone()));
+        }
+        Source::Item(parent, key) => {
+            path_of(py, parent, out)?;
+            out.push(Hop::Item(OwnedRef::from_bound(&key.to_python(py)?)));
+        }
+    }
+    Ok(())
+}
+
+fn dispatch_keys(py: Python<'_>, tensor: &Bound<'_, PyAny>) -> PyResult<String> {
+    let keys = py
+        .import("torch")?
+        .getattr("_C")?
+        .getattr("_dispatch_keys")?
+        .call1((tensor,))?;
+    Ok(keys.str()?.to_string())
+}
+
+fn facts(py: Python<'_>, t: &Bound<'_, PyAny>) -> PyResult<TensorFacts> {
+    Ok(TensorFacts {
+        type_ptr: t.get_type().as_ptr() as usize,
+        dtype: t.getattr("dtype")?.str()?.to_string(),
+        device: t.getattr("device")?.str()?.to_string(),
+        shape: t.getattr("shape")?.extract()?,
+        stride: t.call_method0("stride")?.extract()?,
+        requires_grad: t.getattr("requires_grad")?.extract()?,
+        dispatch_keys: dispatch_keys(py, t)?,
+        alias_of: 0,
+        is_argument: false,
+    })
+}
+
+impl ReferenceGuard {
+    pub fn build(
+        py: Python<'_>,
+        guards: &[(Rc<Source>, &GuardKind)],
+        mutates_in_place: bool,
+        grad_mode: Option<bool>,
+    ) -> PyResult<ReferenceGuard> {
+        let mut checks = Vec::with_capacity(guards.len());
+        let mut tensors: Vec<TensorFacts> = Vec::new();
+        let mut examples: Vec<usize> = Vec::new();
+        for (source, kind) in guards {
+            let mut path = Vec::new();
+            path_of(py, source, &mut path)?;
+            let expect = match kind {
+                GuardKind::Equals(v) => Expect::Equals(v.clone()),
+                GuardKind::Id(v) => Expect::Id(v.as_ptr() as usize),
+                GuardKind::Type(t) => Expect::Type(t.as_ptr() as usize),
+                GuardKind::Len(n) => Expect::Len(*n),
+                GuardKind::Keys(k) => Expect::Keys(k.clone()),
+                GuardKind::Contains(key, expected) => Expect::Contains(key.clone(), *expected),
+                GuardKind::HasAttr(name, expected) => Expect::HasAttr(name.clone(), *expected),
+                GuardKind::Tensor(example) => {
+                    let example = example.bind(py);
+                    let mut fact = facts(py, &example)?;
+                    let address = example.as_ptr() as usize;
+                    fact.alias_of = examples
+                        .iter()
+                        .position(|&a| a == address)
+                        .unwrap_or(tensors.len());
+                    fact.is_argument = matches!(source.as_ref(), Source::Local(_));
+                    examples.push(address);
+                    tensors.push(fact);
+                    Expect::Tensor(tensors.len() - 1)
+                }
+            };
+            checks.push((path, expect, source.describe()));
+        }
+        Ok(ReferenceGuard {
+            checks,
+            tensors,
+            mutates_in_place,
+            grad_mode,
+        })
+    }
+
+    fn resolve<'py>(
+        py: Python<'py>,
+        path: &[Hop],
+        locals: &dyn Fn(&str) -> Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let mut value: Option<Bound<'py, PyAny>> = None;
+        for hop in path {
+            value = match (hop, value) {
+                (Hop::Local(name), _) => locals(name),
+                (
+                    Hop::Global {
+                        globals,
+                        builtins,
+                        name,
+                    },
+                    _,
+                ) => match globals.bind(py).cast::<PyDict>()?.get_item(name)? {
+                    Some(v) => Some(v),
+                    None => {
+                        let builtins = builtins.bind(py);
+                        match builtins.cast::<PyDict>() {
+                            Ok(d) => d.get_item(name)?,
+                            Err(_) => builtins.getattr(name.as_str()).ok(),
+                        }
+                    }
+                },
+                (Hop::Cell(cell), _) => cell.bind(py).getattr("cell_contents").ok(),
+                (Hop::Object(object), _) => Some(object.bind(py).clone()),
+                (Hop::Attr(name), Some(base)) => base.getattr(name.as_str()).ok(),
+                (Hop::ClassAttr(name), Some(base)) => {
+                    // The raw entry of the first class along the MRO whose __dict__ has it.
+                    let mut found = None;
+                    if let Ok(mro) = base.getattr("__mro__") {
+                        for klass in mro.try_iter()? {
+                            let dict = klass?.getattr("__dict__")?;
+                            if dict.contains(name.as_str())? {
+                                found = Some(dict.get_item(name.as_str())?);
+                                break;
+                            }
+                        }
+                    }
+                    found
+                }
+                (Hop::Item(key), Some(base)) => match base.cast_exact::<PyDict>() {
+                    Ok(dict) => dict.get_item(key.bind(py))?,
+                    Err(_) => base.get_item(key.bind(py)).ok(),
+                },
+                (_, None) => None,
+            };
+        }
+        Ok(value)
+    }
+
+    /// The first check that does not hold, in words, or None.
+    pub fn first_failure<'py>(
+        &self,
+        py: Python<'py>,
+        locals: &dyn Fn(&str) -> Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Option<String>> {
+        let mut tensor_values: Vec<Option<Bound<'py, PyAny>>> = vec![None; self.tensors.len()];
+        for (path, expect, what) in &self.checks {
+            let Some(value) = Self::resolve(py, path, locals)? else {
+                return Ok(Some(format!("{what}: missing")));
+            };
+            let ok = match expect {
+                Expect::Equals(expected) => {
+                    let expected = expected.bind(py);
+                    value.is(&expected)
+                        || (value.get_type().is(expected.get_type())
+                            && value.eq(&expected).unwrap_or(false))
+                }
+                Expect::Id(address) => value.as_ptr() as usize == *address,
+                Expect::Type(address) => value.get_type().as_ptr() as usize == *address,
+                Expect::Len(n) => value.len().ok() == Some(*n),
+                Expect::Keys(expected) => match value.cast::<PyDict>() {
+                    Ok(d) => d.keys().to_tuple().eq(expected.bind(py)).unwrap_or(false),
+                    Err(_) => false,
+                },
+                Expect::Contains(key, expected) => {
+                    value.contains(key.bind(py)).ok() == Some(*expected)
+                }
+                Expect::HasAttr(name, expected) => {
+                    value.hasattr(PyString::new(py, name)).unwrap_or(false) == *expected
+                }
+                Expect::Tensor(i) => {
+                    let fact = &self.tensors[*i];
+                    let same = value.hasattr("dtype")?
+                        && value.hasattr("stride")?
+                        && facts(py, &value).is_ok_and(|now| {
+                            now.type_ptr == fact.type_ptr
+                                && now.dtype == fact.dtype
+                                && now.device == fact.device
+                                && now.shape == fact.shape
+                                && now.stride == fact.stride
+                                && now.requires_grad == fact.requires_grad
+                                && now.dispatch_keys == fact.dispatch_keys
+                        });
+                    tensor_values[*i] = Some(value.clone());
+                    same
+                }
+            };
+            if !ok {
+                return Ok(Some(format!("{what}: check failed")));
+            }
+        }
+        // Aliasing, pair by pair: tensors that were one object must still be; distinct ones
+        // must stay distinct, except two reached through other values when the graph changes
+        // nothing in place (then sharing cannot change the result).
+        for (i, a) in self.tensors.iter().enumerate() {
+            for (j, b) in self.tensors.iter().enumerate().skip(i + 1) {
+                let (Some(x), Some(y)) = (&tensor_values[i], &tensor_values[j]) else {
+                    continue;
+                };
+                let were_same = a.alias_of == b.alias_of;
+                let are_same = x.is(y);
+                let matters = were_same || a.is_argument || b.is_argument || self.mutates_in_place;
+                if matters && were_same != are_same {
+                    return Ok(Some(format!("tensors {i} and {j}: aliasing changed")));
+                }
+            }
+        }
+        if let Some(mode) = self.grad_mode {
+            let now: bool = py
+                .import("torch")?
+                .call_method0("is_grad_enabled")?
+                .extract()?;
+            if now != mode {
+                return Ok(Some("grad mode changed".into()));
+            }
+        }
+        Ok(None)
+    }
+}
