@@ -245,7 +245,17 @@ unsafe fn eval_frame(
     // SAFETY: callback is this thread's live callback; the frame has not started.
     match unsafe { call_callback(py, callback, frame, extra, cached) } {
         Ok(Decision::RunOriginal) => {}
-        Ok(Decision::Skip) => extra.inner.borrow_mut().mode = Mode::Skip,
+        Ok(Decision::Skip) => {
+            // A frame that cannot be compiled for these inputs stops being compiled; entries
+            // already compiled for other inputs stay in use (a layer class whose decoder
+            // instances fail keeps its encoder instances' entry).
+            let mut inner = extra.inner.borrow_mut();
+            inner.mode = if inner.entries.is_empty() {
+                Mode::Skip
+            } else {
+                Mode::RunOnly
+            };
+        }
         Ok(Decision::Run(entry)) => {
             // SAFETY: as for a hit.
             return unsafe { run_entry(py, frame, &extra.layout, &entry) };
