@@ -86,6 +86,23 @@ def test_returned_arguments_keep_their_identity(fn) -> None:
     assert identities(expected, eager_args), "the case returns an argument"
 
 
+def same_new_list_twice(t, lst, dct, tup, st):
+    a = [t.abs(), t]
+    b = a
+    return a, b
+
+
+def new_dict_inside_and_outside(t, lst, dct, tup, st):
+    d = {"x": t * 2}
+    return {"inner": d}, d
+
+
+@pytest.mark.parametrize("fn", [same_new_list_twice, new_dict_inside_and_outside])
+def test_a_container_made_in_the_trace_is_returned_once(fn) -> None:
+    # `run_both` compares aliasing: the caller must get one object where eager gives one.
+    run_both(fn)
+
+
 # --- in-place operators on containers ---------------------------------------------------------
 
 

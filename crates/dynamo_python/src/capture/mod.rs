@@ -534,6 +534,11 @@ fn rebuild_plan(
                 .map(|&i| rebuild_plan(tracer, i, outputs, index, seen))
                 .collect::<CResult<_>>()?,
         ),
+        // A list or dict made in the trace is rebuilt once per place it is reached from; two
+        // places would get two objects where the caller had one (`return a, a`).
+        VarKind::List(_) | VarKind::Dict(_) if !seen.insert(id) => {
+            return unsupported("a list or dict made while tracing reachable twice from the result")
+        }
         VarKind::List(items) => Rebuild::List(
             items
                 .iter()
