@@ -238,3 +238,26 @@ def test_set_argument_is_guarded_by_its_elements(fn) -> None:
     assert counter.frame_count == 1  # equal sets: no recompile
     for st in ({1, 5}, {1, 2, 3}, frozenset({1, 2})):
         torch.testing.assert_close(cfn(t, st), fn(t, st))
+
+
+# --- objects made in the trace ----------------------------------------------------------------
+
+
+class Point:
+    def __init__(self, a, t):
+        self.a = a
+        self.t = t
+        self.items = [a]
+
+
+def reassigned_attribute_keeps_its_place(t, h):
+    p = Point(1, t)
+    p.a = 5  # `vars(p)` still lists `a` first
+    p.extra = t * 2
+    del p.items
+    p.items = []
+    return p
+
+
+def test_object_made_in_the_trace_keeps_attribute_order() -> None:
+    run_both(reassigned_attribute_keeps_its_place, holder_inputs)

@@ -28,13 +28,19 @@ def _bound_names(program: Program) -> set[str]:
 
 def _without_dangling_returns(program: Program) -> Program:
     bound = _bound_names(program)
-    program.returns = [n for n in program.returns if n in PARAMETERS or n in bound]
+    program.returns = [n for n in program.returns if n in PARAMETERS or n in bound] or ["t0"]
     return program
 
 
 def shrink(program: Program, fails: Callable[[Program], bool], budget: int = 400) -> Program:
     """Greedily drops mutations, statements (at any depth) and returned names while `fails`
     still holds; at most `budget` runs."""
+    def still_fails(candidate: Program) -> bool:
+        try:
+            return fails(candidate)
+        except Exception:  # noqa: BLE001 - a candidate that no longer runs at all
+            return False
+
     runs = 0
     changed = True
     while changed and runs < budget:
@@ -43,7 +49,7 @@ def shrink(program: Program, fails: Callable[[Program], bool], budget: int = 400
             candidate = copy.deepcopy(program)
             del candidate.mutations[i]
             runs += 1
-            if fails(candidate):
+            if still_fails(candidate):
                 program, changed = candidate, True
         lists = list(_statement_lists(program.body))
         for which in range(len(lists) - 1, -1, -1):
@@ -55,7 +61,7 @@ def shrink(program: Program, fails: Callable[[Program], bool], budget: int = 400
                 del target[i]
                 candidate = _without_dangling_returns(candidate)
                 runs += 1
-                if fails(candidate):
+                if still_fails(candidate):
                     program, changed = candidate, True
                     lists = list(_statement_lists(program.body))
                     if which >= len(lists):
@@ -66,7 +72,7 @@ def shrink(program: Program, fails: Callable[[Program], bool], budget: int = 400
             if not candidate.returns:
                 continue
             runs += 1
-            if fails(candidate):
+            if still_fails(candidate):
                 program, changed = candidate, True
     return program
 

@@ -38,15 +38,20 @@ impl<'py> Tracer<'py> {
                 model_output: false,
                 ..
             } => {
-                let before = attrs.len();
-                attrs.retain(|(n, _)| n != name);
-                if value.is_none() && attrs.len() == before {
-                    return unsupported(format!(
-                        "deleting .{name}, which the object does not have"
-                    ));
-                }
-                if let Some(v) = value {
-                    attrs.push((name.to_string(), v));
+                // As in an instance `__dict__`: a name set again keeps its place (the order
+                // is visible through `vars()`), a deleted one leaves it.
+                let at = attrs.iter().position(|(n, _)| n == name);
+                match (at, value) {
+                    (Some(i), Some(v)) => attrs[i].1 = v,
+                    (None, Some(v)) => attrs.push((name.to_string(), v)),
+                    (Some(i), None) => {
+                        attrs.remove(i);
+                    }
+                    (None, None) => {
+                        return unsupported(format!(
+                            "deleting .{name}, which the object does not have"
+                        ))
+                    }
                 }
                 return Ok(());
             }
