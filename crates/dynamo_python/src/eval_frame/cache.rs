@@ -298,8 +298,10 @@ impl ExtraState {
 static EXTRA_INDEX: AtomicIsize = AtomicIsize::new(-1);
 
 /// Every live `ExtraState` (as an address), so that `reset_all` can reach them; entries are
-/// removed by the free function when their code object dies.
-static LIVE_STATES: std::sync::Mutex<Vec<usize>> = std::sync::Mutex::new(Vec::new());
+/// removed by the free function when their code object dies. A set: freeing many code
+/// objects (interpreter teardown) stays linear.
+static LIVE_STATES: std::sync::LazyLock<std::sync::Mutex<std::collections::HashSet<usize>>> =
+    std::sync::LazyLock::new(Default::default);
 
 /// How many code objects currently carry our state.
 pub fn live_state_count() -> usize {
@@ -311,7 +313,10 @@ pub fn live_state_count() -> usize {
 /// # Safety
 /// The GIL is held.
 pub unsafe fn reset_all(skip_prefixes: &[String]) {
-    let states: Vec<usize> = LIVE_STATES.lock().map(|s| s.clone()).unwrap_or_default();
+    let states: Vec<usize> = LIVE_STATES
+        .lock()
+        .map(|s| s.iter().copied().collect())
+        .unwrap_or_default();
     for address in states {
         // A reset may run Python code that frees code objects; only touch states still live.
         let live = LIVE_STATES
@@ -331,9 +336,7 @@ unsafe extern "C" fn free_extra_state(state: *mut c_void) {
         // Never unwind into CPython.
         let _ = std::panic::catch_unwind(|| {
             if let Ok(mut live) = LIVE_STATES.lock() {
-                if let Some(at) = live.iter().position(|&a| a == state as usize) {
-                    live.swap_remove(at);
-                }
+                live.remove(&(state as usize));
             }
             // SAFETY: we stored a Box<ExtraState> there and CPython frees it exactly once.
             drop(unsafe { Box::from_raw(state.cast::<ExtraState>()) });
@@ -412,7 +415,7 @@ pub unsafe fn get_or_init_extra(
         return Err(PyErr::fetch(py));
     }
     if let Ok(mut live) = LIVE_STATES.lock() {
-        live.push(ptr as usize);
+        live.insert(ptr as usize);
     }
     Ok(ptr)
 }
