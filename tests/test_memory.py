@@ -115,3 +115,56 @@ def test_code_states_are_dropped_with_their_code_objects() -> None:
     del functions, fn
     gc.collect()
     assert _native.stats()["live_code_states"] <= before + 1
+
+
+def test_a_traceback_keeps_what_its_frames_refer_to() -> None:
+    """A frame of compiled code kept by a traceback refers to its globals and builtins; they
+    must stay alive as long as it does, even when the function and its module are gone (the
+    frame runs a function made for the entry, which must own what the frame borrows)."""
+    from dynamo_rs import _native
+
+    fail = []
+
+    def backend(gm, example_inputs):
+        def run(*args):
+            if fail:
+                raise RuntimeError("the compiled graph failed")
+            return gm.forward(*args)
+        return run
+
+    def make_function():
+        namespace: dict = {"__name__": "short_lived", "torch": torch}
+        exec(  # noqa: S102 - a module that is dropped while its traceback lives
+            "MARKER = ['still here']\n"
+            "def fails(x):\n"
+            "    return x.sin() * 2\n",
+            namespace,
+        )
+        return namespace["fails"]
+
+    converter = _native.Converter(backend, fullgraph=False)
+    tb = None
+    previous = _native.set_eval_frame(converter)
+    try:
+        make_function()(torch.ones(3))  # compiles
+        fail.append(True)
+        try:
+            make_function()(torch.ones(3))  # the function is a temporary
+        except RuntimeError as err:
+            tb = err.__traceback__
+    finally:
+        _native.set_eval_frame(previous)
+    assert tb is not None
+    gc.collect()
+    frames = []
+    while tb is not None:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    user = [f for f in frames if f.f_code.co_name == "fails"]
+    assert user, [f.f_code.co_name for f in frames]
+    # Churn the allocator so that freed memory would be reused.
+    junk = [{"k": [i]} for i in range(20000)]
+    for frame in user:
+        assert frame.f_globals["MARKER"] == ["still here"]
+        assert "len" in frame.f_builtins
+    del junk

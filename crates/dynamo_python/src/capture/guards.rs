@@ -379,8 +379,9 @@ pub struct NativeGuard {
     /// The converter (`dynamo_rs.compile`'s callback) that compiled this entry: the entry
     /// only runs under it or under one with the same backend.
     owner: Option<OwnedRef>,
-    /// The same checks for the slow reference evaluation (`guard_check_mode = "debug"`).
-    reference: super::guard_reference::ReferenceGuard,
+    /// The same checks for the slow reference evaluation, made when the guard is built in
+    /// `guard_check_mode = "debug"` (building it reads every tensor's metadata again).
+    reference: Option<super::guard_reference::ReferenceGuard>,
 }
 
 /// Whether every check also runs the reference evaluation (`guard_check_mode = "debug"`).
@@ -617,15 +618,19 @@ impl NativeGuard {
             graph_inputs,
             graph_token,
             owner,
-            reference: super::guard_reference::ReferenceGuard::build(
-                py,
-                &set.guards
-                    .iter()
-                    .map(|(id, kind)| (set.sources.nodes[*id as usize].0.clone(), kind))
-                    .collect::<Vec<_>>(),
-                set.mutates_in_place,
-                set.grad_mode,
-            )?,
+            reference: if DEBUG_CHECKS.load(Relaxed) {
+                Some(super::guard_reference::ReferenceGuard::build(
+                    py,
+                    &set.guards
+                        .iter()
+                        .map(|(id, kind)| (set.sources.nodes[*id as usize].0.clone(), kind))
+                        .collect::<Vec<_>>(),
+                    set.mutates_in_place,
+                    set.grad_mode,
+                )?)
+            } else {
+                None
+            },
         })
     }
 
@@ -650,7 +655,7 @@ impl NativeGuard {
 
     fn evaluate(&self, py: Python<'_>, view: &FrameView<'_>) -> PyResult<bool> {
         let fast = self.evaluate_fast(py, view)?;
-        if DEBUG_CHECKS.load(Relaxed) {
+        if DEBUG_CHECKS.load(Relaxed) && self.reference.is_some() {
             let names = &self.local_names;
             let by_name = |name: &str| {
                 names
@@ -687,7 +692,12 @@ impl NativeGuard {
             if check_backend && !self.backend_matches(py)? {
                 return Ok(Some("another backend".into()));
             }
-            if let Some(failure) = self.reference.first_failure(py, locals)? {
+            let Some(reference) = &self.reference else {
+                return Ok(Some(
+                    "no reference evaluation: built outside debug mode".into(),
+                ));
+            };
+            if let Some(failure) = reference.first_failure(py, locals)? {
                 return Ok(Some(failure));
             }
             if let Some(state) = &self.global_state {

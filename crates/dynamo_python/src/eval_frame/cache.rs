@@ -228,8 +228,9 @@ pub struct CacheEntry {
     pub code: OwnedRef,
     /// A function object for `code`, called to run it. Its globals, builtins and closure
     /// are those of the frame being replaced, filled in for the duration of each call and
-    /// cleared afterwards, so the cache never keeps a module or closure alive. It is not
-    /// tracked by the cyclic GC while the entry holds it (see `run::make_runner`).
+    /// cleared afterwards (unless a frame object outlived the call), so the cache never keeps
+    /// a module or closure alive. It is not tracked by the cyclic GC while it holds nothing
+    /// (see `run::make_runner`, `run::CallFunction`).
     pub runner: OwnedRef,
 }
 

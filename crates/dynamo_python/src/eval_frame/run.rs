@@ -9,8 +9,8 @@
 //! the caller, so tracebacks and `f_back` look as if the original had run. The original frame
 //! is then discarded by CPython as usual.
 //!
-//! The runner borrows the original function's globals, builtins and closure for the call
-//! (see `CacheEntry::runner`), and the hook lets the runner's frame through uninterpreted by
+//! The runner takes the original function's globals, builtins and closure for the call
+//! (see `CallFunction`), and the hook lets the runner's frame through uninterpreted by
 //! recognising its code (see `hook::PENDING`).
 
 use std::ptr;
@@ -57,52 +57,86 @@ pub unsafe fn make_runner(
     }
 }
 
-/// Puts `globals`, `builtins`, `closure` into the runner for one call and takes them out
-/// again on drop, restoring what an enclosing (recursive) call had put there.
-struct Borrowed {
-    func: *mut ffi::PyFunctionObject,
-    saved: [*mut ffi::PyObject; 3],
+/// The function one call runs: the entry's shared runner with the frame's globals, builtins
+/// and closure put in for the call, or a function made for this call alone.
+///
+/// The shared runner is used when nothing else holds it (reference count 1: the entry's);
+/// otherwise — a call of the same entry further up the stack is running it, or a frame
+/// object kept from an earlier call (a traceback, `sys._getframe()`) still refers to it — a
+/// new function is made, so that a frame never borrows what its function does not own. After
+/// the call, the shared runner lets go of the three objects unless a frame object outlived the
+/// call and still needs them; it then keeps them (and is tracked by the GC, as any function
+/// holding a module is) until it is used again.
+struct CallFunction {
+    func: *mut ffi::PyObject,
+    /// Whether `func` is the entry's shared runner (else our own new reference).
+    shared: bool,
 }
 
-impl Borrowed {
+impl CallFunction {
     /// # Safety
-    /// `func` is a live runner; the three objects are live (or null for the closure).
+    /// GIL held; `code` is the entry's code; the three objects are live (closure may be null).
     unsafe fn new(
-        func: *mut ffi::PyFunctionObject,
+        runner: *mut ffi::PyObject,
+        code: *mut ffi::PyObject,
         globals: *mut ffi::PyObject,
         builtins: *mut ffi::PyObject,
         closure: *mut ffi::PyObject,
-    ) -> Borrowed {
-        // SAFETY: caller's contract; each stored pointer carries its own new reference.
+    ) -> Option<CallFunction> {
+        // SAFETY: caller's contract; every field set takes a new reference and the previous
+        // value's reference is released.
         unsafe {
-            let saved = [
-                (*func).func_globals,
-                (*func).func_builtins,
-                (*func).func_closure,
-            ];
-            ffi::Py_INCREF(globals);
-            ffi::Py_INCREF(builtins);
-            ffi::Py_XINCREF(closure);
-            (*func).func_globals = globals;
-            (*func).func_builtins = builtins;
-            (*func).func_closure = closure;
-            Borrowed { func, saved }
+            let (func, shared) = if ffi::Py_REFCNT(runner) == 1 {
+                (runner, true)
+            } else {
+                let func = ffi::PyFunction_New(code, globals);
+                if func.is_null() {
+                    return None;
+                }
+                (func, false)
+            };
+            let f = func.cast::<ffi::PyFunctionObject>();
+            for (field, value) in [
+                (ptr::addr_of_mut!((*f).func_globals), globals),
+                (ptr::addr_of_mut!((*f).func_builtins), builtins),
+                (ptr::addr_of_mut!((*f).func_closure), closure),
+            ] {
+                let old = *field;
+                ffi::Py_XINCREF(value);
+                *field = value;
+                ffi::Py_XDECREF(old);
+            }
+            Some(CallFunction { func, shared })
         }
     }
 }
 
-impl Drop for Borrowed {
+impl Drop for CallFunction {
     fn drop(&mut self) {
-        // SAFETY: the runner is alive (the entry holds it); we release the references we took
-        // and put back what was there before, which the enclosing call still owns.
+        // SAFETY: GIL held (the call ran under it); `func` is alive: the entry holds the
+        // shared runner, and we hold our own function until the decref below.
         unsafe {
-            let f = self.func;
-            let current = [(*f).func_globals, (*f).func_builtins, (*f).func_closure];
-            (*f).func_globals = self.saved[0];
-            (*f).func_builtins = self.saved[1];
-            (*f).func_closure = self.saved[2];
-            for obj in current {
-                ffi::Py_XDECREF(obj);
+            if !self.shared {
+                ffi::Py_DECREF(self.func);
+                return;
+            }
+            if ffi::Py_REFCNT(self.func) > 1 {
+                // A frame object from this call outlived it and refers to the runner: the
+                // runner keeps its globals, builtins and closure for that frame.
+                if ffi::PyObject_GC_IsTracked(self.func) == 0 {
+                    ffi::PyObject_GC_Track(self.func.cast());
+                }
+                return;
+            }
+            let f = self.func.cast::<ffi::PyFunctionObject>();
+            for field in [
+                ptr::addr_of_mut!((*f).func_globals),
+                ptr::addr_of_mut!((*f).func_builtins),
+                ptr::addr_of_mut!((*f).func_closure),
+            ] {
+                let old = *field;
+                *field = ptr::null_mut();
+                ffi::Py_XDECREF(old);
             }
         }
     }
@@ -123,13 +157,16 @@ pub unsafe fn run_entry(
     // SAFETY: live frame (caller); arguments occupy the first `arg_slots()` localsplus slots
     // and are all bound in a frame that has not started.
     unsafe {
-        let runner = entry.runner.as_ptr();
-        let _borrowed = Borrowed::new(
-            runner.cast(),
+        let Some(function) = CallFunction::new(
+            entry.runner.as_ptr(),
+            entry.code.as_ptr(),
             (*frame).f_globals,
             (*frame).f_builtins,
             (*(*frame).f_func).func_closure,
-        );
+        ) else {
+            return ptr::null_mut();
+        };
+        let runner = function.func;
         let positional = layout.argcount;
         let kwonly = layout.kwonlyargcount;
         let mut args: smallvec_like::Args = smallvec_like::Args::new();
