@@ -168,3 +168,28 @@ def test_a_traceback_keeps_what_its_frames_refer_to() -> None:
         assert frame.f_globals["MARKER"] == ["still here"]
         assert "len" in frame.f_builtins
     del junk
+
+
+MODEL = None
+
+
+def uses_global_model(x):
+    return MODEL(x) + 1
+
+
+def test_object_guarded_by_identity_is_not_kept_alive() -> None:
+    """A model reached through a global is guarded by identity; the guard holds it weakly, so
+    deleting it frees it (and a later object at the same address is not taken for it)."""
+    global MODEL
+    MODEL = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+    compiled = dynamo_rs.compile(uses_global_model, backend=CompileCounter())
+    x = torch.randn(2, 4)
+    torch.testing.assert_close(compiled(x), uses_global_model(x))
+    torch.testing.assert_close(compiled(x), uses_global_model(x))
+    ref = weakref.ref(MODEL)
+    MODEL = None
+    gc.collect()
+    assert ref() is None
+    MODEL = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Tanh())
+    torch.testing.assert_close(compiled(x), uses_global_model(x))
+    MODEL = None

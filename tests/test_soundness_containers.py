@@ -261,3 +261,27 @@ def reassigned_attribute_keeps_its_place(t, h):
 
 def test_object_made_in_the_trace_keeps_attribute_order() -> None:
     run_both(reassigned_attribute_keeps_its_place, holder_inputs)
+
+
+G_SET = {1, 2}
+
+
+def reads_global_set(t):
+    return t * sum(sorted(G_SET)) + (5 in G_SET)
+
+
+def test_global_set_is_guarded_by_its_elements() -> None:
+    """Found by the fuzzer (seed 53810): a global set read by value was guarded by identity
+    only, so adding to it kept the old sum."""
+    counter = CompileCounter()
+    cfn = dynamo_rs.compile(reads_global_set, backend=counter)
+    t = torch.ones(3)
+    try:
+        torch.testing.assert_close(cfn(t), reads_global_set(t))
+        G_SET.add(5)
+        torch.testing.assert_close(cfn(t), reads_global_set(t))
+        G_SET.discard(5)
+        torch.testing.assert_close(cfn(t), reads_global_set(t))
+        assert counter.frame_count == 2
+    finally:
+        G_SET.discard(5)

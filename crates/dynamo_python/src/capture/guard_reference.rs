@@ -51,7 +51,7 @@ struct TensorFacts {
 
 enum Expect {
     Equals(OwnedRef),
-    Id(usize),
+    Id(super::guards::Identity),
     Type(usize),
     Len(usize),
     Keys(OwnedRef),
@@ -142,7 +142,7 @@ impl ReferenceGuard {
             path_of(py, source, &mut path)?;
             let expect = match kind {
                 GuardKind::Equals(v) => Expect::Equals(v.clone()),
-                GuardKind::Id(v) => Expect::Id(v.as_ptr() as usize),
+                GuardKind::Id(v) => Expect::Id(super::guards::Identity::new(&v.bind(py))),
                 GuardKind::Type(t) => Expect::Type(t.as_ptr() as usize),
                 GuardKind::Len(n) => Expect::Len(*n),
                 GuardKind::Keys(k) => Expect::Keys(k.clone()),
@@ -243,7 +243,7 @@ impl ReferenceGuard {
                         || (value.get_type().is(expected.get_type())
                             && value.eq(&expected).unwrap_or(false))
                 }
-                Expect::Id(address) => value.as_ptr() as usize == *address,
+                Expect::Id(expected) => expected.matches(&value),
                 Expect::Type(address) => value.get_type().as_ptr() as usize == *address,
                 Expect::Len(n) => value.len().ok() == Some(*n),
                 Expect::Keys(expected) => match value.cast::<PyDict>() {

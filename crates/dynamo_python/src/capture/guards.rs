@@ -187,12 +187,76 @@ enum Access {
     Item(usize, OwnedRef),
 }
 
+/// The object an identity check expects, held weakly where the object allows it, so a guard
+/// does not keep a model (or anything else it compares by identity) alive. A dead weak
+/// reference fails the check: a new object at the same address is another object.
+#[derive(Debug)]
+pub struct Identity {
+    address: usize,
+    weak: Option<OwnedRef>,
+    strong: Option<OwnedRef>,
+    type_name: String,
+}
+
+impl Identity {
+    pub fn new(object: &Bound<'_, PyAny>) -> Identity {
+        let py = object.py();
+        // SAFETY: a live object, GIL held; PyWeakref_NewRef returns a new reference or NULL
+        // with an exception set (objects that do not support weak references).
+        let weak = unsafe { pyo3::ffi::PyWeakref_NewRef(object.as_ptr(), std::ptr::null_mut()) };
+        let weak = if weak.is_null() {
+            let _ = PyErr::take(py);
+            None
+        } else {
+            // SAFETY: the new reference just returned, handed over to the OwnedRef.
+            unsafe { OwnedRef::from_owned(weak) }
+        };
+        Identity {
+            address: object.as_ptr() as usize,
+            strong: weak.is_none().then(|| OwnedRef::from_bound(object)),
+            weak,
+            type_name: object
+                .get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default(),
+        }
+    }
+
+    pub fn matches(&self, value: &Bound<'_, PyAny>) -> bool {
+        if value.as_ptr() as usize != self.address {
+            return false;
+        }
+        match &self.weak {
+            // SAFETY: a live weak reference object (we hold it), GIL held; the result is
+            // borrowed and only compared.
+            Some(weak) => unsafe {
+                pyo3::ffi::PyWeakref_GetObject(weak.as_ptr()) == value.as_ptr()
+            },
+            None => true,
+        }
+    }
+
+    /// The object, if still alive.
+    fn get<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyAny>> {
+        if let Some(strong) = &self.strong {
+            return Some(strong.bind(py).clone());
+        }
+        let weak = self.weak.as_ref()?;
+        // SAFETY: as in `matches`; a borrowed result turned into a new reference at once.
+        let object = unsafe { pyo3::ffi::PyWeakref_GetObject(weak.as_ptr()) };
+        // SAFETY: a live object (or None when dead).
+        let object = unsafe { Bound::from_borrowed_ptr(py, object) };
+        (!object.is_none()).then_some(object)
+    }
+}
+
 enum Check {
     /// The same object as the value of another step (a tensor reached from two sources,
     /// like tied weights); torch's tensor checker refuses a tensor given twice.
     Alias(usize),
     Keys(OwnedRef),
-    Id(OwnedRef),
+    Id(Identity),
     Type(OwnedRef),
     Equals(OwnedRef),
     Len(usize),
@@ -435,14 +499,7 @@ impl NativeGuard {
             Check::Tensor => "tensor matches (dtype, device, shape, stride, requires_grad)".into(),
             Check::Alias(first) => format!("is the same tensor as {}", self.path(*first)),
             Check::Equals(v) => format!("== {}", repr(v)),
-            Check::Id(v) => format!(
-                "is the same object ({})",
-                v.bind(py)
-                    .get_type()
-                    .name()
-                    .map(|n| n.to_string())
-                    .unwrap_or_default()
-            ),
+            Check::Id(v) => format!("is the same object ({})", v.type_name),
             Check::Type(t) => format!(
                 "has type {}",
                 t.bind(py)
@@ -538,7 +595,7 @@ impl NativeGuard {
                     }
                 }
                 GuardKind::Equals(v) => Check::Equals(v.clone()),
-                GuardKind::Id(v) => Check::Id(v.clone()),
+                GuardKind::Id(v) => Check::Id(Identity::new(&v.bind(py))),
                 GuardKind::Type(t) => Check::Type(t.clone()),
                 GuardKind::Len(n) => Check::Len(*n),
                 GuardKind::Keys(k) => Check::Keys(k.clone()),
@@ -566,7 +623,7 @@ impl NativeGuard {
                 .checks
                 .iter()
                 .find_map(|c| match c {
-                    Check::Id(o) => Some(o.bind(py).clone()),
+                    Check::Id(o) => o.get(py),
                     _ => None,
                 })
                 .or_else(|| {
@@ -932,7 +989,7 @@ impl NativeGuard {
             };
             for check in &step.checks {
                 let ok = match check {
-                    Check::Id(expected) => value.as_ptr() == expected.as_ptr(),
+                    Check::Id(expected) => expected.matches(&value),
                     Check::Type(expected) => value.get_type().as_ptr() == expected.as_ptr(),
                     Check::Equals(expected) => {
                         // The same object is equal to itself (attributes that were not

@@ -444,13 +444,37 @@ impl<'py> Tracer<'py> {
         source: &Rc<Source>,
     ) -> CResult<bool> {
         let py = self.py;
+        let ty = value.get_type();
+        // A set of constants, wherever it comes from (a global set is read by value as much
+        // as an argument is): its type and its elements.
+        if value.is_exact_instance_of::<pyo3::types::PySet>()
+            || value.is_exact_instance_of::<pyo3::types::PyFrozenSet>()
+        {
+            let mut constant = true;
+            for item in value.try_iter()? {
+                constant &= self.h.is_constant(&item?)?;
+            }
+            if !constant {
+                return Ok(false);
+            }
+            // A copy of the same type (the check compares types); only the guard holds it.
+            let copy = ty.call1((value,))?;
+            self.guards.add(
+                source.clone(),
+                GuardKind::Type(OwnedRef::from_bound(ty.as_any())),
+            );
+            self.guards.add(
+                source.clone(),
+                GuardKind::Equals(OwnedRef::from_bound(&copy)),
+            );
+            return Ok(true);
+        }
         // What is made anew per call reaches a frame through its locals (arguments, and what
         // hangs off them); globals, classes and closure cells of module-level functions hold
         // long-lived definitions, which one identity check covers most cheaply.
         if !source.is_rooted_in_locals() {
             return Ok(false);
         }
-        let ty = value.get_type();
         if ty.is(&self.h.function_type) {
             let attr = |name: &str| Rc::new(Source::Attr(source.clone(), name.to_string()));
             self.guards.add(
@@ -487,29 +511,6 @@ impl<'py> Tracer<'py> {
                 GuardKind::Type(OwnedRef::from_bound(ty.as_any())),
             );
             self.guards.example(source, value);
-            return Ok(true);
-        }
-        // A set of constants: its type and its elements.
-        if value.is_exact_instance_of::<pyo3::types::PySet>()
-            || value.is_exact_instance_of::<pyo3::types::PyFrozenSet>()
-        {
-            let mut constant = true;
-            for item in value.try_iter()? {
-                constant &= self.h.is_constant(&item?)?;
-            }
-            if !constant {
-                return Ok(false);
-            }
-            // A copy of the same type (the check compares types); only the guard holds it.
-            let copy = ty.call1((value,))?;
-            self.guards.add(
-                source.clone(),
-                GuardKind::Type(OwnedRef::from_bound(ty.as_any())),
-            );
-            self.guards.add(
-                source.clone(),
-                GuardKind::Equals(OwnedRef::from_bound(&copy)),
-            );
             return Ok(true);
         }
         // A plain instance: a Python class all the way up (no builtin base with state of its

@@ -49,9 +49,54 @@ pub struct FrameObject {
     pub f_frame_data: [*mut ffi::PyObject; 1],
 }
 
+/// The start of `struct PyCodeObject` of CPython 3.11 (`Include/cpython/code.h`), up to the
+/// names of locals, cells and free variables.
+#[repr(C)]
+#[derive(Debug)]
+pub struct CodeObjectHead {
+    pub ob_base: ffi::PyVarObject,
+    pub co_consts: *mut ffi::PyObject,
+    pub co_names: *mut ffi::PyObject,
+    pub co_exceptiontable: *mut ffi::PyObject,
+    pub co_flags: c_int,
+    pub co_warmup: i16,
+    pub co_linearray_entry_size: i16,
+    pub co_argcount: c_int,
+    pub co_posonlyargcount: c_int,
+    pub co_kwonlyargcount: c_int,
+    pub co_stacksize: c_int,
+    pub co_firstlineno: c_int,
+    pub co_nlocalsplus: c_int,
+    pub co_nlocals: c_int,
+    pub co_nplaincellvars: c_int,
+    pub co_ncellvars: c_int,
+    pub co_nfreevars: c_int,
+    pub co_localsplusnames: *mut ffi::PyObject,
+}
+
 extern "C" {
     // Not declared by pyo3-ffi.
     pub fn PyCell_Get(cell: *mut ffi::PyObject) -> *mut ffi::PyObject;
+    // Untracks a tuple whose items can never be part of a cycle (what the GC does to such
+    // tuples on its next pass); exported by CPython 3.11 (Include/cpython/tupleobject.h).
+    fn _PyTuple_MaybeUntrack(tuple: *mut ffi::PyObject);
+}
+
+/// Lets the cyclic GC forget the names tuple of a code object we made (all strings, never in
+/// a cycle): CPython's own code objects come from the compiler with theirs untracked, and
+/// one made at run time would otherwise show in `gc.get_objects()` until the next
+/// collection (CPython's test_descr counts those objects).
+///
+/// # Safety
+/// `code` is a live code object; the GIL is held; [`check_layouts`] has passed.
+pub unsafe fn untrack_names(code: *mut ffi::PyObject) {
+    // SAFETY: caller's contract; the layout was verified against a live code object.
+    unsafe {
+        let names = (*code.cast::<CodeObjectHead>()).co_localsplusnames;
+        if !names.is_null() && ffi::PyTuple_CheckExact(names) != 0 {
+            _PyTuple_MaybeUntrack(names);
+        }
+    }
 }
 
 impl InterpreterFrame {
@@ -150,6 +195,24 @@ pub fn check_layouts(py: Python<'_>) -> PyResult<()> {
         if !ok {
             return Err(PyRuntimeError::new_err(
                 "this CPython's frame layout differs from the 3.11 layout dynamo_rs was built for",
+            ));
+        }
+        // The code object's head: its counts and names must match what Python reports.
+        let head = code.as_ptr().cast::<CodeObjectHead>();
+        let names = (*head).co_localsplusnames;
+        let varnames = code.getattr("co_varnames")?;
+        let ok = (*head).co_consts == code.getattr("co_consts")?.as_ptr()
+            && (*head).co_argcount == code.getattr("co_argcount")?.extract::<c_int>()?
+            && (*head).co_nlocals == code.getattr("co_nlocals")?.extract::<c_int>()?
+            && (*head).co_firstlineno == code.getattr("co_firstlineno")?.extract::<c_int>()?
+            && !names.is_null()
+            && ffi::PyTuple_CheckExact(names) != 0
+            && ffi::PyTuple_GET_SIZE(names) as c_int == (*head).co_nlocalsplus
+            && (varnames.len()? == 0
+                || ffi::PyTuple_GET_ITEM(names, 0) == varnames.get_item(0)?.as_ptr());
+        if !ok {
+            return Err(PyRuntimeError::new_err(
+                "this CPython's code object layout differs from the 3.11 layout dynamo_rs was built for",
             ));
         }
     }

@@ -380,6 +380,9 @@ unsafe fn call_callback(
     }
     // SAFETY: live frame.
     let globals = unsafe { (*frame).f_globals };
+    // SAFETY: `code` is a live code object (checked above), GIL held, layouts checked at
+    // import.
+    unsafe { super::cpython311::untrack_names(code.as_ptr()) };
     let entry = Rc::new(CacheEntry {
         guard,
         // SAFETY: `code` is a code object (checked above); `globals` is the live frame's.
