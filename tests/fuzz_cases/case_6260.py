@@ -1,0 +1,102 @@
+"""Found by `make fuzz` (seed 6260); shrunk. Eager and compiled disagreed:
+__dict__ order: an attribute set again moved to the end
+"""
+import collections
+import functools
+import itertools
+import math
+import operator
+
+import torch
+
+S = (3, 3)
+SEED = 2136
+G_INT = 0
+G_FLOAT = 1.5
+G_FLAG = True
+G_LIST = [4, 1]
+G_DICT = {'a': 3, 'b': 0}
+G_SET = {2}
+G_T = torch.full(S, 1.5)
+
+
+class Point:
+    scale = 2
+
+    def __init__(self, a, t):
+        self.a = a
+        self.t = t
+        self.items = [a]
+
+    def norm(self, z):
+        return z * self.scale + self.a
+
+    @property
+    def double(self):
+        return self.a * 2
+
+    @classmethod
+    def make(cls, a):
+        return cls(a + cls.scale, None)
+
+    @staticmethod
+    def helper(z):
+        return z + 1
+
+
+class Block(torch.nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.lin = torch.nn.Linear(n, n)
+        self.layers = torch.nn.ModuleList([torch.nn.Linear(n, n) for _ in range(2)])
+        self.act = torch.nn.ReLU()
+        self.k = 1
+        self.register_buffer("buf", torch.ones(n))
+
+    def forward(self, z):
+        for layer in self.layers:
+            z = self.act(layer(z))
+        return z * self.k + self.buf
+
+
+def make_adder(k):
+    def add(z):
+        return z + k
+
+    return add
+
+
+def make_counter():
+    c = 0
+
+    def bump():
+        nonlocal c
+        c += 1
+        return c
+
+    return bump
+
+
+G_ADD = make_adder(0)
+G_BUMP = make_counter()
+
+
+def helper(z, w=2):
+    return z * w
+
+
+
+def f(t0, t1, n0, l0, d0, p0, m0):
+    global G_INT, G_FLOAT, G_FLAG, G_T
+    p1 = Point.make(Point.scale)
+    p0.t = (lambda z: z * n0)(torch.abs(torch.cat([t0, t0], 0)[:S[0]]))
+    p1.a = max(l0, default=n0)
+    return (p1,)
+
+
+def make_args():
+    torch.manual_seed(SEED)
+    return [torch.randn(S), torch.randn(S), 1, [4, 4, 0], {'a': 1, 'b': 2}, Point(1, torch.randn(S)),
+            Block(S[-1])]
+
+MUTATIONS = []
