@@ -285,3 +285,34 @@ def test_global_set_is_guarded_by_its_elements() -> None:
         assert counter.frame_count == 2
     finally:
         G_SET.discard(5)
+
+
+class WithProperty:
+    def __init__(self) -> None:
+        self.a = 1
+
+    @property
+    def double(self):
+        return self.a * 2
+
+    def triple(self):
+        return self.a * 3
+
+
+def property_after_store(t, obj):
+    obj.a = 5
+    return t * obj.double
+
+
+def method_after_store(t, obj):
+    obj.a = 5
+    return t * obj.triple()
+
+
+@pytest.mark.parametrize("fn", [property_after_store, method_after_store])
+def test_reads_after_a_store_see_the_store(fn) -> None:
+    """Found by the fuzzer (seed 78300): a property read after a store to the same object ran
+    on the real object, which gets the store only after the graph."""
+    (_, _), (_, _), counter = run_both(fn, lambda: (torch.ones(3), WithProperty()))
+    if fn is method_after_store:
+        assert counter.frame_count == 1  # methods are inlined and see the store

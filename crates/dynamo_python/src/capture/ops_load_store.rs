@@ -143,6 +143,33 @@ impl<'py> Tracer<'py> {
                     Some(None) => return unsupported(format!("reading .{name} after deleting it")),
                     None => {}
                 }
+                // A computed attribute (a property, `__getattr__`) of an object this trace
+                // has stored to would run on the real object, which does not have the stores
+                // yet (they are replayed after the graph).
+                if self
+                    .mutations
+                    .iter()
+                    .any(|m| m.object.as_ptr() == value.as_ptr())
+                {
+                    let in_dict = match value.getattr("__dict__") {
+                        Ok(d) => d.contains(name)?,
+                        Err(_) => false,
+                    };
+                    // Methods and plain class data bind without running code; a property or
+                    // another descriptor runs its getter on the real object.
+                    let name_str = pyo3::types::PyString::new(py, name);
+                    let plain_class_entry =
+                        super::guards::class_lookup(value.get_type().as_any(), &name_str)
+                            .is_some_and(|entry| {
+                                entry.is_instance(&self.h.function_type).unwrap_or(false)
+                                    || !entry.get_type().hasattr("__get__").unwrap_or(true)
+                            });
+                    if !in_dict && !plain_class_entry {
+                        return unsupported(format!(
+                            "reading the computed attribute .{name} of an object this trace changed"
+                        ));
+                    }
+                }
                 let attr = match value.getattr(name) {
                     Ok(a) => a,
                     Err(err) => return unsupported(format!("getattr(..., {name:?}) raised {err}")),
