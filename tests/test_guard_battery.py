@@ -88,6 +88,31 @@ def by_hasattr(x, cfg):
     return (x * 2 if hasattr(cfg, "extra") else x) + 1
 
 
+class Holder(torch.nn.Module):
+    """A module the hasattr cases ask about `extra`, which it does not have."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(3, 3)
+        self.register_buffer("scale", torch.ones(3))
+
+
+class Lazy:
+    """`extra` is a property that raises AttributeError until `ready` is set."""
+
+    ready = False
+
+    @property
+    def extra(self):
+        if not self.ready:
+            raise AttributeError("extra")
+        return 1
+
+
+def fresh_class_instance():
+    return type("Fresh", (Config,), {})()
+
+
 def by_type(x, holder):
     return x * holder.scale
 
@@ -157,6 +182,27 @@ CASES = {
     "HasAttr (missing attribute)": Case(
         by_hasattr, lambda: (torch.ones(3), Config()),
         lambda a: setattr(a[1], "extra", 1), lambda a: setattr(a[1], "other", 1),
+        "has no attribute 'extra'"),
+    "HasAttr (module gets a buffer)": Case(
+        by_hasattr, lambda: (torch.ones(3), Holder()),
+        lambda a: a[1].register_buffer("extra", torch.ones(1)),
+        lambda a: a[1].register_buffer("other", torch.ones(1)), "has no attribute 'extra'"),
+    "HasAttr (module gets a parameter)": Case(
+        by_hasattr, lambda: (torch.ones(3), Holder()),
+        lambda a: a[1].register_parameter("extra", torch.nn.Parameter(torch.ones(1))),
+        lambda a: a[1].register_parameter("other", torch.nn.Parameter(torch.ones(1))),
+        "has no attribute 'extra'"),
+    "HasAttr (module gets a submodule)": Case(
+        by_hasattr, lambda: (torch.ones(3), Holder()),
+        lambda a: a[1].add_module("extra", torch.nn.ReLU()),
+        lambda a: a[1].add_module("other", torch.nn.ReLU()), "has no attribute 'extra'"),
+    "HasAttr (class gets the attribute)": Case(
+        by_hasattr, lambda: (torch.ones(3), fresh_class_instance()),
+        lambda a: setattr(type(a[1]), "extra", 1), lambda a: setattr(type(a[1]), "other", 1),
+        "has no attribute 'extra'"),
+    "HasAttr (property starts answering)": Case(
+        by_hasattr, lambda: (torch.ones(3), Lazy()),
+        lambda a: setattr(a[1], "ready", True), lambda a: setattr(a[1], "other", 1),
         "has no attribute 'extra'"),
     "Type (object's class)": Case(
         by_type, lambda: (torch.ones(3), Config()),

@@ -43,12 +43,9 @@ def compile(  # noqa: A001 - the name mirrors torch.compile
     return _compiled_function(model, converter)
 
 
-def _run(converter, fn, args, kwargs):
-    previous = _native.set_eval_frame(converter)
-    try:
-        return fn(*args, **kwargs)
-    finally:
-        _native.set_eval_frame(previous)
+# `_run(converter, fn, args, kwargs)`: `fn(*args, **kwargs)` with the converter installed as
+# this thread's frame callback, the previous one restored afterwards (one native call).
+_run = _native.call_with_callback
 
 
 def _compiled_function(fn: Callable, converter) -> Callable:

@@ -51,7 +51,7 @@ struct TensorFacts {
 
 enum Expect {
     Equals(OwnedRef),
-    Id(super::guards::Identity),
+    Id(super::guard_values::Identity),
     Type(usize),
     Len(usize),
     Keys(OwnedRef),
@@ -142,7 +142,7 @@ impl ReferenceGuard {
             path_of(py, source, &mut path)?;
             let expect = match kind {
                 GuardKind::Equals(v) => Expect::Equals(v.clone()),
-                GuardKind::Id(v) => Expect::Id(super::guards::Identity::new(&v.bind(py))),
+                GuardKind::Id(v) => Expect::Id(super::guard_values::Identity::new(&v.bind(py))),
                 GuardKind::Type(t) => Expect::Type(t.as_ptr() as usize),
                 GuardKind::Len(n) => Expect::Len(*n),
                 GuardKind::Keys(k) => Expect::Keys(k.clone()),

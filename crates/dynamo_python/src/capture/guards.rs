@@ -10,11 +10,14 @@
 use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::atomic::{AtomicU64, AtomicUsize};
 
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString, PyTuple};
 
+use super::guard_values::{
+    class_lookup, instance_dict_item, known_hasattr, DictReadCache, DictTagMemo, Identity,
+    TensorGroup,
+};
 use super::source::{ItemKey, PathPart, Source};
 use crate::eval_frame::cache::{FrameGuard, FrameLayout, FrameView};
 use crate::eval_frame::owned::OwnedRef;
@@ -187,80 +190,16 @@ enum Access {
     Item(usize, OwnedRef),
 }
 
-/// The object an identity check expects, held weakly where the object allows it, so a guard
-/// does not keep a model (or anything else it compares by identity) alive. A dead weak
-/// reference fails the check: a new object at the same address is another object.
-#[derive(Debug)]
-pub struct Identity {
-    address: usize,
-    weak: Option<OwnedRef>,
-    strong: Option<OwnedRef>,
-    type_name: String,
-}
-
-impl Identity {
-    pub fn new(object: &Bound<'_, PyAny>) -> Identity {
-        let py = object.py();
-        // SAFETY: a live object, GIL held; PyWeakref_NewRef returns a new reference or NULL
-        // with an exception set (objects that do not support weak references).
-        let weak = unsafe { pyo3::ffi::PyWeakref_NewRef(object.as_ptr(), std::ptr::null_mut()) };
-        let weak = if weak.is_null() {
-            let _ = PyErr::take(py);
-            None
-        } else {
-            // SAFETY: the new reference just returned, handed over to the OwnedRef.
-            unsafe { OwnedRef::from_owned(weak) }
-        };
-        Identity {
-            address: object.as_ptr() as usize,
-            strong: weak.is_none().then(|| OwnedRef::from_bound(object)),
-            weak,
-            type_name: object
-                .get_type()
-                .name()
-                .map(|n| n.to_string())
-                .unwrap_or_default(),
-        }
-    }
-
-    pub fn matches(&self, value: &Bound<'_, PyAny>) -> bool {
-        if value.as_ptr() as usize != self.address {
-            return false;
-        }
-        match &self.weak {
-            // SAFETY: a live weak reference object (we hold it), GIL held; the result is
-            // borrowed and only compared.
-            Some(weak) => unsafe {
-                pyo3::ffi::PyWeakref_GetObject(weak.as_ptr()) == value.as_ptr()
-            },
-            None => true,
-        }
-    }
-
-    /// The object, if still alive.
-    fn get<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyAny>> {
-        if let Some(strong) = &self.strong {
-            return Some(strong.bind(py).clone());
-        }
-        let weak = self.weak.as_ref()?;
-        // SAFETY: as in `matches`; a borrowed result turned into a new reference at once.
-        let object = unsafe { pyo3::ffi::PyWeakref_GetObject(weak.as_ptr()) };
-        // SAFETY: a live object (or None when dead).
-        let object = unsafe { Bound::from_borrowed_ptr(py, object) };
-        (!object.is_none()).then_some(object)
-    }
-}
-
 enum Check {
     /// The same object as the value of another step (a tensor reached from two sources,
     /// like tied weights); torch's tensor checker refuses a tensor given twice.
     Alias(usize),
-    Keys(OwnedRef),
+    Keys(OwnedRef, DictTagMemo),
     Id(Identity),
     Type(OwnedRef),
     Equals(OwnedRef),
-    Len(usize),
-    Contains(OwnedRef, bool),
+    Len(usize, DictTagMemo),
+    Contains(OwnedRef, bool, DictTagMemo),
     HasAttr(OwnedRef, bool),
     Tensor,
 }
@@ -274,150 +213,6 @@ struct Step {
     read_cache: DictReadCache,
 }
 
-/// The value a step last read from a dict, with that dict and its PEP 509 version tag. CPython
-/// 3.11 gives a dict a new, globally unique `ma_version_tag` on every change (and on
-/// creation, so a new dict at a freed dict's address never matches): while the same dict has
-/// the same tag, the key maps to the same value object and the lookup can be skipped.
-/// Addresses are kept as integers and only turned back into a reference after that check.
-/// (Atomics only because a pyclass must be `Sync`; every access holds the GIL.)
-#[derive(Default)]
-struct DictReadCache {
-    dict: AtomicUsize,
-    tag: AtomicU64,
-    value: AtomicUsize,
-}
-
-impl DictReadCache {
-    /// `dict[key]`, or None when the key is missing. `dict` must be an exact `dict`.
-    fn get<'py>(
-        &self,
-        dict: &Bound<'py, PyDict>,
-        key: &Bound<'py, PyAny>,
-    ) -> PyResult<Option<Bound<'py, PyAny>>> {
-        let py = dict.py();
-        let address = dict.as_ptr();
-        // SAFETY: the caller checked that `dict` is an exact dict, so the object is laid out
-        // as a PyDictObject; it is alive (we hold a reference) and the GIL is held.
-        let tag = unsafe { (*(address as *mut pyo3::ffi::PyDictObject)).ma_version_tag };
-        if self.dict.load(Relaxed) == address as usize && self.tag.load(Relaxed) == tag {
-            let value = self.value.load(Relaxed) as *mut pyo3::ffi::PyObject;
-            // SAFETY: the same dict with the same version tag has not changed since `value`
-            // was read from it (see the type's comment), so the dict, which is alive, still
-            // holds its reference to `value`; the GIL is held.
-            return Ok(Some(unsafe { Bound::from_borrowed_ptr(py, value) }));
-        }
-        let value = dict.get_item(key)?;
-        if let Some(value) = &value {
-            // The tag read before the lookup: if the lookup itself changed the dict (a key's
-            // __eq__), the next read sees a newer tag and looks up again.
-            self.dict.store(address as usize, Relaxed);
-            self.tag.store(tag, Relaxed);
-            self.value.store(value.as_ptr() as usize, Relaxed);
-        }
-        Ok(value)
-    }
-}
-
-/// What a failing tensor check reports against: the example's metadata, not the example
-/// (a guard must not keep the first call's tensors alive).
-struct TensorMeta {
-    step: usize,
-    type_name: String,
-    dtype: String,
-    device: String,
-    shape: Vec<i64>,
-    stride: Vec<i64>,
-    requires_grad: bool,
-}
-
-impl TensorMeta {
-    fn of(step: usize, t: &Bound<'_, PyAny>) -> PyResult<TensorMeta> {
-        Ok(TensorMeta {
-            step,
-            type_name: t.get_type().name()?.to_string(),
-            dtype: t.getattr("dtype")?.str()?.to_string(),
-            device: t.getattr("device")?.str()?.to_string(),
-            shape: t.getattr("shape")?.extract()?,
-            stride: t.call_method0("stride")?.extract()?,
-            requires_grad: t.getattr("requires_grad")?.extract()?,
-        })
-    }
-
-    /// How `t` differs from this example, if its metadata does.
-    fn difference(&self, what: &str, t: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
-        if !t.hasattr("dtype")? || !t.hasattr("stride")? {
-            return Ok(Some(format!(
-                "{what} is a {}, was a tensor",
-                t.get_type().name()?
-            )));
-        }
-        let now = TensorMeta::of(self.step, t)?;
-        let field = |name: &str, now: String, was: String| {
-            (now != was).then(|| format!("{what}.{name} is {now}, was {was}"))
-        };
-        Ok(field("dtype", now.dtype, self.dtype.clone())
-            .or_else(|| field("device", now.device, self.device.clone()))
-            .or_else(|| {
-                field(
-                    "shape",
-                    format!("{:?}", now.shape),
-                    format!("{:?}", self.shape),
-                )
-            })
-            .or_else(|| {
-                field(
-                    "requires_grad",
-                    now.requires_grad.to_string(),
-                    self.requires_grad.to_string(),
-                )
-            })
-            .or_else(|| {
-                (now.stride != self.stride).then(|| format!("{what} has a different stride"))
-            })
-            .or_else(|| field("__class__", now.type_name, self.type_name.clone())))
-    }
-}
-
-/// Tensors checked together by one torch C++ `TensorGuards` (type, dtype, device, shape,
-/// stride, requires_grad, dispatch keys). The checker is made when the guard is built, from
-/// the examples, which are not kept.
-#[derive(Default)]
-struct TensorGroup {
-    examples: Vec<TensorMeta>,
-    checker: Option<OwnedRef>,
-}
-
-impl TensorGroup {
-    fn new(py: Python<'_>, examples: Vec<(usize, OwnedRef)>) -> PyResult<TensorGroup> {
-        if examples.is_empty() {
-            return Ok(TensorGroup::default());
-        }
-        let tensors: Vec<Bound<'_, PyAny>> =
-            examples.iter().map(|(_, t)| t.bind(py).clone()).collect();
-        let metas = examples
-            .iter()
-            .map(|(step, t)| TensorMeta::of(*step, &t.bind(py)))
-            .collect::<PyResult<Vec<_>>>()?;
-        let kwargs = PyDict::new(py);
-        kwargs.set_item(
-            "dynamic_dims_sizes",
-            metas.iter().map(|m| m.shape.clone()).collect::<Vec<_>>(),
-        )?;
-        kwargs.set_item(
-            "dynamic_dims_strides",
-            metas.iter().map(|m| m.stride.clone()).collect::<Vec<_>>(),
-        )?;
-        let checker = py
-            .import("torch._C._dynamo.guards")?
-            .getattr("TensorGuards")?
-            .call(PyTuple::new(py, &tensors)?, Some(&kwargs))?;
-        Ok(TensorGroup {
-            examples: metas,
-            checker: Some(OwnedRef::from_bound(&checker)),
-        })
-    }
-}
-
 /// The compiled guard of one cache entry.
 #[pyclass(module = "dynamo_rs._native")]
 pub struct NativeGuard {
@@ -429,6 +224,8 @@ pub struct NativeGuard {
     reached: TensorGroup,
     grad_mode: Option<bool>,
     global_state: Option<OwnedRef>,
+    /// `global_state.check`, looked up once.
+    global_state_check: Option<OwnedRef>,
     mutates_in_place: bool,
     /// `torch._C._len_torch_function_stack`: frames are only compiled with no torch-function
     /// mode active (the trace folds `has_torch_function` to False), so none may be active.
@@ -507,10 +304,10 @@ impl NativeGuard {
                     .map(|n| n.to_string())
                     .unwrap_or_default()
             ),
-            Check::Len(n) => format!("has length {n}"),
-            Check::Keys(k) => format!("has keys {}", repr(k)),
-            Check::Contains(key, true) => format!("contains {}", repr(key)),
-            Check::Contains(key, false) => format!("does not contain {}", repr(key)),
+            Check::Len(n, _) => format!("has length {n}"),
+            Check::Keys(k, _) => format!("has keys {}", repr(k)),
+            Check::Contains(key, true, _) => format!("contains {}", repr(key)),
+            Check::Contains(key, false, _) => format!("does not contain {}", repr(key)),
             Check::HasAttr(name, true) => format!("has an attribute {}", repr(name)),
             Check::HasAttr(name, false) => format!("has no attribute {}", repr(name)),
         };
@@ -597,9 +394,11 @@ impl NativeGuard {
                 GuardKind::Equals(v) => Check::Equals(v.clone()),
                 GuardKind::Id(v) => Check::Id(Identity::new(&v.bind(py))),
                 GuardKind::Type(t) => Check::Type(t.clone()),
-                GuardKind::Len(n) => Check::Len(*n),
-                GuardKind::Keys(k) => Check::Keys(k.clone()),
-                GuardKind::Contains(key, expected) => Check::Contains(key.clone(), *expected),
+                GuardKind::Len(n) => Check::Len(*n, DictTagMemo::default()),
+                GuardKind::Keys(k) => Check::Keys(k.clone(), DictTagMemo::default()),
+                GuardKind::Contains(key, expected) => {
+                    Check::Contains(key.clone(), *expected, DictTagMemo::default())
+                }
                 GuardKind::HasAttr(name, expected) => Check::HasAttr(
                     OwnedRef::from_bound(PyString::intern(py, name).as_any()),
                     *expected,
@@ -665,6 +464,10 @@ impl NativeGuard {
             reached: TensorGroup::new(py, reached_examples)?,
             grad_mode: set.grad_mode,
             global_state: set.global_state.clone(),
+            global_state_check: match &set.global_state {
+                Some(state) => Some(OwnedRef::from_bound(&state.bind(py).getattr("check")?)),
+                None => None,
+            },
             mutates_in_place: set.mutates_in_place,
             len_torch_function_stack: OwnedRef::from_bound(
                 &py.import("torch")?
@@ -809,11 +612,7 @@ impl NativeGuard {
         tensors: &[Bound<'_, PyAny>],
         describe: bool,
     ) -> PyResult<Option<String>> {
-        let Some(checker) = &group.checker else {
-            return Ok(None);
-        };
-        let args = PyTuple::new(py, tensors)?;
-        if checker.bind(py).call_method1("check", args)?.is_truthy()? {
+        if group.passes(py, tensors)? {
             return Ok(None);
         }
         if !describe {
@@ -932,12 +731,15 @@ impl NativeGuard {
                     builtins,
                     name,
                 } => {
-                    let globals = globals
-                        .bind(py)
-                        .cast::<PyDict>()
-                        .map_err(PyErr::from)?
-                        .clone();
-                    match globals.get_item(name.bind(py))? {
+                    let globals = globals.bind(py);
+                    let found = match globals.cast_exact::<PyDict>() {
+                        Ok(exact) => step.read_cache.get(exact, &name.bind(py))?,
+                        Err(_) => globals
+                            .cast::<PyDict>()
+                            .map_err(PyErr::from)?
+                            .get_item(name.bind(py))?,
+                    };
+                    match found {
                         Some(v) => Some(v),
                         None => {
                             let builtins = builtins.bind(py);
@@ -998,16 +800,31 @@ impl NativeGuard {
                         value.is(&expected)
                             || (value.get_type().is(expected.get_type()) && value.eq(expected)?)
                     }
-                    Check::Len(n) => value.len().ok() == Some(*n),
+                    Check::Len(n, memo) => {
+                        memo.holds(&value) || dict_check(memo, &value, value.len().ok() == Some(*n))
+                    }
                     Check::HasAttr(name, expected) => {
                         let name = name.bind(py).cast::<PyString>()?.clone();
-                        value.hasattr(name).unwrap_or(false) == *expected
+                        let has = match known_hasattr(&value, &name) {
+                            Some(has) => has,
+                            None => value.hasattr(name).unwrap_or(false),
+                        };
+                        has == *expected
                     }
-                    Check::Contains(key, expected) => {
-                        value.contains(key.bind(py)).ok() == Some(*expected)
+                    Check::Contains(key, expected, memo) => {
+                        memo.holds(&value)
+                            || dict_check(
+                                memo,
+                                &value,
+                                value.contains(key.bind(py)).ok() == Some(*expected),
+                            )
                     }
-                    Check::Keys(expected) => match value.cast::<PyDict>() {
-                        Ok(d) => PyTuple::new(py, d.keys())?.eq(expected.bind(py))?,
+                    Check::Keys(expected, memo) => match value.cast::<PyDict>() {
+                        Ok(_) if memo.holds(&value) => true,
+                        Ok(d) => {
+                            let same = PyTuple::new(py, d.keys())?.eq(expected.bind(py))?;
+                            dict_check(memo, &value, same)
+                        }
                         Err(_) => false,
                     },
                     Check::Tensor => {
@@ -1050,9 +867,13 @@ impl NativeGuard {
         if let Some(failure) = self.check_distinct(&arguments, &tensors) {
             return Ok(Some(failure));
         }
-        if let Some(state) = &self.global_state {
-            let state = state.bind(py);
-            if !state.call_method0("check")?.is_truthy()? {
+        if let Some(check) = &self.global_state_check {
+            if !check.bind(py).call0()?.is_truthy()? {
+                let state = self
+                    .global_state
+                    .as_ref()
+                    .expect("a check has its state")
+                    .bind(py);
                 let what = state.call_method0("reason")?;
                 return Ok(Some(format!(
                     "global torch state changed since compiling: {}",
@@ -1173,59 +994,10 @@ pub fn layout_names(py: Python<'_>, layout: &FrameLayout) -> Vec<String> {
         .collect()
 }
 
-extern "C" {
-    // CPython's lookup of a name along a type's MRO, through the method cache; exported by
-    // libpython (Include/cpython/object.h) though pyo3-ffi leaves it out as private.
-    fn _PyType_Lookup(
-        ty: *mut pyo3::ffi::PyTypeObject,
-        name: *mut pyo3::ffi::PyObject,
-    ) -> *mut pyo3::ffi::PyObject;
-}
-
-/// `name` found along the MRO of the class `ty`, as the raw class-dict entry (descriptors
-/// not invoked), or None.
-pub fn class_lookup<'py>(
-    ty: &Bound<'py, PyAny>,
-    name: &Bound<'py, PyString>,
-) -> Option<Bound<'py, PyAny>> {
-    let ty = ty.cast::<pyo3::types::PyType>().ok()?;
-    // SAFETY: `ty` is a live type object and `name` a live str (we hold both), GIL held.
-    // _PyType_Lookup returns a borrowed reference or NULL and never sets an exception.
-    let found = unsafe { _PyType_Lookup(ty.as_type_ptr(), name.as_ptr()) };
-    // SAFETY: a borrowed reference from the type's MRO dicts, alive while we hold `ty`;
-    // `from_borrowed_ptr` takes a new reference of its own.
-    (!found.is_null()).then(|| unsafe { Bound::from_borrowed_ptr(ty.py(), found) })
-}
-
-/// `object.__dict__[name]` when `object`'s type is still `ty` at version `tag` (so no data
-/// descriptor or `__getattribute__` has appeared since the guard was built) and the name is
-/// in the instance dict — what `getattr` would return — or None to take the general path.
-fn instance_dict_item<'py>(
-    object: &Bound<'py, PyAny>,
-    ty: &OwnedRef,
-    tag: u32,
-    name: &OwnedRef,
-    cache: &DictReadCache,
-) -> Option<Bound<'py, PyAny>> {
-    let py = object.py();
-    let object_type = object.get_type();
-    if object_type.as_ptr() != ty.as_ptr() {
-        return None;
+/// The outcome of a dict check just evaluated on `value`, remembered in `memo` if it passed.
+fn dict_check(memo: &DictTagMemo, value: &Bound<'_, PyAny>, passed: bool) -> bool {
+    if passed {
+        memo.passed(value);
     }
-    // SAFETY: a live type object (the object holds its type); GIL held.
-    if unsafe { (*object_type.as_type_ptr()).tp_version_tag } != tag {
-        return None;
-    }
-    // SAFETY: `object` is live and the GIL is held; PyObject_GenericGetDict returns a new
-    // reference to the instance dict (made if needed) or NULL with an exception set.
-    let dict = unsafe { pyo3::ffi::PyObject_GenericGetDict(object.as_ptr(), std::ptr::null_mut()) };
-    if dict.is_null() {
-        // No instance dict: clear the error and let getattr decide.
-        let _ = PyErr::take(py);
-        return None;
-    }
-    // SAFETY: `dict` is the new reference just returned; Bound takes ownership of it.
-    let dict = unsafe { Bound::from_owned_ptr(py, dict) };
-    let dict = dict.cast_exact::<PyDict>().ok()?;
-    cache.get(dict, &name.bind(py)).ok().flatten()
+    passed
 }

@@ -14,6 +14,7 @@ mod builtins;
 pub mod codegen;
 pub mod graph;
 pub mod guard_reference;
+pub mod guard_values;
 pub mod guards;
 pub mod helpers;
 mod iteration;

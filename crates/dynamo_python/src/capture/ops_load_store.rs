@@ -159,7 +159,7 @@ impl<'py> Tracer<'py> {
                     // another descriptor runs its getter on the real object.
                     let name_str = pyo3::types::PyString::new(py, name);
                     let plain_class_entry =
-                        super::guards::class_lookup(value.get_type().as_any(), &name_str)
+                        super::guard_values::class_lookup(value.get_type().as_any(), &name_str)
                             .is_some_and(|entry| {
                                 entry.is_instance(&self.h.function_type).unwrap_or(false)
                                     || !entry.get_type().hasattr("__get__").unwrap_or(true)

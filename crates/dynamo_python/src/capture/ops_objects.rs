@@ -383,7 +383,7 @@ impl<'py> Tracer<'py> {
             return Ok(());
         };
         let key = pyo3::types::PyString::intern(self.py, name);
-        let Some(found) = super::guards::class_lookup(ty.as_any(), &key) else {
+        let Some(found) = super::guard_values::class_lookup(ty.as_any(), &key) else {
             return Ok(());
         };
         let source = std::rc::Rc::new(super::source::Source::ClassAttr(

@@ -18,7 +18,7 @@ use std::sync::atomic::Ordering;
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyCode, PyDict, PyList};
+use pyo3::types::{PyCode, PyDict, PyList, PyTuple};
 
 use cache::{get_extra, get_or_init_extra, Mode};
 use hook::{STATS, STAT_CALLBACKS, STAT_FRAMES, STAT_HITS, STAT_MISSES, STAT_SKIPPED};
@@ -38,6 +38,25 @@ fn set_eval_frame(py: Python<'_>, callback: Option<Bound<'_, PyAny>>) -> PyResul
         cpython311::check_layouts(py)?;
     }
     hook::set_callback(py, callback.as_ref())
+}
+
+/// `function(*args, **kwargs)` with `callback` installed on this thread for the duration of
+/// the call, the previous callback restored afterwards (also when the call raises): what a
+/// `dynamo_rs.compile`d function does on every call, in one native call.
+#[pyfunction]
+#[pyo3(signature = (callback, function, args, kwargs=None, /))]
+fn call_with_callback<'py>(
+    py: Python<'py>,
+    callback: &Bound<'py, PyAny>,
+    function: &Bound<'py, PyAny>,
+    args: &Bound<'py, PyTuple>,
+    kwargs: Option<&Bound<'py, PyDict>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let previous = set_eval_frame(py, Some(callback.clone()))?;
+    let result = function.call(args, kwargs.filter(|k| !k.is_empty()));
+    let previous = previous.into_bound(py);
+    hook::set_callback(py, (!previous.is_none()).then_some(&previous))?;
+    result
 }
 
 fn code_arg<'py>(code: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
@@ -201,6 +220,7 @@ fn is_enabled() -> bool {
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     cache::init_extra_index()?;
     m.add_function(wrap_pyfunction!(set_eval_frame, m)?)?;
+    m.add_function(wrap_pyfunction!(call_with_callback, m)?)?;
     m.add_function(wrap_pyfunction!(skip_code, m)?)?;
     m.add_function(wrap_pyfunction!(force_intercept, m)?)?;
     m.add_function(wrap_pyfunction!(reset_code, m)?)?;

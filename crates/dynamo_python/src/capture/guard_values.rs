@@ -1,0 +1,440 @@
+//! The values a guard check compares against and the caches that make re-reading them cheap:
+//! identities held weakly, reads from dicts and dict-derived answers remembered by the dict's
+//! version tag, and tensor metadata checked through torch's C++ `TensorGuards`.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicU64, AtomicUsize};
+
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyString, PyTuple};
+
+use crate::eval_frame::owned::OwnedRef;
+
+/// The object an identity check expects, held weakly where the object allows it, so a guard
+/// does not keep a model (or anything else it compares by identity) alive. A dead weak
+/// reference fails the check: a new object at the same address is another object.
+#[derive(Debug)]
+pub struct Identity {
+    address: usize,
+    weak: Option<OwnedRef>,
+    strong: Option<OwnedRef>,
+    pub type_name: String,
+}
+
+impl Identity {
+    pub fn new(object: &Bound<'_, PyAny>) -> Identity {
+        let py = object.py();
+        // SAFETY: a live object, GIL held; PyWeakref_NewRef returns a new reference or NULL
+        // with an exception set (objects that do not support weak references).
+        let weak = unsafe { pyo3::ffi::PyWeakref_NewRef(object.as_ptr(), std::ptr::null_mut()) };
+        let weak = if weak.is_null() {
+            let _ = PyErr::take(py);
+            None
+        } else {
+            // SAFETY: the new reference just returned, handed over to the OwnedRef.
+            unsafe { OwnedRef::from_owned(weak) }
+        };
+        Identity {
+            address: object.as_ptr() as usize,
+            strong: weak.is_none().then(|| OwnedRef::from_bound(object)),
+            weak,
+            type_name: object
+                .get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default(),
+        }
+    }
+
+    pub fn matches(&self, value: &Bound<'_, PyAny>) -> bool {
+        if value.as_ptr() as usize != self.address {
+            return false;
+        }
+        match &self.weak {
+            // SAFETY: a live weak reference object (we hold it), GIL held; the result is
+            // borrowed and only compared.
+            Some(weak) => unsafe {
+                pyo3::ffi::PyWeakref_GetObject(weak.as_ptr()) == value.as_ptr()
+            },
+            None => true,
+        }
+    }
+
+    /// The object, if still alive.
+    pub fn get<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyAny>> {
+        if let Some(strong) = &self.strong {
+            return Some(strong.bind(py).clone());
+        }
+        let weak = self.weak.as_ref()?;
+        // SAFETY: as in `matches`; a borrowed result turned into a new reference at once.
+        let object = unsafe { pyo3::ffi::PyWeakref_GetObject(weak.as_ptr()) };
+        // SAFETY: a live object (or None when dead).
+        let object = unsafe { Bound::from_borrowed_ptr(py, object) };
+        (!object.is_none()).then_some(object)
+    }
+}
+
+/// The value a step last read from a dict, with that dict and its PEP 509 version tag. CPython
+/// 3.11 gives a dict a new, globally unique `ma_version_tag` on every change (and on
+/// creation, so a new dict at a freed dict's address never matches): while the same dict has
+/// the same tag, the key maps to the same value object and the lookup can be skipped.
+/// Addresses are kept as integers and only turned back into a reference after that check.
+/// (Atomics only because a pyclass must be `Sync`; every access holds the GIL.)
+#[derive(Debug, Default)]
+pub struct DictReadCache {
+    dict: AtomicUsize,
+    tag: AtomicU64,
+    value: AtomicUsize,
+}
+
+impl DictReadCache {
+    /// `dict[key]`, or None when the key is missing. `dict` must be an exact `dict`.
+    pub fn get<'py>(
+        &self,
+        dict: &Bound<'py, PyDict>,
+        key: &Bound<'py, PyAny>,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let py = dict.py();
+        let address = dict.as_ptr();
+        // SAFETY: the caller checked that `dict` is an exact dict, so the object is laid out
+        // as a PyDictObject; it is alive (we hold a reference) and the GIL is held.
+        let tag = unsafe { (*(address as *mut pyo3::ffi::PyDictObject)).ma_version_tag };
+        if self.dict.load(Relaxed) == address as usize && self.tag.load(Relaxed) == tag {
+            let value = self.value.load(Relaxed) as *mut pyo3::ffi::PyObject;
+            // SAFETY: the same dict with the same version tag has not changed since `value`
+            // was read from it (see the type's comment), so the dict, which is alive, still
+            // holds its reference to `value`; the GIL is held.
+            return Ok(Some(unsafe { Bound::from_borrowed_ptr(py, value) }));
+        }
+        let value = dict.get_item(key)?;
+        if let Some(value) = &value {
+            // The tag read before the lookup: if the lookup itself changed the dict (a key's
+            // __eq__), the next read sees a newer tag and looks up again.
+            self.dict.store(address as usize, Relaxed);
+            self.tag.store(tag, Relaxed);
+            self.value.store(value.as_ptr() as usize, Relaxed);
+        }
+        Ok(value)
+    }
+}
+
+/// What a failing tensor check reports against: the example's metadata, not the example
+/// (a guard must not keep the first call's tensors alive).
+#[derive(Debug)]
+pub struct TensorMeta {
+    pub step: usize,
+    type_name: String,
+    dtype: String,
+    device: String,
+    shape: Vec<i64>,
+    stride: Vec<i64>,
+    requires_grad: bool,
+}
+
+impl TensorMeta {
+    fn of(step: usize, t: &Bound<'_, PyAny>) -> PyResult<TensorMeta> {
+        Ok(TensorMeta {
+            step,
+            type_name: t.get_type().name()?.to_string(),
+            dtype: t.getattr("dtype")?.str()?.to_string(),
+            device: t.getattr("device")?.str()?.to_string(),
+            shape: t.getattr("shape")?.extract()?,
+            stride: t.call_method0("stride")?.extract()?,
+            requires_grad: t.getattr("requires_grad")?.extract()?,
+        })
+    }
+
+    /// How `t` differs from this example, if its metadata does.
+    pub fn difference(&self, what: &str, t: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
+        if !t.hasattr("dtype")? || !t.hasattr("stride")? {
+            return Ok(Some(format!(
+                "{what} is a {}, was a tensor",
+                t.get_type().name()?
+            )));
+        }
+        let now = TensorMeta::of(self.step, t)?;
+        let field = |name: &str, now: String, was: String| {
+            (now != was).then(|| format!("{what}.{name} is {now}, was {was}"))
+        };
+        Ok(field("dtype", now.dtype, self.dtype.clone())
+            .or_else(|| field("device", now.device, self.device.clone()))
+            .or_else(|| {
+                field(
+                    "shape",
+                    format!("{:?}", now.shape),
+                    format!("{:?}", self.shape),
+                )
+            })
+            .or_else(|| {
+                field(
+                    "requires_grad",
+                    now.requires_grad.to_string(),
+                    self.requires_grad.to_string(),
+                )
+            })
+            .or_else(|| {
+                (now.stride != self.stride).then(|| format!("{what} has a different stride"))
+            })
+            .or_else(|| field("__class__", now.type_name, self.type_name.clone())))
+    }
+}
+
+/// Tensors checked together by one torch C++ `TensorGuards` (type, dtype, device, shape,
+/// stride, requires_grad, dispatch keys). The checker is made when the guard is built, from
+/// the examples, which are not kept.
+#[derive(Debug, Default)]
+pub struct TensorGroup {
+    pub examples: Vec<TensorMeta>,
+    /// The checker's bound `check` method (looked up once, not on every call).
+    check: Option<OwnedRef>,
+}
+
+impl TensorGroup {
+    pub fn new(py: Python<'_>, examples: Vec<(usize, OwnedRef)>) -> PyResult<TensorGroup> {
+        if examples.is_empty() {
+            return Ok(TensorGroup::default());
+        }
+        let tensors: Vec<Bound<'_, PyAny>> =
+            examples.iter().map(|(_, t)| t.bind(py).clone()).collect();
+        let metas = examples
+            .iter()
+            .map(|(step, t)| TensorMeta::of(*step, &t.bind(py)))
+            .collect::<PyResult<Vec<_>>>()?;
+        let kwargs = PyDict::new(py);
+        kwargs.set_item(
+            "dynamic_dims_sizes",
+            metas.iter().map(|m| m.shape.clone()).collect::<Vec<_>>(),
+        )?;
+        kwargs.set_item(
+            "dynamic_dims_strides",
+            metas.iter().map(|m| m.stride.clone()).collect::<Vec<_>>(),
+        )?;
+        let checker = py
+            .import("torch._C._dynamo.guards")?
+            .getattr("TensorGuards")?
+            .call(PyTuple::new(py, &tensors)?, Some(&kwargs))?;
+        Ok(TensorGroup {
+            examples: metas,
+            check: Some(OwnedRef::from_bound(&checker.getattr("check")?)),
+        })
+    }
+
+    /// Whether `tensors` (one per example, in order) all match; true for an empty group.
+    pub fn passes(&self, py: Python<'_>, tensors: &[Bound<'_, PyAny>]) -> PyResult<bool> {
+        match &self.check {
+            Some(check) => check
+                .bind(py)
+                .call1(PyTuple::new(py, tensors)?)?
+                .is_truthy(),
+            None => Ok(true),
+        }
+    }
+}
+
+extern "C" {
+    // CPython's lookup of a name along a type's MRO, through the method cache; exported by
+    // libpython (Include/cpython/object.h) though pyo3-ffi leaves it out as private.
+    fn _PyType_Lookup(
+        ty: *mut pyo3::ffi::PyTypeObject,
+        name: *mut pyo3::ffi::PyObject,
+    ) -> *mut pyo3::ffi::PyObject;
+}
+
+/// `name` found along the MRO of the class `ty`, as the raw class-dict entry (descriptors
+/// not invoked), or None.
+pub fn class_lookup<'py>(
+    ty: &Bound<'py, PyAny>,
+    name: &Bound<'py, PyString>,
+) -> Option<Bound<'py, PyAny>> {
+    let ty = ty.cast::<pyo3::types::PyType>().ok()?;
+    // SAFETY: `ty` is a live type object and `name` a live str (we hold both), GIL held.
+    // _PyType_Lookup returns a borrowed reference or NULL and never sets an exception.
+    let found = unsafe { _PyType_Lookup(ty.as_type_ptr(), name.as_ptr()) };
+    // SAFETY: a borrowed reference from the type's MRO dicts, alive while we hold `ty`;
+    // `from_borrowed_ptr` takes a new reference of its own.
+    (!found.is_null()).then(|| unsafe { Bound::from_borrowed_ptr(ty.py(), found) })
+}
+
+/// `object.__dict__[name]` when `object`'s type is still `ty` at version `tag` (so no data
+/// descriptor or `__getattribute__` has appeared since the guard was built) and the name is
+/// in the instance dict — what `getattr` would return — or None to take the general path.
+pub fn instance_dict_item<'py>(
+    object: &Bound<'py, PyAny>,
+    ty: &OwnedRef,
+    tag: u32,
+    name: &OwnedRef,
+    cache: &DictReadCache,
+) -> Option<Bound<'py, PyAny>> {
+    let py = object.py();
+    let object_type = object.get_type();
+    if object_type.as_ptr() != ty.as_ptr() {
+        return None;
+    }
+    // SAFETY: a live type object (the object holds its type); GIL held.
+    if unsafe { (*object_type.as_type_ptr()).tp_version_tag } != tag {
+        return None;
+    }
+    // SAFETY: `object` is live and the GIL is held; PyObject_GenericGetDict returns a new
+    // reference to the instance dict (made if needed) or NULL with an exception set.
+    let dict = unsafe { pyo3::ffi::PyObject_GenericGetDict(object.as_ptr(), std::ptr::null_mut()) };
+    if dict.is_null() {
+        // No instance dict: clear the error and let getattr decide.
+        let _ = PyErr::take(py);
+        return None;
+    }
+    // SAFETY: `dict` is the new reference just returned; Bound takes ownership of it.
+    let dict = unsafe { Bound::from_owned_ptr(py, dict) };
+    let dict = dict.cast_exact::<PyDict>().ok()?;
+    cache.get(dict, &name.bind(py)).ok().flatten()
+}
+
+/// A check on a dict's contents (its keys, its length, a key's presence) that passed on the
+/// dict at `dict` when its version tag was `tag`: while the same dict keeps that tag its
+/// contents have not changed (see [`DictReadCache`]), and the check passes again without
+/// being evaluated. Only used where the check's answer is a function of the dict's storage
+/// (its `len` and `in` are dict's own, not a subclass's override).
+#[derive(Debug, Default)]
+pub struct DictTagMemo {
+    dict: AtomicUsize,
+    tag: AtomicU64,
+}
+
+impl DictTagMemo {
+    /// The version tag of `value` if it is a dict (or subclass) whose `len` and `in` are
+    /// dict's own, else None.
+    pub fn tag_of(value: &Bound<'_, PyAny>) -> Option<u64> {
+        let object = value.as_ptr();
+        // SAFETY: a live object, GIL held; the type object lives as long as the object and
+        // the slot tables of dict's type are static.
+        unsafe {
+            if pyo3::ffi::PyDict_Check(object) == 0 {
+                return None;
+            }
+            let ty = pyo3::ffi::Py_TYPE(object);
+            let dict_type = std::ptr::addr_of_mut!(pyo3::ffi::PyDict_Type);
+            if ty != dict_type {
+                let (mapping, sequence) = ((*ty).tp_as_mapping, (*ty).tp_as_sequence);
+                let (dict_mapping, dict_sequence) =
+                    ((*dict_type).tp_as_mapping, (*dict_type).tp_as_sequence);
+                // The slots hold the C functions a subclass inherited from dict (copied from
+                // dict's own table), so equal addresses mean dict's own implementation.
+                let length =
+                    |m: *mut pyo3::ffi::PyMappingMethods| (*m).mp_length.map(|f| f as usize);
+                let contains =
+                    |s: *mut pyo3::ffi::PySequenceMethods| (*s).sq_contains.map(|f| f as usize);
+                if mapping.is_null()
+                    || sequence.is_null()
+                    || length(mapping) != length(dict_mapping)
+                    || contains(sequence) != contains(dict_sequence)
+                {
+                    return None;
+                }
+            }
+            // The object is a PyDictObject (PyDict_Check), so the field is there.
+            Some((*(object as *mut pyo3::ffi::PyDictObject)).ma_version_tag)
+        }
+    }
+
+    /// Whether the check passed on this very dict at its present version.
+    pub fn holds(&self, value: &Bound<'_, PyAny>) -> bool {
+        self.dict.load(Relaxed) == value.as_ptr() as usize
+            && Self::tag_of(value).is_some_and(|tag| tag == self.tag.load(Relaxed))
+    }
+
+    /// Remembers that the check passed on `value` as it is now (if it is a dict).
+    pub fn passed(&self, value: &Bound<'_, PyAny>) {
+        if let Some(tag) = Self::tag_of(value) {
+            self.dict.store(value.as_ptr() as usize, Relaxed);
+            self.tag.store(tag, Relaxed);
+        }
+    }
+}
+
+/// `hasattr(object, name)` answered without calling Python code, for the two kinds of object
+/// whose attribute lookup is known: types with CPython's generic lookup, and `nn.Module`s
+/// (generic lookup, then `Module.__getattr__`, which only looks in `_parameters`, `_buffers`
+/// and `_modules`). None when the answer needs code to run: a data descriptor or a
+/// descriptor other than a function (its `__get__` may raise), a custom `__getattribute__`
+/// or `__getattr__`. A failed `hasattr` through `Module.__getattr__` formats an error
+/// message, which costs microseconds; this costs a few dict lookups.
+pub fn known_hasattr(object: &Bound<'_, PyAny>, name: &Bound<'_, PyString>) -> Option<bool> {
+    let py = object.py();
+    let ty = object.get_type();
+    // SAFETY: a live type object (the object holds it); reading a slot with the GIL held.
+    let getattro = unsafe { (*ty.as_type_ptr()).tp_getattro }.map(|f| f as usize);
+    let generic = getattro == Some(pyo3::ffi::PyObject_GenericGetAttr as *const () as usize);
+    let module = !generic && is_module_lookup(&ty);
+    if !generic && !module {
+        return None;
+    }
+    if let Some(found) = class_lookup(ty.as_any(), name) {
+        let found_type = found.get_type();
+        // SAFETY: as above, for the type of the class attribute found.
+        let get = unsafe { (*found_type.as_type_ptr()).tp_descr_get };
+        // SAFETY: `found` is a live object.
+        let function = unsafe { pyo3::ffi::PyFunction_Check(found.as_ptr()) } != 0;
+        return (get.is_none() || function).then_some(true);
+    }
+    // SAFETY: `object` is live, GIL held; a new reference to the instance dict or NULL with
+    // an exception set (objects without one).
+    let dict = unsafe { pyo3::ffi::PyObject_GenericGetDict(object.as_ptr(), std::ptr::null_mut()) };
+    let dict = if dict.is_null() {
+        let _ = PyErr::take(py);
+        None
+    } else {
+        // SAFETY: the new reference just returned.
+        Some(unsafe { Bound::from_owned_ptr(py, dict) })
+    };
+    let dict = match dict {
+        Some(d) => Some(d.cast_into::<PyDict>().ok()?),
+        None => None,
+    };
+    if let Some(dict) = &dict {
+        if dict.contains(name).ok()? {
+            return Some(true);
+        }
+    }
+    if !module {
+        return Some(false);
+    }
+    // Module.__getattr__: `name in self.__dict__[table]` for each table present.
+    let Some(dict) = dict else {
+        return Some(false);
+    };
+    for table in ["_parameters", "_buffers", "_modules"] {
+        if let Some(table) = dict.get_item(table).ok()? {
+            if table.contains(name).ok()? {
+                return Some(true);
+            }
+        }
+    }
+    Some(false)
+}
+
+/// Whether `ty` looks attributes up as `nn.Module` does: object's `__getattribute__`, then
+/// torch's own `Module.__getattr__`.
+fn is_module_lookup(ty: &Bound<'_, pyo3::types::PyType>) -> bool {
+    static EXPECTED: pyo3::sync::PyOnceLock<Option<(Py<PyAny>, Py<PyAny>)>> =
+        pyo3::sync::PyOnceLock::new();
+    let py = ty.py();
+    let expected = EXPECTED.get_or_init(py, || {
+        let object_getattribute = py
+            .get_type::<pyo3::types::PyAny>()
+            .getattr("__dict__")
+            .and_then(|d| d.get_item("__getattribute__"))
+            .ok()?;
+        let module_getattr = py
+            .import("torch.nn")
+            .and_then(|nn| nn.getattr("Module"))
+            .and_then(|m| m.getattr("__dict__"))
+            .and_then(|d| d.get_item("__getattr__"))
+            .ok()?;
+        Some((object_getattribute.unbind(), module_getattr.unbind()))
+    });
+    let Some((object_getattribute, module_getattr)) = expected else {
+        return false;
+    };
+    let lookup = |name: &str| class_lookup(ty.as_any(), &PyString::intern(py, name));
+    lookup("__getattribute__").is_some_and(|f| f.is(object_getattribute))
+        && lookup("__getattr__").is_some_and(|f| f.is(module_getattr))
+}
