@@ -64,13 +64,22 @@ def data_dependent(x):
     return x - 1
 
 
+def data_dependent_in_loop(x):
+    # A branch on a tensor inside a loop: not split at (the resume function would call
+    # itself once per iteration), so the whole frame runs eagerly.
+    for _ in range(2):
+        if x.sum() > 0:
+            x = x + 1
+    return x
+
+
 def test_unsupported_code_runs_eagerly_with_one_log_line(caplog) -> None:
     counter = CompileCounter()
-    fn = dynamo_rs.compile(data_dependent, backend=counter)
+    fn = dynamo_rs.compile(data_dependent_in_loop, backend=counter)
     x = torch.ones(3)
     with caplog.at_level(logging.WARNING, logger="dynamo_rs"):
         for _ in range(3):
-            torch.testing.assert_close(fn(x), data_dependent(x))
+            torch.testing.assert_close(fn(x), data_dependent_in_loop(x))
     records = [r for r in caplog.records if r.name == "dynamo_rs"]
     assert len(records) == 1, "one message, then the frame is not retried"
     assert "branch on a tensor's value" in records[0].getMessage()

@@ -295,7 +295,8 @@ def test_recompile_reasons_are_logged_and_named_at_the_cache_limit(caplog) -> No
 
 def maybe_print(x, verbose):
     if verbose:
-        print("verbose")  # not captured: this call's frame runs eagerly
+        for _ in range(1):
+            print("verbose")  # a break inside a loop: this call's frame runs eagerly
     return x.sin() + 1
 
 

@@ -15,6 +15,10 @@ def __getattr__(name: str):
         from dynamo_rs import compiler
 
         return getattr(compiler, name)
+    if name == "explain":
+        from dynamo_rs._explain import explain
+
+        return explain
     raise AttributeError(f"module 'dynamo_rs' has no attribute {name!r}")
 
 
@@ -35,6 +39,7 @@ __all__ = [
     "compile",
     "config",
     "disable",
+    "explain",
     "reset",
 ]
 __version__ = "0.1.0"

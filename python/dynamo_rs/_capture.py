@@ -246,3 +246,50 @@ def log_recompile(frame) -> None:
     where = f"{code.co_qualname} ({code.co_filename}:{code.co_firstlineno})"
     _recompiles_log.info("recompiling %s: %s", where, "; ".join(
         f"entry {i}: {r}" for i, r in enumerate(reasons)))
+
+
+# Resume functions made for graph breaks, per original code object: {(target, stack NULLs,
+# locals): code}. Weak: a code object that goes away takes its resume functions with it.
+RESUME_CODES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+_graph_breaks_log = logging.getLogger("dynamo_rs.graph_breaks")
+_logged_breaks: set = set()
+
+
+def log_graph_break(where: str, reason: str) -> None:
+    """One line per break site and reason on the `dynamo_rs.graph_breaks` logger (INFO)."""
+    if (where, reason) in _logged_breaks or not _graph_breaks_log.isEnabledFor(logging.INFO):
+        return
+    _logged_breaks.add((where, reason))
+    _graph_breaks_log.info("graph break at %s: %s", where, reason)
+
+
+def enter_grad_mode(enabled: bool):
+    """Enters a new `torch.enable_grad()` / `torch.no_grad()` and returns its `__exit__`: a
+    grad-mode `with` block re-entered by the code after a graph break inside it."""
+    context = torch.enable_grad() if enabled else torch.no_grad()
+    context.__enter__()
+    return context.__exit__
+
+
+def _operator_safe_types() -> tuple:
+    import enum
+    import types
+
+    return (type, frozenset, set, types.FunctionType, types.BuiltinFunctionType, enum.Enum,
+            torch.dtype, torch.device, torch.Size, torch.memory_format, torch.layout, range, slice)
+
+
+_OPERATOR_SAFE = None
+
+
+def operator_safe(obj) -> bool:
+    """Whether an operator on `obj` (an existing object the trace holds) can be evaluated at
+    trace time: the object cannot change behind the guard's back (immutable, or a set, which
+    is guarded by its elements) and its operators run no user code. An ndarray or an
+    instance with a Python `__mul__` is neither. Also what may be a constant argument of a
+    graph node (an ndarray there would be read when compiled, not when run)."""
+    global _OPERATOR_SAFE
+    if _OPERATOR_SAFE is None:
+        _OPERATOR_SAFE = _operator_safe_types()
+    return isinstance(obj, _OPERATOR_SAFE)

@@ -141,6 +141,15 @@ fn layout(instructions: &[Instruction]) -> Result<Layout> {
     }
 }
 
+/// The byte offset each instruction gets when `instructions` are assembled (what `dis` and
+/// `f_lasti` call an instruction's offset).
+pub fn byte_offsets(instructions: &[Instruction]) -> Result<Vec<u32>> {
+    Ok(layout(instructions)?.starts[..instructions.len()]
+        .iter()
+        .map(|units| units * 2)
+        .collect())
+}
+
 /// Encodes `instructions` for a code object whose first line is `first_line` and whose flags
 /// are `co_flags` (generators start with a value on the stack), with `co_stacksize` found by
 /// stack analysis.

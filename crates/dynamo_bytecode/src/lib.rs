@@ -15,6 +15,7 @@
 //! - [`decode`], [`assemble`]: the two directions.
 //! - [`exception_table`], [`line_table`]: the two side tables' encodings.
 //! - [`stack_depth`], [`cfg`], [`liveness`]: analyses over an instruction list.
+//! - [`resume`]: the code of resume functions for graph breaks.
 //! - [`error`]: `BytecodeError`, the one error type; nothing here panics on bad input.
 
 pub mod assemble;
@@ -28,9 +29,10 @@ pub mod line_table;
 pub mod liveness;
 pub mod opcode;
 pub mod py311;
+pub mod resume;
 pub mod stack_depth;
 
-pub use assemble::{assemble, encode, Assembled};
+pub use assemble::{assemble, byte_offsets, encode, Assembled};
 pub use decode::{decode, Decoded, RawCode};
 pub use error::{BytecodeError, Result};
 pub use instruction::{ExceptionHandler, InstrIndex, Instruction, Operand, Positions};

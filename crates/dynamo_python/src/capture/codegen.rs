@@ -28,11 +28,67 @@ pub enum Rebuild {
         cls: OwnedRef,
         attrs: Vec<(String, Rebuild)>,
     },
+    /// A grad-mode `with` block entered again at a graph break inside it: a new
+    /// `torch.no_grad()` / `torch.enable_grad()` entered, its `__exit__` pushed.
+    GradModeExit {
+        enabled: bool,
+    },
+    /// `base.name` (a bound method on the stack at a graph break).
+    Attr {
+        base: Box<Rebuild>,
+        name: String,
+    },
     /// A transformers `ModelOutput`: `cls(**fields)`.
     ModelOutput {
         cls: OwnedRef,
         fields: Vec<(String, Rebuild)>,
     },
+}
+
+impl Rebuild {
+    /// The same plan with every graph output replaced by what `source_of` gives for it (a
+    /// graph with no operations: each output is an input, loaded from its source); None if
+    /// some output has none.
+    pub fn map_outputs(self, source_of: &dyn Fn(usize) -> Option<Rc<Source>>) -> Option<Rebuild> {
+        let all = |items: Vec<Rebuild>| -> Option<Vec<Rebuild>> {
+            items
+                .into_iter()
+                .map(|i| i.map_outputs(source_of))
+                .collect()
+        };
+        let named = |items: Vec<(String, Rebuild)>| -> Option<Vec<(String, Rebuild)>> {
+            items
+                .into_iter()
+                .map(|(n, i)| Some((n, i.map_outputs(source_of)?)))
+                .collect()
+        };
+        Some(match self {
+            Rebuild::Output(k) => Rebuild::Source(source_of(k)?),
+            Rebuild::Tuple(items) => Rebuild::Tuple(all(items)?),
+            Rebuild::List(items) => Rebuild::List(all(items)?),
+            Rebuild::Dict(entries) => Rebuild::Dict(
+                entries
+                    .into_iter()
+                    .map(|(k, v)| Some((k, v.map_outputs(source_of)?)))
+                    .collect::<Option<_>>()?,
+            ),
+            Rebuild::Instance { cls, attrs } => Rebuild::Instance {
+                cls,
+                attrs: named(attrs)?,
+            },
+            Rebuild::ModelOutput { cls, fields } => Rebuild::ModelOutput {
+                cls,
+                fields: named(fields)?,
+            },
+            Rebuild::Attr { base, name } => Rebuild::Attr {
+                base: Box::new(base.map_outputs(source_of)?),
+                name,
+            },
+            other @ (Rebuild::Const(_) | Rebuild::Source(_) | Rebuild::GradModeExit { .. }) => {
+                other
+            }
+        })
+    }
 }
 
 pub struct CodeGen<'py> {
@@ -45,6 +101,14 @@ pub struct CodeGen<'py> {
     cell_slots: Vec<bool>,
     out: Vec<Instruction>,
     positions: Positions,
+    /// Locals the generated code adds after the original `co_varnames` (graph outputs and
+    /// values held across a graph break). Cell and free slots move up by their number.
+    temps: Vec<String>,
+    /// The original `co_varnames` count: slots from here on are cells and free variables.
+    varnames: u32,
+    /// The local holding the graph's output tuple, when it is kept in one (graph breaks);
+    /// otherwise the tuple stays on the stack.
+    outputs_local: Option<u32>,
 }
 
 impl std::fmt::Debug for CodeGen<'_> {
@@ -70,6 +134,7 @@ impl<'py> CodeGen<'py> {
             .map(|n| n.map(|n| n.to_string()))
             .collect::<PyResult<_>>()?;
         let cellvars: Vec<String> = code.getattr("co_cellvars")?.extract()?;
+        let varnames = code.getattr("co_varnames")?.len()? as u32;
         let freevars: Vec<String> = code.getattr("co_freevars")?.extract()?;
         let cell_slots = slot_names
             .iter()
@@ -92,7 +157,64 @@ impl<'py> CodeGen<'py> {
             cell_slots,
             out,
             positions,
+            temps: Vec::new(),
+            varnames,
+            outputs_local: None,
         })
+    }
+
+    /// A new local for the generated code's own use; its slot.
+    pub fn temp(&mut self, name: &str) -> u32 {
+        // Unique among the temps and the original names (a resume function's arguments).
+        let mut name = name.to_string();
+        while self.temps.contains(&name) || self.slot_names.contains(&name) {
+            name.push('_');
+        }
+        self.temps.push(name);
+        self.varnames + self.temps.len() as u32 - 1
+    }
+
+    /// Emits one instruction (graph breaks emit the original instruction they stopped at).
+    pub fn emit_instruction(&mut self, opcode: Opcode, operand: Operand) {
+        self.emit(opcode, operand);
+    }
+
+    /// Index of the next instruction to be emitted (for jumps patched later).
+    pub fn next_index(&self) -> usize {
+        self.out.len()
+    }
+
+    /// Points the jump at `at` to the next instruction to be emitted.
+    pub fn patch_jump_here(&mut self, at: usize) {
+        self.out[at].operand = Operand::Jump(InstrIndex(self.out.len() as u32));
+    }
+
+    /// Stores the output tuple (on top of the stack) in a local; later rebuilds read it there.
+    pub fn keep_outputs_in_local(&mut self) {
+        let slot = self.temp("___graph_out");
+        self.emit(Opcode::StoreFast, Operand::Local(slot));
+        self.outputs_local = Some(slot);
+    }
+
+    /// Pushes the value `plan` describes (outputs read from the outputs local).
+    pub fn push_rebuilt(&mut self, plan: &Rebuild) -> CResult<()> {
+        self.rebuild(plan, 0)
+    }
+
+    /// `KW_NAMES` for the call about to be emitted.
+    pub fn emit_kw_names(&mut self, names: &Bound<'py, PyAny>) {
+        let i = self.const_index(names);
+        self.emit(Opcode::KwNames, Operand::Const(i));
+    }
+
+    /// Loads the cell of free or cell variable `slot` (original numbering), for a closure.
+    pub fn load_closure(&mut self, slot: u32) {
+        self.emit(Opcode::LoadClosure, Operand::Cell(slot));
+    }
+
+    /// Sets the positions (source line) of instructions emitted from now on.
+    pub fn set_positions(&mut self, positions: Positions) {
+        self.positions = positions;
     }
 
     fn emit(&mut self, opcode: Opcode, operand: Operand) {
@@ -236,12 +358,30 @@ impl<'py> CodeGen<'py> {
         let py = self.py;
         match plan {
             Rebuild::Output(k) => {
-                self.emit(Opcode::Copy, Operand::Int(above + 1));
+                match self.outputs_local {
+                    Some(slot) => self.emit(Opcode::LoadFast, Operand::Local(slot)),
+                    None => self.emit(Opcode::Copy, Operand::Int(above + 1)),
+                }
                 let index = (*k as i64).into_pyobject(py)?.into_any();
                 self.load_const(&index);
                 self.emit(Opcode::BinarySubscr, Operand::None);
             }
             Rebuild::Const(v) => self.load_const(&v.bind(py).clone()),
+            Rebuild::GradModeExit { enabled } => {
+                let enter = py
+                    .import("dynamo_rs._capture")?
+                    .getattr("enter_grad_mode")?;
+                self.emit(Opcode::PushNull, Operand::None);
+                self.load_const(&enter);
+                self.load_const(&pyo3::types::PyBool::new(py, *enabled).to_owned().into_any());
+                self.emit(Opcode::Precall, Operand::Int(1));
+                self.emit(Opcode::Call, Operand::Int(1));
+            }
+            Rebuild::Attr { base, name } => {
+                self.rebuild(base, above)?;
+                let i = self.name_index(name);
+                self.emit(Opcode::LoadAttr, Operand::Name(i));
+            }
             Rebuild::Source(s) => self.load_source(s)?,
             Rebuild::Tuple(items) | Rebuild::List(items) => {
                 for (i, item) in items.iter().enumerate() {
@@ -327,11 +467,28 @@ impl<'py> CodeGen<'py> {
 
     /// Finishes the code: rebuild the result, drop the output tuple, return.
     pub fn finish(mut self, plan: &Rebuild) -> CResult<Bound<'py, PyAny>> {
-        let py = self.py;
         self.rebuild(plan, 0)?;
         self.emit(Opcode::Swap, Operand::Int(2));
         self.emit(Opcode::PopTop, Operand::None);
         self.emit(Opcode::ReturnValue, Operand::None);
+        self.assemble()
+    }
+
+    /// The code object of the instructions emitted so far (which must end every path).
+    pub fn assemble(mut self) -> CResult<Bound<'py, PyAny>> {
+        let py = self.py;
+        if !self.temps.is_empty() {
+            // The temps sit between the original varnames and the cells: move cell and free
+            // slots up past them.
+            let shift = self.temps.len() as u32;
+            for ins in &mut self.out {
+                if let Operand::Cell(slot) = ins.operand {
+                    if slot >= self.varnames {
+                        ins.operand = Operand::Cell(slot + shift);
+                    }
+                }
+            }
+        }
         let first_line: i32 = self.code.getattr("co_firstlineno")?.extract()?;
         let flags: u32 = self.code.getattr("co_flags")?.extract()?;
         let assembled = dynamo_bytecode::assemble(&self.out, first_line, flags).map_err(|e| {
@@ -340,6 +497,12 @@ impl<'py> CodeGen<'py> {
         let kwargs = PyDict::new(py);
         kwargs.set_item("co_consts", PyTuple::new(py, &self.consts)?)?;
         kwargs.set_item("co_names", PyTuple::new(py, &self.names)?)?;
+        if !self.temps.is_empty() {
+            let mut varnames: Vec<String> = self.code.getattr("co_varnames")?.extract()?;
+            varnames.extend(self.temps.iter().cloned());
+            kwargs.set_item("co_nlocals", varnames.len())?;
+            kwargs.set_item("co_varnames", PyTuple::new(py, &varnames)?)?;
+        }
         Ok(crate::api::bytecode::code_with_tables(
             &self.code, &assembled, kwargs,
         )?)

@@ -7,12 +7,15 @@
 //! 2. exports the graph to `torch.fx` and hands it to the backend with the real inputs;
 //! 3. generates the replacement code ([`codegen`]) and compiles the guard.
 //!
-//! A frame the translator cannot handle runs eagerly (one log line, and it is not retried);
-//! with `fullgraph=True` the reason is raised as `dynamo_rs.Unsupported` instead.
+//! A frame the translator cannot handle whole is split at a graph break where it can be
+//! ([`graph_break`]): the part before becomes a graph, the rest a resume function compiled in
+//! turn. Otherwise it runs eagerly (one log line); with `fullgraph=True` the reason is raised
+//! as `dynamo_rs.Unsupported` instead.
 
 mod builtins;
 pub mod codegen;
 pub mod graph;
+mod graph_break;
 pub mod guard_reference;
 pub mod guard_values;
 pub mod guards;
@@ -66,6 +69,8 @@ struct ConverterStats {
     guards: usize,
     /// Frames that ran eagerly, with the reason.
     failures: Vec<(String, String)>,
+    /// Graph breaks (frames split in two), with where and why.
+    breaks: Vec<(String, String)>,
     /// Seconds spent in each phase of capture, summed over frames.
     phases: HashMap<&'static str, f64>,
 }
@@ -126,6 +131,12 @@ impl Converter {
         self.stats().failures.clone()
     }
 
+    /// Graph breaks: (where, why) for each frame split at one.
+    #[getter]
+    fn breaks(&self) -> Vec<(String, String)> {
+        self.stats().breaks.clone()
+    }
+
     /// Seconds spent in each phase of capture, summed over frames.
     #[getter]
     fn phases(&self) -> HashMap<&'static str, f64> {
@@ -146,15 +157,7 @@ impl Converter {
                 .call_method1("log_recompile", (frame,))?;
         }
         let start = std::time::Instant::now();
-        let helpers = Helpers::load(py)?;
-        let mut tracer = Tracer::new(py, helpers)?;
         let grad_enabled = py.import("torch")?.call_method0("is_grad_enabled")?;
-        // The global state the trace sees, taken before tracing changes anything.
-        let global_state = py
-            .import("torch._C._dynamo.guards")?
-            .getattr("GlobalStateGuard")?
-            .call0()?;
-        tracer.guards.global_state = Some(OwnedRef::from_bound(&global_state));
         if py
             .import("torch")?
             .getattr("_C")?
@@ -167,12 +170,64 @@ impl Converter {
             // made without the mode.
             return Ok(py.None());
         }
-        this.lap("setup", start);
-        let converted = this.convert(py, &mut tracer, frame, slf.as_any());
+        let new_tracer = || -> PyResult<Tracer<'_>> {
+            let mut tracer = Tracer::new(py, Helpers::load(py)?)?;
+            // The global state the trace sees, taken before tracing changes anything.
+            let global_state = py
+                .import("torch._C._dynamo.guards")?
+                .getattr("GlobalStateGuard")?
+                .call0()?;
+            tracer.guards.global_state = Some(OwnedRef::from_bound(&global_state));
+            Ok(tracer)
+        };
         // Grad-mode blocks flip the real mode while tracing; put it back whatever happened.
-        py.import("torch")?
-            .getattr("_C")?
-            .call_method1("_set_grad_enabled", (grad_enabled,))?;
+        let restore_grad_mode = || -> PyResult<()> {
+            py.import("torch")?
+                .getattr("_C")?
+                .call_method1("_set_grad_enabled", (&grad_enabled,))?;
+            Ok(())
+        };
+        let mut tracer = new_tracer()?;
+        this.lap("setup", start);
+        let mut split_at = None;
+        let mut converted = this.convert(py, &mut tracer, frame, slf.as_any(), None, &mut split_at);
+        restore_grad_mode()?;
+        if let (Err(CaptureError::Unsupported(reason)), Some(index), false) =
+            (&converted, split_at, this.fullgraph)
+        {
+            // A graph break: trace again, stop before the instruction, split the frame there.
+            let where_ = tracer.location();
+            let mut retry = new_tracer()?;
+            let split = this.convert(py, &mut retry, frame, slf.as_any(), Some(index), &mut None);
+            restore_grad_mode()?;
+            match split {
+                Ok(Some(entry)) => {
+                    this.stats().breaks.push((where_.clone(), reason.clone()));
+                    py.import("dynamo_rs._capture")?
+                        .call_method1("log_graph_break", (&where_, reason))?;
+                    converted = Ok(Some(entry));
+                }
+                // Our own consistency checks always reach the user.
+                Err(CaptureError::Python(err))
+                    if err.is_instance_of::<crate::errors::InternalCheckFailed>(py) =>
+                {
+                    return Err(err);
+                }
+                // The frame cannot be split after all: it runs eagerly, for the first reason.
+                Err(err) => {
+                    let why = match err {
+                        CaptureError::Unsupported(why) => why,
+                        CaptureError::Python(err) => format!("internal error: {}", err.value(py)),
+                        CaptureError::BreakPoint => "internal: stopped twice".into(),
+                    };
+                    py.import("dynamo_rs._capture")?.call_method1(
+                        "log_graph_break",
+                        (&where_, format!("{reason}; not split: {why}")),
+                    )?;
+                }
+                Ok(None) => {}
+            }
+        }
         match converted {
             Ok(Some((guard, code))) => Ok((guard, code).into_pyobject(py)?.into_any().unbind()),
             Ok(None) => Ok(crate::eval_frame::hook::skip_sentinel(py).clone().unbind()),
@@ -186,6 +241,9 @@ impl Converter {
                 let where_ = tracer.location();
                 let (message, backend_failed) = match err {
                     CaptureError::Unsupported(reason) => (format!("{reason} at {where_}"), false),
+                    CaptureError::BreakPoint => {
+                        (format!("internal: a trace stopped at {where_}"), false)
+                    }
                     CaptureError::Python(err) => {
                         let backend = err.is_instance_of::<BackendCompilerFailed>(py);
                         (
@@ -236,6 +294,8 @@ impl Converter {
         tracer: &mut Tracer<'py>,
         frame: &Bound<'py, PyAny>,
         converter: &Bound<'py, PyAny>,
+        stop_at: Option<usize>,
+        split_at: &mut Option<usize>,
     ) -> CResult<Option<(Py<NativeGuard>, Bound<'py, PyAny>)>> {
         let h = tracer.h.clone();
         let t = std::time::Instant::now();
@@ -274,23 +334,90 @@ impl Converter {
                 state.locals[slot] = Some(id);
             }
         }
-        if !any_tensor {
-            // As TorchDynamo does: a frame with no tensor among its inputs runs as it is.
+        // A frame with no tensor among its inputs runs as it is (most are plain Python
+        // helpers called by code that runs eagerly), except a resume function: the rest of a
+        // frame split at a graph break, which may make tensors from the values it gets.
+        let is_resume = code
+            .getattr("co_name")?
+            .extract::<String>()?
+            .starts_with("__resume_at_");
+        if !any_tensor && !is_resume {
             return Ok(None);
         }
         let slot_names = state.slot_names.clone();
         let prologue = codegen::prologue(&state.instructions)?;
         let t = self.lap("inputs", t);
-        let result = tracer.run(&mut state)?;
+        tracer.stop_at = stop_at;
+        let result = match tracer.run(&mut state) {
+            Ok(result) => result,
+            Err(CaptureError::BreakPoint) => {
+                let t = self.lap("translate", t);
+                let entry = Frame {
+                    code: &code,
+                    state: &state,
+                    prologue: &prologue,
+                    f_locals: &f_locals,
+                    converter,
+                };
+                return self.finish_break(py, tracer, entry, t).map(Some);
+            }
+            Err(err) => {
+                if stop_at.is_none() {
+                    *split_at = graph_break::split_point(&state, &code)?;
+                }
+                return Err(err);
+            }
+        };
         let t = self.lap("translate", t);
 
         if tracer.graph.op_count() == 0 {
             return Ok(None); // nothing to compile: run the frame as it is
         }
+        let (plans, graph) = self.compile_graph(py, tracer, &code, &[result], t)?;
+        let t = std::time::Instant::now();
+        let Some(compiled) = graph.compiled.clone() else {
+            return unsupported("internal: a graph with operations was not compiled");
+        };
+        let mut gen = CodeGen::new(&code, &prologue, slot_names.clone())?;
+        gen.call_graph(compiled.as_any(), &graph.inputs)?;
+        for (source, name, value) in &graph.replays {
+            gen.replay_store(source, name, value.as_ref())?;
+        }
+        let new_code = gen.finish(&plans[0])?;
+        let t = self.lap("codegen", t);
+        let frame = Frame {
+            code: &code,
+            state: &state,
+            prologue: &prologue,
+            f_locals: &f_locals,
+            converter,
+        };
+        let guard = self.build_guard(py, tracer, &graph, &frame)?;
+        self.lap("guards", t);
+        Ok(Some((guard, new_code)))
+    }
+
+    /// Turns what the trace computed into a compiled graph: how to rebuild each of `roots`
+    /// (the values the generated code must produce) from the graph's outputs, the attribute
+    /// stores to replay, and the graph itself compiled by the backend (none when the trace
+    /// recorded no operation).
+    fn compile_graph<'py>(
+        &self,
+        py: Python<'py>,
+        tracer: &mut Tracer<'py>,
+        code: &Bound<'py, PyAny>,
+        roots: &[VarId],
+        t: std::time::Instant,
+    ) -> CResult<(Vec<Rebuild>, CompiledGraph<'py>)> {
+        let h = tracer.h.clone();
+        let grad_enabled = tracer.guards.grad_mode.unwrap_or(true);
         let mut outputs: Vec<graph::NodeId> = Vec::new();
         let mut output_index: HashMap<graph::NodeId, usize> = HashMap::new();
         let mut seen = HashSet::new();
-        let plan = rebuild_plan(tracer, result, &mut outputs, &mut output_index, &mut seen)?;
+        let plans = roots
+            .iter()
+            .map(|&root| rebuild_plan(tracer, root, &mut outputs, &mut output_index, &mut seen))
+            .collect::<CResult<Vec<_>>>()?;
         // Side effects: the last store to each attribute of an existing object.
         let mut replays: Vec<(Rc<Source>, String, Option<Rebuild>)> = Vec::new();
         let mut done: HashSet<(usize, String)> = HashSet::new();
@@ -322,6 +449,41 @@ impl Converter {
             }
         }
         replays.reverse();
+        let inputs: Vec<Rc<Source>> = tracer.inputs.iter().map(|i| i.source.clone()).collect();
+        if tracer.graph.op_count() == 0 {
+            // Nothing computed: every output is an input, loaded from where it came from.
+            let by_output = |k: usize| {
+                tracer
+                    .inputs
+                    .iter()
+                    .find(|input| input.node == outputs[k])
+                    .map(|input| input.source.clone())
+            };
+            let plans = plans
+                .into_iter()
+                .map(|plan| plan.map_outputs(&by_output))
+                .collect::<Option<Vec<_>>>();
+            let replays = replays
+                .into_iter()
+                .map(|(source, name, value)| match value {
+                    Some(v) => v.map_outputs(&by_output).map(|v| (source, name, Some(v))),
+                    None => Some((source, name, None)),
+                })
+                .collect::<Option<Vec<_>>>();
+            let (Some(plans), Some(replays)) = (plans, replays) else {
+                return unsupported(
+                    "internal: a graph output that is neither computed nor an input",
+                );
+            };
+            return Ok((
+                plans,
+                CompiledGraph {
+                    compiled: None,
+                    inputs: Vec::new(),
+                    replays,
+                },
+            ));
+        }
 
         // Drop grad-mode switches that change nothing (nothing refers to a switch's result)
         // and unused items of tuple results, then export and compile.
@@ -376,26 +538,40 @@ impl Converter {
                             .map(|n| n.to_string())
                             .unwrap_or_default(),
                         err.value(py),
-                        frame_location(&code)?
+                        frame_location(code)?
                     ),
                 )));
             }
         };
-        let t = self.lap("backend", t);
+        self.lap("backend", t);
         let compiled = Bound::new(
             py,
             crate::eval_frame::disable::DisabledFunction::wrap(compiled),
         )?;
+        let mut stats = self.stats();
+        stats.graphs += 1;
+        stats.ops += tracer.graph.op_count();
+        Ok((
+            plans,
+            CompiledGraph {
+                compiled: Some(compiled.into_any()),
+                inputs,
+                replays,
+            },
+        ))
+    }
 
-        let mut gen = CodeGen::new(&code, &prologue, slot_names.clone())?;
-        let inputs: Vec<Rc<Source>> = tracer.inputs.iter().map(|i| i.source.clone()).collect();
-        gen.call_graph(compiled.as_any(), &inputs)?;
-        for (source, name, value) in &replays {
-            gen.replay_store(source, name, value.as_ref())?;
-        }
-        let new_code = gen.finish(&plan)?;
-        let t = self.lap("codegen", t);
-        let input_steps: Vec<usize> = inputs
+    /// The guard of the entry for `graph`, self-checked on the frame it was built from.
+    fn build_guard<'py>(
+        &self,
+        py: Python<'py>,
+        tracer: &mut Tracer<'py>,
+        graph: &CompiledGraph<'py>,
+        frame: &Frame<'_, 'py>,
+    ) -> CResult<Py<NativeGuard>> {
+        let (code, f_locals) = (frame.code, frame.f_locals);
+        let input_steps: Vec<usize> = graph
+            .inputs
             .iter()
             .map(|s| tracer.guards.sources.intern(s) as usize)
             .collect();
@@ -404,31 +580,55 @@ impl Converter {
         let guard = NativeGuard::build(
             py,
             &tracer.guards,
-            &slot_names,
+            &frame.state.slot_names,
             input_steps,
-            Some(OwnedRef::from_bound(compiled.as_any())),
-            Some(OwnedRef::from_bound(converter)),
+            graph.compiled.as_ref().map(OwnedRef::from_bound),
+            Some(OwnedRef::from_bound(frame.converter)),
         )?;
         let guard = Py::new(py, guard)?;
         if self_check_enabled(py)? {
+            // The frame started in this grad mode; a resume function may leave `with`
+            // blocks it did not enter, so the trace can end in another one.
+            if let Some(mode) = tracer.guards.grad_mode {
+                py.import("torch")?
+                    .getattr("_C")?
+                    .call_method1("_set_grad_enabled", (mode,))?;
+            }
             // A guard that fails on the very frame it was built from never holds: every
             // call would recompile. That is a bug in the guards, not in the user's code.
-            let failure = guard.bind(py).call_method1("first_failure", (&f_locals,))?;
+            let failure = guard.bind(py).call_method1("first_failure", (f_locals,))?;
             if !failure.is_none() {
                 return Err(CaptureError::Python(crate::errors::InternalCheckFailed::new_err(format!(
                     "internal error: the guard built for {} fails on the frame it was built from: {}",
-                    frame_location(&code)?,
+                    frame_location(code)?,
                     failure
                 ))));
             }
         }
-        self.lap("guards", t);
-        let mut stats = self.stats();
-        stats.graphs += 1;
-        stats.ops += tracer.graph.op_count();
-        stats.guards += tracer.guards.len();
-        Ok(Some((guard, new_code)))
+        self.stats().guards += tracer.guards.len();
+        Ok(guard)
     }
+}
+
+/// The frame being compiled: its code, the trace's state (at its end, or right before a
+/// graph break), the code's prologue, its locals as the hook saw them, and the converter.
+#[derive(Debug)]
+pub struct Frame<'a, 'py> {
+    pub code: &'a Bound<'py, PyAny>,
+    pub state: &'a translator::FrameState<'py>,
+    pub prologue: &'a [dynamo_bytecode::Instruction],
+    pub f_locals: &'a Bound<'py, PyDict>,
+    pub converter: &'a Bound<'py, PyAny>,
+}
+
+/// A graph compiled for one entry: the backend's callable (wrapped so its frames are not
+/// intercepted; None when the trace recorded no operation), where its inputs come from, and
+/// the attribute stores the generated code replays after calling it.
+#[derive(Debug)]
+pub struct CompiledGraph<'py> {
+    pub compiled: Option<Bound<'py, PyAny>>,
+    pub inputs: Vec<Rc<Source>>,
+    pub replays: Vec<(Rc<Source>, String, Option<Rebuild>)>,
 }
 
 /// Whether a graph may change a tensor in place (`add_`, `relu_`, `x[i] = v`, `+=` on a
@@ -503,6 +703,14 @@ fn rebuild_plan(
 ) -> CResult<Rebuild> {
     let py = tracer.py;
     Ok(match tracer.kind(id) {
+        // A frame argument the trace did not replace is loaded from its local, which the
+        // generated code never overwrites: the same object, no graph output.
+        VarKind::Tensor { node, .. }
+            if matches!(tracer.graph.nodes[node.0 as usize].op, Op::Placeholder)
+                && matches!(tracer.source(id).as_deref(), Some(Source::Local(_))) =>
+        {
+            Rebuild::Source(tracer.source(id).expect("checked"))
+        }
         VarKind::Tensor { node, .. } => {
             let k = *index.entry(*node).or_insert_with(|| {
                 outputs.push(*node);
@@ -515,7 +723,12 @@ fn rebuild_plan(
             Some(source) => Rebuild::Source(source),
             None => {
                 let obj = v.bind(py);
-                let immutable = obj.is_callable()
+                // A method bound while tracing is bound to the object the trace saw, which
+                // need not be the one this call has: not a constant.
+                let bound = obj
+                    .getattr("__self__")
+                    .is_ok_and(|s| !s.is_none() && !s.is_instance_of::<pyo3::types::PyModule>());
+                let immutable = (obj.is_callable() && !bound)
                     || obj.is_instance_of::<pyo3::types::PyModule>()
                     || obj.is_instance_of::<pyo3::types::PyType>();
                 if !immutable {
@@ -576,6 +789,17 @@ fn rebuild_plan(
                 Rebuild::Instance { cls, attrs }
             }
         }
+        // The block is entered again for real: the `__exit__` of a new context.
+        VarKind::GradModeExit { enabled, .. } => match tracer.source(id) {
+            // The `__exit__` the frame was given (a resume function's): itself.
+            Some(source) => Rebuild::Source(source),
+            None => Rebuild::GradModeExit { enabled: *enabled },
+        },
+        // `receiver.name`, looked up again (what `LOAD_METHOD` did in the original).
+        VarKind::Method { receiver, name, .. } => Rebuild::Attr {
+            base: Box::new(rebuild_plan(tracer, *receiver, outputs, index, seen)?),
+            name: name.clone(),
+        },
         other => return unsupported(format!("returning {}", translator::kind_name(other))),
     })
 }

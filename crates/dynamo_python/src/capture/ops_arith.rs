@@ -222,6 +222,24 @@ impl<'py> Tracer<'py> {
         if args.iter().any(|&a| self.contains_tensor(a)) {
             return unsupported(format!("operator {name} on a container holding tensors"));
         }
+        // Evaluated now, on the real objects: only where the answer cannot change while the
+        // guards hold and no user code runs.
+        for &arg in &args {
+            if let VarKind::Object(value) = self.kind(arg) {
+                let value = value.bind(self.py).clone();
+                let safe = self
+                    .py
+                    .import("dynamo_rs._capture")?
+                    .call_method1("operator_safe", (&value,))?
+                    .is_truthy()?;
+                if !safe {
+                    return unsupported(format!(
+                        "operator {name} on {}",
+                        super::ops_call::describe(&value)
+                    ));
+                }
+            }
+        }
         let result = match op.call1(self.python_args(&args)?) {
             Ok(r) => r,
             Err(err) => return unsupported(format!("operator {name} raised {err} while tracing")),

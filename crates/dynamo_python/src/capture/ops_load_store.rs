@@ -414,15 +414,20 @@ impl<'py> Tracer<'py> {
                         after = klass.is(&cls);
                         continue;
                     }
-                    if klass.getattr("__dict__")?.contains(name)? {
-                        owner = Some(klass);
+                    if let Ok(found) = klass.getattr("__dict__")?.get_item(name) {
+                        // Only the class's own object is read back through the class: what
+                        // `super()` bound from it (a method-wrapper) is made anew each time.
+                        if found.is(&attr) {
+                            owner = Some(klass);
+                        }
                         break;
                     }
                 }
                 let source = match owner.as_ref().map(|k| k.cast::<pyo3::types::PyType>()) {
-                    Some(Ok(ty)) if !attr.is_instance(&self.h.method_type)? => Some(Rc::new(
-                        Source::Attr(super::ops_objects::class_source(ty), name.to_string()),
-                    )),
+                    Some(Ok(ty)) => Some(Rc::new(Source::Attr(
+                        super::ops_objects::class_source(ty),
+                        name.to_string(),
+                    ))),
                     _ => None,
                 };
                 self.wrap(&attr, source)

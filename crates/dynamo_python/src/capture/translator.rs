@@ -27,6 +27,9 @@ use crate::eval_frame::owned::OwnedRef;
 pub enum CaptureError {
     Unsupported(String),
     Python(PyErr),
+    /// The trace reached the root instruction it was asked to stop before (the graph break
+    /// it splits the frame at); the frame state is as it was right before that instruction.
+    BreakPoint,
 }
 
 impl From<std::convert::Infallible> for CaptureError {
@@ -123,6 +126,8 @@ pub struct Tracer<'py> {
     pub mutations: Vec<Mutation>,
     /// Objects whose identity the trace came to depend on (see `pin_identity`).
     pub pins: std::cell::RefCell<Vec<VarId>>,
+    /// The root instruction to stop before (a graph break found by an earlier trace).
+    pub stop_at: Option<usize>,
 }
 
 /// `obj.name = value` on an object from a source.
@@ -166,6 +171,7 @@ impl<'py> Tracer<'py> {
             tuple_fields: HashMap::new(),
             mutations: Vec::new(),
             pins: std::cell::RefCell::new(Vec::new()),
+            stop_at: None,
         })
     }
 
@@ -388,6 +394,12 @@ impl<'py> Tracer<'py> {
             }
         }
         if let Some(s) = &source {
+            if let Some(exit) = self.wrap_grad_mode_exit(value, s)? {
+                return Ok(exit);
+            }
+            if let Some(method) = self.wrap_tensor_method(value, s)? {
+                return Ok(method);
+            }
             if self.guard_by_contents(value, s)? {
                 // A set's elements are all the trace can depend on (it never changes an
                 // existing set, and returns it as itself); other objects may need their
@@ -402,6 +414,44 @@ impl<'py> Tracer<'py> {
                 .add(s.clone(), GuardKind::Id(OwnedRef::from_bound(value)));
         }
         Ok(self.add(VarKind::Object(OwnedRef::from_bound(value)), source))
+    }
+
+    /// A tensor's bound method read from `source` (`y.add`, handed to a resume function when
+    /// a graph break fell inside the call's arguments): the method of the tensor it is bound
+    /// to, which becomes a graph input like any tensor. Guarded by the method's type and
+    /// name, not identity (each call binds a new method object).
+    fn wrap_tensor_method(
+        &mut self,
+        value: &Bound<'py, PyAny>,
+        source: &Rc<Source>,
+    ) -> CResult<Option<VarId>> {
+        let py = self.py;
+        let builtin_method = py.import("types")?.getattr("BuiltinMethodType")?;
+        if !value.get_type().is(&builtin_method) {
+            return Ok(None);
+        }
+        let Ok(receiver) = value.getattr("__self__") else {
+            return Ok(None);
+        };
+        if !receiver.is_instance(&self.h.tensor_type)? {
+            return Ok(None);
+        }
+        let name = value.getattr("__name__")?;
+        self.guards.add(
+            source.clone(),
+            GuardKind::Type(OwnedRef::from_bound(&builtin_method)),
+        );
+        self.guards.add(
+            Rc::new(Source::Attr(source.clone(), "__name__".into())),
+            GuardKind::Equals(OwnedRef::from_bound(&name)),
+        );
+        let receiver_source = Rc::new(Source::Attr(source.clone(), "__self__".into()));
+        let receiver = self.wrap(&receiver, Some(receiver_source))?;
+        Ok(Some(self.method(
+            receiver,
+            &name.extract::<String>()?,
+            None,
+        )))
     }
 
     /// The entries of a real dict (or dict subclass) read from `source`: its type and keys
@@ -513,6 +563,27 @@ impl<'py> Tracer<'py> {
             self.guards.example(source, value);
             return Ok(true);
         }
+        // A transformers `ModelOutput` (an OrderedDict subclass made anew by every forward,
+        // handed to resume functions after graph breaks): the trace reads its fields through
+        // guarded attribute reads, and its dict storage only through Python methods of its
+        // own (`keys()`, `items()` are not evaluated on existing objects), so its type is
+        // what the code depends on, as for a plain instance.
+        if let Ok(generic) = py
+            .import("sys")?
+            .getattr("modules")?
+            .get_item("transformers.utils.generic")
+        {
+            if let Ok(model_output) = generic.getattr("ModelOutput") {
+                if value.is_instance(&model_output)? {
+                    self.guards.add(
+                        source.clone(),
+                        GuardKind::Type(OwnedRef::from_bound(ty.as_any())),
+                    );
+                    self.guards.example(source, value);
+                    return Ok(true);
+                }
+            }
+        }
         // A plain instance: a Python class all the way up (no builtin base with state of its
         // own, like a dict subclass), an instance dict, not callable, not a module.
         const HEAP_TYPE: u64 = 1 << 9;
@@ -600,6 +671,9 @@ impl<'py> Tracer<'py> {
             };
             if let Some(loc) = self.location_stack.last_mut() {
                 loc.2 = frame.lines[frame.pc].unwrap_or(0) as u32;
+            }
+            if frame.is_root && self.stop_at == Some(frame.pc) {
+                break Err(CaptureError::BreakPoint);
             }
             frame.pc += 1;
             // Inside a try block Python code is traced as usual (it ran without raising at

@@ -80,8 +80,10 @@ pub enum VarKind {
     GradModeContext {
         enabled: bool,
     },
-    /// The `__exit__` of an entered grad-mode context: restores `previous`.
+    /// The `__exit__` of an entered grad-mode context (which set `enabled`): restores
+    /// `previous`.
     GradModeExit {
+        enabled: bool,
         previous: bool,
     },
 }

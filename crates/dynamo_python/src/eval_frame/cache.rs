@@ -270,6 +270,9 @@ pub struct ExtraStateInner {
     pub entries: Vec<Rc<CacheEntry>>,
     /// Whether the cache-size-limit warning was given for this code.
     pub warned_limit: bool,
+    /// Whether `mode` was decided by a failed compile (or the cache limit) rather than by
+    /// the skip prefixes: a forced interception does not undo that decision.
+    pub decided: bool,
 }
 
 #[derive(Debug)]
@@ -290,6 +293,7 @@ impl ExtraState {
             inner.forced = false;
             inner.mode = initial_mode(&self.layout, skip_prefixes);
             inner.warned_limit = false;
+            inner.decided = false;
             std::mem::take(&mut inner.entries)
         };
         drop(entries);
@@ -405,6 +409,7 @@ pub unsafe fn get_or_init_extra(
             forced: false,
             entries: Vec::new(),
             warned_limit: false,
+            decided: false,
         }),
     });
     let ptr = Box::into_raw(state);

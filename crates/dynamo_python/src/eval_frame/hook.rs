@@ -222,6 +222,7 @@ unsafe fn eval_frame(
         let warn = {
             let mut inner = extra.inner.borrow_mut();
             inner.mode = Mode::RunOnly;
+            inner.decided = true;
             !std::mem::replace(&mut inner.warned_limit, true)
         };
         if warn {
@@ -250,6 +251,7 @@ unsafe fn eval_frame(
             // already compiled for other inputs stay in use (a layer class whose decoder
             // instances fail keeps its encoder instances' entry).
             let mut inner = extra.inner.borrow_mut();
+            inner.decided = true;
             inner.mode = if inner.entries.is_empty() {
                 Mode::Skip
             } else {

@@ -97,7 +97,9 @@ fn force_intercept(py: Python<'_>, code: &Bound<'_, PyAny>) -> PyResult<()> {
     if state.layout.flags & cache::CO_GENERATOR_LIKE == 0 {
         let mut inner = state.inner.borrow_mut();
         inner.forced = true;
-        inner.mode = Mode::Default;
+        if !inner.decided {
+            inner.mode = Mode::Default;
+        }
     }
     Ok(())
 }

@@ -1,0 +1,238 @@
+//! Resume functions for graph breaks, as instruction lists.
+//!
+//! When a frame is split at a graph break, the part after the break runs in a *resume
+//! function*: a code object made from the original whose arguments are the values the
+//! original frame had on its stack and in its live locals at the resume point. Its code is:
+//!
+//! ```text
+//! COPY_FREE_VARS n            (if the original has free variables: the same closure)
+//! RESUME 0
+//! LOAD_FAST arg_k; STORE_FAST slot + shift      for each live local passed in
+//! PUSH_NULL | LOAD_FAST arg_j                    for each stack value, bottom first
+//! JUMP_FORWARD <target>
+//! <the original body, every local slot shifted past the arguments>
+//! ```
+//!
+//! The arguments come first in the new code's locals (CPython binds them there), so every
+//! original local, cell and free slot moves up by the number of arguments. Jump targets and
+//! exception handlers of the body are renumbered; handler depths stay as they are, since the
+//! stack is rebuilt exactly as it was. NULLs on the stack (the 3.11 calling convention) are
+//! not values and cannot be passed: they are pushed again at their positions.
+//!
+//! Also here: [`in_loop`], since a break inside a loop is not split (the resume function
+//! would call itself once per iteration).
+
+use crate::error::{BytecodeError, Result};
+use crate::instruction::{ExceptionHandler, InstrIndex, Instruction, Operand};
+use crate::opcode::Opcode;
+
+/// What a resume function receives, in argument order: the non-NULL stack values (bottom
+/// first), then the original locals listed in `locals`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ResumeLayout {
+    /// For each stack slot at the resume point, bottom first: whether it holds NULL.
+    pub stack_nulls: Vec<bool>,
+    /// Original localsplus slots (plain locals, not cells) passed after the stack values.
+    pub locals: Vec<u32>,
+}
+
+impl ResumeLayout {
+    /// Stack values passed as arguments (NULLs are not).
+    pub fn stack_args(&self) -> usize {
+        self.stack_nulls.iter().filter(|null| !**null).count()
+    }
+
+    /// Arguments of the resume function.
+    pub fn arg_count(&self) -> usize {
+        self.stack_args() + self.locals.len()
+    }
+}
+
+/// Whether instruction `index` lies inside a loop: some jump at or after it goes back to or
+/// before it.
+pub fn in_loop(instructions: &[Instruction], index: usize) -> bool {
+    instructions
+        .iter()
+        .enumerate()
+        .skip(index)
+        .any(|(at, ins)| {
+            ins.jump_target()
+                .is_some_and(|t| t.index() <= index && t.index() <= at)
+        })
+}
+
+/// The instructions of the resume function for `original` resuming at `target`.
+///
+/// `prologue_len` is the length of the original's prologue (through its `RESUME`), replaced
+/// by the new one; `free_vars` the number of free variables (for `COPY_FREE_VARS`).
+pub fn resume_instructions(
+    original: &[Instruction],
+    prologue_len: usize,
+    target: usize,
+    layout: &ResumeLayout,
+    free_vars: u32,
+) -> Result<Vec<Instruction>> {
+    if target < prologue_len || target >= original.len() {
+        return Err(BytecodeError::BadInstruction {
+            index: target,
+            reason: "a resume target outside the body".into(),
+        });
+    }
+    let shift = layout.arg_count() as u32;
+    let positions = original[target].positions;
+    let mut out = Vec::new();
+    let mut emit = |opcode: Opcode, operand: Operand| {
+        out.push(Instruction {
+            opcode,
+            operand,
+            positions,
+            handler: None,
+        })
+    };
+    if free_vars > 0 {
+        emit(Opcode::CopyFreeVars, Operand::Int(free_vars));
+    }
+    emit(Opcode::Resume, Operand::Int(0));
+    let stack_args = layout.stack_args() as u32;
+    for (k, &slot) in layout.locals.iter().enumerate() {
+        emit(Opcode::LoadFast, Operand::Local(stack_args + k as u32));
+        emit(Opcode::StoreFast, Operand::Local(slot + shift));
+    }
+    let mut next_arg = 0;
+    for &null in &layout.stack_nulls {
+        if null {
+            emit(Opcode::PushNull, Operand::None);
+        } else {
+            emit(Opcode::LoadFast, Operand::Local(next_arg));
+            next_arg += 1;
+        }
+    }
+    // The body starts after the jump.
+    let body_start = out.len() + 1;
+    let renumber = |index: InstrIndex, at: usize| -> Result<InstrIndex> {
+        if index.index() < prologue_len {
+            return Err(BytecodeError::BadInstruction {
+                index: at,
+                reason: "a jump into the prologue".into(),
+            });
+        }
+        Ok(InstrIndex(
+            (index.index() - prologue_len + body_start) as u32,
+        ))
+    };
+    let jump = renumber(InstrIndex(target as u32), target)?;
+    out.push(Instruction {
+        opcode: Opcode::Jump,
+        operand: Operand::Jump(jump),
+        positions,
+        handler: None,
+    });
+    for (at, ins) in original.iter().enumerate().skip(prologue_len) {
+        let operand = match ins.operand {
+            Operand::Local(slot) => Operand::Local(slot + shift),
+            Operand::Cell(slot) => Operand::Cell(slot + shift),
+            Operand::Jump(t) => Operand::Jump(renumber(t, at)?),
+            other => other,
+        };
+        let handler = match ins.handler {
+            Some(h) => Some(ExceptionHandler {
+                target: renumber(h.target, at)?,
+                ..h
+            }),
+            None => None,
+        };
+        out.push(Instruction {
+            operand,
+            handler,
+            ..*ins
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ins(opcode: Opcode, operand: Operand) -> Instruction {
+        Instruction::new(opcode, operand)
+    }
+
+    /// RESUME; LOAD_FAST 0; LOAD_FAST 1; BINARY_OP; POP_JUMP_IF_FALSE 7; LOAD_CONST 0;
+    /// RETURN_VALUE; LOAD_FAST 0; RETURN_VALUE
+    fn sample() -> Vec<Instruction> {
+        vec![
+            ins(Opcode::Resume, Operand::Int(0)),
+            ins(Opcode::LoadFast, Operand::Local(0)),
+            ins(Opcode::LoadFast, Operand::Local(1)),
+            ins(Opcode::BinaryOp, Operand::Int(0)),
+            ins(Opcode::PopJumpIfFalse, Operand::Jump(InstrIndex(7))),
+            ins(Opcode::LoadConst, Operand::Const(0)),
+            ins(Opcode::ReturnValue, Operand::None),
+            ins(Opcode::LoadFast, Operand::Local(0)),
+            ins(Opcode::ReturnValue, Operand::None),
+        ]
+    }
+
+    #[test]
+    fn resume_moves_locals_pushes_stack_and_jumps() {
+        let layout = ResumeLayout {
+            stack_nulls: vec![true, false],
+            locals: vec![0],
+        };
+        let out = resume_instructions(&sample(), 1, 4, &layout, 0).unwrap();
+        let ops: Vec<_> = out.iter().map(|i| (i.opcode, i.operand)).collect();
+        // 2 arguments: the stack value (slot 0) and local 0 (slot 1); originals shift by 2.
+        assert_eq!(ops[0], (Opcode::Resume, Operand::Int(0)));
+        assert_eq!(ops[1], (Opcode::LoadFast, Operand::Local(1)));
+        assert_eq!(ops[2], (Opcode::StoreFast, Operand::Local(2)));
+        assert_eq!(ops[3], (Opcode::PushNull, Operand::None));
+        assert_eq!(ops[4], (Opcode::LoadFast, Operand::Local(0)));
+        // The jump lands on the original instruction 4, now at 6 + (4 - 1) = 9.
+        assert_eq!(ops[5], (Opcode::Jump, Operand::Jump(InstrIndex(9))));
+        assert_eq!(out[9].opcode, Opcode::PopJumpIfFalse);
+        // The body's own jump is renumbered the same way, and its locals shifted.
+        assert_eq!(out[9].operand, Operand::Jump(InstrIndex(12)));
+        assert_eq!(out[12].operand, Operand::Local(2));
+    }
+
+    #[test]
+    fn handlers_are_renumbered() {
+        let mut code = sample();
+        code[5].handler = Some(ExceptionHandler {
+            target: InstrIndex(7),
+            depth: 0,
+            lasti: false,
+        });
+        let layout = ResumeLayout {
+            stack_nulls: vec![],
+            locals: vec![],
+        };
+        let out = resume_instructions(&code, 1, 5, &layout, 1).unwrap();
+        // COPY_FREE_VARS, RESUME, JUMP, then the body from original 1.
+        assert_eq!(out[0].opcode, Opcode::CopyFreeVars);
+        let moved = &out[3 + 4];
+        assert_eq!(moved.opcode, Opcode::LoadConst);
+        assert_eq!(moved.handler.unwrap().target, InstrIndex(3 + 6));
+    }
+
+    #[test]
+    fn loops_are_found() {
+        let mut code = sample();
+        assert!(!in_loop(&code, 3));
+        code[8] = ins(Opcode::Jump, Operand::Jump(InstrIndex(2)));
+        assert!(in_loop(&code, 3));
+        assert!(in_loop(&code, 2));
+        assert!(!in_loop(&code, 1));
+    }
+
+    #[test]
+    fn targets_outside_the_body_are_refused() {
+        let layout = ResumeLayout {
+            stack_nulls: vec![],
+            locals: vec![],
+        };
+        assert!(resume_instructions(&sample(), 1, 0, &layout, 0).is_err());
+        assert!(resume_instructions(&sample(), 1, 9, &layout, 0).is_err());
+    }
+}

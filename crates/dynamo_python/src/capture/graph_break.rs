@@ -1,0 +1,399 @@
+//! Graph breaks: splitting a frame the translator cannot capture whole.
+//!
+//! When the translation of a frame fails at a root instruction `i` the frame can be split at
+//! (see [`split_point`]), the frame is traced again from the start and stopped right before
+//! `i` (`Tracer::stop_at`). What the trace computed up to there becomes a graph. The
+//! generated code calls it, replays attribute stores, rebuilds the values the frame had on
+//! its stack and in its live locals, runs instruction `i` itself (the call the trace could
+//! not follow, a branch on a tensor's value), and hands the rest of the frame to a *resume
+//! function*: a code object made from the original that starts right after `i` (at either
+//! target, for a branch) and receives those values as arguments
+//! (`dynamo_bytecode::resume`). The frame hook compiles a resume function when it is called,
+//! like any other frame, so the code after the break gets graphs of its own.
+//!
+//! A break inside a grad-mode `with` block (`torch.no_grad()`) is split too: the graph ends
+//! in the frame's own grad mode, and the generated code enters a new context of the same kind
+//! in place of the traced one, whose `__exit__` the resume function calls as the original
+//! would. Not split (the frame runs as it is, as before): instructions inside a `try` or
+//! another `with` block (the block would have to be re-entered), inside a loop (the
+//! resume function would call itself once per iteration, as TorchDynamo also refuses), and
+//! code with cell variables (closures made in the frame would need their cells passed on).
+
+use std::collections::HashMap;
+
+use dynamo_bytecode::resume::{in_loop, resume_instructions, ResumeLayout};
+use dynamo_bytecode::{Instruction, Opcode, Operand};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple};
+
+use super::codegen::CodeGen;
+use super::guards::NativeGuard;
+use super::translator::{unsupported, CResult, CaptureError, FrameState, Tracer};
+use super::vars::{VarId, VarKind};
+use super::{Converter, Frame};
+
+/// What happens at the break instruction in the generated code.
+#[derive(Clone, Copy, Debug)]
+enum Continuation {
+    /// The instruction runs as it is; it pops `pops` values and pushes `pushes`, then the
+    /// frame resumes at the next instruction.
+    Run { pops: usize, pushes: usize },
+    /// A `POP_JUMP_IF_*` on a value the trace could not decide: the frame resumes at the
+    /// next instruction or at `target`, whichever the real value picks.
+    Branch { target: usize },
+}
+
+fn continuation(ins: &Instruction) -> Option<Continuation> {
+    use Opcode::*;
+    let arg = match ins.operand {
+        Operand::Int(n) => n as usize,
+        _ => 0,
+    };
+    let run = |pops, pushes| Some(Continuation::Run { pops, pushes });
+    match ins.opcode {
+        Call => run(arg + 2, 1),
+        CallFunctionEx => run(3 + (arg & 1), 1),
+        BinaryOp | CompareOp | BinarySubscr | ContainsOp | IsOp => run(2, 1),
+        UnaryNot | UnaryNegative | UnaryPositive | UnaryInvert | LoadAttr => run(1, 1),
+        StoreSubscr => run(3, 0),
+        StoreGlobal => run(1, 0),
+        DeleteSubscr | StoreAttr => run(2, 0),
+        FormatValue => run(1 + usize::from(arg & 4 != 0), 1),
+        BuildString => run(arg, 1),
+        PopJumpIfFalse | PopJumpIfTrue | PopJumpIfNone | PopJumpIfNotNone => ins
+            .jump_target()
+            .map(|t| Continuation::Branch { target: t.index() }),
+        _ => None,
+    }
+}
+
+/// The root instruction a failed trace of `state` can be split at, if any: the one it was
+/// translating, when it is a kind of instruction the generated code can run itself, outside
+/// any `try`/`with` block and any loop, in code without cell variables.
+pub fn split_point(state: &FrameState<'_>, code: &Bound<'_, PyAny>) -> CResult<Option<usize>> {
+    let Some(index) = state.pc.checked_sub(1) else {
+        return Ok(None);
+    };
+    let Some(ins) = state.instructions.get(index) else {
+        return Ok(None);
+    };
+    // The one kind of block re-entered in the resume function: a grad-mode `with`.
+    let outside_blocks = ins
+        .handler
+        .is_none_or(|h| state.grad_mode_handlers.contains(&h.target.index()));
+    let splittable = state.is_root
+        && continuation(ins).is_some()
+        && outside_blocks
+        && !in_loop(&state.instructions, index)
+        && code.getattr("co_cellvars")?.len()? == 0
+        && code.getattr("co_flags")?.extract::<u32>()? & GENERATOR_FLAGS == 0;
+    Ok(splittable.then_some(index))
+}
+
+/// `CO_GENERATOR | CO_COROUTINE | CO_ITERABLE_COROUTINE | CO_ASYNC_GENERATOR`.
+const GENERATOR_FLAGS: u32 = 0x20 | 0x80 | 0x100 | 0x200;
+
+/// One way out of the break: the resume function and the locals it receives.
+#[derive(Debug)]
+struct Exit {
+    target: usize,
+    locals: Vec<u32>,
+}
+
+impl Converter {
+    /// The entry for a frame split at a graph break: the graph of what the trace computed
+    /// before the break, and code that calls it, runs the break instruction and calls the
+    /// resume function(s).
+    pub(super) fn finish_break<'py>(
+        &self,
+        py: Python<'py>,
+        tracer: &mut Tracer<'py>,
+        split: Frame<'_, 'py>,
+        t: std::time::Instant,
+    ) -> CResult<(Py<NativeGuard>, Bound<'py, PyAny>)> {
+        let state = split.state;
+        let index = state.pc;
+        let ins = state.instructions[index];
+        let Some(continuation) = continuation(&ins) else {
+            return unsupported("internal: a graph break at an instruction that cannot run alone");
+        };
+        let stack = state.stack.clone();
+        let nulls: Vec<bool> = stack
+            .iter()
+            .map(|&id| matches!(tracer.kind(id), VarKind::Null))
+            .collect();
+        // The stack right after the instruction: what it did not touch, then what it pushed.
+        let (kept, exits) = match continuation {
+            Continuation::Run { pops, pushes } => {
+                if stack.len() < pops {
+                    return unsupported("internal: stack underflow at a graph break");
+                }
+                let kept = stack.len() - pops;
+                (kept, vec![(index + 1, pushes)])
+            }
+            Continuation::Branch { target } => {
+                if stack.is_empty() {
+                    return unsupported("internal: a branch on an empty stack");
+                }
+                (stack.len() - 1, vec![(index + 1, 0), (target, 0)])
+            }
+        };
+        let liveness =
+            dynamo_bytecode::liveness::liveness(&state.instructions, state.slot_names.len() as u32);
+        let varnames = split.code.getattr("co_varnames")?.len()? as u32;
+        let exits: Vec<(Exit, usize)> = exits
+            .into_iter()
+            .map(|(target, pushes)| {
+                let locals = liveness
+                    .live_locals(target)
+                    .into_iter()
+                    .filter(|&slot| slot < varnames && state.locals[slot as usize].is_some())
+                    .collect();
+                (Exit { target, locals }, pushes)
+            })
+            .collect();
+
+        // What the generated code rebuilds: every non-NULL stack value, then every local some
+        // exit passes on. One plan set, so a list reached twice is refused (it would become
+        // two lists).
+        let mut roots: Vec<VarId> = stack
+            .iter()
+            .zip(&nulls)
+            .filter(|(_, null)| !**null)
+            .map(|(&id, _)| id)
+            .collect();
+        let stack_roots = roots.len();
+        let mut local_plan: HashMap<u32, usize> = HashMap::new();
+        for (exit, _) in &exits {
+            for &slot in &exit.locals {
+                local_plan.entry(slot).or_insert_with(|| {
+                    roots.push(state.locals[slot as usize].expect("bound"));
+                    roots.len() - 1
+                });
+            }
+        }
+        // The graph ends in the grad mode the frame started in; blocks the break is inside
+        // are entered again by the generated code (`Rebuild::GradModeExit`).
+        let entry_mode = tracer.guards.grad_mode.unwrap_or(true);
+        if tracer.grad_enabled != entry_mode {
+            tracer.set_grad_enabled(entry_mode)?;
+        }
+        let (plans, graph) = self.compile_graph(py, tracer, split.code, &roots, t)?;
+        let t = std::time::Instant::now();
+
+        let mut gen = CodeGen::new(split.code, split.prologue, state.slot_names.clone())?;
+        gen.set_positions(ins.positions);
+        if let Some(compiled) = &graph.compiled {
+            gen.call_graph(compiled, &graph.inputs)?;
+            gen.keep_outputs_in_local();
+        }
+        // Locals first, into temps: the stores replayed below and the break instruction may
+        // change what their sources read.
+        let mut local_temps: HashMap<u32, u32> = HashMap::new();
+        let mut slots: Vec<u32> = local_plan.keys().copied().collect();
+        slots.sort_unstable();
+        for slot in slots {
+            gen.push_rebuilt(&plans[local_plan[&slot]])?;
+            let temp = gen.temp(&format!("___local_{}", state.slot_names[slot as usize]));
+            gen.emit_instruction(Opcode::StoreFast, Operand::Local(temp));
+            local_temps.insert(slot, temp);
+        }
+        // The stack as it was, NULLs included.
+        let mut next_plan = 0;
+        for &null in &nulls {
+            if null {
+                gen.emit_instruction(Opcode::PushNull, Operand::None);
+            } else {
+                gen.push_rebuilt(&plans[next_plan])?;
+                next_plan += 1;
+            }
+        }
+        debug_assert_eq!(next_plan, stack_roots);
+        // Stores the trace made to existing objects, before the instruction sees them.
+        for (source, name, value) in &graph.replays {
+            gen.replay_store(source, name, value.as_ref())?;
+        }
+        let kept_nulls: Vec<bool> = nulls[..kept].to_vec();
+        match continuation {
+            Continuation::Run { .. } => {
+                if ins.opcode == Opcode::Call {
+                    if let Some(names) = &state.kw_names {
+                        gen.emit_kw_names(names.as_any());
+                    }
+                    gen.emit_instruction(Opcode::Precall, ins.operand);
+                }
+                gen.emit_instruction(ins.opcode, ins.operand);
+                let (exit, pushes) = &exits[0];
+                let mut nulls = kept_nulls.clone();
+                nulls.extend(std::iter::repeat_n(false, *pushes));
+                self.call_resume(py, &mut gen, split.code, state, exit, &nulls, &local_temps)?;
+            }
+            Continuation::Branch { .. } => {
+                let jump = gen.next_index();
+                gen.emit_instruction(ins.opcode, Operand::Jump(dynamo_bytecode::InstrIndex(0)));
+                let (fallthrough, _) = &exits[0];
+                self.call_resume(
+                    py,
+                    &mut gen,
+                    split.code,
+                    state,
+                    fallthrough,
+                    &kept_nulls,
+                    &local_temps,
+                )?;
+                gen.patch_jump_here(jump);
+                let (taken, _) = &exits[1];
+                self.call_resume(
+                    py,
+                    &mut gen,
+                    split.code,
+                    state,
+                    taken,
+                    &kept_nulls,
+                    &local_temps,
+                )?;
+            }
+        }
+        let new_code = gen.assemble()?;
+        let t = self.lap("codegen", t);
+        let guard = self.build_guard(py, tracer, &graph, &split)?;
+        self.lap("guards", t);
+        Ok((guard, new_code))
+    }
+
+    /// Emits: the values on the stack (laid out as `nulls` says) into temps, then
+    /// `return resume(stack values..., locals...)`.
+    #[allow(clippy::too_many_arguments)]
+    fn call_resume<'py>(
+        &self,
+        py: Python<'py>,
+        gen: &mut CodeGen<'py>,
+        code: &Bound<'py, PyAny>,
+        state: &FrameState<'py>,
+        exit: &Exit,
+        nulls: &[bool],
+        local_temps: &HashMap<u32, u32>,
+    ) -> CResult<()> {
+        // STORE_FAST pops the top first; a NULL stored leaves the temp unbound, harmlessly.
+        let mut stack_temps = Vec::with_capacity(nulls.len());
+        for (k, _) in nulls.iter().enumerate().rev() {
+            let temp = gen.temp(&format!("___stack_{k}"));
+            gen.emit_instruction(Opcode::StoreFast, Operand::Local(temp));
+            stack_temps.push(temp);
+        }
+        stack_temps.reverse();
+        let layout = ResumeLayout {
+            stack_nulls: nulls.to_vec(),
+            locals: exit.locals.clone(),
+        };
+        let resume = resume_code(py, code, state, exit.target, &layout)?;
+        gen.emit_instruction(Opcode::PushNull, Operand::None);
+        let free_vars: Vec<String> = code.getattr("co_freevars")?.extract()?;
+        if free_vars.is_empty() {
+            gen.load_const(&resume);
+            gen.emit_instruction(Opcode::MakeFunction, Operand::Int(0));
+        } else {
+            // The same closure as the frame's: its free-variable cells, in order.
+            let first_free = state.slot_names.len() - free_vars.len();
+            for k in 0..free_vars.len() {
+                gen.load_closure((first_free + k) as u32);
+            }
+            gen.emit_instruction(Opcode::BuildTuple, Operand::Int(free_vars.len() as u32));
+            gen.load_const(&resume);
+            gen.emit_instruction(Opcode::MakeFunction, Operand::Int(0x08));
+        }
+        let mut argc = 0;
+        for (k, null) in nulls.iter().enumerate() {
+            if !null {
+                gen.emit_instruction(Opcode::LoadFast, Operand::Local(stack_temps[k]));
+                argc += 1;
+            }
+        }
+        for slot in &exit.locals {
+            gen.emit_instruction(Opcode::LoadFast, Operand::Local(local_temps[slot]));
+            argc += 1;
+        }
+        gen.emit_instruction(Opcode::Precall, Operand::Int(argc));
+        gen.emit_instruction(Opcode::Call, Operand::Int(argc));
+        gen.emit_instruction(Opcode::ReturnValue, Operand::None);
+        Ok(())
+    }
+}
+
+/// The code object of the resume function for `code` at `target` with `layout`, made once
+/// and reused (by later compiles of the same frame too, so the resume function's own cache
+/// entries accumulate on one code object).
+fn resume_code<'py>(
+    py: Python<'py>,
+    code: &Bound<'py, PyAny>,
+    state: &FrameState<'py>,
+    target: usize,
+    layout: &ResumeLayout,
+) -> CResult<Bound<'py, PyAny>> {
+    let cache = py
+        .import("dynamo_rs._capture")?
+        .getattr("RESUME_CODES")?
+        .call_method1("setdefault", (code, PyDict::new(py)))?;
+    let key = (
+        target,
+        PyTuple::new(py, &layout.stack_nulls)?,
+        PyTuple::new(py, &layout.locals)?,
+    )
+        .into_pyobject(py)?;
+    if let Some(found) = cache
+        .cast::<PyDict>()
+        .map_err(PyErr::from)?
+        .get_item(&key)?
+    {
+        return Ok(found);
+    }
+    let prologue_len = state
+        .instructions
+        .iter()
+        .position(|i| i.opcode == Opcode::Resume)
+        .map(|i| i + 1)
+        .ok_or_else(|| CaptureError::Unsupported("code without RESUME".into()))?;
+    let free_vars = code.getattr("co_freevars")?.len()? as u32;
+    let instructions =
+        resume_instructions(&state.instructions, prologue_len, target, layout, free_vars)
+            .map_err(|e| CaptureError::Unsupported(format!("internal: resume function: {e}")))?;
+    let flags: u32 = code.getattr("co_flags")?.extract()?;
+    // Plain positional arguments: no `*args`/`**kwargs` flags.
+    let flags = flags & !(0x04 | 0x08);
+    let first_line: i32 = code.getattr("co_firstlineno")?.extract()?;
+    let assembled = dynamo_bytecode::assemble(&instructions, first_line, flags)
+        .map_err(|e| CaptureError::Unsupported(format!("internal: resume function: {e}")))?;
+    let offsets = dynamo_bytecode::byte_offsets(&state.instructions)
+        .map_err(|e| CaptureError::Unsupported(format!("internal: resume function: {e}")))?;
+    // Argument names must not clash with the original's locals (a resume function of a
+    // resume function has arguments of its own among them).
+    let original: Vec<String> = code.getattr("co_varnames")?.extract()?;
+    let mut prefix = String::from("___");
+    while original.iter().any(|n| n.starts_with(&prefix)) {
+        prefix.push('_');
+    }
+    let mut varnames: Vec<String> = Vec::new();
+    varnames.extend((0..layout.stack_args()).map(|k| format!("{prefix}stack{k}")));
+    varnames.extend(
+        layout
+            .locals
+            .iter()
+            .map(|&slot| format!("{prefix}arg_{}", state.slot_names[slot as usize])),
+    );
+    varnames.extend(original);
+    let number = cache.len()?;
+    let name = format!("__resume_at_{}_{number}", offsets[target]);
+    let qualname = format!("{}.{name}", code.getattr("co_qualname")?);
+    let kwargs = PyDict::new(py);
+    kwargs.set_item("co_argcount", layout.arg_count())?;
+    kwargs.set_item("co_posonlyargcount", 0)?;
+    kwargs.set_item("co_kwonlyargcount", 0)?;
+    kwargs.set_item("co_nlocals", varnames.len())?;
+    kwargs.set_item("co_varnames", PyTuple::new(py, &varnames)?)?;
+    kwargs.set_item("co_flags", flags)?;
+    kwargs.set_item("co_name", &name)?;
+    kwargs.set_item("co_qualname", &qualname)?;
+    let resume = crate::api::bytecode::code_with_tables(code, &assembled, kwargs)?;
+    cache.set_item(&key, &resume)?;
+    Ok(resume)
+}

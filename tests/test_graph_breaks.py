@@ -1,0 +1,798 @@
+"""Graph breaks: a frame the translator cannot capture whole is split where it fails, the part
+before becomes a graph and the rest runs in a resume function compiled in turn.
+
+Every case runs the same function eagerly, under dynamo_rs and under TorchDynamo on the same
+calls: results and printed output must equal eager's, the second round of calls must compile
+nothing new, and the number of graphs is compared with TorchDynamo's (`EXPECT` notes the cases
+where it differs on purpose and by how much)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import traceback
+
+import pytest
+import torch
+import torch._dynamo
+import torch._dynamo.testing
+
+import dynamo_rs
+from dynamo_rs.testing import CompileCounter
+
+
+@pytest.fixture(autouse=True)
+def fresh():
+    dynamo_rs.reset()
+    torch._dynamo.reset()
+    yield
+    dynamo_rs.reset()
+    torch._dynamo.reset()
+
+
+def _clone(args):
+    """Fresh arguments for one run: tensors cloned, and `args` called if it makes them (cases
+    whose arguments the function changes: lists, dicts, objects)."""
+    if callable(args):
+        return args()
+    return tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
+
+
+def _run(fn, args):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        result = fn(*_clone(args))
+    return result, out.getvalue()
+
+
+def run_cases(fn, calls, *, graphs_delta=0):
+    """Runs `calls` eagerly, compiled by dynamo_rs and by TorchDynamo; returns our counter."""
+    counter = CompileCounter()
+    compiled = dynamo_rs.compile(fn, backend=counter)
+    theirs = torch._dynamo.testing.CompileCounter()
+    reference = torch.compile(fn, backend=theirs)
+    for args in calls:
+        expected, expected_out = _run(fn, args)
+        actual, actual_out = _run(compiled, args)
+        torch.testing.assert_close(actual, expected)
+        assert actual_out == expected_out
+        _run(reference, args)
+    graphs = counter.frame_count
+    # Again: every entry (prefix graphs and resume functions) is reused.
+    for args in calls:
+        expected, _ = _run(fn, args)
+        actual, _ = _run(compiled, args)
+        torch.testing.assert_close(actual, expected)
+    assert counter.frame_count == graphs, "a second round of the same calls compiled again"
+    assert graphs == theirs.frame_count + graphs_delta, (graphs, theirs.frame_count)
+    return compiled._dynamo_rs_converter
+
+
+def t(*shape):
+    return torch.randn(*shape)
+
+
+# --- unsupported calls at the top level -------------------------------------------------
+
+
+def print_between(x):
+    y = x.sin()
+    print("Hi")
+    return y.cos() + x
+
+
+def print_first(x):
+    print("first")
+    return x.sin()
+
+
+def print_last(x):
+    y = x.sin() * 2
+    print("last")
+    return y
+
+
+def print_tensor(x):
+    y = x + 1
+    print(y.shape)
+    return y * 2
+
+
+def print_twice(x):
+    a = x + 1
+    print("one")
+    b = a * 2
+    print("two")
+    return b - 1
+
+
+def print_result_used(x):
+    y = x.relu()
+    n = len(repr(print("ignored")))
+    return y + n
+
+
+def print_keyword(x):
+    y = x.exp()
+    print("k", end="!\n", sep="")
+    return y
+
+
+class Opaque:
+    """A C-level call the translator does not follow: `sorted` over a generator of floats."""
+
+
+def opaque_call(x):
+    y = x * 3
+    s = sorted(float(v) for v in [1.0, 3.0, 2.0])
+    return y + s[0]
+
+
+# --- data-dependent branches ------------------------------------------------------------
+
+
+def toy_example(a, b):
+    x = a / (torch.abs(a) + 1)
+    if b.sum() < 0:
+        b = b * -1
+    return x * b
+
+
+def branch_item(x):
+    y = x * 2
+    if y.sum().item() > 0:
+        return y + 1
+    return y - 1
+
+
+def branch_bool_tensor(x):
+    y = x.abs()
+    if (y > 1).any():
+        y = y / 2
+    return y
+
+
+def branch_else(x, w):
+    h = x @ w
+    if h.mean() > 0:
+        out = h.relu()
+    else:
+        out = h.sigmoid()
+    return out * 2
+
+
+def branch_ternary(x):
+    y = x.cos()
+    z = y * 2 if y.sum() > 0 else y * 3
+    return z + 1
+
+
+def branch_keeps_locals(x, y):
+    a = x + y
+    b = x - y
+    c = [a, b]
+    if a.sum() > b.sum():
+        return c[0] * b
+    return c[1] * a
+
+
+def branch_then_more(x):
+    y = x.sin()
+    if y.max() > 0.5:
+        y = y * 10
+    z = y.cos()
+    return z.sum(0)
+
+
+# --- .item() / .tolist() and conversions -------------------------------------------------
+
+
+def item_arith(x):
+    s = x.sum().item()
+    return x * s
+
+
+def tolist_len(x):
+    y = x + 1
+    values = y.tolist()
+    return y * len(values)
+
+
+def int_of_tensor(x):
+    y = x.abs().sum()
+    n = int(y)
+    return x[: n % 3 + 1]
+
+
+def item_on_stack(x):
+    return torch.cat([x.sin(), torch.tensor(x.sum().item()).reshape(1)])
+
+
+def item_as_kwarg(x):
+    y = x.cos()
+    return torch.full((2,), fill_value=y.sum().item()) + 1
+
+
+def item_method_args(x):
+    y = x.sin()
+    return y.add(torch.tensor(y.sum().item()))
+
+
+# --- breaks inside inlined functions ------------------------------------------------------
+
+
+def _inner3(x):
+    print("deep")
+    return x + 1
+
+
+def _inner2(x):
+    return _inner3(x * 2) - 1
+
+
+def _inner1(x):
+    return _inner2(x.cos()) * 3
+
+
+def depth1(x):
+    return _inner3(x.sin()).relu()
+
+
+def depth2(x):
+    return _inner2(x.sin()).relu()
+
+
+def depth3(x):
+    return _inner1(x.sin()).relu()
+
+
+def _branching_helper(x):
+    if x.sum() > 0:
+        return x * 2
+    return x * 3
+
+
+def inlined_branch(x):
+    y = x + 1
+    z = _branching_helper(y)
+    return z - 1
+
+
+# --- values live across the break ---------------------------------------------------------
+
+
+def live_tuple_list_dict(x):
+    tup = (x, x + 1)
+    lst = [x * 2, 3]
+    dct = {"a": x - 1, "b": "text"}
+    print("break")
+    return tup[0] + tup[1] + lst[0] * lst[1] + dct["a"]
+
+
+def live_nested_containers(x):
+    state = {"pair": (x.sin(), [x.cos()]), "n": 2}
+    print("break")
+    return state["pair"][0] + state["pair"][1][0] * state["n"]
+
+
+def live_input_identity(x, y):
+    z = x + y
+    print("break")
+    return z, x, y
+
+
+def live_constants(x):
+    scale, name, none = 2.5, "n", None
+    print("break")
+    return x * scale if none is None else x
+
+
+def live_function(x):
+    act = torch.relu
+    y = x - 0.5
+    print("break")
+    return act(y)
+
+
+def unbound_local_at_break(x):
+    if x.dim() == 2:
+        extra = x.sum(1)
+    print("break")
+    return x * 2
+
+
+# --- grad mode ------------------------------------------------------------------------------
+
+
+def inside_no_grad(x):
+    with torch.no_grad():
+        y = x * 2
+        print("in with")
+    return y + 1
+
+
+def inside_enable_grad(x):
+    with torch.no_grad():
+        a = x * 2
+        with torch.enable_grad():
+            b = a + x
+            print("nested")
+    return a + b
+
+
+def requires_grad_after_break(x):
+    y = x * 2
+    print("break")
+    return (y * y).sum()
+
+
+# --- not split: loops, try blocks ---------------------------------------------------------
+
+
+def in_loop(x):
+    for i in range(3):
+        x = x + 1
+        print(i)
+    return x
+
+
+def in_try(x):
+    try:
+        y = x + 1
+        print("try")
+    finally:
+        y = y * 2
+    return y
+
+
+# --- closures ------------------------------------------------------------------------------
+
+
+def make_closure():
+    scale = torch.tensor(3.0)
+
+    def with_free_var(x):
+        y = x * scale
+        print("closure")
+        return y + scale
+
+    return with_free_var
+
+
+with_free_var = make_closure()
+
+
+# --- modules ----------------------------------------------------------------------------------
+
+
+class PrintingNet(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(4, 4)
+        self.b = torch.nn.Linear(4, 2)
+
+    def forward(self, x):
+        h = self.a(x).relu()
+        print("shape", tuple(h.shape))
+        return self.b(h)
+
+
+class BranchingNet(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        h = self.a(x)
+        if h.norm() > 1:
+            h = h / h.norm()
+        return h.tanh()
+
+
+torch.manual_seed(0)
+_printing = PrintingNet()
+_branching = BranchingNet()
+
+
+def module_print(x):
+    return _printing(x)
+
+
+def module_branch(x):
+    return _branching(x)
+
+
+# --- more families: formatting, stores, containers, arguments, numpy, asserts ----------------
+
+COUNT = 0
+
+
+def fstring_of_tensor(x):
+    y = x.sum() * 2
+    print(f"sum {y:.3f}")
+    return x / y
+
+
+def global_counter(x):
+    global COUNT
+    y = x + 1
+    COUNT = x.shape[0]
+    return y * COUNT
+
+
+def store_into_argument_list(x, out):
+    out[0] = x * 2
+    return out[0] + 1
+
+
+def delete_from_argument_dict(x, table):
+    y = x + table["a"]
+    del table["a"]
+    return y * len(table)
+
+
+def numpy_roundtrip(x):
+    y = x.relu()
+    a = y.numpy()
+    return torch.from_numpy(a * 2) + y
+
+
+def assert_on_tensor(x):
+    y = x.abs() + 1
+    assert (y > 0).all(), "positive"
+    return y.log()
+
+
+def in_place_then_break(x):
+    x.add_(1)
+    print("after add_")
+    return x * 2
+
+
+class Counter:
+    def __init__(self) -> None:
+        self.calls = 0
+
+
+def attribute_store_then_break(box, x):
+    box.calls = box.calls + 1
+    y = x * box.calls
+    print("stored")
+    return y + box.calls
+
+
+def print_computed_value(x):
+    y = x.cos()
+    print((y * 0).sum().item() == 0)
+    return y
+
+
+def varargs_live(*args, **kwargs):
+    y = args[0] + kwargs["bias"]
+    print("varargs")
+    return y * len(args) + kwargs["bias"]
+
+
+def tuple_return_after_break(x):
+    a, b = x.sin(), x.cos()
+    print("tuple")
+    return a, (b, a + b), [x]
+
+
+def break_in_both_branches(x):
+    if x.sum() > 0:
+        print("positive")
+        y = x * 2
+    else:
+        print("negative")
+        y = x * 3
+    return y + 1
+
+
+def two_branches_in_a_row(x):
+    if x.mean() > 0:
+        x = x - 1
+    if x.std() > 0.5:
+        x = x / 2
+    return x
+
+
+def nested_function_call_chain(x):
+    return torch.relu(depth1(x) + depth2(x))
+
+
+def method_with_break(x):
+    return _Helper().run(x)
+
+
+class _Helper:
+    def run(self, x):
+        y = x * 2
+        print("method")
+        return y + 1
+
+
+def chained_comparison(x):
+    s = x.sum()
+    if 0 < s < 100:
+        return x * 2
+    return x
+
+
+def nonzero_count(x):
+    idx = torch.nonzero(x > 0)
+    return x * idx.shape[0]
+
+
+def kwargs_to_inlined_breaking(x):
+    return _scaled(x, scale=3.0, shift=torch.ones(1))
+
+
+def _scaled(x, scale=1.0, shift=None):
+    print("scaled")
+    return x * scale + shift
+
+
+def unused_result_of_break(x):
+    y = x * 2
+    len(str(y.sum().item()))
+    return y
+
+
+def early_return_on_tensor(x):
+    if x.max() > 10:
+        return x
+    y = x.exp()
+    return y - 1
+
+
+def while_on_tensor(x):
+    while x.sum() < 10:
+        x = x + 1
+    return x
+
+
+def logging_call(x):
+    import logging
+
+    y = x.sigmoid()
+    logging.getLogger("test_graph_breaks").debug("value %s", 1)
+    return y * 2
+
+
+def list_of_tensors_with_break(x):
+    parts = [x[i] * i for i in range(3)]
+    print(len(parts))
+    return torch.stack(parts)
+
+
+def dict_comprehension_live(x):
+    stats = {k: getattr(x, k)() for k in ("sum", "mean")}
+    print("stats")
+    return stats["sum"] + stats["mean"]
+
+
+def _closure_maker(x):
+    offset = x.sum()
+
+    def add(v):
+        return v + offset
+
+    return add
+
+
+def returns_closure_value(x):
+    f = _closure_maker(x)
+    print("closure made")
+    return f(x)
+
+
+def no_grad_decorated_helper(x):
+    return _no_grad_helper(x) + 1
+
+
+@torch.no_grad()
+def _no_grad_helper(x):
+    y = x * 2
+    print("no grad helper")
+    return y
+
+
+CASES = {
+    "print between": (print_between, [(t(3),)], 0),
+    "print first": (print_first, [(t(3),)], 0),
+    "print last": (print_last, [(t(3),)], 0),
+    "print a tensor's shape": (print_tensor, [(t(2, 3),)], 0),
+    "print twice": (print_twice, [(t(3),)], 0),
+    "print result used": (print_result_used, [(t(3),)], 0),
+    "print with keywords": (print_keyword, [(t(3),)], 0),
+    "an opaque call": (opaque_call, [(t(3),)], 0),
+    "toy_example, both branches": (toy_example, [(t(10), torch.ones(10)), (t(10), -torch.ones(10))], 0),
+    "branch on item()": (branch_item, [(torch.ones(3),), (-torch.ones(3),)], 0),
+    "branch on any()": (branch_bool_tensor, [(torch.full((3,), 3.0),), (torch.zeros(3),)], 0),
+    "if/else on a tensor": (branch_else, [(t(2, 3), torch.eye(3)), (-torch.ones(2, 3), torch.eye(3))], 0),
+    "ternary on a tensor": (branch_ternary, [(torch.zeros(3),), (torch.full((3,), 3.14),)], 0),
+    "branch with live list": (branch_keeps_locals, [(torch.ones(3), torch.zeros(3)), (torch.zeros(3), torch.ones(3))], 0),
+    "branch then more work": (branch_then_more, [(torch.ones(2, 2),), (torch.zeros(2, 2),)], 0),
+    "item() in arithmetic": (item_arith, [(t(3),)], 0),
+    "tolist()": (tolist_len, [(t(3),)], 0),
+    "int(tensor)": (int_of_tensor, [(t(3),)], 0),
+    "item() inside a list on the stack": (item_on_stack, [(t(3),)], 0),
+    "item() as a keyword argument": (item_as_kwarg, [(t(3),)], 0),
+    "item() under a method call": (item_method_args, [(t(3),)], 0),
+    "break at depth 1": (depth1, [(t(3),)], 0),
+    "break at depth 2": (depth2, [(t(3),)], 0),
+    "break at depth 3": (depth3, [(t(3),)], 0),
+    "branch in an inlined function": (inlined_branch, [(torch.ones(3),), (-torch.ones(3) * 5,)], 0),
+    "live tuple, list and dict": (live_tuple_list_dict, [(t(3),)], 0),
+    "live nested containers": (live_nested_containers, [(t(3),)], 0),
+    "inputs returned after a break": (live_input_identity, [(t(3), t(3))], 0),
+    "live constants": (live_constants, [(t(3),)], 0),
+    "live function": (live_function, [(t(3),)], 0),
+    "unbound local at the break": (unbound_local_at_break, [(t(3),), (t(2, 2),)], 0),
+    "inside no_grad": (inside_no_grad, [(t(3),)], 0),
+    "inside enable_grad inside no_grad": (inside_enable_grad, [(t(3),)], 0),
+    "requires_grad after a break": (requires_grad_after_break, [(t(3).requires_grad_(),)], 0),
+    "in a loop": (in_loop, [(t(3),)], 0),
+    "in a try block": (in_try, [(t(3),)], 0),
+    "closure": (with_free_var, [(t(3),)], 0),
+    "module forward printing": (module_print, [(t(2, 4),)], 0),
+    "module forward branching": (module_branch, [(t(2, 4) * 10,), (t(2, 4) * 0.01,)], 0),
+    "f-string of a tensor": (fstring_of_tensor, [(t(3),)], 0),
+    # TorchDynamo replays a global store after its graph; we break at STORE_GLOBAL (issue 13).
+    "global counter": (global_counter, [(t(3),)], 1),
+    # TorchDynamo replays stores into argument lists and dicts; we break there (issue 13).
+    "store into an argument list": (store_into_argument_list, [lambda: (torch.ones(3), [None, 1])], 1),
+    "delete from an argument dict": (delete_from_argument_dict, [lambda: (torch.ones(3), {"a": 1, "b": 2})], 1),
+    # TorchDynamo traces numpy code as tensor code; we break and run it as it is.
+    "numpy round trip": (numpy_roundtrip, [(t(3),)], 1),
+    "assert on a tensor": (assert_on_tensor, [(t(3),)], 0),
+    "in-place then break": (in_place_then_break, [(t(3),)], 0),
+    "attribute store then break": (attribute_store_then_break, [lambda: (Counter(), torch.ones(3))], 0),
+    "print a computed value": (print_computed_value, [(t(3),)], 0),
+    "*args and **kwargs live": (lambda x, b: varargs_live(x, x * 2, bias=b), [(t(3), t(3))], 0),
+    "tuple returned after a break": (tuple_return_after_break, [(t(3),)], 0),
+    "break in both branches": (break_in_both_branches, [(torch.ones(3),), (-torch.ones(3),)], 0),
+    "two branches in a row": (two_branches_in_a_row, [(torch.ones(3),), (-torch.ones(3),), (t(3) * 3,)], 0),
+    "chain of inlined calls with breaks": (nested_function_call_chain, [(t(3),)], 0),
+    "method with a break": (method_with_break, [(t(3),)], 0),
+    "chained comparison on a tensor": (chained_comparison, [(torch.ones(3),), (torch.full((3,), 50.0),)], 0),
+    "nonzero": (nonzero_count, [(t(5),)], 0),
+    "keywords into an inlined function that breaks": (kwargs_to_inlined_breaking, [(t(3),)], 0),
+    "unused result of a break": (unused_result_of_break, [(t(3),)], 0),
+    "early return on a tensor": (early_return_on_tensor, [(torch.full((3,), 20.0),), (torch.ones(3),)], 0),
+    # The resume function holds the loop; its branch is inside it and not split (TorchDynamo
+    # gets a graph for the loop's first condition in the resume function too).
+    "while on a tensor": (while_on_tensor, [(torch.ones(3),)], -1),
+    "logging call": (logging_call, [(t(3),)], 0),
+    # A comprehension reading a local makes it a cell variable: such frames are not split yet.
+    "list of tensors live": (list_of_tensors_with_break, [(t(3, 2),)], -2),
+    "dict comprehension live": (dict_comprehension_live, [(t(3),)], -2),
+    # A function made in the trace cannot be handed to the resume function yet.
+    "closure returned by an inlined function": (returns_closure_value, [(t(3),)], -1),
+    "no_grad-decorated helper": (no_grad_decorated_helper, [(t(3),)], 0),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_graph_break(name) -> None:
+    fn, calls, delta = CASES[name]
+    run_cases(fn, calls, graphs_delta=delta)
+
+
+def test_toy_example_splits_into_prefix_and_branches() -> None:
+    converter = run_cases(toy_example, [(t(10), torch.ones(10)), (t(10), -torch.ones(10))])
+    (where, reason), = converter.breaks
+    assert "toy_example" in where and "branch" in reason
+    explained = torch._dynamo.explain(toy_example)(t(10), torch.ones(10))
+    assert explained.graph_break_count == len(converter.breaks)
+
+
+def test_break_counts_match_explain() -> None:
+    for fn, args in [(print_between, (t(3),)), (print_twice, (t(3),)), (branch_item, (torch.ones(3),))]:
+        dynamo_rs.reset()
+        converter = run_cases(fn, [args])
+        explained = torch._dynamo.explain(fn)(*args)
+        assert len(converter.breaks) == explained.graph_break_count, fn.__name__
+
+
+def test_print_runs_once_per_call() -> None:
+    compiled = dynamo_rs.compile(print_between, backend=CompileCounter())
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        for _ in range(3):
+            compiled(t(3))
+    assert out.getvalue() == "Hi\n" * 3
+
+
+def test_grad_mode_is_restored_after_a_break_in_no_grad() -> None:
+    x = t(3).requires_grad_()
+    compiled = dynamo_rs.compile(inside_no_grad, backend=CompileCounter())
+    with contextlib.redirect_stdout(io.StringIO()):
+        out = compiled(x)
+    assert torch.is_grad_enabled()
+    assert not out.requires_grad  # computed under no_grad, as eagerly
+
+
+def test_exception_after_a_break_keeps_type_and_traceback() -> None:
+    def raises(x):
+        y = x + 1
+        print("before")
+        if y.sum() > -1e9:
+            raise ValueError("after the break")
+        return y
+
+    compiled = dynamo_rs.compile(raises, backend=CompileCounter())
+    with contextlib.redirect_stdout(io.StringIO()):
+        with pytest.raises(ValueError, match="after the break") as info:
+            compiled(t(3))
+    lines = [frame.line for frame in traceback.extract_tb(info.tb)]
+    assert 'raise ValueError("after the break")' in lines
+
+
+def test_fullgraph_still_raises_at_the_first_break() -> None:
+    compiled = dynamo_rs.compile(print_between, backend=CompileCounter(), fullgraph=True)
+    with pytest.raises(dynamo_rs.Unsupported):
+        compiled(t(3))
+
+
+def test_new_shape_recompiles_prefix_and_resume() -> None:
+    counter = CompileCounter()
+    compiled = dynamo_rs.compile(print_between, backend=counter)
+    with contextlib.redirect_stdout(io.StringIO()):
+        compiled(t(3))
+        assert counter.frame_count == 2
+        for x in (t(5), t(2, 2)):
+            torch.testing.assert_close(compiled(x), print_between(x))
+    assert counter.frame_count == 6
+
+
+def test_resume_functions_are_named_and_cached() -> None:
+    compiled = dynamo_rs.compile(print_between, backend=CompileCounter())
+    with contextlib.redirect_stdout(io.StringIO()):
+        compiled(t(3))
+        compiled(t(4))
+    from dynamo_rs import _capture
+
+    resumes = list(_capture.RESUME_CODES.get(print_between.__code__, {}).values())
+    assert len(resumes) == 1
+    assert resumes[0].co_name.startswith("__resume_at_")
+    assert resumes[0].co_filename == print_between.__code__.co_filename
+
+
+def test_side_effects_before_the_break_are_visible_to_the_call() -> None:
+    class Box:
+        pass
+
+    def stores_then_breaks(box, x):
+        box.value = x * 2
+        observed = box.value.sum().item()
+        return box.value + observed
+
+    box_e, box_c = Box(), Box()
+    x = t(3)
+    expected = stores_then_breaks(box_e, x)
+    compiled = dynamo_rs.compile(stores_then_breaks, backend=CompileCounter())
+    torch.testing.assert_close(compiled(box_c, x), expected)
+    torch.testing.assert_close(box_c.value, box_e.value)
+
+
+def test_break_keeps_module_outputs_under_inductor_like_backend() -> None:
+    compiled = dynamo_rs.compile(module_print, backend="aot_eager")
+    x = t(2, 4)
+    with contextlib.redirect_stdout(io.StringIO()):
+        torch.testing.assert_close(compiled(x), module_print(x))
+
+
+def test_explain_reports_graphs_breaks_and_ops() -> None:
+    with contextlib.redirect_stdout(io.StringIO()):
+        ours = dynamo_rs.explain(print_twice)(t(3))
+        theirs = torch._dynamo.explain(print_twice)(t(3))
+    assert ours.graph_count == theirs.graph_count
+    assert ours.graph_break_count == theirs.graph_break_count
+    assert ours.op_count == theirs.op_count
+    assert [len(ops) for ops in ours.ops_per_graph] == [len(ops) for ops in theirs.ops_per_graph]
+    assert all("print" in reason.reason for reason in ours.break_reasons)
+    assert all("print_twice" in reason.where for reason in ours.break_reasons)
+    text = str(ours)
+    assert "Graph count: 3" in text and "Break reasons:" in text
