@@ -172,11 +172,20 @@ impl Converter {
                 });
             }
         }
-        // The graph ends in the grad mode the frame started in; blocks the break is inside
-        // are entered again by the generated code (`Rebuild::GradModeExit`).
-        let entry_mode = tracer.guards.grad_mode.unwrap_or(true);
-        if tracer.grad_enabled != entry_mode {
-            tracer.set_grad_enabled(entry_mode)?;
+        // Grad-mode blocks the trace entered and the break is inside are entered again by
+        // the generated code (`Rebuild::GradModeExit`): the graph ends in the mode outside
+        // the outermost of them. (Blocks the frame was given open — a resume function's —
+        // or left are as the trace has them.)
+        let outside = stack.iter().find_map(|&id| match tracer.kind(id) {
+            VarKind::GradModeExit { previous, .. } if tracer.source(id).is_none() => {
+                Some(*previous)
+            }
+            _ => None,
+        });
+        if let Some(mode) = outside {
+            if tracer.grad_enabled != mode {
+                tracer.set_grad_enabled(mode)?;
+            }
         }
         let (plans, graph) = self.compile_graph(py, tracer, split.code, &roots, t)?;
         let t = std::time::Instant::now();

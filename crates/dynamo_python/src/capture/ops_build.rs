@@ -132,9 +132,23 @@ impl<'py> Tracer<'py> {
         }
     }
 
+    /// The container `depth` down the stack, which an opcode is about to change in place:
+    /// it must be one the trace made (a container with a source existed before — a resume
+    /// function gets the containers its frame was building as arguments — and the change
+    /// would be lost).
+    fn owned_at(&mut self, f: &FrameState<'py>, depth: u32, opcode: &str) -> CResult<VarId> {
+        let id = self.list_at(f, depth)?;
+        if self.source(id).is_some() {
+            return unsupported(format!(
+                "{opcode} on a container that existed before the call"
+            ));
+        }
+        Ok(id)
+    }
+
     pub(super) fn op_list_append(&mut self, f: &mut FrameState<'py>, depth: u32) -> CResult<Flow> {
         let value = self.pop(f)?;
-        let list = self.list_at(f, depth)?;
+        let list = self.owned_at(f, depth, "LIST_APPEND")?;
         match &mut self.vars[list.0 as usize].kind {
             VarKind::List(items) => items.push(value),
             _ => return unsupported("LIST_APPEND on something that is not a traced list"),
@@ -145,7 +159,7 @@ impl<'py> Tracer<'py> {
     pub(super) fn op_list_extend(&mut self, f: &mut FrameState<'py>, depth: u32) -> CResult<Flow> {
         let iterable = self.pop(f)?;
         let new_items = self.items_of(iterable)?;
-        let list = self.list_at(f, depth)?;
+        let list = self.owned_at(f, depth, "LIST_EXTEND")?;
         match &mut self.vars[list.0 as usize].kind {
             VarKind::List(items) => items.extend(new_items),
             _ => return unsupported("LIST_EXTEND on something that is not a traced list"),
@@ -165,7 +179,7 @@ impl<'py> Tracer<'py> {
         let value = self.pop(f)?;
         let key = self.pop(f)?;
         let key = self.key(key)?;
-        let dict = self.list_at(f, depth)?;
+        let dict = self.owned_at(f, depth, "MAP_ADD")?;
         match &mut self.vars[dict.0 as usize].kind {
             VarKind::Dict(entries) => entries.push((key, value)),
             _ => return unsupported("MAP_ADD on something that is not a traced dict"),
@@ -179,7 +193,7 @@ impl<'py> Tracer<'py> {
             VarKind::Dict(entries) => entries.clone(),
             other => return unsupported(format!("dict update from {}", kind_name(other))),
         };
-        let dict = self.list_at(f, depth)?;
+        let dict = self.owned_at(f, depth, "DICT_UPDATE")?;
         let py = self.py;
         match &mut self.vars[dict.0 as usize].kind {
             VarKind::Dict(entries) => {
