@@ -587,6 +587,23 @@ def returns_closure_value(x):
     return f(x)
 
 
+def comprehensions_around_a_break(x):
+    scale = 2
+    parts = [x * scale + i for i in range(2)]
+    print("between")
+    more = [p - scale for p in parts]
+    return torch.stack(more)
+
+
+def cell_written_after_break(x):
+    total = x.sum()
+    first = [total * i for i in range(2)]
+    print("between")
+    total = total + 1
+    second = [total * i for i in range(2)]
+    return first[1] + second[1]
+
+
 def no_grad_decorated_helper(x):
     return _no_grad_helper(x) + 1
 
@@ -630,8 +647,10 @@ CASES = {
     "live constants": (live_constants, [(t(3),)], 0),
     "live function": (live_function, [(t(3),)], 0),
     "unbound local at the break": (unbound_local_at_break, [(t(3),), (t(2, 2),)], 0),
-    "inside no_grad": (inside_no_grad, [(t(3),)], 0),
-    "inside enable_grad inside no_grad": (inside_enable_grad, [(t(3),)], 0),
+    # Not split inside a `with` block yet (the generated code has no handler to run the
+    # block's cleanup if the instruction raised): the frame runs eagerly.
+    "inside no_grad": (inside_no_grad, [(t(3),)], -2),
+    "inside enable_grad inside no_grad": (inside_enable_grad, [(t(3),)], -2),
     "requires_grad after a break": (requires_grad_after_break, [(t(3).requires_grad_(),)], 0),
     "in a loop": (in_loop, [(t(3),)], 0),
     "in a try block": (in_try, [(t(3),)], 0),
@@ -665,12 +684,14 @@ CASES = {
     # gets a graph for the loop's first condition in the resume function too).
     "while on a tensor": (while_on_tensor, [(torch.ones(3),)], -1),
     "logging call": (logging_call, [(t(3),)], 0),
-    # A comprehension reading a local makes it a cell variable: such frames are not split yet.
-    "list of tensors live": (list_of_tensors_with_break, [(t(3, 2),)], -2),
-    "dict comprehension live": (dict_comprehension_live, [(t(3),)], -2),
+    # A comprehension reading a local makes it a cell variable.
+    "list of tensors live": (list_of_tensors_with_break, [(t(3, 2),)], 0),
+    "dict comprehension live": (dict_comprehension_live, [(t(3),)], 0),
     # A function made in the trace cannot be handed to the resume function yet.
     "closure returned by an inlined function": (returns_closure_value, [(t(3),)], -1),
     "no_grad-decorated helper": (no_grad_decorated_helper, [(t(3),)], 0),
+    "comprehensions around a break": (comprehensions_around_a_break, [(t(3),)], 0),
+    "cell written after a break": (cell_written_after_break, [(t(3),)], 0),
 }
 
 
@@ -703,6 +724,23 @@ def test_print_runs_once_per_call() -> None:
         for _ in range(3):
             compiled(t(3))
     assert out.getvalue() == "Hi\n" * 3
+
+
+def test_exception_inside_no_grad_restores_grad_mode() -> None:
+    def raises_in_block(x, n):
+        try:
+            with torch.no_grad():
+                y = x * 2
+                n[:2]  # raises TypeError for an int
+        except TypeError:
+            pass
+        return x + 1
+
+    compiled = dynamo_rs.compile(raises_in_block, backend=CompileCounter())
+    x = t(3).requires_grad_()
+    torch.testing.assert_close(compiled(x, 5), raises_in_block(x, 5))
+    assert torch.is_grad_enabled()
+    assert compiled(x, 5).requires_grad
 
 
 def test_grad_mode_is_restored_after_a_break_in_no_grad() -> None:

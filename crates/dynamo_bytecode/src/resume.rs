@@ -8,6 +8,8 @@
 //! COPY_FREE_VARS n            (if the original has free variables: the same closure)
 //! RESUME 0
 //! LOAD_FAST arg_k; STORE_FAST slot + shift      for each live local passed in
+//! MAKE_CELL slot + shift                         for each cell variable (a fresh cell;
+//! LOAD_FAST arg_c; STORE_DEREF slot + shift       its contents passed in, if it had any)
 //! PUSH_NULL | LOAD_FAST arg_j                    for each stack value, bottom first
 //! JUMP_FORWARD <target>
 //! <the original body, every local slot shifted past the arguments>
@@ -17,7 +19,10 @@
 //! original local, cell and free slot moves up by the number of arguments. Jump targets and
 //! exception handlers of the body are renumbered; handler depths stay as they are, since the
 //! stack is rebuilt exactly as it was. NULLs on the stack (the 3.11 calling convention) are
-//! not values and cannot be passed: they are pushed again at their positions.
+//! not values and cannot be passed: they are pushed again at their positions. Cell variables
+//! get fresh cells holding the values their cells had: no closure made before the break
+//! exists at run time (the trace's closures are never materialised), so no one else holds
+//! the old cells.
 //!
 //! Also here: [`in_loop`], since a break inside a loop is not split (the resume function
 //! would call itself once per iteration).
@@ -34,6 +39,10 @@ pub struct ResumeLayout {
     pub stack_nulls: Vec<bool>,
     /// Original localsplus slots (plain locals, not cells) passed after the stack values.
     pub locals: Vec<u32>,
+    /// Every cell variable's slot (each gets a fresh cell), and those of them whose contents
+    /// are passed, after the locals.
+    pub cells: Vec<u32>,
+    pub cell_values: Vec<u32>,
 }
 
 impl ResumeLayout {
@@ -44,7 +53,7 @@ impl ResumeLayout {
 
     /// Arguments of the resume function.
     pub fn arg_count(&self) -> usize {
-        self.stack_args() + self.locals.len()
+        self.stack_args() + self.locals.len() + self.cell_values.len()
     }
 }
 
@@ -97,6 +106,14 @@ pub fn resume_instructions(
     for (k, &slot) in layout.locals.iter().enumerate() {
         emit(Opcode::LoadFast, Operand::Local(stack_args + k as u32));
         emit(Opcode::StoreFast, Operand::Local(slot + shift));
+    }
+    for &slot in &layout.cells {
+        emit(Opcode::MakeCell, Operand::Cell(slot + shift));
+    }
+    let first_cell_arg = stack_args + layout.locals.len() as u32;
+    for (k, &slot) in layout.cell_values.iter().enumerate() {
+        emit(Opcode::LoadFast, Operand::Local(first_cell_arg + k as u32));
+        emit(Opcode::StoreDeref, Operand::Cell(slot + shift));
     }
     let mut next_arg = 0;
     for &null in &layout.stack_nulls {
@@ -179,6 +196,8 @@ mod tests {
         let layout = ResumeLayout {
             stack_nulls: vec![true, false],
             locals: vec![0],
+            cells: vec![],
+            cell_values: vec![],
         };
         let out = resume_instructions(&sample(), 1, 4, &layout, 0).unwrap();
         let ops: Vec<_> = out.iter().map(|i| (i.opcode, i.operand)).collect();
@@ -207,6 +226,8 @@ mod tests {
         let layout = ResumeLayout {
             stack_nulls: vec![],
             locals: vec![],
+            cells: vec![],
+            cell_values: vec![],
         };
         let out = resume_instructions(&code, 1, 5, &layout, 1).unwrap();
         // COPY_FREE_VARS, RESUME, JUMP, then the body from original 1.
@@ -214,6 +235,28 @@ mod tests {
         let moved = &out[3 + 4];
         assert_eq!(moved.opcode, Opcode::LoadConst);
         assert_eq!(moved.handler.unwrap().target, InstrIndex(3 + 6));
+    }
+
+    #[test]
+    fn cells_are_made_fresh_and_filled() {
+        let layout = ResumeLayout {
+            stack_nulls: vec![],
+            locals: vec![],
+            cells: vec![2, 3],
+            cell_values: vec![3],
+        };
+        let out = resume_instructions(&sample(), 1, 4, &layout, 0).unwrap();
+        let ops: Vec<_> = out.iter().take(5).map(|i| (i.opcode, i.operand)).collect();
+        assert_eq!(
+            ops,
+            vec![
+                (Opcode::Resume, Operand::Int(0)),
+                (Opcode::MakeCell, Operand::Cell(3)),
+                (Opcode::MakeCell, Operand::Cell(4)),
+                (Opcode::LoadFast, Operand::Local(0)),
+                (Opcode::StoreDeref, Operand::Cell(4)),
+            ]
+        );
     }
 
     #[test]
@@ -231,6 +274,8 @@ mod tests {
         let layout = ResumeLayout {
             stack_nulls: vec![],
             locals: vec![],
+            cells: vec![],
+            cell_values: vec![],
         };
         assert!(resume_instructions(&sample(), 1, 0, &layout, 0).is_err());
         assert!(resume_instructions(&sample(), 1, 9, &layout, 0).is_err());

@@ -11,13 +11,12 @@
 //! (`dynamo_bytecode::resume`). The frame hook compiles a resume function when it is called,
 //! like any other frame, so the code after the break gets graphs of its own.
 //!
-//! A break inside a grad-mode `with` block (`torch.no_grad()`) is split too: the graph ends
-//! in the frame's own grad mode, and the generated code enters a new context of the same kind
-//! in place of the traced one, whose `__exit__` the resume function calls as the original
-//! would. Not split (the frame runs as it is, as before): instructions inside a `try` or
-//! another `with` block (the block would have to be re-entered), inside a loop (the
+//! Not split (the frame runs as it is, as before): instructions inside a `try` or `with`
+//! block (the generated code runs the instruction without the block's exception handler, so
+//! its cleanup would not run if it raised), inside a loop (the
 //! resume function would call itself once per iteration, as TorchDynamo also refuses), and
-//! code with cell variables (closures made in the frame would need their cells passed on).
+//! generators. Cell variables are passed by contents and get fresh cells in the resume
+//! function (the trace's closures are never materialised, so nothing else holds the cells).
 
 use std::collections::HashMap;
 
@@ -29,7 +28,7 @@ use pyo3::types::{PyDict, PyTuple};
 use super::codegen::CodeGen;
 use super::guards::NativeGuard;
 use super::translator::{unsupported, CResult, CaptureError, FrameState, Tracer};
-use super::vars::{VarId, VarKind};
+use super::vars::{Cell, VarId, VarKind};
 use super::{Converter, Frame};
 
 /// What happens at the break instruction in the generated code.
@@ -69,7 +68,7 @@ fn continuation(ins: &Instruction) -> Option<Continuation> {
 
 /// The root instruction a failed trace of `state` can be split at, if any: the one it was
 /// translating, when it is a kind of instruction the generated code can run itself, outside
-/// any `try`/`with` block and any loop, in code without cell variables.
+/// any `try`/`with` block and any loop, outside generators.
 pub fn split_point(state: &FrameState<'_>, code: &Bound<'_, PyAny>) -> CResult<Option<usize>> {
     let Some(index) = state.pc.checked_sub(1) else {
         return Ok(None);
@@ -77,15 +76,15 @@ pub fn split_point(state: &FrameState<'_>, code: &Bound<'_, PyAny>) -> CResult<O
     let Some(ins) = state.instructions.get(index) else {
         return Ok(None);
     };
-    // The one kind of block re-entered in the resume function: a grad-mode `with`.
-    let outside_blocks = ins
-        .handler
-        .is_none_or(|h| state.grad_mode_handlers.contains(&h.target.index()));
+    // Not inside any block: the generated code runs the instruction with no exception
+    // handler, so an exception it raises inside a `with` or `try` block would skip the
+    // block's cleanup (a grad-mode `with` would leave its mode set; fuzzer, seed 213376).
+    // (Re-entering grad-mode blocks in the generated code, `Rebuild::GradModeExit`, is ready
+    // for when the generated code gets handlers of its own.)
     let splittable = state.is_root
         && continuation(ins).is_some()
-        && outside_blocks
+        && ins.handler.is_none()
         && !in_loop(&state.instructions, index)
-        && code.getattr("co_cellvars")?.len()? == 0
         && code.getattr("co_flags")?.extract::<u32>()? & GENERATOR_FLAGS == 0;
     Ok(splittable.then_some(index))
 }
@@ -98,6 +97,17 @@ const GENERATOR_FLAGS: u32 = 0x20 | 0x80 | 0x100 | 0x200;
 struct Exit {
     target: usize,
     locals: Vec<u32>,
+    /// Every cell variable's slot, and those whose contents are passed (after the locals).
+    cells: Vec<u32>,
+    cell_values: Vec<u32>,
+}
+
+/// The frame's cell variables at the break: every cell's slot, and the slots and values of
+/// those that hold something (passed to the resume function, which makes fresh cells).
+#[derive(Debug, Default)]
+struct Cells {
+    slots: Vec<u32>,
+    values: Vec<(u32, VarId)>,
 }
 
 impl Converter {
@@ -141,15 +151,43 @@ impl Converter {
         let liveness =
             dynamo_bytecode::liveness::liveness(&state.instructions, state.slot_names.len() as u32);
         let varnames = split.code.getattr("co_varnames")?.len()? as u32;
+        // Cell variables (made by the frame's MAKE_CELLs, which the trace ran): passed by
+        // contents, not as locals.
+        let mut cells = Cells::default();
+        let mut cell_slots: Vec<(usize, &Cell)> = state
+            .cells
+            .iter()
+            .map(|(slot, cell)| (*slot, cell))
+            .collect();
+        cell_slots.sort_unstable_by_key(|(slot, _)| *slot);
+        for (slot, cell) in cell_slots {
+            let Cell::Traced(contents) = cell else {
+                continue; // a free variable's real cell: the resume function shares it
+            };
+            cells.slots.push(slot as u32);
+            if let Some(value) = *contents.borrow() {
+                cells.values.push((slot as u32, value));
+            }
+        }
         let exits: Vec<(Exit, usize)> = exits
             .into_iter()
             .map(|(target, pushes)| {
                 let locals = liveness
                     .live_locals(target)
                     .into_iter()
-                    .filter(|&slot| slot < varnames && state.locals[slot as usize].is_some())
+                    .filter(|&slot| {
+                        slot < varnames
+                            && state.locals[slot as usize].is_some()
+                            && !cells.slots.contains(&slot)
+                    })
                     .collect();
-                (Exit { target, locals }, pushes)
+                let exit = Exit {
+                    target,
+                    locals,
+                    cells: cells.slots.clone(),
+                    cell_values: cells.values.iter().map(|(slot, _)| *slot).collect(),
+                };
+                (exit, pushes)
             })
             .collect();
 
@@ -171,6 +209,10 @@ impl Converter {
                     roots.len() - 1
                 });
             }
+        }
+        for &(slot, value) in &cells.values {
+            roots.push(value);
+            local_plan.insert(slot, roots.len() - 1);
         }
         // Grad-mode blocks the trace entered and the break is inside are entered again by
         // the generated code (`Rebuild::GradModeExit`): the graph ends in the mode outside
@@ -294,6 +336,8 @@ impl Converter {
         let layout = ResumeLayout {
             stack_nulls: nulls.to_vec(),
             locals: exit.locals.clone(),
+            cells: exit.cells.clone(),
+            cell_values: exit.cell_values.clone(),
         };
         let resume = resume_code(py, code, state, exit.target, &layout)?;
         gen.emit_instruction(Opcode::PushNull, Operand::None);
@@ -318,7 +362,7 @@ impl Converter {
                 argc += 1;
             }
         }
-        for slot in &exit.locals {
+        for slot in exit.locals.iter().chain(&exit.cell_values) {
             gen.emit_instruction(Opcode::LoadFast, Operand::Local(local_temps[slot]));
             argc += 1;
         }
@@ -388,6 +432,12 @@ fn resume_code<'py>(
             .locals
             .iter()
             .map(|&slot| format!("{prefix}arg_{}", state.slot_names[slot as usize])),
+    );
+    varnames.extend(
+        layout
+            .cell_values
+            .iter()
+            .map(|&slot| format!("{prefix}cell_{}", state.slot_names[slot as usize])),
     );
     varnames.extend(original);
     let number = cache.len()?;

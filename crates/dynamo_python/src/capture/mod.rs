@@ -349,18 +349,8 @@ impl Converter {
         let t = self.lap("inputs", t);
         tracer.stop_at = stop_at;
         let result = match tracer.run(&mut state) {
-            Ok(result) => result,
-            Err(CaptureError::BreakPoint) => {
-                let t = self.lap("translate", t);
-                let entry = Frame {
-                    code: &code,
-                    state: &state,
-                    prologue: &prologue,
-                    f_locals: &f_locals,
-                    converter,
-                };
-                return self.finish_break(py, tracer, entry, t).map(Some);
-            }
+            Ok(result) => Some(result),
+            Err(CaptureError::BreakPoint) => None,
             Err(err) => {
                 if stop_at.is_none() {
                     *split_at = graph_break::split_point(&state, &code)?;
@@ -369,6 +359,16 @@ impl Converter {
             }
         };
         let t = self.lap("translate", t);
+        let frame = Frame {
+            code: &code,
+            state: &state,
+            prologue: &prologue,
+            f_locals: &f_locals,
+            converter,
+        };
+        let Some(result) = result else {
+            return self.finish_break(py, tracer, frame, t).map(Some);
+        };
 
         if tracer.graph.op_count() == 0 {
             return Ok(None); // nothing to compile: run the frame as it is
@@ -385,13 +385,6 @@ impl Converter {
         }
         let new_code = gen.finish(&plans[0])?;
         let t = self.lap("codegen", t);
-        let frame = Frame {
-            code: &code,
-            state: &state,
-            prologue: &prologue,
-            f_locals: &f_locals,
-            converter,
-        };
         let guard = self.build_guard(py, tracer, &graph, &frame)?;
         self.lap("guards", t);
         Ok(Some((guard, new_code)))

@@ -227,12 +227,7 @@ impl<'py> Tracer<'py> {
         for &arg in &args {
             if let VarKind::Object(value) = self.kind(arg) {
                 let value = value.bind(self.py).clone();
-                let safe = self
-                    .py
-                    .import("dynamo_rs._capture")?
-                    .call_method1("operator_safe", (&value,))?
-                    .is_truthy()?;
-                if !safe {
+                if !self.immutable_object(&value)? {
                     return unsupported(format!(
                         "operator {name} on {}",
                         super::ops_call::describe(&value)

@@ -1313,13 +1313,8 @@ impl<'py> Tracer<'py> {
             ),
             VarKind::Const(v) => Arg::Const(v.clone()),
             VarKind::Object(v) => {
-                let value = v.bind(self.py);
-                let safe = self
-                    .py
-                    .import("dynamo_rs._capture")?
-                    .call_method1("operator_safe", (&value,))?
-                    .is_truthy()?;
-                if !safe {
+                let value = v.bind(self.py).clone();
+                if !self.immutable_object(&value)? {
                     return unsupported(format!("{} as a graph argument", describe(&value)));
                 }
                 self.pin_identity(id);

@@ -317,6 +317,16 @@ impl<'py> Tracer<'py> {
         })
     }
 
+    /// Whether an existing object can be used at trace time as a constant — an operand of an
+    /// operator evaluated now, a constant argument of a graph node: it cannot change while
+    /// the guards hold and its operators run no user code (`_capture.operator_safe`).
+    pub fn immutable_object(&self, value: &Bound<'py, PyAny>) -> PyResult<bool> {
+        self.py
+            .import("dynamo_rs._capture")?
+            .call_method1("operator_safe", (value,))?
+            .is_truthy()
+    }
+
     pub fn contains_tensor(&self, id: VarId) -> bool {
         match self.kind(id) {
             VarKind::Tensor { .. } => true,
