@@ -122,7 +122,9 @@ class Comparer:
             if self.pair(a, b, path):
                 self.module(a, b, path)
         elif isinstance(a, types.FunctionType):
-            self.function(a, b, path)
+            # Paired like lists: a function can reach itself through its closure.
+            if self.pair(a, b, path):
+                self.function(a, b, path)
         elif isinstance(a, types.MethodType):
             self.compare(a.__func__, b.__func__, path + ".__func__")
             self.compare(a.__self__, b.__self__, path + ".__self__")
