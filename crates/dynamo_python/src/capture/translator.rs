@@ -573,11 +573,21 @@ impl<'py> Tracer<'py> {
             self.guards.example(source, value);
             return Ok(true);
         }
-        // A transformers `ModelOutput` (an OrderedDict subclass made anew by every forward,
-        // handed to resume functions after graph breaks): the trace reads its fields through
-        // guarded attribute reads, and its dict storage only through Python methods of its
-        // own (`keys()`, `items()` are not evaluated on existing objects), so its type is
-        // what the code depends on, as for a plain instance.
+        // An `OrderedDict` or a transformers `ModelOutput` (an OrderedDict subclass), made anew
+        // by every forward and handed on (to resume functions after graph breaks): the trace
+        // reads its entries only through guarded item reads, `in` and `len` (its `keys()`,
+        // `items()`, iteration are not evaluated on existing objects), and a ModelOutput's
+        // fields through guarded attribute reads, so its type is what the code depends on,
+        // as for a plain instance.
+        let ordered_dict = py.import("collections")?.getattr("OrderedDict")?;
+        if ty.is(&ordered_dict) {
+            self.guards.add(
+                source.clone(),
+                GuardKind::Type(OwnedRef::from_bound(ty.as_any())),
+            );
+            self.guards.example(source, value);
+            return Ok(true);
+        }
         if let Ok(generic) = py
             .import("sys")?
             .getattr("modules")?
