@@ -264,14 +264,6 @@ def log_graph_break(where: str, reason: str) -> None:
     _graph_breaks_log.info("graph break at %s: %s", where, reason)
 
 
-def enter_grad_mode(enabled: bool):
-    """Enters a new `torch.enable_grad()` / `torch.no_grad()` and returns its `__exit__`: a
-    grad-mode `with` block re-entered by the code after a graph break inside it."""
-    context = torch.enable_grad() if enabled else torch.no_grad()
-    context.__enter__()
-    return context.__exit__
-
-
 def _operator_safe_types() -> tuple:
     import enum
     import types

@@ -28,11 +28,6 @@ pub enum Rebuild {
         cls: OwnedRef,
         attrs: Vec<(String, Rebuild)>,
     },
-    /// A grad-mode `with` block entered again at a graph break inside it: a new
-    /// `torch.no_grad()` / `torch.enable_grad()` entered, its `__exit__` pushed.
-    GradModeExit {
-        enabled: bool,
-    },
     /// `base.name` (a bound method on the stack at a graph break).
     Attr {
         base: Box<Rebuild>,
@@ -84,9 +79,7 @@ impl Rebuild {
                 base: Box::new(base.map_outputs(source_of)?),
                 name,
             },
-            other @ (Rebuild::Const(_) | Rebuild::Source(_) | Rebuild::GradModeExit { .. }) => {
-                other
-            }
+            other @ (Rebuild::Const(_) | Rebuild::Source(_)) => other,
         })
     }
 }
@@ -367,16 +360,6 @@ impl<'py> CodeGen<'py> {
                 self.emit(Opcode::BinarySubscr, Operand::None);
             }
             Rebuild::Const(v) => self.load_const(&v.bind(py).clone()),
-            Rebuild::GradModeExit { enabled } => {
-                let enter = py
-                    .import("dynamo_rs._capture")?
-                    .getattr("enter_grad_mode")?;
-                self.emit(Opcode::PushNull, Operand::None);
-                self.load_const(&enter);
-                self.load_const(&pyo3::types::PyBool::new(py, *enabled).to_owned().into_any());
-                self.emit(Opcode::Precall, Operand::Int(1));
-                self.emit(Opcode::Call, Operand::Int(1));
-            }
             Rebuild::Attr { base, name } => {
                 self.rebuild(base, above)?;
                 let i = self.name_index(name);

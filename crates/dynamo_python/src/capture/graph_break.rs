@@ -79,8 +79,6 @@ pub fn split_point(state: &FrameState<'_>, code: &Bound<'_, PyAny>) -> CResult<O
     // Not inside any block: the generated code runs the instruction with no exception
     // handler, so an exception it raises inside a `with` or `try` block would skip the
     // block's cleanup (a grad-mode `with` would leave its mode set; fuzzer, seed 213376).
-    // (Re-entering grad-mode blocks in the generated code, `Rebuild::GradModeExit`, is ready
-    // for when the generated code gets handlers of its own.)
     let splittable = state.is_root
         && continuation(ins).is_some()
         && ins.handler.is_none()
@@ -213,21 +211,6 @@ impl Converter {
         for &(slot, value) in &cells.values {
             roots.push(value);
             local_plan.insert(slot, roots.len() - 1);
-        }
-        // Grad-mode blocks the trace entered and the break is inside are entered again by
-        // the generated code (`Rebuild::GradModeExit`): the graph ends in the mode outside
-        // the outermost of them. (Blocks the frame was given open — a resume function's —
-        // or left are as the trace has them.)
-        let outside = stack.iter().find_map(|&id| match tracer.kind(id) {
-            VarKind::GradModeExit { previous, .. } if tracer.source(id).is_none() => {
-                Some(*previous)
-            }
-            _ => None,
-        });
-        if let Some(mode) = outside {
-            if tracer.grad_enabled != mode {
-                tracer.set_grad_enabled(mode)?;
-            }
         }
         let (plans, graph) = self.compile_graph(py, tracer, split.code, &roots, t)?;
         let t = std::time::Instant::now();

@@ -580,8 +580,7 @@ impl Converter {
         )?;
         let guard = Py::new(py, guard)?;
         if self_check_enabled(py)? {
-            // The frame started in this grad mode; a resume function may leave `with`
-            // blocks it did not enter, so the trace can end in another one.
+            // Checked in the grad mode the frame started in, whatever the trace left.
             if let Some(mode) = tracer.guards.grad_mode {
                 py.import("torch")?
                     .getattr("_C")?
@@ -782,12 +781,6 @@ fn rebuild_plan(
                 Rebuild::Instance { cls, attrs }
             }
         }
-        // The block is entered again for real: the `__exit__` of a new context.
-        VarKind::GradModeExit { enabled, .. } => match tracer.source(id) {
-            // The `__exit__` the frame was given (a resume function's): itself.
-            Some(source) => Rebuild::Source(source),
-            None => Rebuild::GradModeExit { enabled: *enabled },
-        },
         // `receiver.name`, looked up again (what `LOAD_METHOD` did in the original).
         VarKind::Method { receiver, name, .. } => Rebuild::Attr {
             base: Box::new(rebuild_plan(tracer, *receiver, outputs, index, seen)?),

@@ -5,11 +5,7 @@
 
 use pyo3::prelude::*;
 
-use std::rc::Rc;
-
 use super::graph::Op;
-use super::guards::GuardKind;
-use super::source::Source;
 use super::translator::{kind_name, unsupported, CResult, Flow, FrameState, Tracer};
 use super::vars::{VarId, VarKind};
 use crate::eval_frame::owned::OwnedRef;
@@ -31,67 +27,11 @@ impl<'py> Tracer<'py> {
         if let Some(handler) = f.instructions.get(f.pc).and_then(|i| i.handler) {
             f.grad_mode_handlers.insert(handler.target.index());
         }
-        let exit = self.add(VarKind::GradModeExit { enabled, previous }, None);
+        let exit = self.add(VarKind::GradModeExit { previous }, None);
         let entered = self.constant(&self.py.None().into_bound(self.py));
         f.stack.push(exit);
         f.stack.push(entered);
         Ok(Flow::Continue)
-    }
-
-    /// The bound `__exit__` of an entered `torch.no_grad()` / `torch.enable_grad()` read from
-    /// `source` (a resume function gets one for each grad-mode block a graph break was
-    /// inside), as the exit of a traced block: calling it restores the mode it saved. Guarded
-    /// by the context's exact type, the method's function and the saved mode, not by
-    /// identity (each call brings a new context).
-    pub fn wrap_grad_mode_exit(
-        &mut self,
-        value: &Bound<'py, PyAny>,
-        source: &Rc<Source>,
-    ) -> CResult<Option<VarId>> {
-        let py = self.py;
-        if !value.is_exact_instance(&self.h.method_type) {
-            return Ok(None);
-        }
-        let context = value.getattr("__self__")?;
-        let torch = py.import("torch")?;
-        let ty = context.get_type();
-        let enabled = if ty.is(&torch.getattr("no_grad")?) {
-            false
-        } else if ty.is(&torch.getattr("enable_grad")?) {
-            true
-        } else {
-            return Ok(None);
-        };
-        let func = value.getattr("__func__")?;
-        if !func.is(&ty.getattr("__exit__")?) {
-            return Ok(None);
-        }
-        let Ok(previous) = context.getattr("prev") else {
-            return Ok(None); // never entered
-        };
-        let Ok(was) = previous.extract::<bool>() else {
-            return Ok(None);
-        };
-        let context_source = Rc::new(Source::Attr(source.clone(), "__self__".into()));
-        self.guards.add(
-            context_source.clone(),
-            GuardKind::Type(OwnedRef::from_bound(ty.as_any())),
-        );
-        self.guards.add(
-            Rc::new(Source::Attr(source.clone(), "__func__".into())),
-            GuardKind::Id(OwnedRef::from_bound(&func)),
-        );
-        self.guards.add(
-            Rc::new(Source::Attr(context_source, "prev".into())),
-            GuardKind::Equals(OwnedRef::from_bound(&previous)),
-        );
-        Ok(Some(self.add(
-            VarKind::GradModeExit {
-                enabled,
-                previous: was,
-            },
-            Some(source.clone()),
-        )))
     }
 
     /// Records `torch._C._set_grad_enabled(enabled)` and sets it for the rest of the trace.
@@ -120,7 +60,7 @@ impl<'py> Tracer<'py> {
     /// Calling a grad-mode context class or the `__exit__` of an entered one.
     pub fn grad_mode_call(&mut self, callee: VarId) -> CResult<Option<VarId>> {
         match *self.kind(callee) {
-            VarKind::GradModeExit { previous, .. } => {
+            VarKind::GradModeExit { previous } => {
                 self.set_grad_enabled(previous)?;
                 Ok(Some(self.constant(&self.py.None().into_bound(self.py))))
             }

@@ -404,9 +404,6 @@ impl<'py> Tracer<'py> {
             }
         }
         if let Some(s) = &source {
-            if let Some(exit) = self.wrap_grad_mode_exit(value, s)? {
-                return Ok(exit);
-            }
             if let Some(method) = self.wrap_tensor_method(value, s)? {
                 return Ok(method);
             }

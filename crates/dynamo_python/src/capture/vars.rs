@@ -80,10 +80,8 @@ pub enum VarKind {
     GradModeContext {
         enabled: bool,
     },
-    /// The `__exit__` of an entered grad-mode context (which set `enabled`): restores
-    /// `previous`.
+    /// The `__exit__` of an entered grad-mode context: restores `previous`.
     GradModeExit {
-        enabled: bool,
         previous: bool,
     },
 }
