@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import re
 import traceback
 
 import pytest
@@ -38,11 +39,44 @@ def _clone(args):
     return tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
 
 
+class Raised:
+    """What a call that raised left behind: the exception's type and message, the lines of
+    this file its traceback went through, innermost last, and the grad mode after it."""
+
+    def __init__(self, err: BaseException) -> None:
+        self.type = type(err)
+        self.message = str(err)
+        self.lines = [f.lineno for f in traceback.extract_tb(err.__traceback__) if f.filename == __file__]
+        self.grad_mode = torch.is_grad_enabled()
+
+    def check_against(self, eager: Raised) -> None:
+        assert self.type == eager.type
+        # Object addresses aside (pytest's rewritten asserts print bound methods).
+        assert re.sub("0x[0-9a-f]+", "0x", self.message) == re.sub("0x[0-9a-f]+", "0x", eager.message)
+        assert self.grad_mode == eager.grad_mode
+        # Through the user's lines, ending where eager's ends (resume functions add frames
+        # on the same lines).
+        assert set(eager.lines) <= set(self.lines), (self.lines, eager.lines)
+        assert self.lines[-1] == eager.lines[-1]
+
+
 def _run(fn, args):
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        result = fn(*_clone(args))
+        try:
+            result = fn(*_clone(args))
+        except Exception as err:  # compared with eager's below
+            result = Raised(err)
     return result, out.getvalue()
+
+
+def _check(actual, expected) -> None:
+    if isinstance(expected, Raised):
+        assert isinstance(actual, Raised), f"eager raised {expected.type.__name__}, compiled did not"
+        actual.check_against(expected)
+    else:
+        assert not isinstance(actual, Raised), f"compiled raised {getattr(actual, 'type', None)}"
+        torch.testing.assert_close(actual, expected)
 
 
 def run_cases(fn, calls, *, graphs_delta=0):
@@ -52,17 +86,19 @@ def run_cases(fn, calls, *, graphs_delta=0):
     theirs = torch._dynamo.testing.CompileCounter()
     reference = torch.compile(fn, backend=theirs)
     for args in calls:
+        grad_mode = torch.is_grad_enabled()
         expected, expected_out = _run(fn, args)
         actual, actual_out = _run(compiled, args)
-        torch.testing.assert_close(actual, expected)
+        _check(actual, expected)
         assert actual_out == expected_out
+        assert torch.is_grad_enabled() == grad_mode
         _run(reference, args)
     graphs = counter.frame_count
     # Again: every entry (prefix graphs and resume functions) is reused.
     for args in calls:
         expected, _ = _run(fn, args)
         actual, _ = _run(compiled, args)
-        torch.testing.assert_close(actual, expected)
+        _check(actual, expected)
     assert counter.frame_count == graphs, "a second round of the same calls compiled again"
     assert graphs == theirs.frame_count + graphs_delta, (graphs, theirs.frame_count)
     return compiled._dynamo_rs_converter
@@ -343,6 +379,155 @@ def in_try(x):
     finally:
         y = y * 2
     return y
+
+
+def try_except_print(x):
+    y = x.sin()
+    try:
+        print("in try")
+        y = y + 1
+    except ValueError:
+        y = y - 1
+    return y.cos()
+
+
+def _raises_on_positive(v):
+    if v.sum() > 0:
+        raise ValueError("positive")
+    return v
+
+
+def try_except_catches_break(x):
+    y = x.sin()
+    try:
+        y = _raises_on_positive(y) * 2
+    except ValueError:
+        print("caught")
+        y = y - 1
+    return y.cos()
+
+
+def try_except_else(x):
+    y = x * 2
+    try:
+        print("try")
+    except KeyError:
+        y = y * 0
+    else:
+        y = y + 3
+    return y
+
+
+def try_finally_raises(x):
+    y = x * 2
+    try:
+        print("try")
+        _raises_on_positive(y)
+    finally:
+        print("finally")
+    return y
+
+
+def branch_inside_try(x):
+    y = x + 1
+    try:
+        if y.sum() > 0:
+            y = y * 2
+        else:
+            y = y * 3
+    except RuntimeError:
+        y = y * 0
+    return y
+
+
+def no_grad_raises(x):
+    with torch.no_grad():
+        y = x * 2
+        _raises_on_positive(y)
+    return y
+
+
+def no_grad_raise_caught(x):
+    try:
+        with torch.no_grad():
+            y = x * 2
+            _raises_on_positive(y)
+    except ValueError:
+        y = x * 4
+    return y + 1
+
+
+def try_inside_no_grad(x):
+    y = x.sin()
+    with torch.no_grad():
+        try:
+            print("a")
+            y = y + 1
+        except KeyError:
+            pass
+        with torch.enable_grad():
+            print("b")
+            y = y * 2
+    return y
+
+
+def no_grad_in_inlined(x):
+    return _no_grad_block_helper(x) * 2
+
+
+def _no_grad_block_helper(x):
+    with torch.no_grad():
+        y = x + 1
+        print("helper")
+    return y + x
+
+
+def try_around_inlined_break(x):
+    try:
+        y = depth1(x)
+    except ValueError:
+        y = x
+    return y + 1
+
+
+def raise_on_tensor_value(x):
+    y = x.sin()
+    if y.sum() > 100:
+        raise ValueError("too big")
+    return y * 2
+
+
+def error_after_a_break(x):
+    y = x.sin()
+    print("before the error")
+    return y.view(7)
+
+
+def failing_assert_after_break(x):
+    y = x + 1
+    print("checking")
+    assert y.sum() > 1e9, "the sum is too small"
+    return y
+
+
+def user_context_manager(x):
+    with contextlib.nullcontext():
+        y = x + 1
+    return y * 2
+
+
+def iterator_live(x):
+    it = iter([x, x * 2])
+    a = next(it)
+    print("between")
+    return a + next(it)
+
+
+def tolist_in_loop(x):
+    total = x * 0
+    for v in x.tolist():
+        total = total + v
+    return total
 
 
 # --- closures ------------------------------------------------------------------------------
@@ -647,13 +832,32 @@ CASES = {
     "live constants": (live_constants, [(t(3),)], 0),
     "live function": (live_function, [(t(3),)], 0),
     "unbound local at the break": (unbound_local_at_break, [(t(3),), (t(2, 2),)], 0),
-    # Not split inside a `with` block yet (the generated code has no handler to run the
-    # block's cleanup if the instruction raised): the frame runs eagerly.
-    "inside no_grad": (inside_no_grad, [(t(3),)], -2),
-    "inside enable_grad inside no_grad": (inside_enable_grad, [(t(3),)], -2),
+    "inside no_grad": (inside_no_grad, [(t(3),)], 0),
+    "inside enable_grad inside no_grad": (inside_enable_grad, [(t(3),)], 0),
+    "inside no_grad, requires grad": (inside_no_grad, [(t(3).requires_grad_(),)], 0),
+    "try inside no_grad, enable_grad inside": (try_inside_no_grad, [(t(3).requires_grad_(),)], 3),
+    "no_grad block in an inlined function": (no_grad_in_inlined, [(t(3).requires_grad_(),)], 0),
+    "exception out of a no_grad block": (no_grad_raises, [(torch.ones(3),), (-torch.ones(3),)], 0),
+    "exception out of no_grad caught outside": (no_grad_raise_caught, [(torch.ones(3),), (-torch.ones(3),)], 2),
+    # TorchDynamo runs a frame with a break inside a try block eagerly (only the functions it
+    # calls get graphs); we split it: the instruction runs under a handler that hands the
+    # exception to the original `except`/`finally`, and the prefix and the resume functions
+    # get graphs: the positive deltas here and above.
+    "try/except, nothing raised": (try_except_print, [(t(3),)], 2),
+    "try/except catching the call at the break": (try_except_catches_break, [(torch.ones(3),), (-torch.ones(3),)], 2),
+    "try/except/else": (try_except_else, [(t(3),)], 2),
+    "try/finally, raising": (try_finally_raises, [(torch.ones(3),), (-torch.ones(3),)], 1),
+    "branch inside a try block": (branch_inside_try, [(torch.ones(3),), (-torch.ones(3) * 5,)], 1),
+    "try around an inlined break": (try_around_inlined_break, [(t(3),)], 1),
+    "raise on a tensor's value": (raise_on_tensor_value, [(t(3),), (torch.full((3,), 50.0),)], 0),
+    "error in the resume function": (error_after_a_break, [(t(3),)], 0),
+    "failing assert after a break": (failing_assert_after_break, [(t(3),)], 0),
+    "user context manager": (user_context_manager, [(t(3),)], 0),
+    "live iterator": (iterator_live, [(t(3),)], 0),
+    "tolist() in a loop": (tolist_in_loop, [(t(3),)], 0),
     "requires_grad after a break": (requires_grad_after_break, [(t(3).requires_grad_(),)], 0),
     "in a loop": (in_loop, [(t(3),)], 0),
-    "in a try block": (in_try, [(t(3),)], 0),
+    "in a try block": (in_try, [(t(3),)], 1),
     "closure": (with_free_var, [(t(3),)], 0),
     "module forward printing": (module_print, [(t(2, 4),)], 0),
     "module forward branching": (module_branch, [(t(2, 4) * 10,), (t(2, 4) * 0.01,)], 0),

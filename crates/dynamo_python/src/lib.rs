@@ -15,6 +15,7 @@ pub mod api;
 pub mod capture;
 pub mod errors;
 pub mod eval_frame;
+pub mod imports;
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {

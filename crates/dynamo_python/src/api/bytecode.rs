@@ -3,6 +3,7 @@
 //! Jump targets and exception handlers are indices into the list, so an edit that inserts
 //! or removes instructions must renumber them.
 
+use crate::imports::ImportModule;
 use dynamo_bytecode::opcode::raw_info;
 use dynamo_bytecode::{
     assemble as assemble_rs, decode as decode_rs, stack_effect as stack_effect_rs, Decoded,
@@ -143,7 +144,7 @@ fn from_positions(p: PyPositions) -> Positions {
 
 /// `FORMAT_VALUE`'s argument as `dis` shows it: (conversion function or None, has a spec).
 fn format_value_argval(py: Python<'_>, arg: u32) -> PyResult<Py<PyAny>> {
-    let builtins = py.import("builtins")?;
+    let builtins = py.import_module("builtins")?;
     let conversion = match arg & 3 {
         0 => py.None(),
         1 => builtins.getattr("str")?.unbind(),

@@ -2,6 +2,7 @@
 //! `math.*`, `operator.*`, ...): the tracker-aware cases first, then pure builtins
 //! evaluated at trace time on known values.
 
+use crate::imports::ImportModule;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
@@ -26,7 +27,7 @@ impl<'py> Tracer<'py> {
         if is("len") && args.len() == 1 {
             if let Some(cls) = self.instance_class(args[0]) {
                 let len_fn = py
-                    .import("inspect")?
+                    .import_module("inspect")?
                     .call_method1("getattr_static", (&cls, "__len__"))
                     .ok();
                 return match len_fn {

@@ -5,7 +5,8 @@
 
 use std::rc::Rc;
 
-use dynamo_bytecode::{InstrIndex, Instruction, Opcode, Operand, Positions};
+use crate::imports::ImportModule;
+use dynamo_bytecode::{ExceptionHandler, InstrIndex, Instruction, Opcode, Operand, Positions};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
@@ -32,6 +33,12 @@ pub enum Rebuild {
     Attr {
         base: Box<Rebuild>,
         name: String,
+    },
+    /// `types.MethodType(func, receiver)`: a method the trace resolved to `func` (through
+    /// `super()` too, where `receiver.name` would find another).
+    BoundMethod {
+        func: OwnedRef,
+        receiver: Box<Rebuild>,
     },
     /// A transformers `ModelOutput`: `cls(**fields)`.
     ModelOutput {
@@ -79,6 +86,10 @@ impl Rebuild {
                 base: Box::new(base.map_outputs(source_of)?),
                 name,
             },
+            Rebuild::BoundMethod { func, receiver } => Rebuild::BoundMethod {
+                func,
+                receiver: Box::new(receiver.map_outputs(source_of)?),
+            },
             other @ (Rebuild::Const(_) | Rebuild::Source(_)) => other,
         })
     }
@@ -102,7 +113,13 @@ pub struct CodeGen<'py> {
     /// The local holding the graph's output tuple, when it is kept in one (graph breaks);
     /// otherwise the tuple stays on the stack.
     outputs_local: Option<u32>,
+    /// Where an exception raised by the instructions emitted now goes (None: out of the
+    /// frame). A handler whose target is [`PENDING_HANDLER`] is patched later.
+    handler: Option<ExceptionHandler>,
 }
+
+/// The target of a handler whose code is not emitted yet (`CodeGen::patch_handlers_here`).
+const PENDING_HANDLER: InstrIndex = InstrIndex(u32::MAX);
 
 impl std::fmt::Debug for CodeGen<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -153,6 +170,7 @@ impl<'py> CodeGen<'py> {
             temps: Vec::new(),
             varnames,
             outputs_local: None,
+            handler: None,
         })
     }
 
@@ -215,8 +233,35 @@ impl<'py> CodeGen<'py> {
             opcode,
             operand,
             positions: self.positions,
-            handler: None,
+            handler: self.handler,
         });
+    }
+
+    /// Instructions emitted from now on unwind to `depth` (pushing the raising offset if
+    /// `lasti`) and jump to a handler emitted later, at [`CodeGen::patch_handlers_here`].
+    pub fn begin_handled(&mut self, depth: u32, lasti: bool) {
+        self.handler = Some(ExceptionHandler {
+            target: PENDING_HANDLER,
+            depth,
+            lasti,
+        });
+    }
+
+    /// Instructions emitted from now on have no handler.
+    pub fn end_handled(&mut self) {
+        self.handler = None;
+    }
+
+    /// Points the pending handlers at the next instruction to be emitted.
+    pub fn patch_handlers_here(&mut self) {
+        let here = InstrIndex(self.out.len() as u32);
+        for ins in &mut self.out {
+            if let Some(h) = &mut ins.handler {
+                if h.target == PENDING_HANDLER {
+                    h.target = here;
+                }
+            }
+        }
     }
 
     fn const_index(&mut self, value: &Bound<'py, PyAny>) -> u32 {
@@ -323,7 +368,7 @@ impl<'py> CodeGen<'py> {
         //     if inputs is None: inputs = (<source 0>, <source 1>, ...)
         let take = self
             .py
-            .import("dynamo_rs._native")?
+            .import_module("dynamo_rs._native")?
             .getattr("take_graph_inputs")?;
         self.emit(Opcode::PushNull, Operand::None);
         self.load_const(compiled);
@@ -365,6 +410,15 @@ impl<'py> CodeGen<'py> {
                 let i = self.name_index(name);
                 self.emit(Opcode::LoadAttr, Operand::Name(i));
             }
+            Rebuild::BoundMethod { func, receiver } => {
+                let method_type = py.import_module("types")?.getattr("MethodType")?;
+                self.emit(Opcode::PushNull, Operand::None);
+                self.load_const(&method_type);
+                self.load_const(&func.bind(py).clone());
+                self.rebuild(receiver, above + 3)?;
+                self.emit(Opcode::Precall, Operand::Int(2));
+                self.emit(Opcode::Call, Operand::Int(2));
+            }
             Rebuild::Source(s) => self.load_source(s)?,
             Rebuild::Tuple(items) | Rebuild::List(items) => {
                 for (i, item) in items.iter().enumerate() {
@@ -380,7 +434,7 @@ impl<'py> CodeGen<'py> {
             }
             Rebuild::Instance { cls, attrs } => {
                 let new = py
-                    .import("builtins")?
+                    .import_module("builtins")?
                     .getattr("object")?
                     .getattr("__new__")?;
                 self.emit(Opcode::PushNull, Operand::None);

@@ -11,15 +11,23 @@
 //! (`dynamo_bytecode::resume`). The frame hook compiles a resume function when it is called,
 //! like any other frame, so the code after the break gets graphs of its own.
 //!
-//! Not split (the frame runs as it is, as before): instructions inside a `try` or `with`
-//! block (the generated code runs the instruction without the block's exception handler, so
-//! its cleanup would not run if it raised), inside a loop (the
-//! resume function would call itself once per iteration, as TorchDynamo also refuses), and
+//! Inside a `try` or `with` block the generated code runs the instruction under an exception
+//! handler of its own, which unwinds the stack as the original handler would and hands the
+//! exception to a resume function starting at the original handler: the block's `except`,
+//! `finally` or `__exit__` runs there, in the original code, with everything it had. For a
+//! grad-mode `with` block the graph ends in the mode the frame started in (backends expect
+//! graphs that leave it as they found it); the generated code sets the block's mode again
+//! before the instruction, and the block's `__exit__` travels on the stack as a
+//! `GradModeExit`, which the resume function calls where the block ends.
+//!
+//! Not split (the frame runs as it is, as before): instructions inside a loop (the resume
+//! function would call itself once per iteration, as TorchDynamo also refuses), and
 //! generators. Cell variables are passed by contents and get fresh cells in the resume
 //! function (the trace's closures are never materialised, so nothing else holds the cells).
 
 use std::collections::HashMap;
 
+use crate::imports::ImportModule;
 use dynamo_bytecode::resume::{in_loop, resume_instructions, ResumeLayout};
 use dynamo_bytecode::{Instruction, Opcode, Operand};
 use pyo3::prelude::*;
@@ -40,6 +48,9 @@ enum Continuation {
     /// A `POP_JUMP_IF_*` on a value the trace could not decide: the frame resumes at the
     /// next instruction or at `target`, whichever the real value picks.
     Branch { target: usize },
+    /// `RAISE_VARARGS`: the instruction pops `pops` values and never continues (an
+    /// enclosing handler, if any, takes over).
+    Raise { pops: usize },
 }
 
 fn continuation(ins: &Instruction) -> Option<Continuation> {
@@ -59,6 +70,10 @@ fn continuation(ins: &Instruction) -> Option<Continuation> {
         DeleteSubscr | StoreAttr => run(2, 0),
         FormatValue => run(1 + usize::from(arg & 4 != 0), 1),
         BuildString => run(arg, 1),
+        RaiseVarargs => Some(Continuation::Raise { pops: arg }),
+        // A context manager the translator does not follow: entered by the generated code,
+        // the block's body (under its cleanup handler) runs in the resume function.
+        BeforeWith => run(1, 2),
         PopJumpIfFalse | PopJumpIfTrue | PopJumpIfNone | PopJumpIfNotNone => ins
             .jump_target()
             .map(|t| Continuation::Branch { target: t.index() }),
@@ -68,7 +83,7 @@ fn continuation(ins: &Instruction) -> Option<Continuation> {
 
 /// The root instruction a failed trace of `state` can be split at, if any: the one it was
 /// translating, when it is a kind of instruction the generated code can run itself, outside
-/// any `try`/`with` block and any loop, outside generators.
+/// any loop, outside generators.
 pub fn split_point(state: &FrameState<'_>, code: &Bound<'_, PyAny>) -> CResult<Option<usize>> {
     let Some(index) = state.pc.checked_sub(1) else {
         return Ok(None);
@@ -76,16 +91,21 @@ pub fn split_point(state: &FrameState<'_>, code: &Bound<'_, PyAny>) -> CResult<O
     let Some(ins) = state.instructions.get(index) else {
         return Ok(None);
     };
-    // Not inside any block: the generated code runs the instruction with no exception
-    // handler, so an exception it raises inside a `with` or `try` block would skip the
-    // block's cleanup (a grad-mode `with` would leave its mode set; fuzzer, seed 213376).
     let splittable = state.is_root
         && continuation(ins).is_some()
-        && ins.handler.is_none()
         && !in_loop(&state.instructions, index)
         && code.getattr("co_flags")?.extract::<u32>()? & GENERATOR_FLAGS == 0;
     Ok(splittable.then_some(index))
 }
+
+/// The name of every resume function starts with this: the hook compiles them even when
+/// no tensor is among their arguments.
+pub const RESUME_PREFIX: &str = "__resume_at_";
+
+/// The name of a resume function starting at an exception handler starts with this; it runs
+/// as it is (the translator does not follow exception handling, and only the path where the
+/// instruction at the break raised reaches it).
+pub const HANDLER_PREFIX: &str = "__handler_at_";
 
 /// `CO_GENERATOR | CO_COROUTINE | CO_ITERABLE_COROUTINE | CO_ASYNC_GENERATOR`.
 const GENERATOR_FLAGS: u32 = 0x20 | 0x80 | 0x100 | 0x200;
@@ -98,6 +118,18 @@ struct Exit {
     /// Every cell variable's slot, and those whose contents are passed (after the locals).
     cells: Vec<u32>,
     cell_values: Vec<u32>,
+}
+
+impl Exit {
+    /// What the resume function for this exit receives, with the stack laid out as `nulls`.
+    fn layout(&self, nulls: &[bool]) -> ResumeLayout {
+        ResumeLayout {
+            stack_nulls: nulls.to_vec(),
+            locals: self.locals.clone(),
+            cells: self.cells.clone(),
+            cell_values: self.cell_values.clone(),
+        }
+    }
 }
 
 /// The frame's cell variables at the break: every cell's slot, and the slots and values of
@@ -139,6 +171,12 @@ impl Converter {
                 let kept = stack.len() - pops;
                 (kept, vec![(index + 1, pushes)])
             }
+            Continuation::Raise { pops } => {
+                if stack.len() < pops {
+                    return unsupported("internal: stack underflow at a graph break");
+                }
+                (stack.len() - pops, Vec::new())
+            }
             Continuation::Branch { target } => {
                 if stack.is_empty() {
                     return unsupported("internal: a branch on an empty stack");
@@ -167,27 +205,32 @@ impl Converter {
                 cells.values.push((slot as u32, value));
             }
         }
+        let exit_to = |target: usize| Exit {
+            target,
+            locals: liveness
+                .live_locals(target)
+                .into_iter()
+                .filter(|&slot| {
+                    slot < varnames
+                        && state.locals[slot as usize].is_some()
+                        && !cells.slots.contains(&slot)
+                })
+                .collect(),
+            cells: cells.slots.clone(),
+            cell_values: cells.values.iter().map(|(slot, _)| *slot).collect(),
+        };
         let exits: Vec<(Exit, usize)> = exits
             .into_iter()
-            .map(|(target, pushes)| {
-                let locals = liveness
-                    .live_locals(target)
-                    .into_iter()
-                    .filter(|&slot| {
-                        slot < varnames
-                            && state.locals[slot as usize].is_some()
-                            && !cells.slots.contains(&slot)
-                    })
-                    .collect();
-                let exit = Exit {
-                    target,
-                    locals,
-                    cells: cells.slots.clone(),
-                    cell_values: cells.values.iter().map(|(slot, _)| *slot).collect(),
-                };
-                (exit, pushes)
-            })
+            .map(|(target, pushes)| (exit_to(target), pushes))
             .collect();
+        // Inside a try or with block: where an exception from the instruction goes.
+        let handler = match ins.handler {
+            Some(h) if h.depth as usize > kept => {
+                return unsupported("internal: a handler deeper than the stack at a graph break")
+            }
+            Some(h) => Some((h, exit_to(h.target.index()))),
+            None => None,
+        };
 
         // What the generated code rebuilds: every non-NULL stack value, then every local some
         // exit passes on. One plan set, so a list reached twice is refused (it would become
@@ -200,7 +243,11 @@ impl Converter {
             .collect();
         let stack_roots = roots.len();
         let mut local_plan: HashMap<u32, usize> = HashMap::new();
-        for (exit, _) in &exits {
+        let every_exit = exits
+            .iter()
+            .map(|(exit, _)| exit)
+            .chain(handler.as_ref().map(|(_, exit)| exit));
+        for exit in every_exit {
             for &slot in &exit.locals {
                 local_plan.entry(slot).or_insert_with(|| {
                     roots.push(state.locals[slot as usize].expect("bound"));
@@ -211,6 +258,13 @@ impl Converter {
         for &(slot, value) in &cells.values {
             roots.push(value);
             local_plan.insert(slot, roots.len() - 1);
+        }
+        // The graph leaves grad mode as the frame found it; the generated code sets the mode
+        // of the blocks the break is in again before the instruction.
+        let entry_grad_mode = tracer.guards.grad_mode.unwrap_or(true);
+        let break_grad_mode = tracer.grad_enabled;
+        if break_grad_mode != entry_grad_mode {
+            tracer.set_grad_enabled(entry_grad_mode)?;
         }
         let (plans, graph) = self.compile_graph(py, tracer, split.code, &roots, t)?;
         let t = std::time::Instant::now();
@@ -247,6 +301,22 @@ impl Converter {
         for (source, name, value) in &graph.replays {
             gen.replay_store(source, name, value.as_ref())?;
         }
+        if break_grad_mode != entry_grad_mode {
+            let setter = py
+                .import_module("torch")?
+                .getattr("_C")?
+                .getattr("_set_grad_enabled")?;
+            gen.emit_instruction(Opcode::PushNull, Operand::None);
+            gen.load_const(&setter);
+            gen.load_const(pyo3::types::PyBool::new(py, break_grad_mode).as_any());
+            gen.emit_instruction(Opcode::Precall, Operand::Int(1));
+            gen.emit_instruction(Opcode::Call, Operand::Int(1));
+            gen.emit_instruction(Opcode::PopTop, Operand::None);
+        }
+        if let Some((h, _)) = &handler {
+            // The stack is the original's, so the original handler's depth is right here.
+            gen.begin_handled(h.depth, false);
+        }
         let kept_nulls: Vec<bool> = nulls[..kept].to_vec();
         match continuation {
             Continuation::Run { .. } => {
@@ -257,14 +327,20 @@ impl Converter {
                     gen.emit_instruction(Opcode::Precall, ins.operand);
                 }
                 gen.emit_instruction(ins.opcode, ins.operand);
+                gen.end_handled();
                 let (exit, pushes) = &exits[0];
                 let mut nulls = kept_nulls.clone();
                 nulls.extend(std::iter::repeat_n(false, *pushes));
                 self.call_resume(py, &mut gen, split.code, state, exit, &nulls, &local_temps)?;
             }
+            Continuation::Raise { .. } => {
+                gen.emit_instruction(ins.opcode, ins.operand);
+                gen.end_handled();
+            }
             Continuation::Branch { .. } => {
                 let jump = gen.next_index();
                 gen.emit_instruction(ins.opcode, Operand::Jump(dynamo_bytecode::InstrIndex(0)));
+                gen.end_handled();
                 let (fallthrough, _) = &exits[0];
                 self.call_resume(
                     py,
@@ -287,6 +363,25 @@ impl Converter {
                     &local_temps,
                 )?;
             }
+        }
+        if let Some((h, exit)) = &handler {
+            // The exception on top of the stack, unwound to the handler's depth; the resume
+            // function starts at the original handler with the same stack, plus the offset of
+            // the raising instruction if the handler takes one (a `with` block's cleanup
+            // re-raises from there: the traceback's line) — its offset in the resume code.
+            gen.patch_handlers_here();
+            let exception = gen.temp("___exception");
+            gen.emit_instruction(Opcode::StoreFast, Operand::Local(exception));
+            let mut nulls = nulls[..h.depth as usize].to_vec();
+            if h.lasti {
+                nulls.push(false);
+                let layout = exit.layout(&nulls);
+                let lasti = resume_offset(state, h.target.index(), &layout, index, split.code)?;
+                gen.load_const((lasti as i64).into_pyobject(py)?.as_any());
+            }
+            nulls.push(false);
+            gen.emit_instruction(Opcode::LoadFast, Operand::Local(exception));
+            self.call_resume(py, &mut gen, split.code, state, exit, &nulls, &local_temps)?;
         }
         let new_code = gen.assemble()?;
         let t = self.lap("codegen", t);
@@ -316,12 +411,7 @@ impl Converter {
             stack_temps.push(temp);
         }
         stack_temps.reverse();
-        let layout = ResumeLayout {
-            stack_nulls: nulls.to_vec(),
-            locals: exit.locals.clone(),
-            cells: exit.cells.clone(),
-            cell_values: exit.cell_values.clone(),
-        };
+        let layout = exit.layout(nulls);
         let resume = resume_code(py, code, state, exit.target, &layout)?;
         gen.emit_instruction(Opcode::PushNull, Operand::None);
         let free_vars: Vec<String> = code.getattr("co_freevars")?.extract()?;
@@ -356,6 +446,37 @@ impl Converter {
     }
 }
 
+/// The offset (in code units, as `f_lasti` counts them) that instruction `index` of the
+/// original has in the resume function at `target` with `layout`, whose body is the whole
+/// original.
+fn resume_offset(
+    state: &FrameState<'_>,
+    target: usize,
+    layout: &ResumeLayout,
+    index: usize,
+    code: &Bound<'_, PyAny>,
+) -> CResult<u32> {
+    let prologue_len = prologue_len(state)?;
+    let free_vars = code.getattr("co_freevars")?.len()? as u32;
+    let instructions =
+        resume_instructions(&state.instructions, prologue_len, target, layout, free_vars)
+            .map_err(|e| CaptureError::Unsupported(format!("internal: resume function: {e}")))?;
+    let body_start = instructions.len() - (state.instructions.len() - prologue_len);
+    let offsets = dynamo_bytecode::byte_offsets(&instructions)
+        .map_err(|e| CaptureError::Unsupported(format!("internal: resume function: {e}")))?;
+    Ok(offsets[index - prologue_len + body_start] / 2)
+}
+
+/// The length of the prologue of the frame's code (through its `RESUME`).
+fn prologue_len(state: &FrameState<'_>) -> CResult<usize> {
+    state
+        .instructions
+        .iter()
+        .position(|i| i.opcode == Opcode::Resume)
+        .map(|i| i + 1)
+        .ok_or_else(|| CaptureError::Unsupported("code without RESUME".into()))
+}
+
 /// The code object of the resume function for `code` at `target` with `layout`, made once
 /// and reused (by later compiles of the same frame too, so the resume function's own cache
 /// entries accumulate on one code object).
@@ -367,7 +488,7 @@ fn resume_code<'py>(
     layout: &ResumeLayout,
 ) -> CResult<Bound<'py, PyAny>> {
     let cache = py
-        .import("dynamo_rs._capture")?
+        .import_module("dynamo_rs._capture")?
         .getattr("RESUME_CODES")?
         .call_method1("setdefault", (code, PyDict::new(py)))?;
     let key = (
@@ -383,12 +504,7 @@ fn resume_code<'py>(
     {
         return Ok(found);
     }
-    let prologue_len = state
-        .instructions
-        .iter()
-        .position(|i| i.opcode == Opcode::Resume)
-        .map(|i| i + 1)
-        .ok_or_else(|| CaptureError::Unsupported("code without RESUME".into()))?;
+    let prologue_len = prologue_len(state)?;
     let free_vars = code.getattr("co_freevars")?.len()? as u32;
     let instructions =
         resume_instructions(&state.instructions, prologue_len, target, layout, free_vars)
@@ -424,7 +540,13 @@ fn resume_code<'py>(
     );
     varnames.extend(original);
     let number = cache.len()?;
-    let name = format!("__resume_at_{}_{number}", offsets[target]);
+    // A resume function starting at an exception handler runs as it is (`HANDLER_PREFIX`).
+    let kind = if state.instructions[target].opcode == Opcode::PushExcInfo {
+        HANDLER_PREFIX
+    } else {
+        RESUME_PREFIX
+    };
+    let name = format!("{kind}{}_{number}", offsets[target]);
     let qualname = format!("{}.{name}", code.getattr("co_qualname")?);
     let kwargs = PyDict::new(py);
     kwargs.set_item("co_argcount", layout.arg_count())?;

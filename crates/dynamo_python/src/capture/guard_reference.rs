@@ -12,6 +12,7 @@
 
 use std::rc::Rc;
 
+use crate::imports::ImportModule;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 
@@ -106,7 +107,7 @@ fn path_of(py: Python<'_>, source: &Source, out: &mut Vec<Hop>) -> PyResult<()> 
 
 fn dispatch_keys(py: Python<'_>, tensor: &Bound<'_, PyAny>) -> PyResult<String> {
     let keys = py
-        .import("torch")?
+        .import_module("torch")?
         .getattr("_C")?
         .getattr("_dispatch_keys")?
         .call1((tensor,))?;
@@ -295,7 +296,7 @@ impl ReferenceGuard {
         }
         if let Some(mode) = self.grad_mode {
             let now: bool = py
-                .import("torch")?
+                .import_module("torch")?
                 .call_method0("is_grad_enabled")?
                 .extract()?;
             if now != mode {

@@ -5,6 +5,7 @@
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicU64, AtomicUsize};
 
+use crate::imports::ImportModule;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString, PyTuple};
 
@@ -210,7 +211,7 @@ impl TensorGroup {
             metas.iter().map(|m| m.stride.clone()).collect::<Vec<_>>(),
         )?;
         let checker = py
-            .import("torch._C._dynamo.guards")?
+            .import_module("torch._C._dynamo.guards")?
             .getattr("TensorGuards")?
             .call(PyTuple::new(py, &tensors)?, Some(&kwargs))?;
         Ok(TensorGroup {
@@ -424,7 +425,7 @@ fn is_module_lookup(ty: &Bound<'_, pyo3::types::PyType>) -> bool {
             .and_then(|d| d.get_item("__getattribute__"))
             .ok()?;
         let module_getattr = py
-            .import("torch.nn")
+            .import_module("torch.nn")
             .and_then(|nn| nn.getattr("Module"))
             .and_then(|m| m.getattr("__dict__"))
             .and_then(|d| d.get_item("__getattr__"))

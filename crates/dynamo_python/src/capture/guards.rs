@@ -11,6 +11,7 @@ use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 use std::sync::atomic::Ordering::Relaxed;
 
+use crate::imports::ImportModule;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString, PyTuple};
 
@@ -409,7 +410,7 @@ impl NativeGuard {
         // Attributes of objects known by identity (modules, mostly) that live in the
         // instance dict are read from it directly (see `Access::InstanceAttr`).
         let plain = py
-            .import("dynamo_rs._capture")?
+            .import_module("dynamo_rs._capture")?
             .getattr("plain_instance_attribute")?;
         for index in 0..steps.len() {
             let Access::Attr(parent, name) = &steps[index].access else {
@@ -470,7 +471,7 @@ impl NativeGuard {
             },
             mutates_in_place: set.mutates_in_place,
             len_torch_function_stack: OwnedRef::from_bound(
-                &py.import("torch")?
+                &py.import_module("torch")?
                     .getattr("_C")?
                     .getattr("_len_torch_function_stack")?,
             ),
@@ -566,7 +567,7 @@ impl NativeGuard {
                 }
             }
             let modes: usize = py
-                .import("torch")?
+                .import_module("torch")?
                 .getattr("_C")?
                 .call_method0("_len_torch_function_stack")?
                 .extract()?;

@@ -1,5 +1,6 @@
 //! Handles to the Python objects the translator uses, looked up once per compiled frame.
 
+use crate::imports::ImportModule;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
@@ -40,10 +41,10 @@ pub struct Helpers<'py> {
 
 impl<'py> Helpers<'py> {
     pub fn load(py: Python<'py>) -> PyResult<Helpers<'py>> {
-        let capture = py.import("dynamo_rs._capture")?;
-        let torch = py.import("torch")?;
-        let builtins = py.import("builtins")?;
-        let types = py.import("types")?;
+        let capture = py.import_module("dynamo_rs._capture")?;
+        let torch = py.import_module("torch")?;
+        let builtins = py.import_module("builtins")?;
+        let types = py.import_module("types")?;
         let constant_types = pyo3::types::PyTuple::new(
             py,
             [
@@ -68,12 +69,12 @@ impl<'py> Helpers<'py> {
         )?
         .into_any();
         let mut is_compiling = vec![torch.getattr("compiler")?.getattr("is_compiling")?];
-        if let Ok(dynamo) = py.import("torch._dynamo") {
+        if let Ok(dynamo) = py.import_module("torch._dynamo") {
             if let Ok(f) = dynamo.getattr("is_compiling") {
                 is_compiling.push(f);
             }
         }
-        if let Ok(utils) = py.import("torch._dynamo.external_utils") {
+        if let Ok(utils) = py.import_module("torch._dynamo.external_utils") {
             if let Ok(f) = utils.getattr("is_compiling") {
                 is_compiling.push(f);
             }
@@ -82,7 +83,7 @@ impl<'py> Helpers<'py> {
         let module_sequences =
             pyo3::types::PyTuple::new(py, [nn.getattr("Sequential")?, nn.getattr("ModuleList")?])?
                 .into_any();
-        let overrides = py.import("torch.overrides")?;
+        let overrides = py.import_module("torch.overrides")?;
         let mut always_false = Vec::new();
         for name in [
             "has_torch_function",
@@ -111,7 +112,7 @@ impl<'py> Helpers<'py> {
             ("torch.jit._trace", "is_tracing"),
             ("torch._jit_internal", "is_scripting"),
         ] {
-            if let Ok(f) = py.import(module).and_then(|m| m.getattr(name)) {
+            if let Ok(f) = py.import_module(module).and_then(|m| m.getattr(name)) {
                 always_false.push(f);
             }
         }
@@ -136,7 +137,7 @@ impl<'py> Helpers<'py> {
             dict_type: builtins.getattr("dict")?,
             function_type: types.getattr("FunctionType")?,
             method_type: types.getattr("MethodType")?,
-            operator: py.import("operator")?.into_any(),
+            operator: py.import_module("operator")?.into_any(),
             builtins: builtins.into_any(),
             torch: torch.into_any(),
             constant_types,

@@ -3,6 +3,7 @@
 
 use std::rc::Rc;
 
+use crate::imports::ImportModule;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
@@ -84,10 +85,10 @@ impl<'py> Tracer<'py> {
         cls: &Bound<'py, PyAny>,
     ) -> CResult<Option<Vec<VarId>>> {
         let py = self.py;
-        let inspect = py.import("inspect")?;
+        let inspect = py.import_module("inspect")?;
         let static_attr = |name: &str| inspect.call_method1("getattr_static", (cls, name)).ok();
         let sequence_iter = py
-            .import("collections.abc")?
+            .import_module("collections.abc")?
             .getattr("Sequence")?
             .getattr("__iter__")?;
         let (Some(len_fn), Some(getitem_fn)) = (static_attr("__len__"), static_attr("__getitem__"))

@@ -35,6 +35,7 @@ pub mod vars;
 use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
+use crate::imports::ImportModule;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
@@ -153,13 +154,13 @@ impl Converter {
         if cache_size > 0 {
             // Every entry failed: say why (the `dynamo_rs.recompiles` log, the cache-limit
             // warning).
-            py.import("dynamo_rs._capture")?
+            py.import_module("dynamo_rs._capture")?
                 .call_method1("log_recompile", (frame,))?;
         }
         let start = std::time::Instant::now();
-        let grad_enabled = py.import("torch")?.call_method0("is_grad_enabled")?;
+        let grad_enabled = py.import_module("torch")?.call_method0("is_grad_enabled")?;
         if py
-            .import("torch")?
+            .import_module("torch")?
             .getattr("_C")?
             .call_method0("_len_torch_function_stack")?
             .extract::<usize>()?
@@ -174,7 +175,7 @@ impl Converter {
             let mut tracer = Tracer::new(py, Helpers::load(py)?)?;
             // The global state the trace sees, taken before tracing changes anything.
             let global_state = py
-                .import("torch._C._dynamo.guards")?
+                .import_module("torch._C._dynamo.guards")?
                 .getattr("GlobalStateGuard")?
                 .call0()?;
             tracer.guards.global_state = Some(OwnedRef::from_bound(&global_state));
@@ -182,7 +183,7 @@ impl Converter {
         };
         // Grad-mode blocks flip the real mode while tracing; put it back whatever happened.
         let restore_grad_mode = || -> PyResult<()> {
-            py.import("torch")?
+            py.import_module("torch")?
                 .getattr("_C")?
                 .call_method1("_set_grad_enabled", (&grad_enabled,))?;
             Ok(())
@@ -203,7 +204,7 @@ impl Converter {
             match split {
                 Ok(Some(entry)) => {
                     this.stats().breaks.push((where_.clone(), reason.clone()));
-                    py.import("dynamo_rs._capture")?
+                    py.import_module("dynamo_rs._capture")?
                         .call_method1("log_graph_break", (&where_, reason))?;
                     converted = Ok(Some(entry));
                 }
@@ -220,7 +221,7 @@ impl Converter {
                         CaptureError::Python(err) => format!("internal error: {}", err.value(py)),
                         CaptureError::BreakPoint => "internal: stopped twice".into(),
                     };
-                    py.import("dynamo_rs._capture")?.call_method1(
+                    py.import_module("dynamo_rs._capture")?.call_method1(
                         "log_graph_break",
                         (&where_, format!("{reason}; not split: {why}")),
                     )?;
@@ -265,7 +266,7 @@ impl Converter {
                 }
                 this.stats().failures.push((where_, message.clone()));
                 let logger = py
-                    .import("logging")?
+                    .import_module("logging")?
                     .call_method1("getLogger", ("dynamo_rs",))?;
                 logger.call_method1(
                     "warning",
@@ -337,11 +338,9 @@ impl Converter {
         // A frame with no tensor among its inputs runs as it is (most are plain Python
         // helpers called by code that runs eagerly), except a resume function: the rest of a
         // frame split at a graph break, which may make tensors from the values it gets.
-        let is_resume = code
-            .getattr("co_name")?
-            .extract::<String>()?
-            .starts_with("__resume_at_");
-        if !any_tensor && !is_resume {
+        let name = code.getattr("co_name")?.extract::<String>()?;
+        let is_resume = name.starts_with(graph_break::RESUME_PREFIX);
+        if (!any_tensor && !is_resume) || name.starts_with(graph_break::HANDLER_PREFIX) {
             return Ok(None);
         }
         let slot_names = state.slot_names.clone();
@@ -481,7 +480,7 @@ impl Converter {
         // Drop grad-mode switches that change nothing (nothing refers to a switch's result)
         // and unused items of tuple results, then export and compile.
         let setter = py
-            .import("torch")?
+            .import_module("torch")?
             .getattr("_C")?
             .getattr("_set_grad_enabled")?;
         let getitem = h.operator.getattr("getitem")?;
@@ -582,7 +581,7 @@ impl Converter {
         if self_check_enabled(py)? {
             // Checked in the grad mode the frame started in, whatever the trace left.
             if let Some(mode) = tracer.guards.grad_mode {
-                py.import("torch")?
+                py.import_module("torch")?
                     .getattr("_C")?
                     .call_method1("_set_grad_enabled", (mode,))?;
             }
@@ -662,7 +661,7 @@ fn ops_arith_in_place(name: &str) -> bool {
 
 /// Whether `dynamo_rs.config.guard_self_check` is on.
 fn self_check_enabled(py: Python<'_>) -> PyResult<bool> {
-    py.import("dynamo_rs.config")?
+    py.import_module("dynamo_rs.config")?
         .getattr("guard_self_check")?
         .is_truthy()
 }
@@ -781,11 +780,39 @@ fn rebuild_plan(
                 Rebuild::Instance { cls, attrs }
             }
         }
-        // `receiver.name`, looked up again (what `LOAD_METHOD` did in the original).
-        VarKind::Method { receiver, name, .. } => Rebuild::Attr {
-            base: Box::new(rebuild_plan(tracer, *receiver, outputs, index, seen)?),
-            name: name.clone(),
+        // The function the trace resolved, bound to the receiver: `receiver.name` could
+        // find another (the method was reached through `super()`).
+        VarKind::Method {
+            receiver,
+            func: Some(func),
+            ..
+        } => Rebuild::BoundMethod {
+            func: func.clone(),
+            receiver: Box::new(rebuild_plan(tracer, *receiver, outputs, index, seen)?),
         },
+        // A tensor's or container's own method: `receiver.name`, looked up again (what
+        // `LOAD_METHOD` did in the original), unless the receiver's class overrides it in
+        // Python (then the trace reached the builtin through `super()`).
+        VarKind::Method {
+            receiver,
+            name,
+            func: None,
+        } => {
+            if let Some(real) = tracer.real(*receiver) {
+                let found = real.get_type().getattr(name.as_str());
+                if found.is_ok_and(|f| f.is_instance_of::<pyo3::types::PyFunction>()) {
+                    return unsupported(format!("super().{name} on the stack at a graph break"));
+                }
+            }
+            Rebuild::Attr {
+                base: Box::new(rebuild_plan(tracer, *receiver, outputs, index, seen)?),
+                name: name.clone(),
+            }
+        }
+        // Only on the stack at a graph break inside the block: the resume function's.
+        VarKind::GradModeExit { previous } => Rebuild::Const(OwnedRef::from_bound(
+            ops_with::GradModeExit::get(py, *previous)?.as_any(),
+        )),
         other => return unsupported(format!("returning {}", translator::kind_name(other))),
     })
 }
@@ -852,6 +879,7 @@ fn arg_to_python<'py>(py: Python<'py>, h: &Helpers<'py>, arg: &Arg) -> PyResult<
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Converter>()?;
     m.add_class::<NativeGuard>()?;
+    m.add_class::<ops_with::GradModeExit>()?;
     m.add_function(wrap_pyfunction!(guards::take_graph_inputs, m)?)?;
     Ok(())
 }

@@ -2,6 +2,7 @@
 //! `DICT_UPDATE`/`MERGE`, `UNPACK_SEQUENCE`/`EX`, and string formatting of known values.
 //! Containers built in the trace are trackers of trackers, so they may hold tensors.
 
+use crate::imports::ImportModule;
 use pyo3::prelude::*;
 use pyo3::types::{PySlice, PyString};
 
@@ -71,7 +72,7 @@ impl<'py> Tracer<'py> {
             .collect::<CResult<Vec<_>>>()?;
         let py = self.py;
         let slice = py
-            .import("builtins")?
+            .import_module("builtins")?
             .getattr("slice")?
             .call1(pyo3::types::PyTuple::new(py, values)?)?;
         let _ = PySlice::new(py, 0, 0, 1);
@@ -106,14 +107,20 @@ impl<'py> Tracer<'py> {
         v = match flags & 0x03 {
             1 => v.str()?.into_any(),
             2 => v.repr()?.into_any(),
-            3 => py.import("builtins")?.getattr("ascii")?.call1((v,))?,
+            3 => py
+                .import_module("builtins")?
+                .getattr("ascii")?
+                .call1((v,))?,
             _ => v,
         };
         let spec = match spec {
             Some(s) => self.python_value(s)?,
             None => PyString::new(py, "").into_any(),
         };
-        let formatted = py.import("builtins")?.getattr("format")?.call1((v, spec))?;
+        let formatted = py
+            .import_module("builtins")?
+            .getattr("format")?
+            .call1((v, spec))?;
         let id = self.constant(&formatted);
         f.stack.push(id);
         Ok(Flow::Continue)

@@ -11,6 +11,7 @@
 
 use std::rc::Rc;
 
+use crate::imports::ImportModule;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
@@ -122,7 +123,7 @@ impl<'py> Tracer<'py> {
         if level != 0 {
             return unsupported(format!("a relative import of {name}"));
         }
-        let modules = self.py.import("sys")?.getattr("modules")?;
+        let modules = self.py.import_module("sys")?.getattr("modules")?;
         if !modules.contains(&name)? {
             return unsupported(format!("importing {name}, which is not loaded yet"));
         }
@@ -413,7 +414,7 @@ impl<'py> Tracer<'py> {
                 return unsupported(format!("a call of {} with {hooks}", describe(module)));
             }
         }
-        let globals = self.py.import("torch.nn.modules.module")?;
+        let globals = self.py.import_module("torch.nn.modules.module")?;
         for hooks in [
             "_global_forward_hooks",
             "_global_forward_pre_hooks",
@@ -827,7 +828,7 @@ impl<'py> Tracer<'py> {
         }
         let owned = self.source(receiver).is_none();
         let none = || py.None().into_bound(py);
-        let environ = py.import("os")?.getattr("environ")?;
+        let environ = py.import_module("os")?.getattr("environ")?;
         if matches!(self.kind(receiver), VarKind::Object(o) if o.bind(py).is(&environ)) {
             return self.environ_lookup(receiver, &environ, name, &args);
         }
@@ -1327,7 +1328,7 @@ impl<'py> Tracer<'py> {
 
 /// Whether `cls` is a transformers `ModelOutput` subclass (only if transformers is loaded).
 fn is_model_output_class(py: Python<'_>, cls: &Bound<'_, PyAny>) -> PyResult<bool> {
-    let modules = py.import("sys")?.getattr("modules")?;
+    let modules = py.import_module("sys")?.getattr("modules")?;
     let Ok(generic) = modules.get_item("transformers.utils.generic") else {
         return Ok(false);
     };
@@ -1337,7 +1338,7 @@ fn is_model_output_class(py: Python<'_>, cls: &Bound<'_, PyAny>) -> PyResult<boo
     Ok(cls.is_instance_of::<pyo3::types::PyType>()
         && !cls.is(&model_output)
         && py
-            .import("builtins")?
+            .import_module("builtins")?
             .getattr("issubclass")?
             .call1((cls, model_output))?
             .is_truthy()?)

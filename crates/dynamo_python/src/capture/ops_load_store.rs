@@ -4,6 +4,7 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
+use crate::imports::ImportModule;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
@@ -192,7 +193,7 @@ impl<'py> Tracer<'py> {
                     return Ok(self.method(obj, name, None));
                 }
                 // `os.environ`'s lookups are answered with guards (see `environ_lookup`).
-                if value.is(&py.import("os")?.getattr("environ")?) {
+                if value.is(&py.import_module("os")?.getattr("environ")?) {
                     return Ok(self.method(obj, name, None));
                 }
                 // A Python method keeps its tracked receiver; its code comes from the class,
@@ -241,7 +242,7 @@ impl<'py> Tracer<'py> {
                 // getter is inlined instead and what it reads is guarded.
                 if !h_is_simple(&self.h, &attr)? {
                     let static_attr = py
-                        .import("inspect")?
+                        .import_module("inspect")?
                         .call_method1("getattr_static", (value.get_type(), name))
                         .ok();
                     if let Some(prop) = static_attr.filter(|p| {
@@ -329,7 +330,7 @@ impl<'py> Tracer<'py> {
                                 None,
                             ));
                         }
-                        let object = py.import("builtins")?.getattr("object")?;
+                        let object = py.import_module("builtins")?.getattr("object")?;
                         if klass.is(&object) && name == "__init__" {
                             // object.__init__() with no arguments: a no-op.
                             let noop = py.eval(c"lambda self: None", None, None)?;
@@ -367,7 +368,7 @@ impl<'py> Tracer<'py> {
                     }
                 }
                 let sup = py
-                    .import("builtins")?
+                    .import_module("builtins")?
                     .getattr("super")?
                     .call1((&cls, &real_receiver))?;
                 let attr = match sup.getattr(name) {

@@ -3,6 +3,7 @@
 //! attribute stores on objects that existed before the call, which the transformed code
 //! replays after the graph (side effects).
 
+use crate::imports::ImportModule;
 use pyo3::prelude::*;
 use pyo3::types::PyType;
 
@@ -65,7 +66,7 @@ impl<'py> Tracer<'py> {
         };
         // Only plain attribute stores can be replayed as they are.
         let object_setattr = py
-            .import("builtins")?
+            .import_module("builtins")?
             .getattr("object")?
             .getattr("__setattr__")?;
         if !real.get_type().getattr("__setattr__")?.is(&object_setattr)
@@ -156,12 +157,12 @@ impl<'py> Tracer<'py> {
         let Ok(cls) = cls.cast::<PyType>() else {
             return Ok(false);
         };
-        let builtins = py.import("builtins")?;
+        let builtins = py.import_module("builtins")?;
         let object = builtins.getattr("object")?;
         // `type` or `abc.ABCMeta` (whose instances are made by object.__new__ as well).
         let metaclass = cls.get_type();
         if !metaclass.is(&builtins.getattr("type")?)
-            && !metaclass.is(&py.import("abc")?.getattr("ABCMeta")?)
+            && !metaclass.is(&py.import_module("abc")?.getattr("ABCMeta")?)
         {
             return Ok(false);
         }
@@ -224,7 +225,7 @@ impl<'py> Tracer<'py> {
         self.guard_class(cls, "__init__")?;
         let init = cls.getattr("__init__")?;
         let object_init = py
-            .import("builtins")?
+            .import_module("builtins")?
             .getattr("object")?
             .getattr("__init__")?;
         if init.is(&object_init) {
@@ -259,7 +260,9 @@ impl<'py> Tracer<'py> {
         kwargs: Vec<(String, VarId)>,
     ) -> CResult<VarId> {
         let py = self.py;
-        let fields = py.import("dataclasses")?.call_method1("fields", (cls,))?;
+        let fields = py
+            .import_module("dataclasses")?
+            .call_method1("fields", (cls,))?;
         let mut attrs: Vec<(String, VarId)> = Vec::new();
         for (i, field) in fields.try_iter()?.enumerate() {
             let field = field?;
@@ -269,7 +272,7 @@ impl<'py> Tracer<'py> {
                 (None, Some((_, v))) => *v,
                 (None, None) => {
                     let default = field.getattr("default")?;
-                    let missing = py.import("dataclasses")?.getattr("MISSING")?;
+                    let missing = py.import_module("dataclasses")?.getattr("MISSING")?;
                     if default.is(&missing) {
                         return unsupported(format!("ModelOutput field {name} without a value"));
                     }
@@ -333,7 +336,7 @@ impl<'py> Tracer<'py> {
             return self.wrap(&cls, None);
         }
         let attr = match py
-            .import("inspect")?
+            .import_module("inspect")?
             .call_method1("getattr_static", (&cls, name))
         {
             Ok(a) => a,
@@ -344,7 +347,7 @@ impl<'py> Tracer<'py> {
                 ))
             }
         };
-        let builtins = py.import("builtins")?;
+        let builtins = py.import_module("builtins")?;
         if attr.is_instance(&self.h.function_type)? {
             return Ok(self.method(obj, name, Some(OwnedRef::from_bound(&attr))));
         }

@@ -2,7 +2,11 @@
 //! are traced: entering records `torch._C._set_grad_enabled(mode)` in the graph and flips
 //! the real mode while tracing (so fake propagation sees it); the normal exit records the
 //! restore. The Converter puts the real mode back after tracing, whatever happened.
+//!
+//! A graph break inside such a block hands the block's `__exit__` to the resume function on
+//! its stack: a [`GradModeExit`], which the resume function's own trace recognises again.
 
+use crate::imports::ImportModule;
 use pyo3::prelude::*;
 
 use super::graph::Op;
@@ -23,10 +27,6 @@ impl<'py> Tracer<'py> {
         };
         let previous = self.grad_enabled;
         self.set_grad_enabled(enabled)?;
-        // The block's instructions are covered by the context's cleanup handler.
-        if let Some(handler) = f.instructions.get(f.pc).and_then(|i| i.handler) {
-            f.grad_mode_handlers.insert(handler.target.index());
-        }
         let exit = self.add(VarKind::GradModeExit { previous }, None);
         let entered = self.constant(&self.py.None().into_bound(self.py));
         f.stack.push(exit);
@@ -34,11 +34,27 @@ impl<'py> Tracer<'py> {
         Ok(Flow::Continue)
     }
 
+    /// Whether an instruction with `handler` is covered only by the cleanup of a grad-mode
+    /// `with` block: the handler keeps the block's `__exit__` as its bottom-most value above
+    /// the depth it unwinds to, and pushes the raising offset (`lasti`).
+    pub(super) fn is_grad_mode_cleanup(
+        &self,
+        f: &FrameState<'py>,
+        handler: dynamo_bytecode::ExceptionHandler,
+    ) -> bool {
+        let depth = handler.depth as usize;
+        handler.lasti
+            && depth >= 1
+            && f.stack
+                .get(depth - 1)
+                .is_some_and(|&id| matches!(self.kind(id), VarKind::GradModeExit { .. }))
+    }
+
     /// Records `torch._C._set_grad_enabled(enabled)` and sets it for the rest of the trace.
     pub fn set_grad_enabled(&mut self, enabled: bool) -> CResult<()> {
         let py = self.py;
         let setter = py
-            .import("torch")?
+            .import_module("torch")?
             .getattr("_C")?
             .getattr("_set_grad_enabled")?;
         setter.call1((enabled,))?;
@@ -74,7 +90,7 @@ impl<'py> Tracer<'py> {
         cls: &Bound<'py, PyAny>,
         args: &[VarId],
     ) -> CResult<Option<VarId>> {
-        let torch = self.py.import("torch")?;
+        let torch = self.py.import_module("torch")?;
         let enabled = if cls.is(&torch.getattr("no_grad")?) {
             false
         } else if cls.is(&torch.getattr("enable_grad")?) {
@@ -86,5 +102,53 @@ impl<'py> Tracer<'py> {
             return unsupported("arguments to a grad-mode context manager");
         }
         Ok(Some(self.add(VarKind::GradModeContext { enabled }, None)))
+    }
+}
+
+/// The `__exit__` of a grad-mode `with` block split by a graph break, as the generated code
+/// hands it to the resume function: calling it puts grad mode back to what it was before the
+/// block. One object per mode (`GradModeExit::get`), so a resume function's guard on it is
+/// an identity check.
+#[pyclass(module = "dynamo_rs._native", frozen)]
+#[derive(Debug)]
+pub struct GradModeExit {
+    #[pyo3(get)]
+    previous: bool,
+}
+
+#[pymethods]
+impl GradModeExit {
+    /// `__exit__(exc_type, exc, traceback)`: restores the mode; never swallows an exception.
+    #[pyo3(signature = (*_args))]
+    fn __call__(&self, py: Python<'_>, _args: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<()> {
+        py.import_module("torch")?
+            .getattr("_C")?
+            .call_method1("_set_grad_enabled", (self.previous,))?;
+        Ok(())
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "<exit of a grad-mode block: restores grad mode {}>",
+            self.previous
+        )
+    }
+}
+
+impl GradModeExit {
+    /// The one object restoring `previous`.
+    pub fn get(py: Python<'_>, previous: bool) -> PyResult<Bound<'_, GradModeExit>> {
+        static EXITS: pyo3::sync::PyOnceLock<[Py<GradModeExit>; 2]> = pyo3::sync::PyOnceLock::new();
+        let exits = EXITS.get_or_try_init(py, || -> PyResult<_> {
+            Ok([
+                Py::new(py, GradModeExit { previous: false })?,
+                Py::new(py, GradModeExit { previous: true })?,
+            ])
+        })?;
+        Ok(exits[usize::from(previous)].bind(py).clone())
+    }
+
+    pub fn previous(&self) -> bool {
+        self.previous
     }
 }

@@ -11,6 +11,7 @@
 use std::collections::HashMap;
 use std::rc::Rc;
 
+use crate::imports::ImportModule;
 use dynamo_bytecode::{Instruction, Opcode};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
@@ -78,9 +79,6 @@ pub struct FrameState<'py> {
     pub filename: String,
     /// Values yielded so far, when a generator expression is run to completion.
     pub yields: Option<Vec<VarId>>,
-    /// Exception handlers that are only the cleanup of a grad-mode `with` block: graph
-    /// operations they cover are allowed.
-    pub grad_mode_handlers: std::collections::HashSet<usize>,
 }
 
 #[derive(Debug)]
@@ -322,7 +320,7 @@ impl<'py> Tracer<'py> {
     /// the guards hold and its operators run no user code (`_capture.operator_safe`).
     pub fn immutable_object(&self, value: &Bound<'py, PyAny>) -> PyResult<bool> {
         self.py
-            .import("dynamo_rs._capture")?
+            .import_module("dynamo_rs._capture")?
             .call_method1("operator_safe", (value,))?
             .is_truthy()
     }
@@ -403,8 +401,21 @@ impl<'py> Tracer<'py> {
                 return Ok(self.add(VarKind::Dict(entries), source));
             }
         }
+        if let Ok(exit) = value.cast::<super::ops_with::GradModeExit>() {
+            // A grad-mode block's `__exit__` handed over by a graph break (one object per
+            // mode, so identity says which).
+            if let Some(s) = &source {
+                self.guards
+                    .add(s.clone(), GuardKind::Id(OwnedRef::from_bound(value)));
+            }
+            let previous = exit.get().previous();
+            return Ok(self.add(VarKind::GradModeExit { previous }, source));
+        }
         if let Some(s) = &source {
             if let Some(method) = self.wrap_tensor_method(value, s)? {
+                return Ok(method);
+            }
+            if let Some(method) = self.wrap_bound_method(value, s)? {
                 return Ok(method);
             }
             if self.guard_by_contents(value, s)? {
@@ -427,13 +438,47 @@ impl<'py> Tracer<'py> {
     /// a graph break fell inside the call's arguments): the method of the tensor it is bound
     /// to, which becomes a graph input like any tensor. Guarded by the method's type and
     /// name, not identity (each call binds a new method object).
+    /// A Python function bound to an object, read from `source` (the `__exit__` of a context
+    /// manager a graph break handed to a resume function, a callback passed in): the function
+    /// with its receiver, each from its own source. Binding makes a new method object each
+    /// time, so identity would never hold; the function is guarded by identity instead, and
+    /// the receiver as any value.
+    fn wrap_bound_method(
+        &mut self,
+        value: &Bound<'py, PyAny>,
+        source: &Rc<Source>,
+    ) -> CResult<Option<VarId>> {
+        if !value.get_type().is(&self.h.method_type) {
+            return Ok(None);
+        }
+        let func = value.getattr("__func__")?;
+        if !func.is_instance_of::<pyo3::types::PyFunction>() {
+            return Ok(None);
+        }
+        self.guards.add(
+            source.clone(),
+            GuardKind::Type(OwnedRef::from_bound(&self.h.method_type)),
+        );
+        let func_source = Rc::new(Source::Attr(source.clone(), "__func__".into()));
+        self.guards
+            .add(func_source, GuardKind::Id(OwnedRef::from_bound(&func)));
+        let receiver_source = Rc::new(Source::Attr(source.clone(), "__self__".into()));
+        let receiver = self.wrap(&value.getattr("__self__")?, Some(receiver_source))?;
+        let name: String = func.getattr("__name__")?.extract()?;
+        Ok(Some(self.method(
+            receiver,
+            &name,
+            Some(OwnedRef::from_bound(&func)),
+        )))
+    }
+
     fn wrap_tensor_method(
         &mut self,
         value: &Bound<'py, PyAny>,
         source: &Rc<Source>,
     ) -> CResult<Option<VarId>> {
         let py = self.py;
-        let builtin_method = py.import("types")?.getattr("BuiltinMethodType")?;
+        let builtin_method = py.import_module("types")?.getattr("BuiltinMethodType")?;
         if !value.get_type().is(&builtin_method) {
             return Ok(None);
         }
@@ -576,7 +621,7 @@ impl<'py> Tracer<'py> {
         // `items()`, iteration are not evaluated on existing objects), and a ModelOutput's
         // fields through guarded attribute reads, so its type is what the code depends on,
         // as for a plain instance.
-        let ordered_dict = py.import("collections")?.getattr("OrderedDict")?;
+        let ordered_dict = py.import_module("collections")?.getattr("OrderedDict")?;
         if ty.is(&ordered_dict) {
             self.guards.add(
                 source.clone(),
@@ -586,7 +631,7 @@ impl<'py> Tracer<'py> {
             return Ok(true);
         }
         if let Ok(generic) = py
-            .import("sys")?
+            .import_module("sys")?
             .getattr("modules")?
             .get_item("transformers.utils.generic")
         {
@@ -611,7 +656,7 @@ impl<'py> Tracer<'py> {
         {
             return Ok(false);
         }
-        let object = py.import("builtins")?.getattr("object")?;
+        let object = py.import_module("builtins")?.getattr("object")?;
         for klass in ty.getattr("__mro__")?.try_iter()? {
             let klass = klass?;
             if klass.is(&object) {
@@ -695,10 +740,11 @@ impl<'py> Tracer<'py> {
             frame.pc += 1;
             // Inside a try block Python code is traced as usual (it ran without raising at
             // trace time); a graph operation there could raise at run time where the
-            // handler would not see it, so `graph_call` refuses it.
+            // handler would not see it, so `graph_call` refuses it. The cleanup of a
+            // grad-mode `with` block only restores the mode, which the graph does itself.
             self.in_try = instruction
                 .handler
-                .is_some_and(|h| !frame.grad_mode_handlers.contains(&h.target.index()));
+                .is_some_and(|h| !self.is_grad_mode_cleanup(frame, h));
             match self.step(frame, &instruction) {
                 Ok(Flow::Continue) => {}
                 Ok(Flow::Return(value)) => break Ok(value),
@@ -969,7 +1015,6 @@ pub fn frame_state<'py>(
         filename: code.getattr("co_filename")?.extract()?,
         instructions: decoded.instructions,
         yields: None,
-        grad_mode_handlers: std::collections::HashSet::new(),
         lines,
         code: code.clone(),
     })

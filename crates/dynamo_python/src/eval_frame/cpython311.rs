@@ -9,6 +9,7 @@
 use std::ffi::{c_char, c_int};
 use std::ptr;
 
+use crate::imports::ImportModule;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::ffi;
 use pyo3::prelude::*;
@@ -162,7 +163,7 @@ pub unsafe fn frame_object<'py>(
 /// its frame object must point at an interpreter frame whose code, globals and function are
 /// the ones Python reports.
 pub fn check_layouts(py: Python<'_>) -> PyResult<()> {
-    let sys = py.import("sys")?;
+    let sys = py.import_module("sys")?;
     if sys
         .getattr("version_info")?
         .extract::<(u8, u8, u8, String, u8)>()?

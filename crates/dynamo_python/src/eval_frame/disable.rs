@@ -1,6 +1,7 @@
 //! `disable(fn)`: a callable that runs `fn` with the frame hook off on this thread, so neither
 //! `fn` nor anything it calls is intercepted. Compiled graphs are wrapped in it.
 
+use crate::imports::ImportModule;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
@@ -57,7 +58,7 @@ impl DisabledFunction {
         match instance {
             None => Ok(slf.into_any()),
             Some(obj) => {
-                let types = slf.py().import("types")?;
+                let types = slf.py().import_module("types")?;
                 types.getattr("MethodType")?.call1((slf, obj))
             }
         }

@@ -24,6 +24,7 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
+use crate::imports::ImportModule;
 use pyo3::exceptions::{PyRuntimeWarning, PySystemError, PyTypeError};
 use pyo3::ffi;
 use pyo3::prelude::*;
@@ -468,7 +469,7 @@ fn warn_runtime(py: Python<'_>, message: &str) -> PyResult<()> {
 pub fn skip_sentinel(py: Python<'_>) -> &Bound<'_, PyAny> {
     static SKIP: pyo3::sync::PyOnceLock<Py<PyAny>> = pyo3::sync::PyOnceLock::new();
     SKIP.get_or_init(py, || {
-        py.import("builtins")
+        py.import_module("builtins")
             .and_then(|b| b.getattr("object"))
             .and_then(|o| o.call0())
             .map(Bound::unbind)
