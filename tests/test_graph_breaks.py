@@ -8,6 +8,7 @@ where it differs on purpose and by how much)."""
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import io
 import re
@@ -79,7 +80,7 @@ def _check(actual, expected) -> None:
         torch.testing.assert_close(actual, expected)
 
 
-def run_cases(fn, calls, *, graphs_delta=0):
+def run_cases(fn, calls, *, graphs_delta=0, explain_delta=None):
     """Runs `calls` eagerly, compiled by dynamo_rs and by TorchDynamo; returns our counter."""
     counter = CompileCounter()
     compiled = dynamo_rs.compile(fn, backend=counter)
@@ -101,7 +102,15 @@ def run_cases(fn, calls, *, graphs_delta=0):
         _check(actual, expected)
     assert counter.frame_count == graphs, "a second round of the same calls compiled again"
     assert graphs == theirs.frame_count + graphs_delta, (graphs, theirs.frame_count)
-    return compiled._dynamo_rs_converter
+    converter = compiled._dynamo_rs_converter
+    # Side by side with torch._dynamo.explain on the first call, when it returns.
+    if explain_delta is not None and not isinstance(_run(fn, calls[0])[0], Raised):
+        with contextlib.redirect_stdout(io.StringIO()):
+            ours = dynamo_rs.explain(fn)(*_clone(calls[0]))
+            torch._dynamo.reset()
+            explained = torch._dynamo.explain(fn)(*_clone(calls[0]))
+        assert ours.graph_count == explained.graph_count + explain_delta, (ours.graph_count, explained.graph_count)
+    return converter
 
 
 def t(*shape):
@@ -530,6 +539,33 @@ def tolist_in_loop(x):
     return total
 
 
+class _Describer:
+    def describe(self, v):
+        return v * 2
+
+
+class _OverridingDescriber(_Describer):
+    def describe(self, v):
+        return super().describe(v) + 1
+
+    def run(self, x):
+        # `super().describe` is on the stack when `print` breaks: it must stay the base's.
+        return super().describe(print("args") or x)
+
+
+def super_method_on_stack(x):
+    return _OverridingDescriber().run(x) + _OverridingDescriber().describe(x)
+
+
+_Pair = collections.namedtuple("_Pair", "first second")
+
+
+def namedtuple_around_a_break(x):
+    pair = _Pair(x.sin(), x.cos())
+    print("between")
+    return pair.first + pair.second
+
+
 # --- closures ------------------------------------------------------------------------------
 
 
@@ -855,6 +891,8 @@ CASES = {
     "user context manager": (user_context_manager, [(t(3),)], 0),
     "live iterator": (iterator_live, [(t(3),)], 0),
     "tolist() in a loop": (tolist_in_loop, [(t(3),)], 0),
+    "super() method on the stack": (super_method_on_stack, [(t(3),)], 0),
+    "namedtuple around a break": (namedtuple_around_a_break, [(t(3),)], 0),
     "requires_grad after a break": (requires_grad_after_break, [(t(3).requires_grad_(),)], 0),
     "in a loop": (in_loop, [(t(3),)], 0),
     "in a try block": (in_try, [(t(3),)], 1),
@@ -902,7 +940,16 @@ CASES = {
 @pytest.mark.parametrize("name", list(CASES))
 def test_graph_break(name) -> None:
     fn, calls, delta = CASES[name]
-    run_cases(fn, calls, graphs_delta=delta)
+    run_cases(fn, calls, graphs_delta=delta, explain_delta=EXPLAIN_DELTAS.get(name, delta))
+
+
+# Where one call (what `explain` sees) differs from TorchDynamo by another number of graphs
+# than all the case's calls do.
+EXPLAIN_DELTAS = {
+    # The second call takes the other path: one more resume function of ours.
+    "exception out of no_grad caught outside": 1,
+    "try/except catching the call at the break": 1,
+}
 
 
 def test_toy_example_splits_into_prefix_and_branches() -> None:

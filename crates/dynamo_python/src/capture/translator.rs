@@ -646,6 +646,18 @@ impl<'py> Tracer<'py> {
                 }
             }
         }
+        // A namedtuple (made anew per call and handed to resume functions like the above):
+        // immutable, its fields read through guarded attribute reads; its type and length.
+        if value.is_instance(&self.h.tuple_type)? && ty.hasattr("_fields")? {
+            self.guards.add(
+                source.clone(),
+                GuardKind::Type(OwnedRef::from_bound(ty.as_any())),
+            );
+            self.guards
+                .add(source.clone(), GuardKind::Len(value.len()?));
+            self.guards.example(source, value);
+            return Ok(true);
+        }
         // A plain instance: a Python class all the way up (no builtin base with state of its
         // own, like a dict subclass), an instance dict, not callable, not a module.
         const HEAP_TYPE: u64 = 1 << 9;
