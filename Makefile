@@ -35,6 +35,7 @@ lint: $(DEPS)
 	cargo fmt --all --check
 	cargo clippy --workspace --all-targets --quiet -- -D warnings
 	$(PY) tools/gen_opcodes.py --check
+	$(PY) tools/graph_break_docs.py --check
 
 test-rust:
 	cargo test --workspace --quiet

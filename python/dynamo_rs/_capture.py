@@ -6,8 +6,10 @@ itself (bytecode, variables, guards, codegen) is in Rust.
 
 from __future__ import annotations
 
+import linecache
 import logging
 import operator
+import re
 import weakref
 
 import torch
@@ -256,12 +258,21 @@ _graph_breaks_log = logging.getLogger("dynamo_rs.graph_breaks")
 _logged_breaks: set = set()
 
 
-def log_graph_break(where: str, reason: str) -> None:
-    """One line per break site and reason on the `dynamo_rs.graph_breaks` logger (INFO)."""
-    if (where, reason) in _logged_breaks or not _graph_breaks_log.isEnabledFor(logging.INFO):
+def log_graph_break(where: str, detail: str, code: str, title: str, hint: str) -> None:
+    """One message per break site and reason on the `dynamo_rs.graph_breaks` logger (INFO):
+    where (the frame, and the frames it was inlined from), the user's source line, what and
+    why (the break's code and title, see docs/graph-breaks.md), and a hint."""
+    if (where, detail) in _logged_breaks or not _graph_breaks_log.isEnabledFor(logging.INFO):
         return
-    _logged_breaks.add((where, reason))
-    _graph_breaks_log.info("graph break at %s: %s", where, reason)
+    _logged_breaks.add((where, detail))
+    source = ""
+    located = re.search(r"\(([^()]*):(\d+)\)", where)
+    if located:
+        line = linecache.getline(located.group(1), int(located.group(2))).strip()
+        if line:
+            source = f"\n    {line}"
+    _graph_breaks_log.info("graph break at %s: %s [%s: %s]%s\n  hint: %s",
+                           where, detail, code, title, source, hint)
 
 
 def _operator_safe_types() -> tuple:

@@ -82,7 +82,7 @@ class _Config(types.ModuleType):
         elif name == "guard_check_mode":
             if value not in ("fast", "debug"):
                 raise ValueError(f"guard_check_mode must be 'fast' or 'debug', not {value!r}")
-            _native.configure(guard_check_debug=value == "debug")
+            _native.configure_capture(guard_check_debug=value == "debug")
         elif name in ("meta_rules", "verify_meta_rules", "guard_self_check"):
             value = bool(value)
         else:

@@ -2,6 +2,7 @@
 //! `math.*`, `operator.*`, ...): the tracker-aware cases first, then pure builtins
 //! evaluated at trace time on known values.
 
+use super::break_reasons::BreakKind;
 use crate::imports::ImportModule;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
@@ -34,7 +35,10 @@ impl<'py> Tracer<'py> {
                     Some(f) if f.is_instance(&self.h.function_type)? => {
                         self.call_python(&f, vec![args[0]], Vec::new())
                     }
-                    _ => unsupported(format!("len() of a {} made while tracing", describe(&cls))),
+                    _ => unsupported(
+                        BreakKind::UnsupportedOperation,
+                        format!("len() of a {} made while tracing", describe(&cls)),
+                    ),
                 };
             }
         }
@@ -45,7 +49,10 @@ impl<'py> Tracer<'py> {
                 VarKind::DictView { dict, .. } => match self.kind(*dict) {
                     VarKind::Dict(entries) => entries.len(),
                     other => {
-                        return unsupported(format!("len() of a view of {}", kind_name(other)))
+                        return unsupported(
+                            BreakKind::UnsupportedOperation,
+                            format!("len() of a view of {}", kind_name(other)),
+                        )
                     }
                 },
                 VarKind::Tensor { fake, .. } => fake.bind(py).len()?,
@@ -58,7 +65,12 @@ impl<'py> Tracer<'py> {
                     }
                     n
                 }
-                other => return unsupported(format!("len() of {}", kind_name(other))),
+                other => {
+                    return unsupported(
+                        BreakKind::UnsupportedOperation,
+                        format!("len() of {}", kind_name(other)),
+                    )
+                }
             };
             return Ok(self.constant(&n.into_pyobject(py)?.into_any()));
         }
@@ -95,7 +107,12 @@ impl<'py> Tracer<'py> {
                 VarKind::List(_) => pyo3::types::PyList::empty(py).into_any(),
                 VarKind::Dict(_) => PyDict::new(py).into_any(),
                 VarKind::Const(v) | VarKind::Object(v) => v.bind(py).clone(),
-                other => return unsupported(format!("isinstance() of {}", kind_name(other))),
+                other => {
+                    return unsupported(
+                        BreakKind::UnsupportedOperation,
+                        format!("isinstance() of {}", kind_name(other)),
+                    )
+                }
             };
             let result = func.call1((value, cls))?;
             return Ok(self.constant(&result));
@@ -116,7 +133,9 @@ impl<'py> Tracer<'py> {
                 VarKind::Instance { cls, attrs, .. } => {
                     attrs.iter().any(|(n, _)| *n == attr) || cls.bind(py).hasattr(attr.as_str())?
                 }
-                _ => return unsupported("getattr() on a container"),
+                _ => {
+                    return unsupported(BreakKind::UnsupportedOperation, "getattr() on a container")
+                }
             };
             // Whether an attribute is there is state of the object: when it is, reading it
             // (below, or here for hasattr) guards it through its source; when it is not,
@@ -145,7 +164,10 @@ impl<'py> Tracer<'py> {
             return match (found, args.get(2)) {
                 (true, _) => self.get_attr(args[0], &attr),
                 (false, Some(&default)) => Ok(default),
-                (false, None) => unsupported(format!("getattr() of a missing attribute {attr:?}")),
+                (false, None) => unsupported(
+                    BreakKind::UnsupportedOperation,
+                    format!("getattr() of a missing attribute {attr:?}"),
+                ),
             };
         }
         if (is("tuple") || is("list"))
@@ -177,7 +199,10 @@ impl<'py> Tracer<'py> {
                 .iter()
                 .any(|(k, _)| !(is("enumerate") && k == "start"))
         {
-            return unsupported(format!("keyword arguments to {name}()"));
+            return unsupported(
+                BreakKind::UnsupportedCall,
+                format!("keyword arguments to {name}()"),
+            );
         }
         if is("enumerate") && !args.is_empty() {
             let start_var = args
@@ -239,7 +264,10 @@ impl<'py> Tracer<'py> {
             return Ok(total);
         }
         if self.any_tensor(&args, &kwargs) {
-            return unsupported(format!("{name}() with tensor arguments"));
+            return unsupported(
+                BreakKind::UnsupportedCall,
+                format!("{name}() with tensor arguments"),
+            );
         }
         // Everything else is evaluated on the real values.
         let a = self.python_args(&args)?;
@@ -249,10 +277,18 @@ impl<'py> Tracer<'py> {
         }
         let result = match func.call(a, Some(&k)) {
             Ok(r) => r,
-            Err(err) => return unsupported(format!("{name}() raised {err} while tracing")),
+            Err(err) => {
+                return unsupported(
+                    BreakKind::ExceptionWhileTracing,
+                    format!("{name}() raised {err} while tracing"),
+                )
+            }
         };
         if result.is_instance(&self.h.tensor_type)? {
-            return unsupported(format!("{name}() made a tensor outside the graph"));
+            return unsupported(
+                BreakKind::ValueNotRebuildable,
+                format!("{name}() made a tensor outside the graph"),
+            );
         }
         self.wrap(&result, None).or_else(|e| match e {
             CaptureError::Unsupported(_) => {

@@ -3,6 +3,7 @@
 //! source, calls the compiled graph (stored in `co_consts`), and rebuilds the frame's return
 //! value from the graph's outputs, constants and sources.
 
+use super::break_reasons::{Break, BreakKind};
 use std::rc::Rc;
 
 use crate::imports::ImportModule;
@@ -292,7 +293,10 @@ impl<'py> CodeGen<'py> {
         match source {
             Source::Local(name) => {
                 let Some(slot) = self.slot_names.iter().position(|n| n == name) else {
-                    return unsupported(format!("no local named {name} to load"));
+                    return unsupported(
+                        BreakKind::Internal,
+                        format!("no local named {name} to load"),
+                    );
                 };
                 if self.cell_slots[slot] {
                     self.emit(Opcode::LoadDeref, Operand::Cell(slot as u32));
@@ -343,7 +347,10 @@ impl<'py> CodeGen<'py> {
                 self.emit(Opcode::LoadAttr, Operand::Name(i));
             }
             Source::ClassAttr(..) => {
-                return unsupported("internal: loading a class-lookup source");
+                return unsupported(
+                    BreakKind::Internal,
+                    "internal: loading a class-lookup source",
+                );
             }
             Source::Item(base, key) => {
                 self.load_source(base)?;
@@ -529,7 +536,10 @@ impl<'py> CodeGen<'py> {
         let first_line: i32 = self.code.getattr("co_firstlineno")?.extract()?;
         let flags: u32 = self.code.getattr("co_flags")?.extract()?;
         let assembled = dynamo_bytecode::assemble(&self.out, first_line, flags).map_err(|e| {
-            CaptureError::Unsupported(format!("internal: generated code does not assemble: {e}"))
+            CaptureError::Unsupported(Break::new(
+                BreakKind::Internal,
+                format!("internal: generated code does not assemble: {e}"),
+            ))
         })?;
         let kwargs = PyDict::new(py);
         kwargs.set_item("co_consts", PyTuple::new(py, &self.consts)?)?;
@@ -552,7 +562,7 @@ pub fn prologue(instructions: &[Instruction]) -> CResult<Vec<Instruction>> {
         Some(end) => {
             let head = &instructions[..=end];
             if head.iter().any(|i| i.jump_target().is_some()) {
-                return unsupported("a prologue with jumps");
+                return unsupported(BreakKind::Internal, "a prologue with jumps");
             }
             Ok(head
                 .iter()
@@ -562,7 +572,7 @@ pub fn prologue(instructions: &[Instruction]) -> CResult<Vec<Instruction>> {
                 })
                 .collect())
         }
-        None => unsupported("code without RESUME"),
+        None => unsupported(BreakKind::Internal, "code without RESUME"),
     }
 }
 

@@ -25,6 +25,7 @@
 //! generators. Cell variables are passed by contents and get fresh cells in the resume
 //! function (the trace's closures are never materialised, so nothing else holds the cells).
 
+use super::break_reasons::{Break, BreakKind};
 use std::collections::HashMap;
 
 use crate::imports::ImportModule;
@@ -155,7 +156,10 @@ impl Converter {
         let index = state.pc;
         let ins = state.instructions[index];
         let Some(continuation) = continuation(&ins) else {
-            return unsupported("internal: a graph break at an instruction that cannot run alone");
+            return unsupported(
+                BreakKind::Internal,
+                "internal: a graph break at an instruction that cannot run alone",
+            );
         };
         let stack = state.stack.clone();
         let nulls: Vec<bool> = stack
@@ -166,20 +170,29 @@ impl Converter {
         let (kept, exits) = match continuation {
             Continuation::Run { pops, pushes } => {
                 if stack.len() < pops {
-                    return unsupported("internal: stack underflow at a graph break");
+                    return unsupported(
+                        BreakKind::Internal,
+                        "internal: stack underflow at a graph break",
+                    );
                 }
                 let kept = stack.len() - pops;
                 (kept, vec![(index + 1, pushes)])
             }
             Continuation::Raise { pops } => {
                 if stack.len() < pops {
-                    return unsupported("internal: stack underflow at a graph break");
+                    return unsupported(
+                        BreakKind::Internal,
+                        "internal: stack underflow at a graph break",
+                    );
                 }
                 (stack.len() - pops, Vec::new())
             }
             Continuation::Branch { target } => {
                 if stack.is_empty() {
-                    return unsupported("internal: a branch on an empty stack");
+                    return unsupported(
+                        BreakKind::Internal,
+                        "internal: a branch on an empty stack",
+                    );
                 }
                 (stack.len() - 1, vec![(index + 1, 0), (target, 0)])
             }
@@ -226,7 +239,10 @@ impl Converter {
         // Inside a try or with block: where an exception from the instruction goes.
         let handler = match ins.handler {
             Some(h) if h.depth as usize > kept => {
-                return unsupported("internal: a handler deeper than the stack at a graph break")
+                return unsupported(
+                    BreakKind::Internal,
+                    "internal: a handler deeper than the stack at a graph break",
+                )
             }
             Some(h) => Some((h, exit_to(h.target.index()))),
             None => None,
@@ -459,11 +475,21 @@ fn resume_offset(
     let prologue_len = prologue_len(state)?;
     let free_vars = code.getattr("co_freevars")?.len()? as u32;
     let instructions =
-        resume_instructions(&state.instructions, prologue_len, target, layout, free_vars)
-            .map_err(|e| CaptureError::Unsupported(format!("internal: resume function: {e}")))?;
+        resume_instructions(&state.instructions, prologue_len, target, layout, free_vars).map_err(
+            |e| {
+                CaptureError::Unsupported(Break::new(
+                    BreakKind::Internal,
+                    format!("internal: resume function: {e}"),
+                ))
+            },
+        )?;
     let body_start = instructions.len() - (state.instructions.len() - prologue_len);
-    let offsets = dynamo_bytecode::byte_offsets(&instructions)
-        .map_err(|e| CaptureError::Unsupported(format!("internal: resume function: {e}")))?;
+    let offsets = dynamo_bytecode::byte_offsets(&instructions).map_err(|e| {
+        CaptureError::Unsupported(Break::new(
+            BreakKind::Internal,
+            format!("internal: resume function: {e}"),
+        ))
+    })?;
     Ok(offsets[index - prologue_len + body_start] / 2)
 }
 
@@ -474,7 +500,9 @@ fn prologue_len(state: &FrameState<'_>) -> CResult<usize> {
         .iter()
         .position(|i| i.opcode == Opcode::Resume)
         .map(|i| i + 1)
-        .ok_or_else(|| CaptureError::Unsupported("code without RESUME".into()))
+        .ok_or_else(|| {
+            CaptureError::Unsupported(Break::new(BreakKind::Internal, "code without RESUME"))
+        })
 }
 
 /// The code object of the resume function for `code` at `target` with `layout`, made once
@@ -507,16 +535,30 @@ fn resume_code<'py>(
     let prologue_len = prologue_len(state)?;
     let free_vars = code.getattr("co_freevars")?.len()? as u32;
     let instructions =
-        resume_instructions(&state.instructions, prologue_len, target, layout, free_vars)
-            .map_err(|e| CaptureError::Unsupported(format!("internal: resume function: {e}")))?;
+        resume_instructions(&state.instructions, prologue_len, target, layout, free_vars).map_err(
+            |e| {
+                CaptureError::Unsupported(Break::new(
+                    BreakKind::Internal,
+                    format!("internal: resume function: {e}"),
+                ))
+            },
+        )?;
     let flags: u32 = code.getattr("co_flags")?.extract()?;
     // Plain positional arguments: no `*args`/`**kwargs` flags.
     let flags = flags & !(0x04 | 0x08);
     let first_line: i32 = code.getattr("co_firstlineno")?.extract()?;
-    let assembled = dynamo_bytecode::assemble(&instructions, first_line, flags)
-        .map_err(|e| CaptureError::Unsupported(format!("internal: resume function: {e}")))?;
-    let offsets = dynamo_bytecode::byte_offsets(&state.instructions)
-        .map_err(|e| CaptureError::Unsupported(format!("internal: resume function: {e}")))?;
+    let assembled = dynamo_bytecode::assemble(&instructions, first_line, flags).map_err(|e| {
+        CaptureError::Unsupported(Break::new(
+            BreakKind::Internal,
+            format!("internal: resume function: {e}"),
+        ))
+    })?;
+    let offsets = dynamo_bytecode::byte_offsets(&state.instructions).map_err(|e| {
+        CaptureError::Unsupported(Break::new(
+            BreakKind::Internal,
+            format!("internal: resume function: {e}"),
+        ))
+    })?;
     // Argument names must not clash with the original's locals (a resume function of a
     // resume function has arguments of its own among them).
     let original: Vec<String> = code.getattr("co_varnames")?.extract()?;

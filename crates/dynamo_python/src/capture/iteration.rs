@@ -1,6 +1,7 @@
 //! Iteration at trace time: the items of a tracker (containers, iterators, dict views,
 //! module containers, Python sequences), with sources for what is read from real objects.
 
+use super::break_reasons::BreakKind;
 use std::rc::Rc;
 
 use crate::imports::ImportModule;
@@ -45,14 +46,19 @@ impl<'py> Tracer<'py> {
                 let cls = cls.bind(py).clone();
                 match self.sequence_items(id, &cls)? {
                     Some(items) => Ok(items),
-                    None => unsupported(format!(
-                        "iterating over a {} made while tracing",
-                        describe(&cls)
-                    )),
+                    None => unsupported(
+                        BreakKind::UnsupportedOperation,
+                        format!("iterating over a {} made while tracing", describe(&cls)),
+                    ),
                 }
             }
-            VarKind::Tensor { .. } => unsupported("iterating over a tensor"),
-            other => unsupported(format!("iterating over {}", kind_name(other))),
+            VarKind::Tensor { .. } => {
+                unsupported(BreakKind::UnsupportedOperation, "iterating over a tensor")
+            }
+            other => unsupported(
+                BreakKind::UnsupportedOperation,
+                format!("iterating over {}", kind_name(other)),
+            ),
         }
     }
 
@@ -60,7 +66,10 @@ impl<'py> Tracer<'py> {
     /// dict's current entries.
     pub fn dict_view_items(&mut self, dict: VarId, which: DictViewKind) -> CResult<Vec<VarId>> {
         let VarKind::Dict(entries) = self.kind(dict) else {
-            return unsupported("internal: a dict view of something that is not a dict");
+            return unsupported(
+                BreakKind::Internal,
+                "internal: a dict view of something that is not a dict",
+            );
         };
         let entries = entries.clone();
         Ok(entries
@@ -105,7 +114,12 @@ impl<'py> Tracer<'py> {
         let n = self.call_python(&len_fn, vec![id], Vec::new())?;
         let n: usize = match self.real(n) {
             Some(v) => v.extract()?,
-            None => return unsupported("len() of a sequence that is not a constant"),
+            None => {
+                return unsupported(
+                    BreakKind::UnsupportedOperation,
+                    "len() of a sequence that is not a constant",
+                )
+            }
         };
         let mut out = Vec::with_capacity(n);
         for i in 0..n {
@@ -129,7 +143,10 @@ impl<'py> Tracer<'py> {
             let modules_source = source.map(|s| Rc::new(Source::Attr(s, "_modules".into())));
             // A dict subclass too (`ModuleList.pop` leaves an OrderedDict).
             let Ok(modules) = modules.cast::<PyDict>() else {
-                return unsupported("a module container whose _modules is not a dict");
+                return unsupported(
+                    BreakKind::UnsupportedOperation,
+                    "a module container whose _modules is not a dict",
+                );
             };
             let entries = self.dict_entries(modules, modules_source.as_ref())?;
             return Ok(entries
@@ -157,6 +174,9 @@ impl<'py> Tracer<'py> {
         if let Some(items) = self.sequence_items(id, &obj.get_type().into_any())? {
             return Ok(items);
         }
-        unsupported(format!("iterating over {}", describe(obj)))
+        unsupported(
+            BreakKind::UnsupportedOperation,
+            format!("iterating over {}", describe(obj)),
+        )
     }
 }

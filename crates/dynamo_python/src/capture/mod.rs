@@ -12,6 +12,7 @@
 //! turn. Otherwise it runs eagerly (one log line); with `fullgraph=True` the reason is raised
 //! as `dynamo_rs.Unsupported` instead.
 
+pub use dynamo_capture::break_reasons;
 mod builtins;
 pub mod codegen;
 pub mod graph;
@@ -32,6 +33,7 @@ pub mod source;
 pub mod translator;
 pub mod vars;
 
+use self::break_reasons::BreakKind;
 use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
@@ -203,9 +205,10 @@ impl Converter {
             restore_grad_mode()?;
             match split {
                 Ok(Some(entry)) => {
-                    this.stats().breaks.push((where_.clone(), reason.clone()));
-                    py.import_module("dynamo_rs._capture")?
-                        .call_method1("log_graph_break", (&where_, reason))?;
+                    this.stats()
+                        .breaks
+                        .push((where_.clone(), reason.to_string()));
+                    log_graph_break(py, &where_, reason, None)?;
                     converted = Ok(Some(entry));
                 }
                 // Our own consistency checks always reach the user.
@@ -217,14 +220,11 @@ impl Converter {
                 // The frame cannot be split after all: it runs eagerly, for the first reason.
                 Err(err) => {
                     let why = match err {
-                        CaptureError::Unsupported(why) => why,
+                        CaptureError::Unsupported(why) => why.to_string(),
                         CaptureError::Python(err) => format!("internal error: {}", err.value(py)),
                         CaptureError::BreakPoint => "internal: stopped twice".into(),
                     };
-                    py.import_module("dynamo_rs._capture")?.call_method1(
-                        "log_graph_break",
-                        (&where_, format!("{reason}; not split: {why}")),
-                    )?;
+                    log_graph_break(py, &where_, reason, Some(&why))?;
                 }
                 Ok(None) => {}
             }
@@ -375,7 +375,10 @@ impl Converter {
         let (plans, graph) = self.compile_graph(py, tracer, &code, &[result], t)?;
         let t = std::time::Instant::now();
         let Some(compiled) = graph.compiled.clone() else {
-            return unsupported("internal: a graph with operations was not compiled");
+            return unsupported(
+                BreakKind::Internal,
+                "internal: a graph with operations was not compiled",
+            );
         };
         let mut gen = CodeGen::new(&code, &prologue, slot_names.clone())?;
         gen.call_graph(compiled.as_any(), &graph.inputs)?;
@@ -464,6 +467,7 @@ impl Converter {
                 .collect::<Option<Vec<_>>>();
             let (Some(plans), Some(replays)) = (plans, replays) else {
                 return unsupported(
+                    BreakKind::Internal,
                     "internal: a graph output that is neither computed nor an input",
                 );
             };
@@ -601,6 +605,26 @@ impl Converter {
     }
 }
 
+/// Logs a graph break (once per site and reason) with its code, explanation, hint and the
+/// user's source line; `not_split` says why the frame could not be split after all.
+fn log_graph_break(
+    py: Python<'_>,
+    where_: &str,
+    reason: &break_reasons::Break,
+    not_split: Option<&str>,
+) -> PyResult<()> {
+    let info = reason.kind.info();
+    let detail = match not_split {
+        Some(why) => format!("{}; not split: {why}", reason.detail),
+        None => reason.detail.clone(),
+    };
+    py.import_module("dynamo_rs._capture")?.call_method1(
+        "log_graph_break",
+        (where_, detail, info.code, info.title, info.hint),
+    )?;
+    Ok(())
+}
+
 /// The frame being compiled: its code, the trace's state (at its end, or right before a
 /// graph break), the code's prologue, its locals as the hook saw them, and the converter.
 #[derive(Debug)]
@@ -723,7 +747,10 @@ fn rebuild_plan(
                     || obj.is_instance_of::<pyo3::types::PyModule>()
                     || obj.is_instance_of::<pyo3::types::PyType>();
                 if !immutable {
-                    return unsupported("returning an object created while tracing");
+                    return unsupported(
+                        BreakKind::ValueNotRebuildable,
+                        "returning an object created while tracing",
+                    );
                 }
                 Rebuild::Const(v.clone())
             }
@@ -742,7 +769,10 @@ fn rebuild_plan(
         // A list or dict made in the trace is rebuilt once per place it is reached from; two
         // places would get two objects where the caller had one (`return a, a`).
         VarKind::List(_) | VarKind::Dict(_) if !seen.insert(id) => {
-            return unsupported("a list or dict made while tracing reachable twice from the result")
+            return unsupported(
+                BreakKind::ValueNotRebuildable,
+                "a list or dict made while tracing reachable twice from the result",
+            )
         }
         VarKind::List(items) => Rebuild::List(
             items
@@ -762,7 +792,10 @@ fn rebuild_plan(
             model_output,
         } => {
             if !seen.insert(id) {
-                return unsupported("an object made while tracing reachable twice from the result");
+                return unsupported(
+                    BreakKind::ValueNotRebuildable,
+                    "an object made while tracing reachable twice from the result",
+                );
             }
             let (cls, attrs, model_output) = (cls.clone(), attrs.clone(), *model_output);
             if model_output {
@@ -801,7 +834,10 @@ fn rebuild_plan(
             if let Some(real) = tracer.real(*receiver) {
                 let found = real.get_type().getattr(name.as_str());
                 if found.is_ok_and(|f| f.is_instance_of::<pyo3::types::PyFunction>()) {
-                    return unsupported(format!("super().{name} on the stack at a graph break"));
+                    return unsupported(
+                        BreakKind::SuperCall,
+                        format!("super().{name} on the stack at a graph break"),
+                    );
                 }
             }
             Rebuild::Attr {
@@ -813,7 +849,12 @@ fn rebuild_plan(
         VarKind::GradModeExit { previous } => Rebuild::Const(OwnedRef::from_bound(
             ops_with::GradModeExit::get(py, *previous)?.as_any(),
         )),
-        other => return unsupported(format!("returning {}", translator::kind_name(other))),
+        other => {
+            return unsupported(
+                BreakKind::ValueNotRebuildable,
+                format!("returning {}", translator::kind_name(other)),
+            )
+        }
     })
 }
 
@@ -876,10 +917,46 @@ fn arg_to_python<'py>(py: Python<'py>, h: &Helpers<'py>, arg: &Arg) -> PyResult<
     })
 }
 
+/// Every kind of graph break: (code, title, explanation, hint), in code order (for
+/// `docs/graph-breaks.md`).
+#[pyfunction]
+fn graph_break_kinds() -> Vec<(&'static str, &'static str, &'static str, &'static str)> {
+    break_reasons::BreakKind::ALL
+        .iter()
+        .map(|kind| {
+            let info = kind.info();
+            (info.code, info.title, info.explanation, info.hint)
+        })
+        .collect()
+}
+
+/// Mirrors the capture side of `dynamo_rs.config` (`guard_check = "debug"`).
+#[pyfunction]
+#[pyo3(signature = (*, guard_check_debug=None))]
+fn configure_capture(guard_check_debug: Option<bool>) {
+    if let Some(debug) = guard_check_debug {
+        guards::DEBUG_CHECKS.store(debug, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// What the frame hook runs for a check object a callback returned: our `NativeGuard`s
+/// natively, anything else not (the hook calls it from Python).
+fn native_guard_adapter(
+    check: &Bound<'_, PyAny>,
+) -> Option<Box<dyn crate::eval_frame::cache::FrameGuard>> {
+    check.is_instance_of::<NativeGuard>().then(|| {
+        Box::new(guards::NativeGuardRef(OwnedRef::from_bound(check)))
+            as Box<dyn crate::eval_frame::cache::FrameGuard>
+    })
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    crate::eval_frame::cache::register_guard_adapter(native_guard_adapter);
+    m.add_function(wrap_pyfunction!(configure_capture, m)?)?;
     m.add_class::<Converter>()?;
     m.add_class::<NativeGuard>()?;
     m.add_class::<ops_with::GradModeExit>()?;
+    m.add_function(wrap_pyfunction!(graph_break_kinds, m)?)?;
     m.add_function(wrap_pyfunction!(guards::take_graph_inputs, m)?)?;
     Ok(())
 }

@@ -2,6 +2,7 @@
 //! subscripts. On known values they are evaluated at trace time; with a tensor operand they
 //! become graph nodes calling the Python operator (`operator.add`, `operator.getitem`, ...).
 
+use super::break_reasons::{Break, BreakKind};
 use pyo3::prelude::*;
 
 use super::graph::Op;
@@ -49,7 +50,10 @@ impl<'py> Tracer<'py> {
     pub(super) fn op_unary(&mut self, f: &mut FrameState<'py>, name: &str) -> CResult<Flow> {
         let value = self.pop(f)?;
         if name == "not" && matches!(self.kind(value), VarKind::Tensor { .. }) {
-            return unsupported("`not` of a tensor (its value decides a branch)");
+            return unsupported(
+                BreakKind::DataDependentBranch,
+                "`not` of a tensor (its value decides a branch)",
+            );
         }
         let op = self
             .h
@@ -92,11 +96,10 @@ impl<'py> Tracer<'py> {
             _ if lhs == rhs => true,
             (VarKind::Instance { .. }, _) | (_, VarKind::Instance { .. }) => false,
             (a, b) => {
-                return unsupported(format!(
-                    "`is` between {} and {}",
-                    kind_name(a),
-                    kind_name(b)
-                ))
+                return unsupported(
+                    BreakKind::UnsupportedOperation,
+                    format!("`is` between {} and {}", kind_name(a), kind_name(b)),
+                )
             }
         };
         let result = same != (invert == 1);
@@ -109,7 +112,7 @@ impl<'py> Tracer<'py> {
         let container = self.pop(f)?;
         let item = self.pop(f)?;
         if self.contains_tensor(item) {
-            return unsupported("`in` with a tensor");
+            return unsupported(BreakKind::UnsupportedOperation, "`in` with a tensor");
         }
         let needle = self.python_value(item)?;
         // `k in d.keys()` is `k in d`; other views are asked on their items as they are now.
@@ -137,7 +140,10 @@ impl<'py> Tracer<'py> {
             }
             VarKind::Tuple(_) | VarKind::List(_) | VarKind::Const(_) | VarKind::Object(_) => {
                 if self.contains_tensor(container) {
-                    return unsupported("`in` on a container of tensors");
+                    return unsupported(
+                        BreakKind::UnsupportedOperation,
+                        "`in` on a container of tensors",
+                    );
                 }
                 let found = self.python_value(container)?.contains(&needle)?;
                 // Membership in an existing object (a set attribute, a registry) is its
@@ -152,7 +158,12 @@ impl<'py> Tracer<'py> {
                 }
                 found
             }
-            other => return unsupported(format!("`in` on {}", kind_name(other))),
+            other => {
+                return unsupported(
+                    BreakKind::UnsupportedOperation,
+                    format!("`in` on {}", kind_name(other)),
+                )
+            }
         };
         let id = self.constant(
             &(found != (invert == 1))
@@ -181,10 +192,13 @@ impl<'py> Tracer<'py> {
                 // node `iadd(0, t)` is not even valid FX code. Mutable non-tensor left
                 // operands (lists) are not traced here.
                 if !matches!(self.kind(args[0]), VarKind::Const(_)) {
-                    return unsupported(format!(
-                        "operator {name} with {} on the left and a tensor on the right",
-                        kind_name(self.kind(args[0]))
-                    ));
+                    return unsupported(
+                        BreakKind::UnsupportedOperation,
+                        format!(
+                            "operator {name} with {} on the left and a tensor on the right",
+                            kind_name(self.kind(args[0]))
+                        ),
+                    );
                 }
                 name = name[1..].to_string();
                 op = self.h.operator.getattr(name.as_str())?;
@@ -220,7 +234,10 @@ impl<'py> Tracer<'py> {
             }
         }
         if args.iter().any(|&a| self.contains_tensor(a)) {
-            return unsupported(format!("operator {name} on a container holding tensors"));
+            return unsupported(
+                BreakKind::UnsupportedOperation,
+                format!("operator {name} on a container holding tensors"),
+            );
         }
         // Evaluated now, on the real objects: only where the answer cannot change while the
         // guards hold and no user code runs.
@@ -228,16 +245,21 @@ impl<'py> Tracer<'py> {
             if let VarKind::Object(value) = self.kind(arg) {
                 let value = value.bind(self.py).clone();
                 if !self.immutable_object(&value)? {
-                    return unsupported(format!(
-                        "operator {name} on {}",
-                        super::ops_call::describe(&value)
-                    ));
+                    return unsupported(
+                        BreakKind::UnsupportedOperation,
+                        format!("operator {name} on {}", super::ops_call::describe(&value)),
+                    );
                 }
             }
         }
         let result = match op.call1(self.python_args(&args)?) {
             Ok(r) => r,
-            Err(err) => return unsupported(format!("operator {name} raised {err} while tracing")),
+            Err(err) => {
+                return unsupported(
+                    BreakKind::ExceptionWhileTracing,
+                    format!("operator {name} raised {err} while tracing"),
+                )
+            }
         };
         if self.h.is_constant(&result)? {
             Ok(self.constant(&result))
@@ -265,10 +287,13 @@ impl<'py> Tracer<'py> {
         if self.source(lhs).is_some()
             || !matches!(self.kind(lhs), VarKind::List(_) | VarKind::Dict(_))
         {
-            return unsupported(format!(
-                "operator {name} on {} that existed before the call",
-                kind_name(self.kind(lhs))
-            ));
+            return unsupported(
+                BreakKind::UnreplayableSideEffect,
+                format!(
+                    "operator {name} on {} that existed before the call",
+                    kind_name(self.kind(lhs))
+                ),
+            );
         }
         let kind = match (name, self.kind(lhs), self.kind(rhs)) {
             ("iadd", VarKind::List(a), VarKind::List(b) | VarKind::Tuple(b)) => {
@@ -277,7 +302,12 @@ impl<'py> Tracer<'py> {
             ("imul", VarKind::List(a), VarKind::Const(n)) => {
                 let n: i64 = match n.bind(py).extract() {
                     Ok(n) => n,
-                    Err(_) => return unsupported("list *= a value that is not an int"),
+                    Err(_) => {
+                        return unsupported(
+                            BreakKind::UnsupportedOperation,
+                            "list *= a value that is not an int",
+                        )
+                    }
                 };
                 let times = n.max(0) as usize;
                 VarKind::List(a.iter().copied().cycle().take(a.len() * times).collect())
@@ -300,11 +330,14 @@ impl<'py> Tracer<'py> {
                 VarKind::Dict(entries)
             }
             (_, lhs_kind, rhs_kind) => {
-                return unsupported(format!(
-                    "operator {name} on {} and {}",
-                    kind_name(lhs_kind),
-                    kind_name(rhs_kind)
-                ))
+                return unsupported(
+                    BreakKind::UnsupportedOperation,
+                    format!(
+                        "operator {name} on {} and {}",
+                        kind_name(lhs_kind),
+                        kind_name(rhs_kind)
+                    ),
+                )
             }
         };
         self.vars[lhs.0 as usize].kind = kind;
@@ -322,10 +355,10 @@ impl<'py> Tracer<'py> {
                     if t.hasattr("__bool__")? || t.hasattr("__len__")? {
                         // The answer depends on the object's state, which no guard covers.
                         if !v.is_instance(&self.h.module_type)? {
-                            return unsupported(format!(
-                                "the truth value of {}",
-                                super::ops_call::describe(&v)
-                            ));
+                            return unsupported(
+                                BreakKind::DataDependentBranch,
+                                format!("the truth value of {}", super::ops_call::describe(&v)),
+                            );
                         }
                     }
                 }
@@ -343,15 +376,28 @@ impl<'py> Tracer<'py> {
             VarKind::Instance { cls, .. } => {
                 let cls = cls.bind(py);
                 if cls.hasattr("__bool__")? || cls.hasattr("__len__")? {
-                    return unsupported(format!(
-                        "the truth value of a {} made while tracing",
-                        super::ops_call::describe(&cls)
-                    ));
+                    return unsupported(
+                        BreakKind::DataDependentBranch,
+                        format!(
+                            "the truth value of a {} made while tracing",
+                            super::ops_call::describe(&cls)
+                        ),
+                    );
                 }
                 true
             }
-            VarKind::Tensor { .. } => return unsupported("a branch on a tensor's value"),
-            other => return unsupported(format!("the truth value of {}", kind_name(other))),
+            VarKind::Tensor { .. } => {
+                return unsupported(
+                    BreakKind::DataDependentBranch,
+                    "a branch on a tensor's value",
+                )
+            }
+            other => {
+                return unsupported(
+                    BreakKind::DataDependentBranch,
+                    format!("the truth value of {}", kind_name(other)),
+                )
+            }
         })
     }
 
@@ -375,7 +421,10 @@ impl<'py> Tracer<'py> {
             );
         }
         if self.contains_tensor(index) {
-            return unsupported("indexing a container with a tensor");
+            return unsupported(
+                BreakKind::UnsupportedOperation,
+                "indexing a container with a tensor",
+            );
         }
         let key = self.python_value(index)?;
         if matches!(
@@ -389,7 +438,10 @@ impl<'py> Tracer<'py> {
             if let Ok(field) = key.extract::<String>() {
                 return match items.iter().find(|(k, _)| *k == field) {
                     Some((_, v)) => Ok(*v),
-                    None => unsupported(format!("ModelOutput has no field {field:?} set")),
+                    None => unsupported(
+                        BreakKind::ModelOutput,
+                        format!("ModelOutput has no field {field:?} set"),
+                    ),
                 };
             }
             let values: Vec<VarId> = items.into_iter().map(|(_, v)| v).collect();
@@ -405,7 +457,10 @@ impl<'py> Tracer<'py> {
                     let at = if i < 0 { i + n } else { i };
                     return match items.get(at as usize) {
                         Some(&item) if at >= 0 => Ok(item),
-                        _ => unsupported("index out of range while tracing"),
+                        _ => unsupported(
+                            BreakKind::ExceptionWhileTracing,
+                            "index out of range while tracing",
+                        ),
                     };
                 }
                 // A slice: index the tracker list with the real slice.
@@ -415,8 +470,9 @@ impl<'py> Tracer<'py> {
                     .get_item(&key)
                     .and_then(|v| v.extract())
                     .map_err(|e| {
-                        super::translator::CaptureError::Unsupported(format!(
-                            "indexing a sequence with {key}: {e}"
+                        super::translator::CaptureError::Unsupported(Break::new(
+                            BreakKind::UnsupportedOperation,
+                            format!("indexing a sequence with {key}: {e}"),
                         ))
                     })?;
                 let chosen = picked.into_iter().map(|i| items[i]).collect();
@@ -435,7 +491,10 @@ impl<'py> Tracer<'py> {
                         return Ok(*v);
                     }
                 }
-                unsupported(format!("missing dict key {key}"))
+                unsupported(
+                    BreakKind::ExceptionWhileTracing,
+                    format!("missing dict key {key}"),
+                )
             }
             VarKind::Object(v)
                 if v.bind(py).is_instance(&self.h.module_sequences)?
@@ -453,7 +512,12 @@ impl<'py> Tracer<'py> {
                 let v = v.bind(py).clone();
                 let item = match v.get_item(&key) {
                     Ok(item) => item,
-                    Err(err) => return unsupported(format!("indexing raised {err} while tracing")),
+                    Err(err) => {
+                        return unsupported(
+                            BreakKind::ExceptionWhileTracing,
+                            format!("indexing raised {err} while tracing"),
+                        )
+                    }
                 };
                 // Hashable keys other than ints and strs (dtype-keyed tables) are guarded too.
                 let source = self
@@ -461,7 +525,10 @@ impl<'py> Tracer<'py> {
                     .map(|s| std::rc::Rc::new(Source::Item(s, ItemKey::of(&key))));
                 self.wrap(&item, source)
             }
-            other => unsupported(format!("indexing {}", kind_name(other))),
+            other => unsupported(
+                BreakKind::UnsupportedOperation,
+                format!("indexing {}", kind_name(other)),
+            ),
         }
     }
 
@@ -499,17 +566,23 @@ impl<'py> Tracer<'py> {
                 let n = items.len() as i64;
                 let at = if i < 0 { i + n } else { i };
                 if at < 0 || at >= n {
-                    return unsupported("list index out of range while tracing");
+                    return unsupported(
+                        BreakKind::ExceptionWhileTracing,
+                        "list index out of range while tracing",
+                    );
                 }
                 if let VarKind::List(items) = &mut self.vars[container.0 as usize].kind {
                     items[at as usize] = value;
                 }
                 Ok(Flow::Continue)
             }
-            other => unsupported(format!(
-                "item assignment on {} (a side effect to replay)",
-                kind_name(other)
-            )),
+            other => unsupported(
+                BreakKind::UnreplayableSideEffect,
+                format!(
+                    "item assignment on {} (a side effect to replay)",
+                    kind_name(other)
+                ),
+            ),
         }
     }
 }

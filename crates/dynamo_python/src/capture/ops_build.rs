@@ -2,6 +2,7 @@
 //! `DICT_UPDATE`/`MERGE`, `UNPACK_SEQUENCE`/`EX`, and string formatting of known values.
 //! Containers built in the trace are trackers of trackers, so they may hold tensors.
 
+use super::break_reasons::BreakKind;
 use crate::imports::ImportModule;
 use pyo3::prelude::*;
 use pyo3::types::{PySlice, PyString};
@@ -57,14 +58,20 @@ impl<'py> Tracer<'py> {
     fn key(&self, id: VarId) -> CResult<OwnedRef> {
         match self.kind(id) {
             VarKind::Const(v) => Ok(v.clone()),
-            other => unsupported(format!("a dict key that is {}", kind_name(other))),
+            other => unsupported(
+                BreakKind::UnsupportedOperation,
+                format!("a dict key that is {}", kind_name(other)),
+            ),
         }
     }
 
     pub(super) fn op_build_slice(&mut self, f: &mut FrameState<'py>, n: u32) -> CResult<Flow> {
         let parts = self.popn(f, n as usize)?;
         if parts.iter().any(|&p| self.contains_tensor(p)) {
-            return unsupported("a slice with tensor bounds");
+            return unsupported(
+                BreakKind::UnsupportedOperation,
+                "a slice with tensor bounds",
+            );
         }
         let values = parts
             .iter()
@@ -100,7 +107,10 @@ impl<'py> Tracer<'py> {
         };
         let value = self.pop(f)?;
         if self.contains_tensor(value) {
-            return unsupported("formatting a tensor into a string");
+            return unsupported(
+                BreakKind::TensorValueNeeded,
+                "formatting a tensor into a string",
+            );
         }
         let py = self.py;
         let mut v = self.python_value(value)?;
@@ -135,7 +145,7 @@ impl<'py> Tracer<'py> {
             .and_then(|i| f.stack.get(i))
         {
             Some(&id) => Ok(id),
-            None => unsupported("stack underflow while translating"),
+            None => unsupported(BreakKind::Internal, "stack underflow while translating"),
         }
     }
 
@@ -146,9 +156,10 @@ impl<'py> Tracer<'py> {
     fn owned_at(&mut self, f: &FrameState<'py>, depth: u32, opcode: &str) -> CResult<VarId> {
         let id = self.list_at(f, depth)?;
         if self.source(id).is_some() {
-            return unsupported(format!(
-                "{opcode} on a container that existed before the call"
-            ));
+            return unsupported(
+                BreakKind::UnreplayableSideEffect,
+                format!("{opcode} on a container that existed before the call"),
+            );
         }
         Ok(id)
     }
@@ -158,7 +169,12 @@ impl<'py> Tracer<'py> {
         let list = self.owned_at(f, depth, "LIST_APPEND")?;
         match &mut self.vars[list.0 as usize].kind {
             VarKind::List(items) => items.push(value),
-            _ => return unsupported("LIST_APPEND on something that is not a traced list"),
+            _ => {
+                return unsupported(
+                    BreakKind::UnsupportedOperation,
+                    "LIST_APPEND on something that is not a traced list",
+                )
+            }
         }
         Ok(Flow::Continue)
     }
@@ -169,7 +185,12 @@ impl<'py> Tracer<'py> {
         let list = self.owned_at(f, depth, "LIST_EXTEND")?;
         match &mut self.vars[list.0 as usize].kind {
             VarKind::List(items) => items.extend(new_items),
-            _ => return unsupported("LIST_EXTEND on something that is not a traced list"),
+            _ => {
+                return unsupported(
+                    BreakKind::UnsupportedOperation,
+                    "LIST_EXTEND on something that is not a traced list",
+                )
+            }
         }
         Ok(Flow::Continue)
     }
@@ -189,7 +210,12 @@ impl<'py> Tracer<'py> {
         let dict = self.owned_at(f, depth, "MAP_ADD")?;
         match &mut self.vars[dict.0 as usize].kind {
             VarKind::Dict(entries) => entries.push((key, value)),
-            _ => return unsupported("MAP_ADD on something that is not a traced dict"),
+            _ => {
+                return unsupported(
+                    BreakKind::Internal,
+                    "MAP_ADD on something that is not a traced dict",
+                )
+            }
         }
         Ok(Flow::Continue)
     }
@@ -198,7 +224,12 @@ impl<'py> Tracer<'py> {
         let update = self.pop(f)?;
         let new_entries = match self.kind(update) {
             VarKind::Dict(entries) => entries.clone(),
-            other => return unsupported(format!("dict update from {}", kind_name(other))),
+            other => {
+                return unsupported(
+                    BreakKind::UnsupportedOperation,
+                    format!("dict update from {}", kind_name(other)),
+                )
+            }
         };
         let dict = self.owned_at(f, depth, "DICT_UPDATE")?;
         let py = self.py;
@@ -215,7 +246,12 @@ impl<'py> Tracer<'py> {
                     }
                 }
             }
-            _ => return unsupported("DICT_UPDATE on something that is not a traced dict"),
+            _ => {
+                return unsupported(
+                    BreakKind::UnsupportedOperation,
+                    "DICT_UPDATE on something that is not a traced dict",
+                )
+            }
         }
         Ok(Flow::Continue)
     }
@@ -224,7 +260,10 @@ impl<'py> Tracer<'py> {
         let seq = self.pop(f)?;
         let items = self.items_of(seq)?;
         if items.len() != n as usize {
-            return unsupported(format!("unpacking {} values into {n}", items.len()));
+            return unsupported(
+                BreakKind::UnsupportedOperation,
+                format!("unpacking {} values into {n}", items.len()),
+            );
         }
         f.stack.extend(items.into_iter().rev());
         Ok(Flow::Continue)
@@ -236,7 +275,10 @@ impl<'py> Tracer<'py> {
         let seq = self.pop(f)?;
         let items = self.items_of(seq)?;
         if items.len() < before + after {
-            return unsupported("not enough values to unpack");
+            return unsupported(
+                BreakKind::ExceptionWhileTracing,
+                "not enough values to unpack",
+            );
         }
         let middle = self.add(
             VarKind::List(items[before..items.len() - after].to_vec()),

@@ -9,6 +9,7 @@
 //!   values: evaluated at trace time (`builtins.rs`);
 //! - anything else: unsupported.
 
+use super::break_reasons::BreakKind;
 use std::rc::Rc;
 
 use crate::imports::ImportModule;
@@ -86,7 +87,7 @@ impl<'py> Tracer<'py> {
     /// first argument.
     fn zero_arg_super(&mut self, f: &FrameState<'py>) -> CResult<VarId> {
         let Some(slot) = f.slot_names.iter().position(|n| n == "__class__") else {
-            return unsupported("super() without a __class__ cell");
+            return unsupported(BreakKind::SuperCall, "super() without a __class__ cell");
         };
         let cls = match f.cells.get(&slot) {
             Some(Cell::Real(cell, _)) => cell.bind(self.py).getattr("cell_contents")?,
@@ -99,12 +100,15 @@ impl<'py> Tracer<'py> {
             {
                 Some(cls) => cls,
                 None => {
-                    return unsupported("super() whose class cell the translator does not know")
+                    return unsupported(
+                        BreakKind::SuperCall,
+                        "super() whose class cell the translator does not know",
+                    )
                 }
             },
         };
         let Some(receiver) = f.locals.first().copied().flatten() else {
-            return unsupported("super() without a first argument");
+            return unsupported(BreakKind::SuperCall, "super() without a first argument");
         };
         Ok(self.add(
             VarKind::Super {
@@ -121,11 +125,14 @@ impl<'py> Tracer<'py> {
         let name = f.names.get_item(i as usize)?.to_string();
         let level: i64 = self.python_value(level)?.extract()?;
         if level != 0 {
-            return unsupported(format!("a relative import of {name}"));
+            return unsupported(BreakKind::Import, format!("a relative import of {name}"));
         }
         let modules = self.py.import_module("sys")?.getattr("modules")?;
         if !modules.contains(&name)? {
-            return unsupported(format!("importing {name}, which is not loaded yet"));
+            return unsupported(
+                BreakKind::Import,
+                format!("importing {name}, which is not loaded yet"),
+            );
         }
         let has_fromlist =
             !matches!(self.kind(fromlist), VarKind::Const(v) if v.bind(self.py).is_none());
@@ -153,7 +160,7 @@ impl<'py> Tracer<'py> {
     pub(super) fn op_import_from(&mut self, f: &mut FrameState<'py>, i: u32) -> CResult<Flow> {
         let name = f.names.get_item(i as usize)?.to_string();
         let Some(&module) = f.stack.last() else {
-            return unsupported("IMPORT_FROM on an empty stack");
+            return unsupported(BreakKind::Internal, "IMPORT_FROM on an empty stack");
         };
         let value = self.get_attr(module, &name)?;
         f.stack.push(value);
@@ -182,7 +189,12 @@ impl<'py> Tracer<'py> {
                         kwargs.push((k.bind(self.py).to_string(), v));
                     }
                 }
-                other => return unsupported(format!("**kwargs from {}", kind_name(other))),
+                other => {
+                    return unsupported(
+                        BreakKind::UnsupportedOperation,
+                        format!("**kwargs from {}", kind_name(other)),
+                    )
+                }
             }
         }
         let result = self.call_function(callee, args, kwargs)?;
@@ -215,14 +227,19 @@ impl<'py> Tracer<'py> {
             None
         };
         let Some(code_obj) = self.real(code) else {
-            return unsupported("MAKE_FUNCTION without a code object");
+            return unsupported(BreakKind::Internal, "MAKE_FUNCTION without a code object");
         };
         let mut cells = Vec::new();
         if let Some(closure) = closure {
             for item in self.items_of(closure)? {
                 match self.kind(item) {
                     VarKind::CellRef(cell) => cells.push(cell.clone()),
-                    other => return unsupported(format!("a closure made of {}", kind_name(other))),
+                    other => {
+                        return unsupported(
+                            BreakKind::ValueNotRebuildable,
+                            format!("a closure made of {}", kind_name(other)),
+                        )
+                    }
                 }
             }
         }
@@ -280,7 +297,10 @@ impl<'py> Tracer<'py> {
                 let obj = obj.bind(py).clone();
                 self.call_object(callee, &obj, args, kwargs)
             }
-            other => unsupported(format!("calling {}", kind_name(other))),
+            other => unsupported(
+                BreakKind::UnsupportedCall,
+                format!("calling {}", kind_name(other)),
+            ),
         }
     }
 
@@ -321,7 +341,10 @@ impl<'py> Tracer<'py> {
                     _ => false,
                 });
             if overridden {
-                return unsupported("has_torch_function on an object with __torch_function__");
+                return unsupported(
+                    BreakKind::UnsupportedOperation,
+                    "has_torch_function on an object with __torch_function__",
+                );
             }
             return Ok(self.constant(&false.into_pyobject(py)?.to_owned().into_any()));
         }
@@ -355,7 +378,10 @@ impl<'py> Tracer<'py> {
             );
         }
         if obj.is(&h.builtins.getattr("super")?) && args.is_empty() {
-            return unsupported("super() outside a method the translator knows");
+            return unsupported(
+                BreakKind::SuperCall,
+                "super() outside a method the translator knows",
+            );
         }
         if h.foldable.contains(obj).unwrap_or(false) {
             return self.call_builtin(obj, args, kwargs);
@@ -393,7 +419,10 @@ impl<'py> Tracer<'py> {
                 }
             }
         }
-        unsupported(format!("calling {}", describe(obj)))
+        unsupported(
+            BreakKind::UnsupportedCall,
+            format!("calling {}", describe(obj)),
+        )
     }
 
     /// `module(*args)`: inline `forward` when no hooks could run.
@@ -411,7 +440,10 @@ impl<'py> Tracer<'py> {
             "_backward_pre_hooks",
         ] {
             if module.getattr(hooks)?.len()? != 0 {
-                return unsupported(format!("a call of {} with {hooks}", describe(module)));
+                return unsupported(
+                    BreakKind::Hooks,
+                    format!("a call of {} with {hooks}", describe(module)),
+                );
             }
         }
         let globals = self.py.import_module("torch.nn.modules.module")?;
@@ -423,7 +455,10 @@ impl<'py> Tracer<'py> {
             "_global_forward_hooks_always_called",
         ] {
             if globals.getattr(hooks)?.len()? != 0 {
-                return unsupported(format!("a module call with global {hooks} registered"));
+                return unsupported(
+                    BreakKind::Hooks,
+                    format!("a module call with global {hooks} registered"),
+                );
             }
         }
         // Hooks added later must recompile: the hook dicts stay empty.
@@ -459,10 +494,13 @@ impl<'py> Tracer<'py> {
         self.guard_class(module.get_type().as_any(), "forward")?;
         let forward = module.get_type().getattr("forward")?;
         if !forward.is_instance(&self.h.function_type)? {
-            return unsupported(format!(
-                "{} whose forward is not a Python function",
-                describe(module)
-            ));
+            return unsupported(
+                BreakKind::UnsupportedCall,
+                format!(
+                    "{} whose forward is not a Python function",
+                    describe(module)
+                ),
+            );
         }
         let mut all = vec![module_var];
         all.extend(args);
@@ -494,10 +532,10 @@ impl<'py> Tracer<'py> {
         let code = func.getattr("__code__")?;
         let flags: u32 = code.getattr("co_flags")?.extract()?;
         if flags & CO_GENERATOR_LIKE != 0 {
-            return unsupported(format!(
-                "calling the generator or coroutine {}",
-                describe(func)
-            ));
+            return unsupported(
+                BreakKind::Generator,
+                format!("calling the generator or coroutine {}", describe(func)),
+            );
         }
         let globals = func
             .getattr("__globals__")?
@@ -552,7 +590,7 @@ impl<'py> Tracer<'py> {
         let flags: u32 = code.getattr("co_flags")?.extract()?;
         let is_genexpr = flags & 0x20 != 0 && code.getattr("co_name")?.to_string() == "<genexpr>";
         if flags & CO_GENERATOR_LIKE != 0 && !is_genexpr {
-            return unsupported("calling a nested generator function");
+            return unsupported(BreakKind::Generator, "calling a nested generator function");
         }
         let defaults = match function.defaults {
             Some(d) => self.items_of(d)?,
@@ -649,7 +687,10 @@ impl<'py> Tracer<'py> {
             Ok(b) => b,
             Err(message) => {
                 let name = code.getattr("co_qualname")?;
-                return unsupported(format!("arguments do not fit {name}(): {message}"));
+                return unsupported(
+                    BreakKind::ExceptionWhileTracing,
+                    format!("arguments do not fit {name}(): {message}"),
+                );
             }
         };
         for (name, value) in params.names.iter().zip(bound) {
@@ -716,7 +757,7 @@ impl<'py> Tracer<'py> {
                 }
             };
             let Some(slot) = state.slot_names.iter().position(|n| n == name) else {
-                return unsupported(format!("parameter {name} has no slot"));
+                return unsupported(BreakKind::Internal, format!("parameter {name} has no slot"));
             };
             state.locals[slot] = Some(var);
         }
@@ -730,7 +771,10 @@ impl<'py> Tracer<'py> {
         attr: &str,
     ) -> CResult<Rc<Source>> {
         let Some((function, source)) = function else {
-            return unsupported("internal: defaults of a real function without the function");
+            return unsupported(
+                BreakKind::Internal,
+                "internal: defaults of a real function without the function",
+            );
         };
         // Through the function's own source when it has one (a new function object with
         // the same code may come next time); otherwise the function held by the guard.
@@ -781,17 +825,20 @@ impl<'py> Tracer<'py> {
     ) -> CResult<VarId> {
         let py = self.py;
         let VarKind::Tensor { fake, .. } = self.kind(receiver) else {
-            return unsupported(format!(
-                "method {name} of {}",
-                kind_name(self.kind(receiver))
-            ));
+            return unsupported(
+                BreakKind::UnsupportedCall,
+                format!("method {name} of {}", kind_name(self.kind(receiver))),
+            );
         };
         let fake = fake.bind(py).clone();
         match name {
             "size" | "dim" | "ndimension" | "numel" | "nelement" | "stride" | "is_contiguous"
             | "element_size" | "is_floating_point" | "is_complex" | "__len__" => {
                 if self.any_tensor(&args, &kwargs) {
-                    return unsupported(format!("tensor.{name} with tensor arguments"));
+                    return unsupported(
+                        BreakKind::UnsupportedCall,
+                        format!("tensor.{name} with tensor arguments"),
+                    );
                 }
                 // Every argument counts (`is_contiguous(memory_format=torch.channels_last)`,
                 // `size(dim=1)`): the fake tensor answers from the same metadata.
@@ -803,7 +850,10 @@ impl<'py> Tracer<'py> {
                 Ok(self.constant(&value))
             }
             "item" | "tolist" | "numpy" | "__bool__" | "__int__" | "__float__" | "nonzero"
-            | "cpu_numpy" => unsupported(format!("tensor.{name}() needs the tensor's data")),
+            | "cpu_numpy" => unsupported(
+                BreakKind::TensorValueNeeded,
+                format!("tensor.{name}() needs the tensor's data"),
+            ),
             _ => {
                 let mut all = vec![receiver];
                 all.extend(args);
@@ -824,7 +874,10 @@ impl<'py> Tracer<'py> {
     ) -> CResult<VarId> {
         let py = self.py;
         if !kwargs.is_empty() {
-            return unsupported(format!("keyword arguments to {name}()"));
+            return unsupported(
+                BreakKind::UnsupportedCall,
+                format!("keyword arguments to {name}()"),
+            );
         }
         let owned = self.source(receiver).is_none();
         let none = || py.None().into_bound(py);
@@ -841,7 +894,10 @@ impl<'py> Tracer<'py> {
                 let found = position.map(|i| entries[i].1);
                 if let (true, Some(at)) = (name == "pop", position) {
                     if !owned {
-                        return unsupported("dict.pop on a dict from the frame's inputs");
+                        return unsupported(
+                            BreakKind::UnreplayableSideEffect,
+                            "dict.pop on a dict from the frame's inputs",
+                        );
                     }
                     if let VarKind::Dict(entries) = &mut self.vars[receiver.0 as usize].kind {
                         entries.remove(at);
@@ -851,7 +907,10 @@ impl<'py> Tracer<'py> {
                     (Some(v), _) => Ok(v),
                     (None, Some(&default)) => Ok(default),
                     (None, None) if name == "get" => Ok(self.constant(&none())),
-                    (None, None) => unsupported(format!("missing key {key} in {name}()")),
+                    (None, None) => unsupported(
+                        BreakKind::ExceptionWhileTracing,
+                        format!("missing key {key} in {name}()"),
+                    ),
                 }
             }
             (VarKind::Dict(_), "keys" | "values" | "items") => {
@@ -875,7 +934,10 @@ impl<'py> Tracer<'py> {
             (VarKind::Dict(_), "update" | "setdefault") if owned => {
                 if name == "update" {
                     let VarKind::Dict(new) = self.kind(args[0]) else {
-                        return unsupported("dict.update from something that is not a dict");
+                        return unsupported(
+                            BreakKind::UnsupportedOperation,
+                            "dict.update from something that is not a dict",
+                        );
                     };
                     let new = new.clone();
                     if let VarKind::Dict(entries) = &mut self.vars[receiver.0 as usize].kind {
@@ -939,7 +1001,10 @@ impl<'py> Tracer<'py> {
                     }
                     "pop" => {
                         if items.is_empty() {
-                            return unsupported("pop from an empty list while tracing");
+                            return unsupported(
+                                BreakKind::ExceptionWhileTracing,
+                                "pop from an empty list while tracing",
+                            );
                         }
                         let at = index.map_or(items.len() - 1, |i| {
                             normalize(i, items.len()).min(items.len() - 1)
@@ -960,7 +1025,10 @@ impl<'py> Tracer<'py> {
                     return Ok(self.add(VarKind::List(items), None));
                 }
                 if self.contains_tensor(receiver) {
-                    return unsupported(format!("{name}() on a sequence of tensors"));
+                    return unsupported(
+                        BreakKind::UnsupportedOperation,
+                        format!("{name}() on a sequence of tensors"),
+                    );
                 }
                 let seq = self.python_value(receiver)?;
                 let result = seq.call_method1(name, self.python_args(&args)?)?;
@@ -1010,7 +1078,10 @@ impl<'py> Tracer<'py> {
                 let dict = dict.bind(py).clone();
                 self.dict_object_lookup(receiver, &dict, name, &args)
             }
-            (other, _) => unsupported(format!("the method {name}() of {}", kind_name(other))),
+            (other, _) => unsupported(
+                BreakKind::UnsupportedCall,
+                format!("the method {name}() of {}", kind_name(other)),
+            ),
         }
     }
 
@@ -1025,14 +1096,20 @@ impl<'py> Tracer<'py> {
     ) -> CResult<VarId> {
         let py = self.py;
         let Some(source) = self.source(receiver) else {
-            return unsupported("os.environ reached without a source");
+            return unsupported(
+                BreakKind::Environment,
+                "os.environ reached without a source",
+            );
         };
         if !matches!(name, "get" | "__getitem__" | "__contains__") || args.is_empty() {
-            return unsupported(format!("os.environ.{name}()"));
+            return unsupported(BreakKind::Environment, format!("os.environ.{name}()"));
         }
         let key = self.python_value(args[0])?;
         if !key.is_exact_instance_of::<pyo3::types::PyString>() {
-            return unsupported("os.environ looked up with a key that is not a str");
+            return unsupported(
+                BreakKind::Environment,
+                "os.environ looked up with a key that is not a str",
+            );
         }
         let present = environ.contains(&key)?;
         if name == "__contains__" || !present {
@@ -1054,7 +1131,10 @@ impl<'py> Tracer<'py> {
                 Some(&default) => Ok(default),
                 None => Ok(self.constant(&py.None().into_bound(py))),
             },
-            _ => unsupported(format!("os.environ[{key}]: the variable is not set")),
+            _ => unsupported(
+                BreakKind::Environment,
+                format!("os.environ[{key}]: the variable is not set"),
+            ),
         }
     }
 
@@ -1069,16 +1149,20 @@ impl<'py> Tracer<'py> {
     ) -> CResult<VarId> {
         let py = self.py;
         let Some(source) = self.source(receiver) else {
-            return unsupported(format!(
-                "{name}() on a dict that is not an input of the frame"
-            ));
+            return unsupported(
+                BreakKind::UnreplayableSideEffect,
+                format!("{name}() on a dict that is not an input of the frame"),
+            );
         };
         let keys = PyTuple::new(py, dict.try_iter()?.collect::<PyResult<Vec<_>>>()?)?;
         if !keys
             .iter()
             .all(|k| k.is_instance_of::<pyo3::types::PyString>())
         {
-            return unsupported(format!("{name}() on a dict with keys that are not strings"));
+            return unsupported(
+                BreakKind::UnsupportedOperation,
+                format!("{name}() on a dict with keys that are not strings"),
+            );
         }
         self.guards.add(
             source.clone(),
@@ -1116,7 +1200,10 @@ impl<'py> Tracer<'py> {
             }
             _ => {
                 let Some(&key_var) = args.first() else {
-                    return unsupported(format!("{name}() without a key"));
+                    return unsupported(
+                        BreakKind::UnsupportedOperation,
+                        format!("{name}() without a key"),
+                    );
                 };
                 let key = self.python_value(key_var)?;
                 let present = keys.contains(&key)?;
@@ -1129,7 +1216,10 @@ impl<'py> Tracer<'py> {
                         Some(&default) => Ok(default),
                         None => Ok(self.constant(&py.None().into_bound(py))),
                     },
-                    _ => unsupported(format!("missing key {key} while tracing")),
+                    _ => unsupported(
+                        BreakKind::ExceptionWhileTracing,
+                        format!("missing key {key} while tracing"),
+                    ),
                 }
             }
         }
@@ -1145,9 +1235,10 @@ impl<'py> Tracer<'py> {
     ) -> CResult<VarId> {
         let py = self.py;
         if self.in_try {
-            return unsupported(format!(
-                "the tensor operation {name} inside a try block or with statement"
-            ));
+            return unsupported(
+                BreakKind::TensorOperationInTry,
+                format!("the tensor operation {name} inside a try block or with statement"),
+            );
         }
         let fake_args = args
             .iter()
@@ -1160,7 +1251,9 @@ impl<'py> Tracer<'py> {
         let target: Bound<'py, PyAny> = match &op {
             Op::CallFunction(f) => f.bind(py).clone(),
             Op::CallMethod(m) => pyo3::types::PyString::new(py, m).into_any(),
-            Op::Placeholder => return unsupported("internal: placeholder as a call"),
+            Op::Placeholder => {
+                return unsupported(BreakKind::Internal, "internal: placeholder as a call")
+            }
         };
         let result = match self.h.run_fake.call1((
             &self.fake_mode,
@@ -1169,7 +1262,12 @@ impl<'py> Tracer<'py> {
             fake_kwargs,
         )) {
             Ok(r) => r,
-            Err(err) => return unsupported(format!("{name} failed on fake tensors: {err}")),
+            Err(err) => {
+                return unsupported(
+                    BreakKind::FakeTensorFailure,
+                    format!("{name} failed on fake tensors: {err}"),
+                )
+            }
         };
         let graph_args = args
             .iter()
@@ -1211,7 +1309,10 @@ impl<'py> Tracer<'py> {
             for (i, item) in result.try_iter()?.enumerate() {
                 let item = item?;
                 if !item.is_instance(&self.h.tensor_type)? {
-                    return unsupported(format!("{name} returned a non-tensor item"));
+                    return unsupported(
+                        BreakKind::UnsupportedCall,
+                        format!("{name} returned a non-tensor item"),
+                    );
                 }
                 let index = (i as i64).into_pyobject(py)?.into_any();
                 let child = self.graph.add(
@@ -1251,7 +1352,10 @@ impl<'py> Tracer<'py> {
             // Metadata-only results (sizes, dtypes) are fixed by the tensor guards.
             return Ok(self.constant(result));
         }
-        unsupported(format!("{name} returned {}", describe(result)))
+        unsupported(
+            BreakKind::UnsupportedCall,
+            format!("{name} returned {}", describe(result)),
+        )
     }
 
     /// The value to pass to an operation run on fake tensors.
@@ -1286,7 +1390,12 @@ impl<'py> Tracer<'py> {
                 self.pin_identity(id);
                 v.bind(py).clone()
             }
-            other => return unsupported(format!("{} as an operation argument", kind_name(other))),
+            other => {
+                return unsupported(
+                    BreakKind::UnsupportedOperation,
+                    format!("{} as an operation argument", kind_name(other)),
+                )
+            }
         })
     }
 
@@ -1316,12 +1425,20 @@ impl<'py> Tracer<'py> {
             VarKind::Object(v) => {
                 let value = v.bind(self.py).clone();
                 if !self.immutable_object(&value)? {
-                    return unsupported(format!("{} as a graph argument", describe(&value)));
+                    return unsupported(
+                        BreakKind::UnsupportedOperation,
+                        format!("{} as a graph argument", describe(&value)),
+                    );
                 }
                 self.pin_identity(id);
                 Arg::Const(v.clone())
             }
-            other => return unsupported(format!("{} as a graph argument", kind_name(other))),
+            other => {
+                return unsupported(
+                    BreakKind::UnsupportedOperation,
+                    format!("{} as a graph argument", kind_name(other)),
+                )
+            }
         })
     }
 }

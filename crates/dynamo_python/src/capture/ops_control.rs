@@ -1,6 +1,7 @@
 //! Control flow: branches on values known at trace time (a branch on a tensor's value is
 //! unsupported until graph breaks exist), and `for` loops over known items, unrolled.
 
+use super::break_reasons::{Break, BreakKind};
 use dynamo_bytecode::{Instruction, Opcode};
 use pyo3::prelude::*;
 
@@ -14,19 +15,20 @@ impl<'py> Tracer<'py> {
         ins: &Instruction,
     ) -> CResult<Flow> {
         let Some(target) = ins.jump_target() else {
-            return unsupported("a jump without a target");
+            return unsupported(BreakKind::Internal, "a jump without a target");
         };
         let value = *f
             .stack
             .last()
-            .ok_or(super::translator::CaptureError::Unsupported(
-                "empty stack at a branch".into(),
-            ))?;
+            .ok_or(super::translator::CaptureError::Unsupported(Break::new(
+                BreakKind::Internal,
+                "empty stack at a branch",
+            )))?;
         let taken = match ins.opcode {
             Opcode::PopJumpIfNone | Opcode::PopJumpIfNotNone => {
                 let is_none = match self.kind(value) {
                     VarKind::Const(v) | VarKind::Object(v) => v.bind(self.py).is_none(),
-                    VarKind::Null => return unsupported("a branch on NULL"),
+                    VarKind::Null => return unsupported(BreakKind::Internal, "a branch on NULL"),
                     _ => false,
                 };
                 (ins.opcode == Opcode::PopJumpIfNone) == is_none
@@ -70,9 +72,10 @@ impl<'py> Tracer<'py> {
         let iter = *f
             .stack
             .last()
-            .ok_or(super::translator::CaptureError::Unsupported(
-                "FOR_ITER on an empty stack".into(),
-            ))?;
+            .ok_or(super::translator::CaptureError::Unsupported(Break::new(
+                BreakKind::Internal,
+                "FOR_ITER on an empty stack",
+            )))?;
         let next = match &mut self.vars[iter.0 as usize].kind {
             VarKind::Iter { items, next } => {
                 let item = items.get(*next).copied();
@@ -81,7 +84,12 @@ impl<'py> Tracer<'py> {
                 }
                 item
             }
-            other => return unsupported(format!("FOR_ITER over {}", kind_name(other))),
+            other => {
+                return unsupported(
+                    BreakKind::UnsupportedOperation,
+                    format!("FOR_ITER over {}", kind_name(other)),
+                )
+            }
         };
         match next {
             Some(item) => f.stack.push(item),

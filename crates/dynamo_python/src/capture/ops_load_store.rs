@@ -1,6 +1,7 @@
 //! Loads and stores: locals, constants, globals, attributes, methods, closure cells, and the
 //! stack shuffles `COPY` and `SWAP`.
 
+use super::break_reasons::BreakKind;
 use std::cell::RefCell;
 use std::rc::Rc;
 
@@ -21,7 +22,7 @@ impl<'py> Tracer<'py> {
             .checked_sub(n as usize)
             .and_then(|i| f.stack.get(i))
         else {
-            return unsupported("COPY past the bottom of the stack");
+            return unsupported(BreakKind::Internal, "COPY past the bottom of the stack");
         };
         f.stack.push(value);
         Ok(Flow::Continue)
@@ -30,7 +31,7 @@ impl<'py> Tracer<'py> {
     pub(super) fn op_swap(&mut self, f: &mut FrameState<'py>, n: u32) -> CResult<Flow> {
         let len = f.stack.len();
         if (n as usize) > len || n == 0 {
-            return unsupported("SWAP past the bottom of the stack");
+            return unsupported(BreakKind::Internal, "SWAP past the bottom of the stack");
         }
         f.stack.swap(len - 1, len - n as usize);
         Ok(Flow::Continue)
@@ -42,10 +43,10 @@ impl<'py> Tracer<'py> {
                 f.stack.push(value);
                 Ok(Flow::Continue)
             }
-            None => unsupported(format!(
-                "reads the unbound local {:?}",
-                f.slot_names.get(i as usize)
-            )),
+            None => unsupported(
+                BreakKind::UndefinedName,
+                format!("reads the unbound local {:?}", f.slot_names.get(i as usize)),
+            ),
         }
     }
 
@@ -82,7 +83,12 @@ impl<'py> Tracer<'py> {
             Some(v) => v,
             None => match self.lookup_builtin(&f.builtins, &name)? {
                 Some(v) => v,
-                None => return unsupported(format!("reads the undefined global {name:?}")),
+                None => {
+                    return unsupported(
+                        BreakKind::UndefinedName,
+                        format!("reads the undefined global {name:?}"),
+                    )
+                }
             },
         };
         let source = Rc::new(Source::Global {
@@ -141,7 +147,12 @@ impl<'py> Tracer<'py> {
                 // A store earlier in this trace decides what the read sees.
                 match self.mutated_attr(&value, name) {
                     Some(Some(stored)) => return Ok(stored),
-                    Some(None) => return unsupported(format!("reading .{name} after deleting it")),
+                    Some(None) => {
+                        return unsupported(
+                            BreakKind::UnreplayableSideEffect,
+                            format!("reading .{name} after deleting it"),
+                        )
+                    }
                     None => {}
                 }
                 // A computed attribute (a property, `__getattr__`) of an object this trace
@@ -166,14 +177,22 @@ impl<'py> Tracer<'py> {
                                     || !entry.get_type().hasattr("__get__").unwrap_or(true)
                             });
                     if !in_dict && !plain_class_entry {
-                        return unsupported(format!(
+                        return unsupported(
+                            BreakKind::UnsupportedOperation,
+                            format!(
                             "reading the computed attribute .{name} of an object this trace changed"
-                        ));
+                        ),
+                        );
                     }
                 }
                 let attr = match value.getattr(name) {
                     Ok(a) => a,
-                    Err(err) => return unsupported(format!("getattr(..., {name:?}) raised {err}")),
+                    Err(err) => {
+                        return unsupported(
+                            BreakKind::ExceptionWhileTracing,
+                            format!("getattr(..., {name:?}) raised {err}"),
+                        )
+                    }
                 };
                 // Read-only lookups on a real dict (registries, config tables) stay tracked so
                 // that what they read is guarded through item sources.
@@ -281,9 +300,10 @@ impl<'py> Tracer<'py> {
                 }
                 let source = self.source(obj).map(|s| self.attr_source(&value, s, name));
                 if source.is_none() && attr.is_instance(&self.h.tensor_type)? {
-                    return unsupported(format!(
-                        "reads tensor attribute {name:?} of an object with no source"
-                    ));
+                    return unsupported(
+                        BreakKind::UnsupportedOperation,
+                        format!("reads tensor attribute {name:?} of an object with no source"),
+                    );
                 }
                 self.wrap(&attr, source)
             }
@@ -297,7 +317,10 @@ impl<'py> Tracer<'py> {
                 let at = fields.iter().position(|n| n == name).expect("checked");
                 match items.get(at) {
                     Some(&item) => Ok(item),
-                    None => unsupported(format!("named field {name} out of range")),
+                    None => unsupported(
+                        BreakKind::ExceptionWhileTracing,
+                        format!("named field {name} out of range"),
+                    ),
                 }
             }
             VarKind::Tuple(_) | VarKind::List(_) | VarKind::Dict(_) => {
@@ -343,14 +366,18 @@ impl<'py> Tracer<'py> {
                                 None,
                             ));
                         }
-                        return unsupported(format!(
-                            "super().{name} of an object made while tracing"
-                        ));
+                        return unsupported(
+                            BreakKind::SuperCall,
+                            format!("super().{name} of an object made while tracing"),
+                        );
                     }
-                    return unsupported(format!("super().{name}: not found"));
+                    return unsupported(BreakKind::SuperCall, format!("super().{name}: not found"));
                 }
                 let Some(real_receiver) = self.real_unpinned(receiver) else {
-                    return unsupported("super() on a value without a Python object");
+                    return unsupported(
+                        BreakKind::SuperCall,
+                        "super() on a value without a Python object",
+                    );
                 };
                 // What super() finds depends on the receiver's class and the classes after
                 // `cls` in its MRO: guard the receiver's type and its contents (a change to
@@ -373,7 +400,12 @@ impl<'py> Tracer<'py> {
                     .call1((&cls, &real_receiver))?;
                 let attr = match sup.getattr(name) {
                     Ok(a) => a,
-                    Err(err) => return unsupported(format!("super().{name} raised {err}")),
+                    Err(err) => {
+                        return unsupported(
+                            BreakKind::SuperCall,
+                            format!("super().{name} raised {err}"),
+                        )
+                    }
                 };
                 if attr.is_instance(&self.h.method_type)?
                     && attr.getattr("__self__")?.is(&real_receiver)
@@ -433,10 +465,13 @@ impl<'py> Tracer<'py> {
                 };
                 self.wrap(&attr, source)
             }
-            other => unsupported(format!(
-                "attribute {name:?} of {}",
-                super::translator::kind_name(other)
-            )),
+            other => unsupported(
+                BreakKind::UnsupportedOperation,
+                format!(
+                    "attribute {name:?} of {}",
+                    super::translator::kind_name(other)
+                ),
+            ),
         }
     }
 
@@ -487,14 +522,18 @@ impl<'py> Tracer<'py> {
                 let value = fake.getattr(name)?;
                 Ok(self.constant(&value))
             }
-            "T" | "mT" | "H" | "mH" | "real" | "imag" | "data" => {
-                unsupported(format!("the tensor attribute .{name}"))
-            }
+            "T" | "mT" | "H" | "mH" | "real" | "imag" | "data" => unsupported(
+                BreakKind::UnsupportedOperation,
+                format!("the tensor attribute .{name}"),
+            ),
             _ => {
                 if fake.getattr(name).map(|a| a.is_callable()).unwrap_or(false) {
                     Ok(self.method(tensor, name, None))
                 } else {
-                    unsupported(format!("the tensor attribute .{name}"))
+                    unsupported(
+                        BreakKind::UnsupportedOperation,
+                        format!("the tensor attribute .{name}"),
+                    )
                 }
             }
         }
@@ -515,7 +554,10 @@ impl<'py> Tracer<'py> {
 
     pub(super) fn op_load_closure(&mut self, f: &mut FrameState<'py>, i: u32) -> CResult<Flow> {
         let Some(cell) = f.cells.get(&(i as usize)).cloned() else {
-            return unsupported("LOAD_CLOSURE of a cell the translator did not create");
+            return unsupported(
+                BreakKind::ClosureCell,
+                "LOAD_CLOSURE of a cell the translator did not create",
+            );
         };
         let id = self.add(VarKind::CellRef(cell), None);
         f.stack.push(id);
@@ -527,12 +569,14 @@ impl<'py> Tracer<'py> {
         let value = match f.cells.get(&slot).cloned() {
             Some(Cell::Traced(cell)) => match *cell.borrow() {
                 Some(v) => v,
-                None => return unsupported("reads an empty closure cell"),
+                None => return unsupported(BreakKind::ClosureCell, "reads an empty closure cell"),
             },
             Some(Cell::Real(cell, cell_source)) => {
                 let contents = match cell.bind(self.py).getattr("cell_contents") {
                     Ok(c) => c,
-                    Err(_) => return unsupported("reads an empty closure cell"),
+                    Err(_) => {
+                        return unsupported(BreakKind::ClosureCell, "reads an empty closure cell")
+                    }
                 };
                 let source = match cell_source {
                     Some(s) => Rc::new(Source::Attr(s, "cell_contents".into())),
@@ -543,9 +587,16 @@ impl<'py> Tracer<'py> {
             // A free variable of the compiled frame itself: its value came in with the frame.
             None if f.is_root => match f.locals.get(slot).copied().flatten() {
                 Some(v) => v,
-                None => return unsupported("reads an unbound free variable"),
+                None => {
+                    return unsupported(BreakKind::ClosureCell, "reads an unbound free variable")
+                }
             },
-            None => return unsupported("reads a closure cell the translator does not know"),
+            None => {
+                return unsupported(
+                    BreakKind::ClosureCell,
+                    "reads a closure cell the translator does not know",
+                )
+            }
         };
         f.stack.push(value);
         Ok(Flow::Continue)
@@ -558,7 +609,10 @@ impl<'py> Tracer<'py> {
                 *cell.borrow_mut() = Some(value);
                 Ok(Flow::Continue)
             }
-            _ => unsupported("writes a closure cell shared with code outside the trace"),
+            _ => unsupported(
+                BreakKind::UnreplayableSideEffect,
+                "writes a closure cell shared with code outside the trace",
+            ),
         }
     }
 }

@@ -3,6 +3,7 @@
 //! attribute stores on objects that existed before the call, which the transformed code
 //! replays after the graph (side effects).
 
+use super::break_reasons::BreakKind;
 use crate::imports::ImportModule;
 use pyo3::prelude::*;
 use pyo3::types::PyType;
@@ -49,20 +50,27 @@ impl<'py> Tracer<'py> {
                         attrs.remove(i);
                     }
                     (None, None) => {
-                        return unsupported(format!(
-                            "deleting .{name}, which the object does not have"
-                        ))
+                        return unsupported(
+                            BreakKind::UnreplayableSideEffect,
+                            format!("deleting .{name}, which the object does not have"),
+                        )
                     }
                 }
                 return Ok(());
             }
             VarKind::Instance { .. } => {
-                return unsupported("setting an attribute of a ModelOutput")
+                return unsupported(
+                    BreakKind::ModelOutput,
+                    "setting an attribute of a ModelOutput",
+                )
             }
             _ => {}
         }
         let (Some(source), Some(real)) = (self.source(obj), self.real_unpinned(obj)) else {
-            return unsupported(format!("setting .{name} of {}", kind_name(self.kind(obj))));
+            return unsupported(
+                BreakKind::UnreplayableSideEffect,
+                format!("setting .{name} of {}", kind_name(self.kind(obj))),
+            );
         };
         // Only plain attribute stores can be replayed as they are.
         let object_setattr = py
@@ -72,10 +80,13 @@ impl<'py> Tracer<'py> {
         if !real.get_type().getattr("__setattr__")?.is(&object_setattr)
             || real.is_instance(&self.h.module_type)?
         {
-            return unsupported(format!(
-                "setting .{name} of {} (custom __setattr__)",
-                super::ops_call::describe(&real)
-            ));
+            return unsupported(
+                BreakKind::UnreplayableSideEffect,
+                format!(
+                    "setting .{name} of {} (custom __setattr__)",
+                    super::ops_call::describe(&real)
+                ),
+            );
         }
         if value.is_none() {
             // `del obj.name` raises unless the attribute is there: after an earlier store in
@@ -86,13 +97,19 @@ impl<'py> Tracer<'py> {
             };
             let stored_before = match self.mutated_attr(&real, name) {
                 Some(Some(_)) => true,
-                Some(None) => return unsupported(format!("deleting .{name} twice")),
+                Some(None) => {
+                    return unsupported(
+                        BreakKind::UnreplayableSideEffect,
+                        format!("deleting .{name} twice"),
+                    )
+                }
                 None => false,
             };
             if !in_dict && !stored_before {
-                return unsupported(format!(
-                    "deleting .{name}, which is not in the object's __dict__"
-                ));
+                return unsupported(
+                    BreakKind::UnreplayableSideEffect,
+                    format!("deleting .{name}, which is not in the object's __dict__"),
+                );
             }
             // Whether the object has the attribute when the transformed code runs decides
             // what replaying the delete must do: guard it by its `__dict__`.
@@ -112,10 +129,13 @@ impl<'py> Tracer<'py> {
         }
         if let Some(v) = value {
             if !self.rebuildable(v) {
-                return unsupported(format!(
-                    "storing {} into .{name} of an existing object",
-                    kind_name(self.kind(v))
-                ));
+                return unsupported(
+                    BreakKind::UnreplayableSideEffect,
+                    format!(
+                        "storing {} into .{name} of an existing object",
+                        kind_name(self.kind(v))
+                    ),
+                );
             }
         }
         self.mutations.push(Mutation {
@@ -230,24 +250,30 @@ impl<'py> Tracer<'py> {
             .getattr("__init__")?;
         if init.is(&object_init) {
             if !args.is_empty() || !kwargs.is_empty() {
-                return unsupported(format!(
-                    "{}() takes no arguments",
-                    super::ops_call::describe(cls)
-                ));
+                return unsupported(
+                    BreakKind::ExceptionWhileTracing,
+                    format!("{}() takes no arguments", super::ops_call::describe(cls)),
+                );
             }
             return Ok(instance);
         }
         if !init.is_instance(&self.h.function_type)? {
-            return unsupported(format!(
-                "constructing {} (its __init__ is not Python)",
-                super::ops_call::describe(cls)
-            ));
+            return unsupported(
+                BreakKind::UnsupportedCall,
+                format!(
+                    "constructing {} (its __init__ is not Python)",
+                    super::ops_call::describe(cls)
+                ),
+            );
         }
         let mut all = vec![instance];
         all.extend(args);
         let result = self.call_python(&init, all, kwargs)?;
         if !matches!(self.kind(result), VarKind::Const(v) if v.bind(py).is_none()) {
-            return unsupported("__init__ returned something other than None");
+            return unsupported(
+                BreakKind::ExceptionWhileTracing,
+                "__init__ returned something other than None",
+            );
         }
         Ok(instance)
     }
@@ -274,12 +300,18 @@ impl<'py> Tracer<'py> {
                     let default = field.getattr("default")?;
                     let missing = py.import_module("dataclasses")?.getattr("MISSING")?;
                     if default.is(&missing) {
-                        return unsupported(format!("ModelOutput field {name} without a value"));
+                        return unsupported(
+                            BreakKind::ModelOutput,
+                            format!("ModelOutput field {name} without a value"),
+                        );
                     }
                     self.wrap(&default, None)?
                 }
                 (Some(_), Some(_)) => {
-                    return unsupported(format!("ModelOutput field {name} given twice"))
+                    return unsupported(
+                        BreakKind::ModelOutput,
+                        format!("ModelOutput field {name} given twice"),
+                    )
                 }
             };
             attrs.push((name, value));
@@ -288,7 +320,7 @@ impl<'py> Tracer<'py> {
             .iter()
             .any(|(k, _)| !attrs.iter().any(|(n, _)| n == k))
         {
-            return unsupported("unknown ModelOutput field");
+            return unsupported(BreakKind::ModelOutput, "unknown ModelOutput field");
         }
         Ok(self.add(
             VarKind::Instance {
@@ -321,7 +353,10 @@ impl<'py> Tracer<'py> {
             model_output,
         } = self.kind(obj)
         else {
-            return unsupported("internal: instance_attr on a non-instance");
+            return unsupported(
+                BreakKind::Internal,
+                "internal: instance_attr on a non-instance",
+            );
         };
         if let Some((_, v)) = attrs.iter().find(|(n, _)| n == name) {
             return Ok(*v);
@@ -341,10 +376,13 @@ impl<'py> Tracer<'py> {
         {
             Ok(a) => a,
             Err(_) => {
-                return unsupported(format!(
-                    "{} has no attribute {name:?}",
-                    super::ops_call::describe(&cls)
-                ))
+                return unsupported(
+                    BreakKind::ExceptionWhileTracing,
+                    format!(
+                        "{} has no attribute {name:?}",
+                        super::ops_call::describe(&cls)
+                    ),
+                )
             }
         };
         let builtins = py.import_module("builtins")?;

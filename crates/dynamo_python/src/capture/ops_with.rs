@@ -6,6 +6,7 @@
 //! A graph break inside such a block hands the block's `__exit__` to the resume function on
 //! its stack: a [`GradModeExit`], which the resume function's own trace recognises again.
 
+use super::break_reasons::BreakKind;
 use crate::imports::ImportModule;
 use pyo3::prelude::*;
 
@@ -20,10 +21,10 @@ impl<'py> Tracer<'py> {
     pub(super) fn op_before_with(&mut self, f: &mut FrameState<'py>) -> CResult<Flow> {
         let context = self.pop(f)?;
         let VarKind::GradModeContext { enabled } = *self.kind(context) else {
-            return unsupported(format!(
-                "a with statement on {}",
-                kind_name(self.kind(context))
-            ));
+            return unsupported(
+                BreakKind::ContextManager,
+                format!("a with statement on {}", kind_name(self.kind(context))),
+            );
         };
         let previous = self.grad_enabled;
         self.set_grad_enabled(enabled)?;
@@ -99,7 +100,10 @@ impl<'py> Tracer<'py> {
             return Ok(None);
         };
         if !args.is_empty() {
-            return unsupported("arguments to a grad-mode context manager");
+            return unsupported(
+                BreakKind::ContextManager,
+                "arguments to a grad-mode context manager",
+            );
         }
         Ok(Some(self.add(VarKind::GradModeContext { enabled }, None)))
     }

@@ -8,6 +8,7 @@
 //! that dispatches them, so an opcode without a handler is a compile error, and an opcode we
 //! do not trace yet is an explicit "unsupported" that sends the frame back to eager.
 
+use super::break_reasons::{Break, BreakKind};
 use std::collections::HashMap;
 use std::rc::Rc;
 
@@ -26,7 +27,7 @@ use crate::eval_frame::owned::OwnedRef;
 /// Why a frame cannot be captured: a reason and where in the user's source.
 #[derive(Debug)]
 pub enum CaptureError {
-    Unsupported(String),
+    Unsupported(Break),
     Python(PyErr),
     /// The trace reached the root instruction it was asked to stop before (the graph break
     /// it splits the frame at); the frame state is as it was right before that instruction.
@@ -47,8 +48,9 @@ impl From<PyErr> for CaptureError {
 
 pub type CResult<T> = Result<T, CaptureError>;
 
-pub fn unsupported<T>(reason: impl Into<String>) -> CResult<T> {
-    Err(CaptureError::Unsupported(reason.into()))
+/// Gives up on the frame: a graph break of `kind`, `detail` saying what exactly.
+pub fn unsupported<T>(kind: BreakKind, detail: impl Into<String>) -> CResult<T> {
+    Err(CaptureError::Unsupported(Break::new(kind, detail)))
 }
 
 /// Deepest inlining before we give up (runaway recursion in traced code).
@@ -290,7 +292,10 @@ impl<'py> Tracer<'py> {
                 d.into_any()
             }
             VarKind::Tensor { .. } => {
-                return unsupported("a tensor used where a Python value is needed")
+                return unsupported(
+                    BreakKind::TensorValueNeeded,
+                    "a tensor used where a Python value is needed",
+                )
             }
             VarKind::Method {
                 receiver,
@@ -298,7 +303,12 @@ impl<'py> Tracer<'py> {
                 ..
             } => match self.real(*receiver) {
                 Some(real) => self.h.method_type.call1((func.bind(py), real))?,
-                None => return unsupported("a method of a traced value used as a Python value"),
+                None => {
+                    return unsupported(
+                        BreakKind::ValueNotRebuildable,
+                        "a method of a traced value used as a Python value",
+                    )
+                }
             },
             VarKind::Iter { items, next } => {
                 let items = items[*next..]
@@ -311,7 +321,12 @@ impl<'py> Tracer<'py> {
             VarKind::DictView { dict, which } => {
                 self.python_value(*dict)?.call_method0(which.method())?
             }
-            other => return unsupported(format!("{} used as a Python value", kind_name(other))),
+            other => {
+                return unsupported(
+                    BreakKind::ValueNotRebuildable,
+                    format!("{} used as a Python value", kind_name(other)),
+                )
+            }
         })
     }
 
@@ -354,7 +369,10 @@ impl<'py> Tracer<'py> {
         let h = self.h.clone();
         if value.is_instance(&h.tensor_type)? {
             let Some(source) = source else {
-                return unsupported("a tensor that does not come from the frame's inputs");
+                return unsupported(
+                    BreakKind::ValueNotRebuildable,
+                    "a tensor that does not come from the frame's inputs",
+                );
             };
             return self.graph_input(value, source);
         }
@@ -741,7 +759,7 @@ impl<'py> Tracer<'py> {
         ));
         let result = loop {
             let Some(instruction) = frame.instructions.get(frame.pc).copied() else {
-                break unsupported("ran past the end of the code");
+                break unsupported(BreakKind::Internal, "ran past the end of the code");
             };
             if let Some(loc) = self.location_stack.last_mut() {
                 loc.2 = frame.lines[frame.pc].unwrap_or(0) as u32;
@@ -795,13 +813,13 @@ impl<'py> Tracer<'py> {
     pub fn pop(&mut self, frame: &mut FrameState<'py>) -> CResult<VarId> {
         match frame.stack.pop() {
             Some(id) => Ok(id),
-            None => unsupported("stack underflow while translating"),
+            None => unsupported(BreakKind::Internal, "stack underflow while translating"),
         }
     }
 
     pub fn popn(&mut self, frame: &mut FrameState<'py>, n: usize) -> CResult<Vec<VarId>> {
         if frame.stack.len() < n {
-            return unsupported("stack underflow while translating");
+            return unsupported(BreakKind::Internal, "stack underflow while translating");
         }
         let at = frame.stack.len() - n;
         Ok(frame.stack.split_off(at))
@@ -912,9 +930,10 @@ impl<'py> Tracer<'py> {
             | LoadAssertionError | ReturnGenerator | ImportStar | SetupAnnotations | YieldValue
             | AsyncGenWrap | PrepReraiseStar | PopExcept | StoreName | DeleteName | StoreGlobal
             | DeleteGlobal | LoadName | BuildSet | Reraise | Send | RaiseVarargs | GetAwaitable
-            | DeleteDeref | SetAdd | SetUpdate | LoadClassderef | MatchClass => {
-                unsupported(format!("the {} instruction", ins.opcode.name()))
-            }
+            | DeleteDeref | SetAdd | SetUpdate | LoadClassderef | MatchClass => unsupported(
+                BreakKind::UnsupportedInstruction,
+                format!("the {} instruction", ins.opcode.name()),
+            ),
         }
     }
 
@@ -922,9 +941,10 @@ impl<'py> Tracer<'py> {
     pub fn enter_depth(&mut self) -> CResult<()> {
         self.depth += 1;
         if self.depth > MAX_INLINE_DEPTH {
-            return unsupported(format!(
-                "calls nested deeper than {MAX_INLINE_DEPTH} (recursion?)"
-            ));
+            return unsupported(
+                BreakKind::RecursionDepth,
+                format!("calls nested deeper than {MAX_INLINE_DEPTH} (recursion?)"),
+            );
         }
         Ok(())
     }
@@ -978,7 +998,12 @@ pub fn frame_state<'py>(
             .as_bytes(),
         first_line,
     })
-    .map_err(|e| CaptureError::Unsupported(format!("undecodable bytecode: {e}")))?;
+    .map_err(|e| {
+        CaptureError::Unsupported(Break::new(
+            BreakKind::Internal,
+            format!("undecodable bytecode: {e}"),
+        ))
+    })?;
     let varnames = code
         .getattr("co_varnames")?
         .cast_into::<PyTuple>()

@@ -192,6 +192,24 @@ pub trait FrameGuard {
     }
 }
 
+/// Turns a check object a callback returned into a native guard, when it is of a kind the
+/// registered adapter knows (`None`: not one of its kinds; the hook then calls it from
+/// Python). The capture layer registers one at module init ([`register_guard_adapter`]), so
+/// the hook knows only the [`FrameGuard`] trait and nothing of how guards are built.
+pub type GuardAdapter = fn(&Bound<'_, PyAny>) -> Option<Box<dyn FrameGuard>>;
+
+static GUARD_ADAPTER: std::sync::OnceLock<GuardAdapter> = std::sync::OnceLock::new();
+
+/// Registers the adapter for native guards (once; later calls are ignored).
+pub fn register_guard_adapter(adapter: GuardAdapter) {
+    let _ = GUARD_ADAPTER.set(adapter);
+}
+
+/// The native guard for `check`, if the registered adapter knows its kind.
+pub fn native_guard(check: &Bound<'_, PyAny>) -> Option<Box<dyn FrameGuard>> {
+    GUARD_ADAPTER.get().and_then(|adapt| adapt(check))
+}
+
 /// An entry without guards: valid for every frame.
 #[derive(Debug)]
 pub struct AlwaysValid;

@@ -357,10 +357,8 @@ unsafe fn call_callback(
     check_compatible(&original, &code, location)?;
     let guard: Box<dyn FrameGuard> = if check.is_none() {
         Box::new(AlwaysValid)
-    } else if check.is_instance_of::<crate::capture::guards::NativeGuard>() {
-        Box::new(crate::capture::guards::NativeGuardRef(
-            OwnedRef::from_bound(&check),
-        ))
+    } else if let Some(native) = super::cache::native_guard(&check) {
+        native
     } else if check.is_callable() {
         Box::new(PythonGuard(OwnedRef::from_bound(&check)))
     } else {

@@ -186,16 +186,12 @@ fn reset_stats() {
 
 /// Mirrors `dynamo_rs.config` into the hook.
 #[pyfunction]
-#[pyo3(signature = (*, cache_size_limit=None, suppress_errors=None, skip_prefixes=None, guard_check_debug=None))]
+#[pyo3(signature = (*, cache_size_limit=None, suppress_errors=None, skip_prefixes=None))]
 fn configure(
     cache_size_limit: Option<usize>,
     suppress_errors: Option<bool>,
     skip_prefixes: Option<Vec<String>>,
-    guard_check_debug: Option<bool>,
 ) -> PyResult<()> {
-    if let Some(debug) = guard_check_debug {
-        crate::capture::guards::DEBUG_CHECKS.store(debug, Ordering::Relaxed);
-    }
     if let Some(limit) = cache_size_limit {
         if limit == 0 {
             return Err(PyValueError::new_err("cache_size_limit must be at least 1"));
