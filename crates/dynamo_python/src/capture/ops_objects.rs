@@ -190,7 +190,7 @@ impl<'py> Tracer<'py> {
             .getattr("__module__")
             .and_then(|m| m.extract())
             .unwrap_or_default();
-        if module == "builtins" || module.starts_with("torch") {
+        if module == "builtins" || is_torch_module(&module) {
             return Ok(false);
         }
         let mro = cls.getattr("__mro__")?;
@@ -213,7 +213,7 @@ impl<'py> Tracer<'py> {
                 Some(slots) => slots.len().map(|n| n > 0).unwrap_or(true),
                 None => false,
             };
-            if base_module == "builtins" || base_module.starts_with("torch") || has_slots {
+            if base_module == "builtins" || is_torch_module(&base_module) || has_slots {
                 return Ok(false);
             }
         }
@@ -457,4 +457,11 @@ pub fn class_source(ty: &Bound<'_, PyType>) -> std::rc::Rc<super::source::Source
         OwnedRef::from_bound(ty.as_any()),
         format!("<class {name}>"),
     ))
+}
+
+/// Whether `module` is torch itself or one of its submodules (whose classes keep state the
+/// translator does not model), not merely a name starting with "torch": torchvision's and
+/// torchaudio's plain classes (`ImageList`) are user-level Python like any other.
+fn is_torch_module(module: &str) -> bool {
+    module == "torch" || module.starts_with("torch.")
 }
