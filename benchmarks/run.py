@@ -205,12 +205,18 @@ def bench_capture(quick: bool) -> dict:
     from dynamo_rs.testing import CompileCounter
     from models import build
 
-    from synthetic import graph_break_examples
+    from synthetic import detection_examples, graph_break_examples
 
     names = ["resnet18"] if quick else ["resnet18", "mobilenet_v3_small", "vit_tiny_patch16_224",
                                          "convnext_atto", "gpt2", "bert", "llama"]
     breaks = graph_break_examples()
+    if not quick:
+        breaks.update(detection_examples())
+    only = os.environ.get("DYNAMO_RS_BENCH_ONLY")
     names += list(breaks)
+    if only:
+        # One row (or a few) while working on it: a comma-separated list of row names.
+        names = [n for n in names if n in only.split(",")]
     repetitions = 3 if quick else 5
     clear_cache = FakeTensorMode.cache_clear
 

@@ -79,3 +79,25 @@ def graph_break_examples() -> dict:
         "break: .item() branch": (DataDependentBranch().eval(), (torch.randn(8, 64),)),
         "break: logging in forward": (PrintInForward().eval(), (torch.randn(8, 64),)),
     }
+
+
+DETECTION_MODELS = [
+    "fasterrcnn_mobilenet_v3_large_320_fpn",
+    "ssdlite320_mobilenet_v3_large",
+    "retinanet_resnet50_fpn",
+    "maskrcnn_resnet50_fpn",
+]
+
+
+def detection_examples() -> dict:
+    """name -> (model, inputs): torchvision's detection models (random weights, eval), which
+    both front ends compile with graph breaks (data-dependent shapes, lists of boxes). Built
+    when first asked for: each takes seconds."""
+    import torchvision
+
+    examples = {}
+    for name in DETECTION_MODELS:
+        torch.manual_seed(0)
+        model = getattr(torchvision.models.detection, name)(weights=None, weights_backbone=None).eval()
+        examples[f"break: {name}"] = (model, ([torch.rand(3, 160, 160)],))
+    return examples
