@@ -664,6 +664,12 @@ def assert_on_tensor(x):
     return y.log()
 
 
+def assert_positive(x):
+    y = x * 2
+    assert y.sum() > 0, "not positive"
+    return y.exp()
+
+
 def in_place_then_break(x):
     x.add_(1)
     print("after add_")
@@ -891,6 +897,7 @@ CASES = {
     "user context manager": (user_context_manager, [(t(3),)], 0),
     "live iterator": (iterator_live, [(t(3),)], 0),
     "tolist() in a loop": (tolist_in_loop, [(t(3),)], 0),
+    "assert on a tensor, passing and failing": (assert_positive, [(torch.ones(3),), (-torch.ones(3),)], 0),
     "super() method on the stack": (super_method_on_stack, [(t(3),)], 0),
     "namedtuple around a break": (namedtuple_around_a_break, [(t(3),)], 0),
     "requires_grad after a break": (requires_grad_after_break, [(t(3).requires_grad_(),)], 0),

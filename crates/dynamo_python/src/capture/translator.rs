@@ -923,14 +923,25 @@ impl<'py> Tracer<'py> {
                 f.stack.push(none); // what next() sends back
                 Ok(Flow::Continue)
             }
+            // `assert` failing: the exception class (raised by RAISE_VARARGS, a break point
+            // the generated code runs itself).
+            LoadAssertionError => {
+                let class = self
+                    .py
+                    .import_module("builtins")?
+                    .getattr("AssertionError")?;
+                let class = self.constant(&class);
+                f.stack.push(class);
+                Ok(Flow::Continue)
+            }
             // Not traced yet: the frame runs eagerly.
             GetLen | MatchMapping | MatchSequence | MatchKeys | PushExcInfo | CheckExcMatch
             | CheckEgMatch | WithExceptStart | GetAiter | GetAnext | BeforeAsyncWith
             | EndAsyncFor | DeleteSubscr | GetYieldFromIter | PrintExpr | LoadBuildClass
-            | LoadAssertionError | ReturnGenerator | ImportStar | SetupAnnotations | YieldValue
-            | AsyncGenWrap | PrepReraiseStar | PopExcept | StoreName | DeleteName | StoreGlobal
-            | DeleteGlobal | LoadName | BuildSet | Reraise | Send | RaiseVarargs | GetAwaitable
-            | DeleteDeref | SetAdd | SetUpdate | LoadClassderef | MatchClass => unsupported(
+            | ReturnGenerator | ImportStar | SetupAnnotations | YieldValue | AsyncGenWrap
+            | PrepReraiseStar | PopExcept | StoreName | DeleteName | StoreGlobal | DeleteGlobal
+            | LoadName | BuildSet | Reraise | Send | RaiseVarargs | GetAwaitable | DeleteDeref
+            | SetAdd | SetUpdate | LoadClassderef | MatchClass => unsupported(
                 BreakKind::UnsupportedInstruction,
                 format!("the {} instruction", ins.opcode.name()),
             ),
