@@ -39,7 +39,10 @@ def run_suite(mode: str) -> dict:
         [sys.executable, os.path.join(HERE, "cpython_suite.py"), mode, *CPYTHON_TESTS],
         capture_output=True, text=True, timeout=900,
     )
-    last = proc.stdout.strip().splitlines()[-1]
+    lines = proc.stdout.strip().splitlines()
+    # No JSON line: the runner died before printing it; say how (once seen, not reproduced).
+    assert lines, f"cpython_suite.py {mode} exited {proc.returncode} without output:\n{proc.stderr[-3000:]}"
+    last = lines[-1]
     result = json.loads(last)
     result["output"] = proc.stdout[-3000:] + proc.stderr[-3000:]
     return result
