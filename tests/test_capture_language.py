@@ -835,6 +835,14 @@ def return_list(x): return [x * 2, x * 3]
 def return_dict(x): return {"double": x * 2, "half": x / 2}
 @case(T34)
 def return_nested(x): return {"pair": (x + 1, [x + 2]), "n": 3}
+@case(T34, ("u", "v", "u"))
+def dict_fromkeys(x, names):
+    # Duplicate keys keep their first place; the default value is shared by every key.
+    scores = dict.fromkeys(names, 0)
+    shared = dict.fromkeys(("p", "q"), [])
+    shared["p"].append(x.sum())
+    scores["v"] = x * 2
+    return scores, len(shared["q"]), list(dict.fromkeys("abca")), dict.fromkeys(range(3))
 @case(T34)
 def return_with_constants(x): return x.relu(), 7, "name", None
 @case(T34)

@@ -304,6 +304,44 @@ impl<'py> Tracer<'py> {
         }
     }
 
+    /// `dict.fromkeys(keys[, value])` over constant keys: a traced dict whose entries all
+    /// hold the one `value` (the same object, as in Python).
+    fn dict_fromkeys(&mut self, args: Vec<VarId>) -> CResult<VarId> {
+        let py = self.py;
+        let keys = self.items_of(args[0])?;
+        let value = match args.get(1) {
+            Some(&v) => v,
+            None => self.constant(&py.None().into_bound(py)),
+        };
+        let seen = PyDict::new(py);
+        let mut entries = Vec::with_capacity(keys.len());
+        for key in keys {
+            let VarKind::Const(k) = self.kind(key) else {
+                return unsupported(
+                    BreakKind::UnsupportedOperation,
+                    format!(
+                        "dict.fromkeys() with a key that is {}",
+                        kind_name(self.kind(key))
+                    ),
+                );
+            };
+            let k = k.clone();
+            if !self.h.is_constant(&k.bind(py).clone())? {
+                return unsupported(
+                    BreakKind::UnsupportedOperation,
+                    "dict.fromkeys() with a key that is not a constant",
+                );
+            }
+            // A key given twice keeps its first place (and the one value).
+            if seen.contains(k.bind(py))? {
+                continue;
+            }
+            seen.set_item(k.bind(py), py.None())?;
+            entries.push((k, value));
+        }
+        Ok(self.add(VarKind::Dict(entries), None))
+    }
+
     pub(super) fn any_tensor(&self, args: &[VarId], kwargs: &[(String, VarId)]) -> bool {
         args.iter().any(|&a| self.contains_tensor(a))
             || kwargs.iter().any(|(_, v)| self.contains_tensor(*v))
@@ -383,6 +421,10 @@ impl<'py> Tracer<'py> {
                 "super() outside a method the translator knows",
             );
         }
+        if is_dict_fromkeys(obj, &h.dict_type) && kwargs.is_empty() && (1..=2).contains(&args.len())
+        {
+            return self.dict_fromkeys(args);
+        }
         if h.foldable.contains(obj).unwrap_or(false) {
             return self.call_builtin(obj, args, kwargs);
         }
@@ -407,6 +449,10 @@ impl<'py> Tracer<'py> {
             let mut all = vec![receiver];
             all.extend(args);
             return self.call_python(&obj.getattr("__func__")?, all, kwargs);
+        }
+        if is_dict_fromkeys(obj, &h.dict_type) && kwargs.is_empty() && (1..=2).contains(&args.len())
+        {
+            return self.dict_fromkeys(args);
         }
         if h.foldable.contains(obj).unwrap_or(false) {
             return self.call_builtin(obj, args, kwargs);
@@ -1480,4 +1526,14 @@ pub fn describe(obj: &Bound<'_, PyAny>) -> String {
         Ok(name) => format!("{name} ({type_name})"),
         Err(_) => format!("a {type_name} object"),
     }
+}
+
+/// Whether `obj` is `dict.fromkeys` bound to `dict` itself (a subclass's would make an
+/// instance of the subclass).
+fn is_dict_fromkeys(obj: &Bound<'_, PyAny>, dict_type: &Bound<'_, PyAny>) -> bool {
+    obj.getattr("__self__")
+        .is_ok_and(|owner| owner.is(dict_type))
+        && obj
+            .getattr("__name__")
+            .is_ok_and(|n| n.to_string() == "fromkeys")
 }
