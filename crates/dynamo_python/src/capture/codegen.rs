@@ -219,6 +219,18 @@ impl<'py> CodeGen<'py> {
         self.emit(Opcode::KwNames, Operand::Const(i));
     }
 
+    /// Pushes `func(*args)`, every one of them a constant.
+    pub fn call_constant(&mut self, func: &Bound<'py, PyAny>, args: &[Bound<'py, PyAny>]) {
+        self.emit(Opcode::PushNull, Operand::None);
+        self.load_const(func);
+        for arg in args {
+            self.load_const(arg);
+        }
+        let argc = Operand::Int(args.len() as u32);
+        self.emit(Opcode::Precall, argc);
+        self.emit(Opcode::Call, argc);
+    }
+
     /// Loads the cell of free or cell variable `slot` (original numbering), for a closure.
     pub fn load_closure(&mut self, slot: u32) {
         self.emit(Opcode::LoadClosure, Operand::Cell(slot));
@@ -444,11 +456,7 @@ impl<'py> CodeGen<'py> {
                     .import_module("builtins")?
                     .getattr("object")?
                     .getattr("__new__")?;
-                self.emit(Opcode::PushNull, Operand::None);
-                self.load_const(&new);
-                self.load_const(&cls.bind(py).clone());
-                self.emit(Opcode::Precall, Operand::Int(1));
-                self.emit(Opcode::Call, Operand::Int(1));
+                self.call_constant(&new, &[cls.bind(py).clone()]);
                 for (name, value) in attrs {
                     self.emit(Opcode::Copy, Operand::Int(1));
                     self.rebuild(value, above + 2)?;

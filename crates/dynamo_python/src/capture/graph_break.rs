@@ -322,11 +322,10 @@ impl Converter {
                 .import_module("torch")?
                 .getattr("_C")?
                 .getattr("_set_grad_enabled")?;
-            gen.emit_instruction(Opcode::PushNull, Operand::None);
-            gen.load_const(&setter);
-            gen.load_const(pyo3::types::PyBool::new(py, break_grad_mode).as_any());
-            gen.emit_instruction(Opcode::Precall, Operand::Int(1));
-            gen.emit_instruction(Opcode::Call, Operand::Int(1));
+            let mode = pyo3::types::PyBool::new(py, break_grad_mode)
+                .to_owned()
+                .into_any();
+            gen.call_constant(&setter, &[mode]);
             gen.emit_instruction(Opcode::PopTop, Operand::None);
         }
         if let Some((h, _)) = &handler {
@@ -472,25 +471,34 @@ fn resume_offset(
     index: usize,
     code: &Bound<'_, PyAny>,
 ) -> CResult<u32> {
+    let (instructions, prologue_len) = resume_body(state, target, layout, code)?;
+    let body_start = instructions.len() - (state.instructions.len() - prologue_len);
+    let offsets = dynamo_bytecode::byte_offsets(&instructions).map_err(resume_failed)?;
+    Ok(offsets[index - prologue_len + body_start] / 2)
+}
+
+/// The instructions of the resume function at `target` with `layout`, and the length of the
+/// original's prologue they replaced.
+fn resume_body(
+    state: &FrameState<'_>,
+    target: usize,
+    layout: &ResumeLayout,
+    code: &Bound<'_, PyAny>,
+) -> CResult<(Vec<Instruction>, usize)> {
     let prologue_len = prologue_len(state)?;
     let free_vars = code.getattr("co_freevars")?.len()? as u32;
     let instructions =
-        resume_instructions(&state.instructions, prologue_len, target, layout, free_vars).map_err(
-            |e| {
-                CaptureError::Unsupported(Break::new(
-                    BreakKind::Internal,
-                    format!("internal: resume function: {e}"),
-                ))
-            },
-        )?;
-    let body_start = instructions.len() - (state.instructions.len() - prologue_len);
-    let offsets = dynamo_bytecode::byte_offsets(&instructions).map_err(|e| {
-        CaptureError::Unsupported(Break::new(
-            BreakKind::Internal,
-            format!("internal: resume function: {e}"),
-        ))
-    })?;
-    Ok(offsets[index - prologue_len + body_start] / 2)
+        resume_instructions(&state.instructions, prologue_len, target, layout, free_vars)
+            .map_err(resume_failed)?;
+    Ok((instructions, prologue_len))
+}
+
+/// A resume function that could not be made (a bug: the frame runs as it is).
+fn resume_failed(err: impl std::fmt::Display) -> CaptureError {
+    CaptureError::Unsupported(Break::new(
+        BreakKind::Internal,
+        format!("internal: resume function: {err}"),
+    ))
 }
 
 /// The length of the prologue of the frame's code (through its `RESUME`).
@@ -532,33 +540,14 @@ fn resume_code<'py>(
     {
         return Ok(found);
     }
-    let prologue_len = prologue_len(state)?;
-    let free_vars = code.getattr("co_freevars")?.len()? as u32;
-    let instructions =
-        resume_instructions(&state.instructions, prologue_len, target, layout, free_vars).map_err(
-            |e| {
-                CaptureError::Unsupported(Break::new(
-                    BreakKind::Internal,
-                    format!("internal: resume function: {e}"),
-                ))
-            },
-        )?;
+    let (instructions, _) = resume_body(state, target, layout, code)?;
     let flags: u32 = code.getattr("co_flags")?.extract()?;
     // Plain positional arguments: no `*args`/`**kwargs` flags.
     let flags = flags & !(0x04 | 0x08);
     let first_line: i32 = code.getattr("co_firstlineno")?.extract()?;
-    let assembled = dynamo_bytecode::assemble(&instructions, first_line, flags).map_err(|e| {
-        CaptureError::Unsupported(Break::new(
-            BreakKind::Internal,
-            format!("internal: resume function: {e}"),
-        ))
-    })?;
-    let offsets = dynamo_bytecode::byte_offsets(&state.instructions).map_err(|e| {
-        CaptureError::Unsupported(Break::new(
-            BreakKind::Internal,
-            format!("internal: resume function: {e}"),
-        ))
-    })?;
+    let assembled =
+        dynamo_bytecode::assemble(&instructions, first_line, flags).map_err(resume_failed)?;
+    let offsets = dynamo_bytecode::byte_offsets(&state.instructions).map_err(resume_failed)?;
     // Argument names must not clash with the original's locals (a resume function of a
     // resume function has arguments of its own among them).
     let original: Vec<String> = code.getattr("co_varnames")?.extract()?;

@@ -1,0 +1,430 @@
+//! Methods of containers the trace holds — lists, tuples, dicts and their views, `os.environ`,
+//! dict-like objects read through guarded lookups — and `dict.fromkeys`. Mutating methods are
+//! traced on containers the trace built; on the frame's own they would be side effects to
+//! replay.
+
+use std::rc::Rc;
+
+use crate::imports::ImportModule;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple};
+
+use super::break_reasons::BreakKind;
+use super::guards::GuardKind;
+use super::source::Source;
+use super::translator::{kind_name, unsupported, CResult, Tracer};
+use super::vars::{DictViewKind, VarId, VarKind};
+use crate::eval_frame::owned::OwnedRef;
+
+impl<'py> Tracer<'py> {
+    /// `dict.fromkeys(keys[, value])` over constant keys: a traced dict whose entries all
+    /// hold the one `value` (the same object, as in Python).
+    pub(super) fn dict_fromkeys(&mut self, args: Vec<VarId>) -> CResult<VarId> {
+        let py = self.py;
+        let keys = self.items_of(args[0])?;
+        let value = match args.get(1) {
+            Some(&v) => v,
+            None => self.constant(&py.None().into_bound(py)),
+        };
+        let seen = PyDict::new(py);
+        let mut entries = Vec::with_capacity(keys.len());
+        for key in keys {
+            let VarKind::Const(k) = self.kind(key) else {
+                return unsupported(
+                    BreakKind::UnsupportedOperation,
+                    format!(
+                        "dict.fromkeys() with a key that is {}",
+                        kind_name(self.kind(key))
+                    ),
+                );
+            };
+            let k = k.clone();
+            if !self.h.is_constant(&k.bind(py).clone())? {
+                return unsupported(
+                    BreakKind::UnsupportedOperation,
+                    "dict.fromkeys() with a key that is not a constant",
+                );
+            }
+            // A key given twice keeps its first place (and the one value).
+            if seen.contains(k.bind(py))? {
+                continue;
+            }
+            seen.set_item(k.bind(py), py.None())?;
+            entries.push((k, value));
+        }
+        Ok(self.add(VarKind::Dict(entries), None))
+    }
+
+    /// Methods of containers built or read by the trace. Mutating methods are allowed on
+    /// containers the trace built (no source); mutating the frame's own would be a side
+    /// effect to replay, which is not supported yet.
+    pub(super) fn container_method(
+        &mut self,
+        receiver: VarId,
+        name: &str,
+        args: Vec<VarId>,
+        kwargs: Vec<(String, VarId)>,
+    ) -> CResult<VarId> {
+        let py = self.py;
+        if !kwargs.is_empty() {
+            return unsupported(
+                BreakKind::UnsupportedCall,
+                format!("keyword arguments to {name}()"),
+            );
+        }
+        let owned = self.source(receiver).is_none();
+        let none = || py.None().into_bound(py);
+        let environ = py.import_module("os")?.getattr("environ")?;
+        if matches!(self.kind(receiver), VarKind::Object(o) if o.bind(py).is(&environ)) {
+            return self.environ_lookup(receiver, &environ, name, &args);
+        }
+        match (self.kind(receiver), name) {
+            (VarKind::Dict(entries), "get" | "pop" | "__getitem__") => {
+                let key = self.python_value(args[0])?;
+                let position = entries
+                    .iter()
+                    .position(|(k, _)| k.bind(py).eq(&key).unwrap_or(false));
+                let found = position.map(|i| entries[i].1);
+                if let (true, Some(at)) = (name == "pop", position) {
+                    if !owned {
+                        return unsupported(
+                            BreakKind::UnreplayableSideEffect,
+                            "dict.pop on a dict from the frame's inputs",
+                        );
+                    }
+                    if let VarKind::Dict(entries) = &mut self.vars[receiver.0 as usize].kind {
+                        entries.remove(at);
+                    }
+                }
+                match (found, args.get(1)) {
+                    (Some(v), _) => Ok(v),
+                    (None, Some(&default)) => Ok(default),
+                    (None, None) if name == "get" => Ok(self.constant(&none())),
+                    (None, None) => unsupported(
+                        BreakKind::ExceptionWhileTracing,
+                        format!("missing key {key} in {name}()"),
+                    ),
+                }
+            }
+            (VarKind::Dict(_), "keys" | "values" | "items") => {
+                let which = match name {
+                    "keys" => DictViewKind::Keys,
+                    "values" => DictViewKind::Values,
+                    _ => DictViewKind::Items,
+                };
+                Ok(self.add(
+                    VarKind::DictView {
+                        dict: receiver,
+                        which,
+                    },
+                    None,
+                ))
+            }
+            (VarKind::Dict(entries), "copy") => {
+                let entries = entries.clone();
+                Ok(self.add(VarKind::Dict(entries), None))
+            }
+            (VarKind::Dict(_), "update" | "setdefault") if owned => {
+                if name == "update" {
+                    let VarKind::Dict(new) = self.kind(args[0]) else {
+                        return unsupported(
+                            BreakKind::UnsupportedOperation,
+                            "dict.update from something that is not a dict",
+                        );
+                    };
+                    let new = new.clone();
+                    if let VarKind::Dict(entries) = &mut self.vars[receiver.0 as usize].kind {
+                        for (k, v) in new {
+                            match entries
+                                .iter_mut()
+                                .find(|(old, _)| old.bind(py).eq(k.bind(py)).unwrap_or(false))
+                            {
+                                Some(slot) => slot.1 = v,
+                                None => entries.push((k, v)),
+                            }
+                        }
+                    }
+                    return Ok(self.constant(&none()));
+                }
+                let key = self.python_value(args[0])?;
+                let default = match args.get(1) {
+                    Some(&d) => d,
+                    None => self.constant(&none()),
+                };
+                if let VarKind::Dict(entries) = &mut self.vars[receiver.0 as usize].kind {
+                    if let Some((_, v)) = entries
+                        .iter()
+                        .find(|(k, _)| k.bind(py).eq(&key).unwrap_or(false))
+                    {
+                        return Ok(*v);
+                    }
+                    entries.push((OwnedRef::from_bound(&key), default));
+                }
+                Ok(default)
+            }
+            (VarKind::List(_), "append" | "extend" | "insert" | "pop" | "clear" | "reverse")
+                if owned =>
+            {
+                let new_items = if name == "extend" {
+                    Some(self.items_of(args[0])?)
+                } else {
+                    None
+                };
+                let index = match (name, args.first()) {
+                    ("insert" | "pop", Some(&i)) => Some(self.python_value(i)?.extract::<i64>()?),
+                    _ => None,
+                };
+                let VarKind::List(items) = &mut self.vars[receiver.0 as usize].kind else {
+                    unreachable!()
+                };
+                let normalize = |i: i64, len: usize| -> usize {
+                    if i < 0 {
+                        (len as i64 + i).max(0) as usize
+                    } else {
+                        (i as usize).min(len)
+                    }
+                };
+                let mut popped = None;
+                match name {
+                    "append" => items.push(args[0]),
+                    "extend" => items.extend(new_items.expect("extend items")),
+                    "insert" => {
+                        let at = normalize(index.unwrap_or(0), items.len());
+                        items.insert(at, args[1]);
+                    }
+                    "pop" => {
+                        if items.is_empty() {
+                            return unsupported(
+                                BreakKind::ExceptionWhileTracing,
+                                "pop from an empty list while tracing",
+                            );
+                        }
+                        let at = index.map_or(items.len() - 1, |i| {
+                            normalize(i, items.len()).min(items.len() - 1)
+                        });
+                        popped = Some(items.remove(at));
+                    }
+                    "clear" => items.clear(),
+                    _ => items.reverse(),
+                }
+                Ok(match popped {
+                    Some(v) => v,
+                    None => self.constant(&none()),
+                })
+            }
+            (VarKind::List(items) | VarKind::Tuple(items), "index" | "count" | "copy") => {
+                if name == "copy" {
+                    let items = items.clone();
+                    return Ok(self.add(VarKind::List(items), None));
+                }
+                if self.contains_tensor(receiver) {
+                    return unsupported(
+                        BreakKind::UnsupportedOperation,
+                        format!("{name}() on a sequence of tensors"),
+                    );
+                }
+                let seq = self.python_value(receiver)?;
+                let result = seq.call_method1(name, self.python_args(&args)?)?;
+                Ok(self.constant(&result))
+            }
+            (
+                VarKind::Instance {
+                    model_output: true, ..
+                },
+                "to_tuple" | "values" | "keys" | "items" | "get",
+            ) => {
+                let items = self.model_output_items(receiver);
+                let string = |this: &mut Self, k: &str| {
+                    this.constant(&pyo3::types::PyString::new(py, k).into_any())
+                };
+                match name {
+                    "to_tuple" | "values" => {
+                        let values = items.into_iter().map(|(_, v)| v).collect();
+                        Ok(self.add(VarKind::Tuple(values), None))
+                    }
+                    "keys" => {
+                        let keys = items.iter().map(|(k, _)| string(self, k)).collect();
+                        Ok(self.add(VarKind::Tuple(keys), None))
+                    }
+                    "items" => {
+                        let mut pairs = Vec::new();
+                        for (k, v) in items {
+                            let k = string(self, &k);
+                            pairs.push(self.add(VarKind::Tuple(vec![k, v]), None));
+                        }
+                        Ok(self.add(VarKind::Tuple(pairs), None))
+                    }
+                    _ => {
+                        let key: String = self.python_value(args[0])?.extract()?;
+                        match (items.iter().find(|(k, _)| *k == key), args.get(1)) {
+                            (Some((_, v)), _) => Ok(*v),
+                            (None, Some(&default)) => Ok(default),
+                            (None, None) => Ok(self.constant(&none())),
+                        }
+                    }
+                }
+            }
+            (
+                VarKind::Object(dict),
+                "get" | "__getitem__" | "__contains__" | "keys" | "items" | "values",
+            ) => {
+                let dict = dict.bind(py).clone();
+                self.dict_object_lookup(receiver, &dict, name, &args)
+            }
+            (other, _) => unsupported(
+                BreakKind::UnsupportedCall,
+                format!("the method {name}() of {}", kind_name(other)),
+            ),
+        }
+    }
+
+    /// `os.environ.get(k)`, `os.environ[k]`, `k in os.environ`: the answer is guarded (the
+    /// variable's value, or its absence), so setting the variable later recompiles.
+    pub(super) fn environ_lookup(
+        &mut self,
+        receiver: VarId,
+        environ: &Bound<'py, PyAny>,
+        name: &str,
+        args: &[VarId],
+    ) -> CResult<VarId> {
+        let py = self.py;
+        let Some(source) = self.source(receiver) else {
+            return unsupported(
+                BreakKind::Environment,
+                "os.environ reached without a source",
+            );
+        };
+        if !matches!(name, "get" | "__getitem__" | "__contains__") || args.is_empty() {
+            return unsupported(BreakKind::Environment, format!("os.environ.{name}()"));
+        }
+        let key = self.python_value(args[0])?;
+        if !key.is_exact_instance_of::<pyo3::types::PyString>() {
+            return unsupported(
+                BreakKind::Environment,
+                "os.environ looked up with a key that is not a str",
+            );
+        }
+        let present = environ.contains(&key)?;
+        if name == "__contains__" || !present {
+            self.guards.add(
+                source.clone(),
+                GuardKind::Contains(OwnedRef::from_bound(&key), present),
+            );
+        }
+        match (name, present) {
+            ("__contains__", _) => {
+                Ok(self.constant(&present.into_pyobject(py)?.to_owned().into_any()))
+            }
+            (_, true) => {
+                let value = environ.get_item(&key)?;
+                let item_source = Rc::new(Source::Item(source, super::source::ItemKey::of(&key)));
+                self.wrap(&value, Some(item_source))
+            }
+            ("get", false) => match args.get(1) {
+                Some(&default) => Ok(default),
+                None => Ok(self.constant(&py.None().into_bound(py))),
+            },
+            _ => unsupported(
+                BreakKind::Environment,
+                format!("os.environ[{key}]: the variable is not set"),
+            ),
+        }
+    }
+
+    /// Read-only lookups on a real dict object: its keys are guarded, and each value read
+    /// comes through an item source, so a later change to the dict recompiles.
+    pub(super) fn dict_object_lookup(
+        &mut self,
+        receiver: VarId,
+        dict: &Bound<'py, PyAny>,
+        name: &str,
+        args: &[VarId],
+    ) -> CResult<VarId> {
+        let py = self.py;
+        let Some(source) = self.source(receiver) else {
+            return unsupported(
+                BreakKind::UnreplayableSideEffect,
+                format!("{name}() on a dict that is not an input of the frame"),
+            );
+        };
+        let keys = PyTuple::new(py, dict.try_iter()?.collect::<PyResult<Vec<_>>>()?)?;
+        if !keys
+            .iter()
+            .all(|k| k.is_instance_of::<pyo3::types::PyString>())
+        {
+            return unsupported(
+                BreakKind::UnsupportedOperation,
+                format!("{name}() on a dict with keys that are not strings"),
+            );
+        }
+        self.guards.add(
+            source.clone(),
+            GuardKind::Type(OwnedRef::from_bound(dict.get_type().as_any())),
+        );
+        self.guards.add(
+            source.clone(),
+            GuardKind::Keys(OwnedRef::from_bound(keys.as_any())),
+        );
+        let item = |this: &mut Self, key: &Bound<'py, PyAny>| -> CResult<VarId> {
+            let value = dict.get_item(key)?;
+            let item_source = Rc::new(Source::Item(
+                source.clone(),
+                super::source::ItemKey::of(key),
+            ));
+            this.wrap(&value, Some(item_source))
+        };
+        match name {
+            "keys" => {
+                let items = keys.iter().map(|k| self.constant(&k)).collect();
+                Ok(self.add(VarKind::Tuple(items), None))
+            }
+            "values" | "items" => {
+                let mut out = Vec::new();
+                for key in keys.iter() {
+                    let value = item(self, &key)?;
+                    out.push(if name == "values" {
+                        value
+                    } else {
+                        let k = self.constant(&key);
+                        self.add(VarKind::Tuple(vec![k, value]), None)
+                    });
+                }
+                Ok(self.add(VarKind::Tuple(out), None))
+            }
+            _ => {
+                let Some(&key_var) = args.first() else {
+                    return unsupported(
+                        BreakKind::UnsupportedOperation,
+                        format!("{name}() without a key"),
+                    );
+                };
+                let key = self.python_value(key_var)?;
+                let present = keys.contains(&key)?;
+                match (name, present) {
+                    ("__contains__", _) => {
+                        Ok(self.constant(&present.into_pyobject(py)?.to_owned().into_any()))
+                    }
+                    (_, true) => item(self, &key),
+                    ("get", false) => match args.get(1) {
+                        Some(&default) => Ok(default),
+                        None => Ok(self.constant(&py.None().into_bound(py))),
+                    },
+                    _ => unsupported(
+                        BreakKind::ExceptionWhileTracing,
+                        format!("missing key {key} while tracing"),
+                    ),
+                }
+            }
+        }
+    }
+}
+
+/// Whether `obj` is `dict.fromkeys` bound to `dict` itself (a subclass's would make an
+/// instance of the subclass).
+pub(super) fn is_dict_fromkeys(obj: &Bound<'_, PyAny>, dict_type: &Bound<'_, PyAny>) -> bool {
+    obj.getattr("__self__")
+        .is_ok_and(|owner| owner.is(dict_type))
+        && obj
+            .getattr("__name__")
+            .is_ok_and(|n| n.to_string() == "fromkeys")
+}

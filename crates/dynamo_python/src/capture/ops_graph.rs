@@ -1,0 +1,231 @@
+//! Graph nodes: recording one operation (run on fake tensors for its result), wrapping what
+//! it returned, and turning trackers into node arguments and fake values.
+
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple};
+
+use super::break_reasons::BreakKind;
+use super::graph::{Arg, Op};
+use super::ops_call::describe;
+use super::translator::{kind_name, unsupported, CResult, Tracer};
+use super::vars::{VarId, VarKind};
+use crate::eval_frame::owned::OwnedRef;
+
+impl<'py> Tracer<'py> {
+    /// Records one graph node, running the operation on fake tensors for its result.
+    pub fn graph_call(
+        &mut self,
+        op: Op,
+        name: &str,
+        args: Vec<VarId>,
+        kwargs: Vec<(String, VarId)>,
+    ) -> CResult<VarId> {
+        let py = self.py;
+        if self.in_try {
+            return unsupported(
+                BreakKind::TensorOperationInTry,
+                format!("the tensor operation {name} inside a try block or with statement"),
+            );
+        }
+        let fake_args = args
+            .iter()
+            .map(|&a| self.fake_value(a))
+            .collect::<CResult<Vec<_>>>()?;
+        let fake_kwargs = PyDict::new(py);
+        for (k, v) in &kwargs {
+            fake_kwargs.set_item(k, self.fake_value(*v)?)?;
+        }
+        let target: Bound<'py, PyAny> = match &op {
+            Op::CallFunction(f) => f.bind(py).clone(),
+            Op::CallMethod(m) => pyo3::types::PyString::new(py, m).into_any(),
+            Op::Placeholder => {
+                return unsupported(BreakKind::Internal, "internal: placeholder as a call")
+            }
+        };
+        let result = match self.h.run_fake.call1((
+            &self.fake_mode,
+            &target,
+            PyTuple::new(py, fake_args)?,
+            fake_kwargs,
+        )) {
+            Ok(r) => r,
+            Err(err) => {
+                return unsupported(
+                    BreakKind::FakeTensorFailure,
+                    format!("{name} failed on fake tensors: {err}"),
+                )
+            }
+        };
+        let graph_args = args
+            .iter()
+            .map(|&a| self.graph_arg(a))
+            .collect::<CResult<Vec<_>>>()?;
+        let graph_kwargs = kwargs
+            .iter()
+            .map(|(k, v)| Ok((k.clone(), self.graph_arg(*v)?)))
+            .collect::<CResult<Vec<_>>>()?;
+        let node = self.graph.add(
+            op,
+            name,
+            graph_args,
+            graph_kwargs,
+            OwnedRef::from_bound(&result),
+        );
+        self.wrap_node_result(node, &result, name)
+    }
+
+    pub(super) fn wrap_node_result(
+        &mut self,
+        node: super::graph::NodeId,
+        result: &Bound<'py, PyAny>,
+        name: &str,
+    ) -> CResult<VarId> {
+        let py = self.py;
+        if result.is_instance(&self.h.tensor_type)? {
+            return Ok(self.add(
+                VarKind::Tensor {
+                    node,
+                    fake: OwnedRef::from_bound(result),
+                },
+                None,
+            ));
+        }
+        if result.is_instance(&self.h.tuple_type)? || result.is_instance(&self.h.list_type)? {
+            let getitem = self.h.operator.getattr("getitem")?;
+            let mut items = Vec::new();
+            for (i, item) in result.try_iter()?.enumerate() {
+                let item = item?;
+                if !item.is_instance(&self.h.tensor_type)? {
+                    return unsupported(
+                        BreakKind::UnsupportedCall,
+                        format!("{name} returned a non-tensor item"),
+                    );
+                }
+                let index = (i as i64).into_pyobject(py)?.into_any();
+                let child = self.graph.add(
+                    Op::CallFunction(OwnedRef::from_bound(&getitem)),
+                    "getitem",
+                    vec![Arg::Node(node), Arg::Const(OwnedRef::from_bound(&index))],
+                    Vec::new(),
+                    OwnedRef::from_bound(&item),
+                );
+                items.push(self.add(
+                    VarKind::Tensor {
+                        node: child,
+                        fake: OwnedRef::from_bound(&item),
+                    },
+                    None,
+                ));
+            }
+            let kind = if result.is_instance(&self.h.list_type)? {
+                VarKind::List(items)
+            } else {
+                VarKind::Tuple(items)
+            };
+            let id = self.add(kind, None);
+            // Named results (torch.return_types) keep their field names.
+            let fields = result
+                .get_type()
+                .getattr("__match_args__")
+                .or_else(|_| result.get_type().getattr("_fields"));
+            if let Ok(fields) = fields {
+                if let Ok(names) = fields.extract::<Vec<String>>() {
+                    self.tuple_fields.insert(id, names);
+                }
+            }
+            return Ok(id);
+        }
+        if self.h.is_constant(result)? {
+            // Metadata-only results (sizes, dtypes) are fixed by the tensor guards.
+            return Ok(self.constant(result));
+        }
+        unsupported(
+            BreakKind::UnsupportedCall,
+            format!("{name} returned {}", describe(result)),
+        )
+    }
+
+    /// The value to pass to an operation run on fake tensors.
+    pub fn fake_value(&self, id: VarId) -> CResult<Bound<'py, PyAny>> {
+        let py = self.py;
+        Ok(match self.kind(id) {
+            VarKind::Tensor { fake, .. } => fake.bind(py).clone(),
+            VarKind::Tuple(items) => PyTuple::new(
+                py,
+                items
+                    .iter()
+                    .map(|&i| self.fake_value(i))
+                    .collect::<CResult<Vec<_>>>()?,
+            )?
+            .into_any(),
+            VarKind::List(items) => pyo3::types::PyList::new(
+                py,
+                items
+                    .iter()
+                    .map(|&i| self.fake_value(i))
+                    .collect::<CResult<Vec<_>>>()?,
+            )?
+            .into_any(),
+            VarKind::Dict(entries) => {
+                let d = PyDict::new(py);
+                for (k, v) in entries {
+                    d.set_item(k.bind(py), self.fake_value(*v)?)?;
+                }
+                d.into_any()
+            }
+            VarKind::Const(v) | VarKind::Object(v) => {
+                self.pin_identity(id);
+                v.bind(py).clone()
+            }
+            other => {
+                return unsupported(
+                    BreakKind::UnsupportedOperation,
+                    format!("{} as an operation argument", kind_name(other)),
+                )
+            }
+        })
+    }
+
+    /// The graph argument for a tracker.
+    pub fn graph_arg(&self, id: VarId) -> CResult<Arg> {
+        Ok(match self.kind(id) {
+            VarKind::Tensor { node, .. } => Arg::Node(*node),
+            VarKind::Tuple(items) => Arg::Tuple(
+                items
+                    .iter()
+                    .map(|&i| self.graph_arg(i))
+                    .collect::<CResult<_>>()?,
+            ),
+            VarKind::List(items) => Arg::List(
+                items
+                    .iter()
+                    .map(|&i| self.graph_arg(i))
+                    .collect::<CResult<_>>()?,
+            ),
+            VarKind::Dict(entries) => Arg::Dict(
+                entries
+                    .iter()
+                    .map(|(k, v)| Ok((k.clone(), self.graph_arg(*v)?)))
+                    .collect::<CResult<_>>()?,
+            ),
+            VarKind::Const(v) => Arg::Const(v.clone()),
+            VarKind::Object(v) => {
+                let value = v.bind(self.py).clone();
+                if !self.immutable_object(&value)? {
+                    return unsupported(
+                        BreakKind::UnsupportedOperation,
+                        format!("{} as a graph argument", describe(&value)),
+                    );
+                }
+                self.pin_identity(id);
+                Arg::Const(v.clone())
+            }
+            other => {
+                return unsupported(
+                    BreakKind::UnsupportedOperation,
+                    format!("{} as a graph argument", kind_name(other)),
+                )
+            }
+        })
+    }
+}
