@@ -843,6 +843,71 @@ def dict_fromkeys(x, names):
     shared["p"].append(x.sum())
     scores["v"] = x * 2
     return scores, len(shared["q"]), list(dict.fromkeys("abca")), dict.fromkeys(range(3))
+# dict and OrderedDict made in the trace from nothing, pairs, dicts and keywords: their
+# class survives copies, type() and isinstance(), comparisons and the rebuilt result.
+@case(T34)
+def ordered_dict_built_by_stores(x):
+    out = OrderedDict()
+    for name in ("b", "a"):
+        out[name] = x * len(name) + len(out)
+    return out, type(out) is OrderedDict, isinstance(out, dict), list(out)
+@case(T34)
+def ordered_dict_from_pairs_and_keywords(x):
+    od = OrderedDict([("z", x), ("y", x - 1)], q=x.sin())
+    od["z"] = x + 2  # an existing key keeps its place
+    first = next(iter(od.values()))
+    return od, od.copy(), first, OrderedDict(a=1, b=2) == OrderedDict(b=2, a=1)
+@case(T34)
+def dict_from_pairs_with_tensors(x):
+    d = dict([("a", x), ("b", x * 2)], c=x.cos())
+    merged = dict(d, a=x - 1)
+    return d, merged, dict(zip(("u", "v"), x.unbind(0))), type(merged) is dict
+@case(T34)
+def ordered_dict_through_a_helper(x):
+    def collect(values):
+        found = OrderedDict()
+        for i, v in enumerate(values):
+            found[f"out{i}"] = v.relu()
+        return found
+    got = collect([x, -x])
+    return dict(got), [k for k in got], sum(got.values())
+# iter() and next() on what the trace holds: one iterator shared by next() and a loop.
+@case(T34)
+def iter_and_next(x):
+    d = {"a": x, "b": x * 2}
+    first = next(iter(d.values()))
+    it = iter([x.sin(), x.cos(), x.tan()])
+    head = next(it)
+    rest = [v + 1 for v in it]
+    return first, head, rest, next(it, None), next(iter(()), x)
+# Iterating over a tensor walks its first dimension (x[0], x[1], ...).
+@case(T34)
+def iterate_over_a_tensor(x):
+    acc = x[0] * 0
+    for row in x:
+        acc = acc + row.relu()
+    a, b, c = x
+    return acc, [r.sum() for r in x.T], b - c + a
+# Sets made in the trace (elements are constants): literals, comprehensions, unpacking,
+# set(), methods and operators, in-place changes, iteration; returned as new sets.
+@case(T34, [1, 4, 5])
+def set_literals_and_methods(x, values):
+    s = {1, 2}
+    s.add(3)
+    s.discard(1)
+    s.update(values[:1])
+    s |= {7}
+    evens = {v % 2 for v in values}
+    merged = {*values, 9} - evens
+    n = sum(1 for v in sorted(merged) if v in s)
+    return x * len(s) + n, s, sorted(merged), s.issubset(merged | s), evens.pop() in (0, 1)
+@case(T34)
+def set_iteration_and_membership(x):
+    names = set(("a", "b", "a"))
+    total = x
+    for name in sorted(names):
+        total = total + len(name)
+    return total, "a" in names, frozenset(names), len(names & {"b", "c"})
 @case(T34)
 def return_with_constants(x): return x.relu(), 7, "name", None
 @case(T34)

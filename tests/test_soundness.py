@@ -628,3 +628,187 @@ def test_buffers_that_become_one_tensor_recompile(backend) -> None:
     torch.testing.assert_close(model.a, reference.a)
     if backend == "counter":
         assert counter.frame_count == 2
+
+
+# --- stores replayed after the graph read what was there before ----------------------------
+# The generated code replays the trace's stores to existing objects after the graph ran. Every
+# value it stores and returns must be read before the first store lands: a value that the
+# trace read from an attribute it then overwrote is the old one.
+
+
+class _Holder:
+    pass
+
+
+def _holder(**attrs):
+    h = _Holder()
+    for name, value in attrs.items():
+        setattr(h, name, value)
+    return h
+
+
+def returns_the_value_it_replaced(h, x):
+    old = h.v
+    h.v = [x + 1]
+    return old
+
+
+def returns_a_tensor_it_replaced(h, x):
+    old = h.t
+    h.t = x * 2
+    return old + 1, old
+
+
+def swaps_two_attributes(h, x):
+    h.p, h.q = h.q, h.p
+    return x + 1
+
+
+def rotates_three_attributes(h, x):
+    h.p, h.q, h.r = h.q, h.r, h.p
+    return x * 2
+
+
+def moves_a_list_between_objects(h, x):
+    h.q = h.p
+    h.p = [x]
+    return x - 1
+
+
+def deletes_after_reading(h, x):
+    old = h.p
+    del h.p
+    return x + 1, old
+
+
+def returns_replaced_value_after_a_break(h, x):
+    old = h.v
+    h.v = [x + 1]
+    print("break")
+    return old, h.v
+
+
+REPLAY_ORDER = [
+    returns_the_value_it_replaced,
+    returns_a_tensor_it_replaced,
+    swaps_two_attributes,
+    rotates_three_attributes,
+    moves_a_list_between_objects,
+    deletes_after_reading,
+    returns_replaced_value_after_a_break,
+]
+
+
+def _holder_state(h):
+    return {k: v for k, v in sorted(vars(h).items())}
+
+
+@pytest.mark.parametrize("fn", REPLAY_ORDER, ids=lambda f: f.__name__)
+def test_replayed_stores_read_the_old_values(fn, capsys) -> None:
+    def make():
+        return _holder(v=[torch.ones(2)], t=torch.zeros(2), p=[1], q=[2], r=[3])
+
+    compiled_fn, counter = compiled(fn)
+    x = torch.ones(2)
+    for _ in range(2):
+        eager_holder, compiled_holder = make(), make()
+        expected = fn(eager_holder, x)
+        actual = compiled_fn(compiled_holder, x)
+        torch.testing.assert_close(actual, expected)
+        torch.testing.assert_close(_holder_state(compiled_holder), _holder_state(eager_holder))
+    assert counter.frame_count >= 1
+
+
+# --- iterators read their container live ----------------------------------------------------
+# Python's list and dict iterators read the container as it is at each step: a list grown
+# inside its own loop yields the new items, a dict whose size changes raises. The trace must
+# give eager's answer (or leave the frame to run as it is), never the items it started with.
+
+
+def list_grown_in_its_own_loop(x):
+    items = [1, 2]
+    for v in items:
+        if v < 3:
+            items.append(v + 2)
+        x = x + v
+    return x, items
+
+
+def list_grown_under_enumerate(x):
+    items = [x, x * 2]
+    for i, v in enumerate(items):
+        if i == 0:
+            items.append(v + 10)
+        x = x + v
+    return x, len(items)
+
+
+def list_item_replaced_ahead_of_the_loop(x):
+    items = [x, x, x]
+    for i, v in enumerate(items):
+        if i + 1 < len(items):
+            items[i + 1] = v * 2
+        x = x + v
+    return x
+
+
+def list_shrunk_under_next(x):
+    items = [x, x + 1, x + 2]
+    it = iter(items)
+    first = next(it)
+    items.pop()
+    return first + sum(it)
+
+
+def dict_value_changed_while_iterating_items(x):
+    d = {"a": x, "b": x * 2}
+    total = x * 0
+    for k, v in d.items():
+        if k == "a":
+            d["b"] = v * 10
+        total = total + v
+    return total
+
+
+def dict_grown_while_iterating(x):
+    d = {"a": x}
+    for k in d:
+        d[k + "!"] = x
+    return x
+
+
+def iterator_exhausted_by_sum(x):
+    it = iter([x, x + 1])
+    total = sum(it)
+    return total, next(it, None)
+
+
+def iterator_used_after_enumerate(x):
+    it = iter([x, x + 1, x + 2])
+    pairs = enumerate(it)
+    first = next(it)
+    return first, [v for _, v in pairs]
+
+
+LIVE_ITERATION = [
+    iterator_exhausted_by_sum,
+    iterator_used_after_enumerate,
+    list_grown_in_its_own_loop,
+    list_grown_under_enumerate,
+    list_item_replaced_ahead_of_the_loop,
+    list_shrunk_under_next,
+    dict_value_changed_while_iterating_items,
+    dict_grown_while_iterating,
+]
+
+
+@pytest.mark.parametrize("fn", LIVE_ITERATION, ids=lambda f: f.__name__)
+def test_iterators_see_changes_to_their_container(fn) -> None:
+    x = torch.ones(2)
+    try:
+        expected = fn(x)
+    except RuntimeError as error:
+        with pytest.raises(RuntimeError, match=str(error)):
+            compiled(fn)[0](x)
+        return
+    same(compiled(fn)[0], fn, x)

@@ -316,3 +316,145 @@ def test_reads_after_a_store_see_the_store(fn) -> None:
     (_, _), (_, _), counter = run_both(fn, lambda: (torch.ones(3), WithProperty()))
     if fn is method_after_store:
         assert counter.frame_count == 1  # methods are inlined and see the store
+
+
+# --- changes to lists and dicts that existed before the call ---------------------------------
+# The trace changes its tracker of an existing list or dict (one tracker per object, however it
+# is reached) and the generated code makes the real object hold the final contents. Every name
+# for the object sees the change, no other object does, and which names are one object is
+# guarded: distinct when traced and shared later (or the reverse) recompiles.
+
+
+class _Box:
+    def __init__(self):
+        self.items = [1]
+        self.table = {"k": [0]}
+
+
+def box_inputs():
+    return torch.ones(3), _Box(), [torch.zeros(3), 2], {"a": torch.ones(3), "b": 2}
+
+
+def list_methods_on_an_argument(t, box, lst, dct):
+    lst.append(t + 1)
+    lst.insert(0, 7)
+    lst.extend([t * 2, 3])
+    last = lst.pop()
+    lst.reverse()
+    return t * last, len(lst)
+
+
+def list_cleared_and_refilled(t, box, lst, dct):
+    lst.clear()
+    lst += [t, t - 1]
+    lst[1] = t * 3
+    return lst
+
+
+def dict_changes_on_an_argument(t, box, dct_unused, dct):
+    dct["c"] = t.sin()
+    dct["a"] = dct["a"] + 1
+    dct.update({"b": 5})
+    dct.setdefault("d", t)
+    gone = dct.pop("b")
+    return t + gone, dct
+
+
+def nested_containers(t, box, lst, dct):
+    box.table["k"].append(t.sum())
+    box.table["new"] = [t]
+    lst[0] = dct
+    return t + len(box.table)
+
+
+def alias_through_an_attribute(t, box, lst, dct):
+    alias = box.items
+    alias.append(t + 1)
+    box.items.append(2)
+    return len(alias), len(box.items), t * 2
+
+
+def attribute_list_replaced_then_old_one_changed(t, box, lst, dct):
+    old = box.items
+    box.items = [t * 2]
+    old.append(5)
+    return old, len(box.items)
+
+
+def swap_items_of_an_argument(t, box, lst, dct):
+    lst[0], lst[1] = lst[1], lst[0]
+    return t + 1
+
+
+def changed_then_graph_break(t, box, lst, dct):
+    lst.append(t + 1)
+    dct["x"] = t
+    print("break", len(lst))
+    lst.append(t * 2)
+    return t - 1
+
+
+def container_stored_into_itself(t, box, lst, dct):
+    lst.append(lst)
+    return t + len(lst)
+
+
+CONTAINER_CHANGES = [
+    list_methods_on_an_argument,
+    list_cleared_and_refilled,
+    dict_changes_on_an_argument,
+    nested_containers,
+    alias_through_an_attribute,
+    attribute_list_replaced_then_old_one_changed,
+    swap_items_of_an_argument,
+    changed_then_graph_break,
+    container_stored_into_itself,
+]
+
+
+@pytest.mark.parametrize("fn", CONTAINER_CHANGES, ids=lambda f: f.__name__)
+def test_changes_to_existing_containers_are_replayed(fn, capsys) -> None:
+    eager, compiled, counter = run_both(fn, box_inputs)
+    assert counter.frame_count >= 1, "compiled a graph"
+    eager_box, compiled_box = eager[1][1], compiled[1][1]
+    Comparer().compare((eager_box.items, eager_box.table), (compiled_box.items, compiled_box.table))
+    # Same calls again: no new graph.
+    frames = counter.frame_count
+    compiled_fn = dynamo_rs.compile(fn, backend=counter)
+    compiled_fn(*box_inputs())
+    assert counter.frame_count == frames
+
+
+def append_to_one_read_the_other(a, b, t):
+    a.append(t)
+    return len(b), t + 1
+
+
+def test_lists_that_become_one_object_recompile() -> None:
+    counter = CompileCounter()
+    compiled_fn = dynamo_rs.compile(append_to_one_read_the_other, backend=counter)
+    t = torch.ones(2)
+    # Distinct lists, then one list under both names, then distinct again.
+    for shared in (False, True, False, True):
+        eager_a = [1]
+        eager_b = eager_a if shared else [1]
+        compiled_a = [1]
+        compiled_b = compiled_a if shared else [1]
+        expected = append_to_one_read_the_other(eager_a, eager_b, t)
+        actual = compiled_fn(compiled_a, compiled_b, t)
+        Comparer().compare((expected, eager_a, eager_b), (actual, compiled_a, compiled_b))
+    assert counter.frame_count == 2, "one graph for distinct lists, one for a shared one"
+
+
+def makes_a_set(t):
+    s = {1, 2}
+    s.add(3)
+    return t + 1, s
+
+
+def test_a_set_made_in_the_trace_is_new_on_every_call() -> None:
+    compiled_fn = dynamo_rs.compile(makes_a_set, backend=CompileCounter())
+    _, first = compiled_fn(torch.ones(2))
+    first.add(99)
+    _, second = compiled_fn(torch.ones(2))
+    assert second == {1, 2, 3} and second is not first

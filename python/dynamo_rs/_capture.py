@@ -283,6 +283,16 @@ def _operator_safe_types() -> tuple:
             torch.dtype, torch.device, torch.Size, torch.memory_format, torch.layout, range, slice)
 
 
+def replace_contents(container, contents) -> None:
+    """Replays the changes a trace made to an existing list or dict: it ends up holding
+    `contents` (a new list or dict built from the graph's outputs), as the same object."""
+    if type(container) is list:
+        container[:] = contents
+    else:
+        container.clear()
+        container.update(contents)
+
+
 _OPERATOR_SAFE = None
 
 

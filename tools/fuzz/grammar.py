@@ -474,6 +474,13 @@ class Generator:
                               "torch.nn.ReLU()",
                               "m0.layers[0]"])
             return Stmt(f"{name} = {body}")
+        if roll < 0.24:
+            # An alias of an attribute's list: later stores to the attribute must not change
+            # what it names, mutations through it must show through the attribute.
+            name = self.fresh("la")
+            self.scope[name] = "L"
+            self.locals.append(name)
+            return Stmt(f"{name} = {self.pick(self.points)}.items")
         kind = self.pick(KINDS)
         name = self.fresh(kind.lower())
         text = f"{name} = {self.expr(kind)}"
@@ -505,6 +512,7 @@ class Generator:
         st = self.pick([self.var("S"), "G_SET"])
         t = self.var("T")
         p = self.pick(self.points)
+        p2 = self.pick(self.points)
         k = self.pick("abc")
         options = [
             f"{lst}.append({e('I')})",
@@ -533,6 +541,9 @@ class Generator:
             f"{p}.a = {e('I')}",
             f"{p}.extra = {e('I')}",
             f"{p}.t = {e('T')}",
+            f"{p}.items = {e('L')}",
+            f"{p}.items, {p2}.items = {p2}.items, {p}.items",
+            f"{p}.t, {p2}.t = {p2}.t, {p}.t",
             f"if hasattr({p}, 'extra'):\n    del {p}.extra",
             f"m0.k = {e('I')}",
         ]
@@ -560,6 +571,12 @@ class Generator:
             if self.chance(0.3):
                 body.append(Stmt(f"if {x} {self.pick(['>', '=='])} {self.small()}:\n"
                                  f"    {self.pick(['break', 'continue'])}"))
+            lst = self.var("L")
+            if lst is not None and self.chance(0.3):
+                # Over the list itself, which the body may change (Python's iterator sees
+                # it); bounded, as the body may grow it.
+                body.insert(0, Stmt(f"if len({lst}) > 6:\n    break"))
+                return Stmt(blocks=[(f"for {x} in {lst}:", body)])
             # Over a copy: the body may grow the list it iterates.
             return Stmt(blocks=[(f"for {x} in {self.expr('L')}[:4]:", body)])
         if roll < 0.55:

@@ -85,6 +85,21 @@ impl<'py> Tracer<'py> {
             if let Some(inst_cls) = self.instance_class(args[0]) {
                 return self.wrap(&inst_cls, None);
             }
+            // Containers the trace holds (their items may be tensors): their class is known.
+            let container_class = match self.kind(args[0]) {
+                VarKind::Tuple(_) if !self.tuple_fields.contains_key(&args[0]) => {
+                    Some(h.tuple_type.clone())
+                }
+                VarKind::List(_) => Some(h.list_type.clone()),
+                VarKind::Dict(_) => Some(match self.dict_classes.get(&args[0]) {
+                    Some(cls) => cls.bind(py).clone(),
+                    None => h.dict_type.clone(),
+                }),
+                _ => None,
+            };
+            if let Some(cls) = container_class {
+                return Ok(self.constant(&cls));
+            }
             // `type(obj)` of an existing object depends on its type only, not on which object
             // it is: guard the type, leave identity alone.
             if let (VarKind::Object(v), Some(source)) = (self.kind(args[0]), self.source(args[0])) {
@@ -105,7 +120,10 @@ impl<'py> Tracer<'py> {
                 VarKind::Tensor { fake, .. } => fake.bind(py).clone(),
                 VarKind::Tuple(_) => PyTuple::empty(py).into_any(),
                 VarKind::List(_) => pyo3::types::PyList::empty(py).into_any(),
-                VarKind::Dict(_) => PyDict::new(py).into_any(),
+                VarKind::Dict(_) => match self.dict_classes.get(&args[0]) {
+                    Some(cls) => cls.bind(py).call0()?,
+                    None => PyDict::new(py).into_any(),
+                },
                 VarKind::Const(v) | VarKind::Object(v) => v.bind(py).clone(),
                 other => {
                     return unsupported(
@@ -219,13 +237,9 @@ impl<'py> Tracer<'py> {
                 let index = self.constant(&(start + i as i64).into_pyobject(py)?.into_any());
                 pairs.push(self.add(VarKind::Tuple(vec![index, item]), None));
             }
-            return Ok(self.add(
-                VarKind::Iter {
-                    items: pairs,
-                    next: 0,
-                },
-                None,
-            ));
+            let made = self.new_iter(pairs, &args[..1]);
+            self.hand_on_iterators(&args[..1]);
+            return Ok(made);
         }
         if is("zip") && kwargs.is_empty() {
             let lists = args
@@ -238,13 +252,9 @@ impl<'py> Tracer<'py> {
                 let items = lists.iter().map(|l| l[i]).collect();
                 tuples.push(self.add(VarKind::Tuple(items), None));
             }
-            return Ok(self.add(
-                VarKind::Iter {
-                    items: tuples,
-                    next: 0,
-                },
-                None,
-            ));
+            let made = self.new_iter(tuples, &args);
+            self.hand_on_iterators(&args);
+            return Ok(made);
         }
         if is("sum")
             && (1..=2).contains(&args.len())

@@ -41,6 +41,12 @@ pub enum Rebuild {
         func: OwnedRef,
         receiver: Box<Rebuild>,
     },
+    /// `into(value)`: a dict of another class (`OrderedDict`) made from a plain one, an
+    /// iterator (`iter`) over the items left.
+    Converted {
+        into: OwnedRef,
+        value: Box<Rebuild>,
+    },
     /// A transformers `ModelOutput`: `cls(**fields)`.
     ModelOutput {
         cls: OwnedRef,
@@ -91,7 +97,50 @@ impl Rebuild {
                 func,
                 receiver: Box::new(receiver.map_outputs(source_of)?),
             },
+            Rebuild::Converted { into, value } => Rebuild::Converted {
+                into,
+                value: Box::new(value.map_outputs(source_of)?),
+            },
             other @ (Rebuild::Const(_) | Rebuild::Source(_)) => other,
+        })
+    }
+}
+
+/// A side effect on an object that existed before the call, which the generated code
+/// replays after the graph ran (the last store to each attribute).
+#[derive(Debug)]
+pub enum Replay {
+    /// `obj.name = value`.
+    SetAttr {
+        source: Rc<Source>,
+        name: String,
+        value: Rebuild,
+    },
+    /// `del obj.name`.
+    DelAttr { source: Rc<Source>, name: String },
+    /// An existing list or dict the trace changed: it is made to hold `value` (a fresh list
+    /// or dict of its final contents) by `_capture.replace_contents`.
+    Contents { source: Rc<Source>, value: Rebuild },
+}
+
+impl Replay {
+    /// The same replay with graph outputs mapped as [`Rebuild::map_outputs`] does.
+    pub fn map_outputs(self, source_of: &dyn Fn(usize) -> Option<Rc<Source>>) -> Option<Replay> {
+        Some(match self {
+            Replay::SetAttr {
+                source,
+                name,
+                value,
+            } => Replay::SetAttr {
+                source,
+                name,
+                value: value.map_outputs(source_of)?,
+            },
+            Replay::Contents { source, value } => Replay::Contents {
+                source,
+                value: value.map_outputs(source_of)?,
+            },
+            other @ Replay::DelAttr { .. } => other,
         })
     }
 }
@@ -438,6 +487,13 @@ impl<'py> CodeGen<'py> {
                 self.emit(Opcode::Precall, Operand::Int(2));
                 self.emit(Opcode::Call, Operand::Int(2));
             }
+            Rebuild::Converted { into, value } => {
+                self.emit(Opcode::PushNull, Operand::None);
+                self.load_const(&into.bind(py).clone());
+                self.rebuild(value, above + 2)?;
+                self.emit(Opcode::Precall, Operand::Int(1));
+                self.emit(Opcode::Call, Operand::Int(1));
+            }
             Rebuild::Source(s) => self.load_source(s)?,
             Rebuild::Tuple(items) | Rebuild::List(items) => {
                 for (i, item) in items.iter().enumerate() {
@@ -494,34 +550,59 @@ impl<'py> CodeGen<'py> {
         Ok(())
     }
 
-    /// Replays `obj.name = value` (or `del obj.name`) on an object from a source; the output
-    /// tuple is on top of the stack and stays there.
-    pub fn replay_store(
-        &mut self,
-        source: &Source,
-        name: &str,
-        value: Option<&Rebuild>,
-    ) -> CResult<()> {
-        let i = self.name_index(name);
-        match value {
-            Some(value) => {
-                self.rebuild(value, 0)?;
-                self.load_source(source)?;
-                self.emit(Opcode::StoreAttr, Operand::Name(i));
+    /// Replays the side effects the trace made on objects that existed before the call, in
+    /// two phases: first every stored value and every target object is pushed, all read
+    /// while the objects still hold what the trace started from (`a.p, a.q = a.q, a.p`
+    /// must not read a `.q` already replayed), then the stores run in the trace's order.
+    /// What sits below on the stack is left as it is; outputs must be in a local (see
+    /// `keep_outputs_in_local`).
+    pub fn replay(&mut self, replays: &[Replay]) -> CResult<()> {
+        let replace = if replays.iter().any(|r| matches!(r, Replay::Contents { .. })) {
+            Some(
+                self.py
+                    .import_module("dynamo_rs._capture")?
+                    .getattr("replace_contents")?,
+            )
+        } else {
+            None
+        };
+        for replay in replays.iter().rev() {
+            match replay {
+                Replay::SetAttr { source, value, .. } => {
+                    self.rebuild(value, 0)?;
+                    self.load_source(source)?;
+                }
+                Replay::DelAttr { source, .. } => self.load_source(source)?,
+                Replay::Contents { source, value } => {
+                    self.emit(Opcode::PushNull, Operand::None);
+                    self.load_const(replace.as_ref().expect("looked up above"));
+                    self.load_source(source)?;
+                    self.rebuild(value, 0)?;
+                }
             }
-            None => {
-                self.load_source(source)?;
-                self.emit(Opcode::DeleteAttr, Operand::Name(i));
+        }
+        for replay in replays {
+            match replay {
+                Replay::SetAttr { name, .. } => {
+                    let i = self.name_index(name);
+                    self.emit(Opcode::StoreAttr, Operand::Name(i));
+                }
+                Replay::DelAttr { name, .. } => {
+                    let i = self.name_index(name);
+                    self.emit(Opcode::DeleteAttr, Operand::Name(i));
+                }
+                Replay::Contents { .. } => {
+                    self.emit(Opcode::Precall, Operand::Int(2));
+                    self.emit(Opcode::Call, Operand::Int(2));
+                    self.emit(Opcode::PopTop, Operand::None);
+                }
             }
         }
         Ok(())
     }
 
-    /// Finishes the code: rebuild the result, drop the output tuple, return.
-    pub fn finish(mut self, plan: &Rebuild) -> CResult<Bound<'py, PyAny>> {
-        self.rebuild(plan, 0)?;
-        self.emit(Opcode::Swap, Operand::Int(2));
-        self.emit(Opcode::PopTop, Operand::None);
+    /// Finishes the code: returns the value on top of the stack.
+    pub fn finish_return(mut self) -> CResult<Bound<'py, PyAny>> {
         self.emit(Opcode::ReturnValue, Operand::None);
         self.assemble()
     }

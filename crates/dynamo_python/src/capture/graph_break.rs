@@ -314,9 +314,7 @@ impl Converter {
         }
         debug_assert_eq!(next_plan, stack_roots);
         // Stores the trace made to existing objects, before the instruction sees them.
-        for (source, name, value) in &graph.replays {
-            gen.replay_store(source, name, value.as_ref())?;
-        }
+        gen.replay(&graph.replays)?;
         if break_grad_mode != entry_grad_mode {
             let setter = py
                 .import_module("torch")?

@@ -59,6 +59,8 @@ enum Expect {
     Contains(OwnedRef, bool),
     HasAttr(String, bool),
     Tensor(usize),
+    /// The value's object class (`GuardKind::SameObjectClass`), compared pair by pair.
+    ObjectClass(usize),
 }
 
 impl std::fmt::Debug for ReferenceGuard {
@@ -149,6 +151,7 @@ impl ReferenceGuard {
                 GuardKind::Keys(k) => Expect::Keys(k.clone()),
                 GuardKind::Contains(key, expected) => Expect::Contains(key.clone(), *expected),
                 GuardKind::HasAttr(name, expected) => Expect::HasAttr(name.clone(), *expected),
+                GuardKind::SameObjectClass(class) => Expect::ObjectClass(*class),
                 GuardKind::Tensor(example) => {
                     let example = example.bind(py);
                     let mut fact = facts(py, &example)?;
@@ -233,6 +236,7 @@ impl ReferenceGuard {
         locals: &dyn Fn(&str) -> Option<Bound<'py, PyAny>>,
     ) -> PyResult<Option<String>> {
         let mut tensor_values: Vec<Option<Bound<'py, PyAny>>> = vec![None; self.tensors.len()];
+        let mut classed: Vec<(usize, Bound<'py, PyAny>, &str)> = Vec::new();
         for (path, expect, what) in &self.checks {
             let Some(value) = Self::resolve(py, path, locals)? else {
                 return Ok(Some(format!("{what}: missing")));
@@ -273,9 +277,23 @@ impl ReferenceGuard {
                     tensor_values[*i] = Some(value.clone());
                     same
                 }
+                Expect::ObjectClass(class) => {
+                    classed.push((*class, value.clone(), what.as_str()));
+                    true
+                }
             };
             if !ok {
                 return Ok(Some(format!("{what}: check failed")));
+            }
+        }
+        // Containers, pair by pair: one object then, one object now; distinct then, now.
+        for (i, (class_a, a, what_a)) in classed.iter().enumerate() {
+            for (class_b, b, what_b) in &classed[i + 1..] {
+                if (class_a == class_b) != a.is(b) {
+                    return Ok(Some(format!(
+                        "{what_a} and {what_b}: object sharing changed"
+                    )));
+                }
             }
         }
         // Aliasing, pair by pair: tensors that were one object must still be; distinct ones

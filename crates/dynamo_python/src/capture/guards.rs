@@ -36,6 +36,12 @@ pub enum GuardKind {
     Contains(OwnedRef, bool),
     /// `hasattr(value, name)` gives this answer.
     HasAttr(String, bool),
+    /// A list or dict the trace changed (or one reached alongside such a one): which of
+    /// these sources hold the same object must stay as it was. Sources with the same class
+    /// number were one object when traced; different numbers were distinct objects. (An
+    /// `append` through one name must show through every other name for the same list,
+    /// and through none of the others.)
+    SameObjectClass(usize),
 }
 
 /// The guards a trace recorded: one per (source, kind), sources interned in a table.
@@ -72,6 +78,7 @@ impl GuardSet {
                 name.hash(&mut hasher);
                 8 + (hasher.finish() << 8)
             }
+            GuardKind::SameObjectClass(_) => 9,
         };
         let id = self.sources.intern(&source);
         if self.seen.insert((id, tag)) {
@@ -203,6 +210,9 @@ enum Check {
     Contains(OwnedRef, bool, DictTagMemo),
     HasAttr(OwnedRef, bool),
     Tensor,
+    /// The first source of its object class (`GuardKind::SameObjectClass`): distinct from
+    /// every other first source, checked after the walk.
+    DistinctObject,
 }
 
 struct Step {
@@ -295,7 +305,8 @@ impl NativeGuard {
         let repr = |v: &OwnedRef| v.bind(py).repr().map(|r| r.to_string()).unwrap_or_default();
         let what = match check {
             Check::Tensor => "tensor matches (dtype, device, shape, stride, requires_grad)".into(),
-            Check::Alias(first) => format!("is the same tensor as {}", self.path(*first)),
+            Check::Alias(first) => format!("is the same object as {}", self.path(*first)),
+            Check::DistinctObject => "is not the same object as another container".into(),
             Check::Equals(v) => format!("== {}", repr(v)),
             Check::Id(v) => format!("is the same object ({})", v.type_name),
             Check::Type(t) => format!(
@@ -375,6 +386,7 @@ impl NativeGuard {
         let mut argument_examples = Vec::new();
         let mut reached_examples = Vec::new();
         let mut first_step_of_tensor: HashMap<usize, usize> = HashMap::new();
+        let mut first_step_of_class: HashMap<usize, usize> = HashMap::new();
         for (id, kind) in &set.guards {
             let step = *id as usize;
             let check = match kind {
@@ -404,6 +416,13 @@ impl NativeGuard {
                     OwnedRef::from_bound(PyString::intern(py, name).as_any()),
                     *expected,
                 ),
+                GuardKind::SameObjectClass(class) => match first_step_of_class.get(class) {
+                    Some(&first) => Check::Alias(first),
+                    None => {
+                        first_step_of_class.insert(*class, step);
+                        Check::DistinctObject
+                    }
+                },
             };
             steps[step].checks.push(check);
         }
@@ -707,6 +726,7 @@ impl NativeGuard {
         let mut values: Vec<Option<Bound<'_, PyAny>>> = Vec::with_capacity(self.steps.len());
         let mut tensors: Vec<Bound<'_, PyAny>> = Vec::new();
         let mut aliases: Vec<(usize, usize, Bound<'_, PyAny>, &Check)> = Vec::new();
+        let mut distinct: Vec<(usize, Bound<'_, PyAny>)> = Vec::new();
         // The frame's own tensor arguments first.
         let mut arguments = Vec::with_capacity(self.arguments.examples.len());
         if !self.arguments.examples.is_empty() {
@@ -839,6 +859,10 @@ impl NativeGuard {
                         aliases.push((*first, index, value.clone(), check));
                         true
                     }
+                    Check::DistinctObject => {
+                        distinct.push((index, value.clone()));
+                        true
+                    }
                 };
                 if !ok {
                     return Ok(Some(if describe {
@@ -859,6 +883,20 @@ impl NativeGuard {
                 return Ok(Some(format!(
                     "{} (no longer the case)",
                     self.describe_check(py, index, check)
+                )));
+            }
+        }
+        if distinct.len() > 1 {
+            let mut addresses: Vec<(usize, usize)> = distinct
+                .iter()
+                .map(|(step, v)| (v.as_ptr() as usize, *step))
+                .collect();
+            addresses.sort_unstable();
+            if let Some(pair) = addresses.windows(2).find(|w| w[0].0 == w[1].0) {
+                return Ok(Some(format!(
+                    "{} and {} are now the same object (they were distinct)",
+                    self.path(pair[0].1),
+                    self.path(pair[1].1)
                 )));
             }
         }

@@ -20,7 +20,14 @@ impl<'py> Tracer<'py> {
         let py = self.py;
         match self.kind(id) {
             VarKind::Tuple(items) | VarKind::List(items) => Ok(items.clone()),
-            VarKind::Iter { items, next } => Ok(items[*next..].to_vec()),
+            VarKind::Iter { .. } => {
+                // Iterating an iterator to the end (`list(it)`, `sum(it)`) exhausts it.
+                let mut rest = Vec::new();
+                while let Some(item) = self.iter_advance(id)? {
+                    rest.push(item);
+                }
+                Ok(rest)
+            }
             VarKind::Dict(entries) => {
                 let keys: Vec<OwnedRef> = entries.iter().map(|(k, _)| k.clone()).collect();
                 Ok(keys
@@ -40,6 +47,9 @@ impl<'py> Tracer<'py> {
             }
             VarKind::Object(v) => {
                 let v = v.bind(py).clone();
+                if let Some(items) = self.fresh_set_items(id)? {
+                    return Ok(items);
+                }
                 self.object_items(id, &v)
             }
             VarKind::Instance { cls, .. } => {
@@ -52,14 +62,152 @@ impl<'py> Tracer<'py> {
                     ),
                 }
             }
-            VarKind::Tensor { .. } => {
-                unsupported(BreakKind::UnsupportedOperation, "iterating over a tensor")
+            VarKind::Tensor { fake, .. } => {
+                // `for row in x`: x[0], x[1], ... along the first dimension, whose size the
+                // guards fix.
+                let shape: Vec<i64> = fake.bind(py).getattr("shape")?.extract()?;
+                let Some(&n) = shape.first() else {
+                    return unsupported(
+                        BreakKind::ExceptionWhileTracing,
+                        "iteration over a 0-d tensor",
+                    );
+                };
+                let getitem = self.h.operator.getattr("getitem")?;
+                let mut rows = Vec::with_capacity(n as usize);
+                for i in 0..n {
+                    let index = self.constant(&i.into_pyobject(py)?.into_any());
+                    rows.push(self.apply_operator(&getitem, vec![id, index])?);
+                }
+                Ok(rows)
             }
             other => unsupported(
                 BreakKind::UnsupportedOperation,
                 format!("iterating over {}", kind_name(other)),
             ),
         }
+    }
+
+    /// `iter(x)` and `next(it[, default])` on what the trace holds; None for other calls.
+    pub(super) fn iteration_builtin(
+        &mut self,
+        func: &Bound<'py, PyAny>,
+        args: &[VarId],
+    ) -> CResult<Option<VarId>> {
+        let builtins = &self.h.builtins;
+        if func.is(&builtins.getattr("iter")?) && args.len() == 1 {
+            if matches!(self.kind(args[0]), VarKind::Iter { .. }) {
+                return Ok(Some(args[0])); // an iterator is its own iterator
+            }
+            if matches!(self.kind(args[0]), VarKind::Object(_)) {
+                return Ok(None); // a real object's own __iter__: evaluated as before
+            }
+            let items = self.items_of(args[0])?;
+            return Ok(Some(self.new_iter(items, &args[..1])));
+        }
+        if func.is(&builtins.getattr("next")?) && (1..=2).contains(&args.len()) {
+            if !matches!(self.kind(args[0]), VarKind::Iter { .. }) {
+                return Ok(None);
+            }
+            if let Some(item) = self.iter_advance(args[0])? {
+                return Ok(Some(item));
+            }
+            return match args.get(1) {
+                Some(&default) => Ok(Some(default)),
+                None => unsupported(
+                    BreakKind::ExceptionWhileTracing,
+                    "next() of an exhausted iterator (StopIteration)",
+                ),
+            };
+        }
+        Ok(None)
+    }
+
+    /// An iterator over `items`, taken now from the containers in `over` (watched, see
+    /// `VarKind::Iter`).
+    pub fn new_iter(&mut self, items: Vec<VarId>, over: &[VarId]) -> VarId {
+        let mut watched = Vec::new();
+        for &container in over {
+            match self.kind(container) {
+                VarKind::Iter { watched: inner, .. } => watched.extend(inner.iter().cloned()),
+                &VarKind::DictView { dict, .. } => {
+                    watched.push((dict, self.contents_fingerprint(dict)));
+                }
+                VarKind::List(_) | VarKind::Dict(_) => {
+                    watched.push((container, self.contents_fingerprint(container)));
+                }
+                _ => {}
+            }
+        }
+        self.add(
+            VarKind::Iter {
+                items,
+                next: 0,
+                watched,
+                handed_on: false,
+            },
+            None,
+        )
+    }
+
+    /// `enumerate(it)`/`zip(it, ...)` took the items of the iterators among `args`.
+    pub fn hand_on_iterators(&mut self, args: &[VarId]) {
+        for &arg in args {
+            if let VarKind::Iter { handed_on, .. } = &mut self.vars[arg.0 as usize].kind {
+                *handed_on = true;
+            }
+        }
+    }
+
+    /// What a list or dict tracker holds, as numbers that change when its contents do.
+    pub(super) fn contents_fingerprint(&self, container: VarId) -> Vec<usize> {
+        match self.kind(container) {
+            VarKind::List(items) => items.iter().map(|i| i.0 as usize).collect(),
+            VarKind::Dict(entries) => entries
+                .iter()
+                .flat_map(|(k, v)| [k.as_ptr() as usize, v.0 as usize])
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The next item of an iterator tracker (None: exhausted). Refuses when a container
+    /// it reads changed since it was made: Python would see the change (a list grown inside
+    /// its own `for` loop) or raise (a dict changing size), the items taken would not.
+    pub fn iter_advance(&mut self, iter: VarId) -> CResult<Option<VarId>> {
+        let VarKind::Iter {
+            watched, handed_on, ..
+        } = self.kind(iter)
+        else {
+            return unsupported(
+                BreakKind::Internal,
+                format!("internal: advancing {}", kind_name(self.kind(iter))),
+            );
+        };
+        if *handed_on {
+            return unsupported(
+                BreakKind::UnsupportedOperation,
+                "an iterator used directly after enumerate() or zip() was made over it",
+            );
+        }
+        for (container, then) in watched {
+            if self.contents_fingerprint(*container) != *then {
+                return unsupported(
+                    BreakKind::UnsupportedOperation,
+                    format!(
+                        "{} changed while an iterator over it was in use",
+                        kind_name(self.kind(*container))
+                    ),
+                );
+            }
+        }
+        let VarKind::Iter { items, next, .. } = &mut self.vars[iter.0 as usize].kind else {
+            unreachable!("checked above");
+        };
+        let item = items.get(*next).copied();
+        if item.is_some() {
+            *next += 1;
+        }
+        Ok(item)
     }
 
     /// What iterating a dict view gives now: keys, values or `(key, value)` tuples of the

@@ -30,6 +30,7 @@ mod ops_control;
 mod ops_graph;
 mod ops_load_store;
 mod ops_objects;
+mod ops_sets;
 mod ops_with;
 pub mod source;
 pub mod translator;
@@ -45,7 +46,7 @@ use pyo3::types::{PyDict, PyList, PyTuple};
 
 use crate::errors::{BackendCompilerFailed, Unsupported};
 use crate::eval_frame::owned::OwnedRef;
-use codegen::{CodeGen, Rebuild};
+use codegen::{CodeGen, Rebuild, Replay};
 use graph::{Arg, Op};
 use guards::NativeGuard;
 use helpers::Helpers;
@@ -384,10 +385,11 @@ impl Converter {
         };
         let mut gen = CodeGen::new(&code, &prologue, slot_names.clone())?;
         gen.call_graph(compiled.as_any(), &graph.inputs)?;
-        for (source, name, value) in &graph.replays {
-            gen.replay_store(source, name, value.as_ref())?;
-        }
-        let new_code = gen.finish(&plans[0])?;
+        gen.keep_outputs_in_local();
+        // The result first: it may read sources the replayed stores change.
+        gen.push_rebuilt(&plans[0])?;
+        gen.replay(&graph.replays)?;
+        let new_code = gen.finish_return()?;
         let t = self.lap("codegen", t);
         let guard = self.build_guard(py, tracer, &graph, &frame)?;
         self.lap("guards", t);
@@ -416,7 +418,7 @@ impl Converter {
             .map(|&root| rebuild_plan(tracer, root, &mut outputs, &mut output_index, &mut seen))
             .collect::<CResult<Vec<_>>>()?;
         // Side effects: the last store to each attribute of an existing object.
-        let mut replays: Vec<(Rc<Source>, String, Option<Rebuild>)> = Vec::new();
+        let mut replays: Vec<Replay> = Vec::new();
         let mut done: HashSet<(usize, String)> = HashSet::new();
         let mutations: Vec<_> = tracer
             .mutations
@@ -432,20 +434,70 @@ impl Converter {
             .collect();
         for (source, object, name, value) in mutations.into_iter().rev() {
             if done.insert((object, name.clone())) {
-                let value = match value {
-                    Some(v) => Some(rebuild_plan(
-                        tracer,
-                        v,
-                        &mut outputs,
-                        &mut output_index,
-                        &mut seen,
-                    )?),
-                    None => None,
-                };
-                replays.push((source, name, value));
+                replays.push(match value {
+                    Some(v) => Replay::SetAttr {
+                        source,
+                        name,
+                        value: rebuild_plan(tracer, v, &mut outputs, &mut output_index, &mut seen)?,
+                    },
+                    None => Replay::DelAttr { source, name },
+                });
             }
         }
         replays.reverse();
+        // Existing lists and dicts the trace changed: their final contents.
+        for container in tracer.written_containers.clone() {
+            let source = tracer
+                .source(container)
+                .expect("existing containers have sources");
+            let value = match tracer.kind(container) {
+                VarKind::List(items) => Rebuild::List(
+                    items
+                        .clone()
+                        .into_iter()
+                        .map(|i| {
+                            rebuild_plan(tracer, i, &mut outputs, &mut output_index, &mut seen)
+                        })
+                        .collect::<CResult<_>>()?,
+                ),
+                VarKind::Dict(entries) => Rebuild::Dict(
+                    entries
+                        .clone()
+                        .into_iter()
+                        .map(|(k, v)| {
+                            Ok((
+                                k,
+                                rebuild_plan(
+                                    tracer,
+                                    v,
+                                    &mut outputs,
+                                    &mut output_index,
+                                    &mut seen,
+                                )?,
+                            ))
+                        })
+                        .collect::<CResult<_>>()?,
+                ),
+                other => {
+                    return unsupported(
+                        BreakKind::Internal,
+                        format!(
+                            "internal: replaying the contents of {}",
+                            translator::kind_name(other)
+                        ),
+                    )
+                }
+            };
+            replays.push(Replay::Contents { source, value });
+        }
+        if !tracer.written_containers.is_empty() || tracer.containers_shared {
+            // Which sources are one object must stay as traced (see `SameObjectClass`).
+            for (source, class) in tracer.container_sources.clone() {
+                tracer
+                    .guards
+                    .add(source, guards::GuardKind::SameObjectClass(class));
+            }
+        }
         let inputs: Vec<Rc<Source>> = tracer.inputs.iter().map(|i| i.source.clone()).collect();
         if tracer.graph.op_count() == 0 {
             // Nothing computed: every output is an input, loaded from where it came from.
@@ -462,10 +514,7 @@ impl Converter {
                 .collect::<Option<Vec<_>>>();
             let replays = replays
                 .into_iter()
-                .map(|(source, name, value)| match value {
-                    Some(v) => v.map_outputs(&by_output).map(|v| (source, name, Some(v))),
-                    None => Some((source, name, None)),
-                })
+                .map(|replay| replay.map_outputs(&by_output))
                 .collect::<Option<Vec<_>>>();
             let (Some(plans), Some(replays)) = (plans, replays) else {
                 return unsupported(
@@ -645,7 +694,7 @@ pub struct Frame<'a, 'py> {
 pub struct CompiledGraph<'py> {
     pub compiled: Option<Bound<'py, PyAny>>,
     pub inputs: Vec<Rc<Source>>,
-    pub replays: Vec<(Rc<Source>, String, Option<Rebuild>)>,
+    pub replays: Vec<Replay>,
 }
 
 /// Whether a graph may change a tensor in place (`add_`, `relu_`, `x[i] = v`, `+=` on a
@@ -739,6 +788,16 @@ fn rebuild_plan(
         VarKind::Object(v) => match tracer.source(id) {
             Some(source) => Rebuild::Source(source),
             None => {
+                if let Some(set) = tracer.fresh_set_rebuild(id)? {
+                    // A set reached twice would be two sets: refuse, as for lists.
+                    if !seen.insert(id) {
+                        return unsupported(
+                            BreakKind::ValueNotRebuildable,
+                            "a set made while tracing reachable twice from the result",
+                        );
+                    }
+                    return Ok(set);
+                }
                 let obj = v.bind(py);
                 // A method bound while tracing is bound to the object the trace saw, which
                 // need not be the one this call has: not a constant.
@@ -746,6 +805,7 @@ fn rebuild_plan(
                     .getattr("__self__")
                     .is_ok_and(|s| !s.is_none() && !s.is_instance_of::<pyo3::types::PyModule>());
                 let immutable = (obj.is_callable() && !bound)
+                    || obj.is_exact_instance_of::<pyo3::types::PyFrozenSet>()
                     || obj.is_instance_of::<pyo3::types::PyModule>()
                     || obj.is_instance_of::<pyo3::types::PyType>();
                 if !immutable {
@@ -758,7 +818,8 @@ fn rebuild_plan(
             }
         },
         // A container that existed before the call is returned as itself (the caller may
-        // compare it with `is` or change it later); the trace never changes such containers.
+        // compare it with `is` or change it later); changes the trace made to it are
+        // replayed into it (`Replay::Contents`).
         VarKind::Tuple(_) | VarKind::List(_) | VarKind::Dict(_) if tracer.source(id).is_some() => {
             Rebuild::Source(tracer.source(id).expect("checked"))
         }
@@ -782,12 +843,21 @@ fn rebuild_plan(
                 .map(|&i| rebuild_plan(tracer, i, outputs, index, seen))
                 .collect::<CResult<_>>()?,
         ),
-        VarKind::Dict(entries) => Rebuild::Dict(
-            entries
-                .iter()
-                .map(|(k, v)| Ok((k.clone(), rebuild_plan(tracer, *v, outputs, index, seen)?)))
-                .collect::<CResult<_>>()?,
-        ),
+        VarKind::Dict(entries) => {
+            let plain = Rebuild::Dict(
+                entries
+                    .iter()
+                    .map(|(k, v)| Ok((k.clone(), rebuild_plan(tracer, *v, outputs, index, seen)?)))
+                    .collect::<CResult<_>>()?,
+            );
+            match tracer.dict_classes.get(&id) {
+                Some(cls) => Rebuild::Converted {
+                    into: cls.clone(),
+                    value: Box::new(plain),
+                },
+                None => plain,
+            }
+        }
         VarKind::Instance {
             cls,
             attrs,
@@ -845,6 +915,43 @@ fn rebuild_plan(
             Rebuild::Attr {
                 base: Box::new(rebuild_plan(tracer, *receiver, outputs, index, seen)?),
                 name: name.clone(),
+            }
+        }
+        // An iterator live at a graph break: `iter((remaining items...))`. Python's iterator
+        // reads its list live; the rebuilt one reads a copy, which is the same only while
+        // no one else can change that list: none from a source, and none reachable from
+        // the other values rebuilt (marking it seen makes a second place refuse).
+        VarKind::Iter {
+            items,
+            next,
+            watched,
+            handed_on,
+        } => {
+            let remaining = items[*next..].to_vec();
+            // A container changed since the iterator was made: Python's iterator sees the
+            // change, the items taken do not.
+            let changed = watched
+                .iter()
+                .any(|(c, then)| tracer.contents_fingerprint(*c) != *then);
+            let watched: Vec<VarId> = watched.iter().map(|(c, _)| *c).collect();
+            if changed
+                || *handed_on
+                || watched
+                    .iter()
+                    .any(|&c| tracer.source(c).is_some() || !seen.insert(c))
+            {
+                return unsupported(
+                    BreakKind::ValueNotRebuildable,
+                    "an iterator whose container is also reachable at the graph break",
+                );
+            }
+            let items = remaining
+                .into_iter()
+                .map(|i| rebuild_plan(tracer, i, outputs, index, seen))
+                .collect::<CResult<_>>()?;
+            Rebuild::Converted {
+                into: OwnedRef::from_bound(&tracer.h.builtins.getattr("iter")?),
+                value: Box::new(Rebuild::Tuple(items)),
             }
         }
         // Only on the stack at a graph break inside the block: the resume function's.

@@ -262,10 +262,17 @@ impl<'py> Tracer<'py> {
             }
         };
         if self.h.is_constant(&result)? {
-            Ok(self.constant(&result))
-        } else {
-            self.wrap(&result, None)
+            return Ok(self.constant(&result));
         }
+        // `a | b`, `a - b`, ... of sets: a new set, the trace's own.
+        let new_set = result.is_exact_instance_of::<pyo3::types::PySet>()
+            && !args
+                .iter()
+                .any(|&a| self.real(a).is_some_and(|r| r.is(&result)));
+        if new_set {
+            return Ok(self.fresh_set(&result));
+        }
+        self.wrap(&result, None)
     }
 
     /// `lhs op= rhs` where `lhs` is a mutable container: Python changes it in place, so every
@@ -277,6 +284,9 @@ impl<'py> Tracer<'py> {
         let py = self.py;
         let [lhs, rhs] = args else { return Ok(None) };
         let (lhs, rhs) = (*lhs, *rhs);
+        if let Some(set) = self.set_in_place(name, lhs, rhs)? {
+            return Ok(Some(set));
+        }
         let mutable = matches!(
             self.kind(lhs),
             VarKind::List(_) | VarKind::Dict(_) | VarKind::Object(_) | VarKind::Instance { .. }
@@ -284,8 +294,8 @@ impl<'py> Tracer<'py> {
         if !mutable {
             return Ok(None);
         }
-        if self.source(lhs).is_some()
-            || !matches!(self.kind(lhs), VarKind::List(_) | VarKind::Dict(_))
+        if !matches!(self.kind(lhs), VarKind::List(_) | VarKind::Dict(_))
+            || (self.source(lhs).is_some() && !self.is_existing_container(lhs))
         {
             return unsupported(
                 BreakKind::UnreplayableSideEffect,
@@ -340,6 +350,7 @@ impl<'py> Tracer<'py> {
                 )
             }
         };
+        self.may_change_container(lhs, &format!("operator {name}"))?;
         self.vars[lhs.0 as usize].kind = kind;
         Ok(Some(lhs))
     }
@@ -547,8 +558,11 @@ impl<'py> Tracer<'py> {
                 )?;
                 Ok(Flow::Continue)
             }
-            VarKind::Dict(_) if self.source(container).is_none() => {
+            VarKind::Dict(_)
+                if self.source(container).is_none() || self.is_existing_container(container) =>
+            {
                 let key = self.python_value(index)?;
+                self.may_change_container(container, "item assignment")?;
                 if let VarKind::Dict(entries) = &mut self.vars[container.0 as usize].kind {
                     if let Some(slot) = entries
                         .iter_mut()
@@ -561,7 +575,9 @@ impl<'py> Tracer<'py> {
                 }
                 Ok(Flow::Continue)
             }
-            VarKind::List(items) if self.source(container).is_none() => {
+            VarKind::List(items)
+                if self.source(container).is_none() || self.is_existing_container(container) =>
+            {
                 let i: i64 = self.python_value(index)?.extract()?;
                 let n = items.len() as i64;
                 let at = if i < 0 { i + n } else { i };
@@ -571,6 +587,7 @@ impl<'py> Tracer<'py> {
                         "list index out of range while tracing",
                     );
                 }
+                self.may_change_container(container, "item assignment")?;
                 if let VarKind::List(items) = &mut self.vars[container.0 as usize].kind {
                     items[at as usize] = value;
                 }

@@ -391,6 +391,24 @@ impl<'py> Tracer<'py> {
         {
             return self.dict_fromkeys(args);
         }
+        if kwargs.is_empty() {
+            if let Some(result) = self.iteration_builtin(obj, &args)? {
+                return Ok(result);
+            }
+        }
+        if obj.is(&h.builtins.getattr("set")?) && kwargs.is_empty() && args.len() <= 1 {
+            return self.construct_set(&args);
+        }
+        if kwargs.is_empty() {
+            if let Some(result) = self.set_method(obj, &args)? {
+                return Ok(result);
+            }
+        }
+        if obj.is(&h.dict_type) || obj.is(&h.ordered_dict_type) {
+            if let Some(dict) = self.construct_dict(obj, &args, &kwargs)? {
+                return Ok(dict);
+            }
+        }
         if h.foldable.contains(obj).unwrap_or(false) {
             return self.call_builtin(obj, args, kwargs);
         }

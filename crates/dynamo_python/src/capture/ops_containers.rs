@@ -55,6 +55,97 @@ impl<'py> Tracer<'py> {
         Ok(self.add(VarKind::Dict(entries), None))
     }
 
+    /// `dict(...)` or `collections.OrderedDict(...)` from nothing, a dict, pairs and keywords:
+    /// a traced dict (of the class given). None when the arguments are of another kind (a
+    /// real mapping object), left to the caller.
+    pub(super) fn construct_dict(
+        &mut self,
+        cls: &Bound<'py, PyAny>,
+        args: &[VarId],
+        kwargs: &[(String, VarId)],
+    ) -> CResult<Option<VarId>> {
+        let py = self.py;
+        if args.len() > 1 {
+            return Ok(None);
+        }
+        let mut entries: Vec<(OwnedRef, VarId)> = Vec::new();
+        let mut put = |this: &Self, key: OwnedRef, value: VarId| -> CResult<()> {
+            // A key given twice keeps its first place and takes the last value.
+            match entries
+                .iter_mut()
+                .find(|(k, _)| k.bind(this.py).eq(key.bind(this.py)).unwrap_or(false))
+            {
+                Some(slot) => slot.1 = value,
+                None => entries.push((key, value)),
+            }
+            Ok(())
+        };
+        if let Some(&arg) = args.first() {
+            match self.kind(arg) {
+                VarKind::Dict(from) => {
+                    for (k, v) in from.clone() {
+                        put(self, k, v)?;
+                    }
+                }
+                VarKind::List(_)
+                | VarKind::Tuple(_)
+                | VarKind::Iter { .. }
+                | VarKind::DictView { .. } => {
+                    for pair in self.items_of(arg)? {
+                        let kv = match self.kind(pair) {
+                            VarKind::Tuple(kv) | VarKind::List(kv) if kv.len() == 2 => {
+                                (kv[0], kv[1])
+                            }
+                            VarKind::Const(c) if c.bind(py).len().ok() == Some(2) => {
+                                let c = c.bind(py).clone();
+                                let key = self.constant(&c.get_item(0)?);
+                                let value = self.constant(&c.get_item(1)?);
+                                (key, value)
+                            }
+                            other => {
+                                return unsupported(
+                                    BreakKind::UnsupportedOperation,
+                                    format!(
+                                        "{}() from an item that is {}",
+                                        describe_class(cls),
+                                        kind_name(other)
+                                    ),
+                                )
+                            }
+                        };
+                        let key = self.constant_key(kv.0, cls)?;
+                        put(self, key, kv.1)?;
+                    }
+                }
+                _ => return Ok(None),
+            }
+        }
+        for (name, value) in kwargs {
+            let key = OwnedRef::from_bound(pyo3::types::PyString::new(py, name).as_any());
+            put(self, key, *value)?;
+        }
+        let id = self.add(VarKind::Dict(entries), None);
+        if !cls.is(&self.h.dict_type) {
+            self.dict_classes.insert(id, OwnedRef::from_bound(cls));
+        }
+        Ok(Some(id))
+    }
+
+    /// The key a traced dict can hold for `key`: a hashable constant.
+    fn constant_key(&self, key: VarId, cls: &Bound<'py, PyAny>) -> CResult<OwnedRef> {
+        match self.kind(key) {
+            VarKind::Const(k) if self.h.is_constant(&k.bind(self.py).clone())? => Ok(k.clone()),
+            other => unsupported(
+                BreakKind::UnsupportedOperation,
+                format!(
+                    "{}() with a key that is {}",
+                    describe_class(cls),
+                    kind_name(other)
+                ),
+            ),
+        }
+    }
+
     /// Methods of containers built or read by the trace. Mutating methods are allowed on
     /// containers the trace built (no source); mutating the frame's own would be a side
     /// effect to replay, which is not supported yet.
@@ -72,7 +163,8 @@ impl<'py> Tracer<'py> {
                 format!("keyword arguments to {name}()"),
             );
         }
-        let owned = self.source(receiver).is_none();
+        // Made in the trace, or an existing list/dict whose final contents are replayed.
+        let changeable = self.source(receiver).is_none() || self.is_existing_container(receiver);
         let none = || py.None().into_bound(py);
         let environ = py.import_module("os")?.getattr("environ")?;
         if matches!(self.kind(receiver), VarKind::Object(o) if o.bind(py).is(&environ)) {
@@ -86,12 +178,7 @@ impl<'py> Tracer<'py> {
                     .position(|(k, _)| k.bind(py).eq(&key).unwrap_or(false));
                 let found = position.map(|i| entries[i].1);
                 if let (true, Some(at)) = (name == "pop", position) {
-                    if !owned {
-                        return unsupported(
-                            BreakKind::UnreplayableSideEffect,
-                            "dict.pop on a dict from the frame's inputs",
-                        );
-                    }
+                    self.may_change_container(receiver, "dict.pop")?;
                     if let VarKind::Dict(entries) = &mut self.vars[receiver.0 as usize].kind {
                         entries.remove(at);
                     }
@@ -122,9 +209,14 @@ impl<'py> Tracer<'py> {
             }
             (VarKind::Dict(entries), "copy") => {
                 let entries = entries.clone();
-                Ok(self.add(VarKind::Dict(entries), None))
+                let copy = self.add(VarKind::Dict(entries), None);
+                if let Some(cls) = self.dict_classes.get(&receiver).cloned() {
+                    self.dict_classes.insert(copy, cls);
+                }
+                Ok(copy)
             }
-            (VarKind::Dict(_), "update" | "setdefault") if owned => {
+            (VarKind::Dict(_), "update" | "setdefault") if changeable => {
+                self.may_change_container(receiver, name)?;
                 if name == "update" {
                     let VarKind::Dict(new) = self.kind(args[0]) else {
                         return unsupported(
@@ -163,8 +255,9 @@ impl<'py> Tracer<'py> {
                 Ok(default)
             }
             (VarKind::List(_), "append" | "extend" | "insert" | "pop" | "clear" | "reverse")
-                if owned =>
+                if changeable =>
             {
+                self.may_change_container(receiver, name)?;
                 let new_items = if name == "extend" {
                     Some(self.items_of(args[0])?)
                 } else {
@@ -421,6 +514,13 @@ impl<'py> Tracer<'py> {
 
 /// Whether `obj` is `dict.fromkeys` bound to `dict` itself (a subclass's would make an
 /// instance of the subclass).
+/// `dict`, `OrderedDict`: the class's name, for messages.
+fn describe_class(cls: &Bound<'_, PyAny>) -> String {
+    cls.getattr("__name__")
+        .and_then(|n| n.extract())
+        .unwrap_or_else(|_| "dict".into())
+}
+
 pub(super) fn is_dict_fromkeys(obj: &Bound<'_, PyAny>, dict_type: &Bound<'_, PyAny>) -> bool {
     obj.getattr("__self__")
         .is_ok_and(|owner| owner.is(dict_type))

@@ -57,7 +57,7 @@ impl<'py> Tracer<'py> {
             VarKind::Iter { .. } => value,
             _ => {
                 let items = self.items_of(value)?;
-                self.add(VarKind::Iter { items, next: 0 }, None)
+                self.new_iter(items, &[value])
             }
         };
         f.stack.push(iter);
@@ -76,14 +76,8 @@ impl<'py> Tracer<'py> {
                 BreakKind::Internal,
                 "FOR_ITER on an empty stack",
             )))?;
-        let next = match &mut self.vars[iter.0 as usize].kind {
-            VarKind::Iter { items, next } => {
-                let item = items.get(*next).copied();
-                if item.is_some() {
-                    *next += 1;
-                }
-                item
-            }
+        let next = match self.kind(iter) {
+            VarKind::Iter { .. } => self.iter_advance(iter)?,
             other => {
                 return unsupported(
                     BreakKind::UnsupportedOperation,

@@ -522,7 +522,18 @@ impl<'py> Tracer<'py> {
                 let value = fake.getattr(name)?;
                 Ok(self.constant(&value))
             }
-            "T" | "mT" | "H" | "mH" | "real" | "imag" | "data" => unsupported(
+            // Views computed by a property: a `getattr` node (as TorchDynamo records them).
+            "T" | "mT" | "H" | "mH" | "real" | "imag" => {
+                let getattr = self.h.builtins.getattr("getattr")?;
+                let attr = self.constant(&pyo3::types::PyString::new(self.py, name).into_any());
+                self.graph_call(
+                    super::graph::Op::CallFunction(OwnedRef::from_bound(&getattr)),
+                    "getattr",
+                    vec![tensor, attr],
+                    Vec::new(),
+                )
+            }
+            "data" => unsupported(
                 BreakKind::UnsupportedOperation,
                 format!("the tensor attribute .{name}"),
             ),

@@ -128,6 +128,27 @@ pub struct Tracer<'py> {
     pub pins: std::cell::RefCell<Vec<VarId>>,
     /// The root instruction to stop before (a graph break found by an earlier trace).
     pub stop_at: Option<usize>,
+    /// The class of each dict made in the trace that is not a plain `dict`
+    /// (`collections.OrderedDict`): it behaves as a dict while tracing and is rebuilt, compared
+    /// and type-checked as its class.
+    pub dict_classes: HashMap<VarId, OwnedRef>,
+    /// Lists and dicts that existed before the call (read from a source), by object address:
+    /// one tracker per object however it is reached, so a change made through one name
+    /// shows through every other. The trace may change them; the generated code then
+    /// replays their final contents (see `written_containers`).
+    /// The objects are kept alive while tracing, so an address cannot come back for
+    /// another object (a property that makes a new list on every read).
+    pub container_by_object: HashMap<usize, (VarId, OwnedRef)>,
+    /// Every (source, object class) such a container was reached through; the classes
+    /// number the distinct objects. Guarded (`GuardKind::SameObjectClass`) when the trace
+    /// changed one of them or reached one through two sources.
+    pub container_sources: Vec<(Rc<Source>, usize)>,
+    /// Whether some existing list or dict was reached through two different sources.
+    pub containers_shared: bool,
+    /// Existing lists and dicts the trace changed, in the order of their first change.
+    pub written_containers: Vec<VarId>,
+    /// Sets the trace made, by object address (kept alive): see `ops_sets`.
+    pub fresh_sets: HashMap<usize, (VarId, OwnedRef)>,
 }
 
 /// `obj.name = value` on an object from a source.
@@ -172,6 +193,12 @@ impl<'py> Tracer<'py> {
             mutations: Vec::new(),
             pins: std::cell::RefCell::new(Vec::new()),
             stop_at: None,
+            dict_classes: HashMap::new(),
+            container_by_object: HashMap::new(),
+            container_sources: Vec::new(),
+            containers_shared: false,
+            written_containers: Vec::new(),
+            fresh_sets: HashMap::new(),
         })
     }
 
@@ -289,7 +316,10 @@ impl<'py> Tracer<'py> {
                 for (k, v) in entries {
                     d.set_item(k.bind(py), self.python_value(*v)?)?;
                 }
-                d.into_any()
+                match self.dict_classes.get(&id) {
+                    Some(cls) => cls.bind(py).call1((d,))?,
+                    None => d.into_any(),
+                }
             }
             VarKind::Tensor { .. } => {
                 return unsupported(
@@ -310,7 +340,7 @@ impl<'py> Tracer<'py> {
                     )
                 }
             },
-            VarKind::Iter { items, next } => {
+            VarKind::Iter { items, next, .. } => {
                 let items = items[*next..]
                     .iter()
                     .map(|&i| self.python_value(i))
@@ -347,7 +377,7 @@ impl<'py> Tracer<'py> {
                 items.iter().any(|&i| self.contains_tensor(i))
             }
             VarKind::Dict(entries) => entries.iter().any(|(_, v)| self.contains_tensor(*v)),
-            VarKind::Iter { items, next } => {
+            VarKind::Iter { items, next, .. } => {
                 items[*next..].iter().any(|&i| self.contains_tensor(i))
             }
             VarKind::DictView { dict, which } => {
@@ -385,6 +415,11 @@ impl<'py> Tracer<'py> {
         }
         let exact_tuple = value.get_type().is(&h.tuple_type);
         let exact_list = value.get_type().is(&h.list_type);
+        if let (Some(s), true) = (&source, exact_list || value.get_type().is(&h.dict_type)) {
+            if let Some(existing) = self.existing_container(value, s) {
+                return Ok(existing);
+            }
+        }
         if exact_tuple || exact_list {
             let len = value.len()?;
             if let Some(s) = &source {
@@ -406,7 +441,11 @@ impl<'py> Tracer<'py> {
             } else {
                 VarKind::List(items)
             };
-            return Ok(self.add(kind, source));
+            let id = self.add(kind, source);
+            if exact_list {
+                self.note_container(value, id);
+            }
+            return Ok(id);
         }
         if value.get_type().is(&h.dict_type) {
             let dict = value.cast::<PyDict>().map_err(PyErr::from)?;
@@ -416,7 +455,11 @@ impl<'py> Tracer<'py> {
                 .all(|k| h.is_constant(&k).unwrap_or(false))
             {
                 let entries = self.dict_entries(dict, source.as_ref())?;
-                return Ok(self.add(VarKind::Dict(entries), source));
+                let id = self.add(VarKind::Dict(entries), source);
+                if self.source(id).is_some() {
+                    self.note_container(value, id);
+                }
+                return Ok(id);
             }
         }
         if let Ok(exit) = value.cast::<super::ops_with::GradModeExit>() {
@@ -450,6 +493,74 @@ impl<'py> Tracer<'py> {
                 .add(s.clone(), GuardKind::Id(OwnedRef::from_bound(value)));
         }
         Ok(self.add(VarKind::Object(OwnedRef::from_bound(value)), source))
+    }
+
+    /// The tracker of an existing list or dict already reached (through `source` or
+    /// another), recording `source` as one more way to it.
+    fn existing_container(
+        &mut self,
+        value: &Bound<'py, PyAny>,
+        source: &Rc<Source>,
+    ) -> Option<VarId> {
+        let address = value.as_ptr() as usize;
+        let existing = self.container_by_object.get(&address)?.0;
+        let first = self.source(existing)?;
+        let first_id = self.guards.sources.intern(&first);
+        let id = self.guards.sources.intern(source);
+        if id != first_id {
+            let mut ids = Vec::with_capacity(self.container_sources.len());
+            for (s, _) in &self.container_sources {
+                ids.push(self.guards.sources.intern(s));
+            }
+            let class = ids
+                .iter()
+                .position(|&i| i == first_id)
+                .map(|at| self.container_sources[at].1)?;
+            if !ids.contains(&id) {
+                self.container_sources.push((source.clone(), class));
+            }
+            self.containers_shared = true;
+        }
+        Some(existing)
+    }
+
+    /// Records `id`, a list or dict just read from its source, as the tracker of `value`.
+    fn note_container(&mut self, value: &Bound<'py, PyAny>, id: VarId) {
+        let Some(source) = self.source(id) else {
+            return;
+        };
+        let class = self.container_by_object.len();
+        self.container_by_object
+            .insert(value.as_ptr() as usize, (id, OwnedRef::from_bound(value)));
+        self.container_sources.push((source, class));
+    }
+
+    /// Whether `id` is an existing list or dict read from a source (one tracker per object).
+    pub fn is_existing_container(&self, id: VarId) -> bool {
+        self.source(id).is_some()
+            && matches!(self.kind(id), VarKind::List(_) | VarKind::Dict(_))
+            && self.container_by_object.values().any(|(v, _)| *v == id)
+    }
+
+    /// Allows a change to the list or dict `id`: one made in the trace, or an existing one
+    /// (its final contents are then replayed by the generated code). Refuses others.
+    pub fn may_change_container(&mut self, id: VarId, what: &str) -> CResult<()> {
+        if self.source(id).is_none() {
+            return Ok(());
+        }
+        if !self.is_existing_container(id) {
+            return unsupported(
+                BreakKind::UnreplayableSideEffect,
+                format!(
+                    "{what} on {} that existed before the call",
+                    kind_name(self.kind(id))
+                ),
+            );
+        }
+        if !self.written_containers.contains(&id) {
+            self.written_containers.push(id);
+        }
+        Ok(())
     }
 
     /// A tensor's bound method read from `source` (`y.add`, handed to a resume function when
@@ -885,6 +996,9 @@ impl<'py> Tracer<'py> {
             BuildString => self.op_build_string(f, arg),
             FormatValue => self.op_format_value(f, arg),
             ListAppend => self.op_list_append(f, arg),
+            BuildSet => self.op_build_set(f, arg),
+            SetAdd => self.op_set_add_or_update(f, arg, false),
+            SetUpdate => self.op_set_add_or_update(f, arg, true),
             ListExtend => self.op_list_extend(f, arg),
             ListToTuple => self.op_list_to_tuple(f),
             MapAdd => self.op_map_add(f, arg),
@@ -903,9 +1017,7 @@ impl<'py> Tracer<'py> {
                 let value = self.pop(f)?;
                 match f.yields.take() {
                     // A generator expression ran to the end: the caller gets its items.
-                    Some(items) => Ok(Flow::Return(
-                        self.add(VarKind::Iter { items, next: 0 }, None),
-                    )),
+                    Some(items) => Ok(Flow::Return(self.new_iter(items, &[]))),
                     None => Ok(Flow::Return(value)),
                 }
             }
@@ -940,8 +1052,8 @@ impl<'py> Tracer<'py> {
             | EndAsyncFor | DeleteSubscr | GetYieldFromIter | PrintExpr | LoadBuildClass
             | ReturnGenerator | ImportStar | SetupAnnotations | YieldValue | AsyncGenWrap
             | PrepReraiseStar | PopExcept | StoreName | DeleteName | StoreGlobal | DeleteGlobal
-            | LoadName | BuildSet | Reraise | Send | RaiseVarargs | GetAwaitable | DeleteDeref
-            | SetAdd | SetUpdate | LoadClassderef | MatchClass => unsupported(
+            | LoadName | Reraise | Send | RaiseVarargs | GetAwaitable | DeleteDeref
+            | LoadClassderef | MatchClass => unsupported(
                 BreakKind::UnsupportedInstruction,
                 format!("the {} instruction", ins.opcode.name()),
             ),

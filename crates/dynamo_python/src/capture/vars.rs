@@ -53,10 +53,18 @@ pub enum VarKind {
         name: String,
         func: Option<OwnedRef>,
     },
-    /// An iterator over known items.
+    /// An iterator over known items, taken when it was made. Python's iterators over lists
+    /// and dicts read their container live, so `watched` holds each container it reads
+    /// with its contents then: if one changes while the iterator is in use, the trace gives
+    /// up rather than answer from the old contents (see `Tracer::iter_advance`).
     Iter {
         items: Vec<VarId>,
         next: usize,
+        watched: Vec<(VarId, Vec<usize>)>,
+        /// Its items were taken by an `enumerate()` or `zip()` made over it, which in Python
+        /// pull them one by one later: using it directly afterwards is refused, as how far
+        /// it got is not known here.
+        handed_on: bool,
     },
     /// A function made by `MAKE_FUNCTION` inside the trace.
     Function(Rc<TracedFunction>),

@@ -1,0 +1,235 @@
+//! Sets made in the trace: `{a, b}`, set comprehensions, `{*xs}`, `set(...)`, and the sets
+//! their methods and operators return. Their elements are constants (hashable values known
+//! while tracing; a set of tensors would hash by identity), so such a set is a real `set`
+//! object that belongs to the trace alone: its methods run on it while tracing, changes
+//! included, and the generated code builds a new one with its final elements wherever the
+//! set must exist (returned, stored, live at a graph break). Sets that existed before the
+//! call are read (membership, operators, non-mutating methods) but not changed.
+
+use pyo3::prelude::*;
+use pyo3::types::{PyFrozenSet, PySet};
+
+use super::break_reasons::BreakKind;
+use super::codegen::Rebuild;
+use super::translator::{kind_name, unsupported, CResult, Flow, FrameState, Tracer};
+use super::vars::{VarId, VarKind};
+use crate::eval_frame::owned::OwnedRef;
+
+/// Methods that change a set in place.
+const MUTATING: &[&str] = &[
+    "add",
+    "discard",
+    "remove",
+    "pop",
+    "clear",
+    "update",
+    "difference_update",
+    "intersection_update",
+    "symmetric_difference_update",
+];
+
+/// Methods that read a set (and may return a new one).
+const READING: &[&str] = &[
+    "union",
+    "intersection",
+    "difference",
+    "symmetric_difference",
+    "issubset",
+    "issuperset",
+    "isdisjoint",
+    "copy",
+    "__contains__",
+    "__len__",
+];
+
+impl<'py> Tracer<'py> {
+    /// Tracks `set`, made by the trace and held by nobody else, as a set the trace owns.
+    pub(super) fn fresh_set(&mut self, set: &Bound<'py, PyAny>) -> VarId {
+        let id = self.add(VarKind::Object(OwnedRef::from_bound(set)), None);
+        self.fresh_sets
+            .insert(set.as_ptr() as usize, (id, OwnedRef::from_bound(set)));
+        id
+    }
+
+    /// Whether `id` is a set the trace made (see `fresh_set`).
+    pub(super) fn is_fresh_set(&self, id: VarId) -> bool {
+        match self.kind(id) {
+            VarKind::Object(o) if self.source(id).is_none() => self
+                .fresh_sets
+                .get(&(o.as_ptr() as usize))
+                .is_some_and(|(v, _)| *v == id),
+            _ => false,
+        }
+    }
+
+    /// The values of `ids` as set elements: constants only.
+    fn set_elements(&self, ids: &[VarId]) -> CResult<Vec<Bound<'py, PyAny>>> {
+        ids.iter()
+            .map(|&id| match self.kind(id) {
+                VarKind::Const(v) => Ok(v.bind(self.py).clone()),
+                other => unsupported(
+                    BreakKind::UnsupportedOperation,
+                    format!("a set element that is {}", kind_name(other)),
+                ),
+            })
+            .collect()
+    }
+
+    pub(super) fn op_build_set(&mut self, f: &mut FrameState<'py>, n: u32) -> CResult<Flow> {
+        let items = self.popn(f, n as usize)?;
+        let elements = self.set_elements(&items)?;
+        let set = PySet::new(self.py, &elements)?.into_any();
+        let id = self.fresh_set(&set);
+        f.stack.push(id);
+        Ok(Flow::Continue)
+    }
+
+    /// `SET_ADD` (a set comprehension) and `SET_UPDATE` (`{*xs}`) on the set `depth` down.
+    pub(super) fn op_set_add_or_update(
+        &mut self,
+        f: &mut FrameState<'py>,
+        depth: u32,
+        update: bool,
+    ) -> CResult<Flow> {
+        let value = self.pop(f)?;
+        let Some(&target) = f
+            .stack
+            .len()
+            .checked_sub(depth as usize)
+            .and_then(|i| f.stack.get(i))
+        else {
+            return unsupported(BreakKind::Internal, "stack underflow while translating");
+        };
+        if !self.is_fresh_set(target) {
+            return unsupported(
+                BreakKind::UnsupportedOperation,
+                "SET_ADD on a set the trace did not make",
+            );
+        }
+        let new = if update {
+            self.items_of(value)?
+        } else {
+            vec![value]
+        };
+        let elements = self.set_elements(&new)?;
+        let set = self.real(target).expect("a fresh set is an object");
+        for element in elements {
+            set.call_method1("add", (element,))?;
+        }
+        Ok(Flow::Continue)
+    }
+
+    /// `set(iterable)`: a new set of the iterable's items.
+    pub(super) fn construct_set(&mut self, args: &[VarId]) -> CResult<VarId> {
+        let items = match args.first() {
+            Some(&iterable) => self.items_of(iterable)?,
+            None => Vec::new(),
+        };
+        let elements = self.set_elements(&items)?;
+        let set = PySet::new(self.py, &elements)?.into_any();
+        Ok(self.fresh_set(&set))
+    }
+
+    /// A method of a real set object, `method` bound to it. None when `method` is not a set's.
+    pub(super) fn set_method(
+        &mut self,
+        method: &Bound<'py, PyAny>,
+        args: &[VarId],
+    ) -> CResult<Option<VarId>> {
+        let Ok(receiver) = method.getattr("__self__") else {
+            return Ok(None);
+        };
+        let is_set = receiver.is_exact_instance_of::<PySet>()
+            || receiver.is_exact_instance_of::<PyFrozenSet>();
+        if !is_set {
+            return Ok(None);
+        }
+        let name: String = method.getattr("__name__")?.extract()?;
+        let owned = self
+            .fresh_sets
+            .get(&(receiver.as_ptr() as usize))
+            .is_some_and(|(_, o)| o.as_ptr() == receiver.as_ptr());
+        if MUTATING.contains(&name.as_str()) && !owned {
+            return unsupported(
+                BreakKind::UnreplayableSideEffect,
+                format!("set.{name} on a set that existed before the call"),
+            );
+        }
+        if !MUTATING.contains(&name.as_str()) && !READING.contains(&name.as_str()) {
+            return Ok(None);
+        }
+        // Arguments are iterables of constants (or constants): their Python values.
+        let mut values = Vec::with_capacity(args.len());
+        for &arg in args {
+            if self.contains_tensor(arg) {
+                return unsupported(
+                    BreakKind::UnsupportedOperation,
+                    format!("set.{name} with a tensor"),
+                );
+            }
+            values.push(self.python_value(arg)?);
+        }
+        let result = match method.call1(pyo3::types::PyTuple::new(self.py, values)?) {
+            Ok(result) => result,
+            Err(err) => {
+                return unsupported(
+                    BreakKind::ExceptionWhileTracing,
+                    format!("set.{name} raised {err} while tracing"),
+                )
+            }
+        };
+        if result.is_exact_instance_of::<PySet>() {
+            return Ok(Some(self.fresh_set(&result)));
+        }
+        Ok(Some(self.wrap(&result, None)?))
+    }
+
+    /// `s op= t` on a set the trace made: changed in place. None for other left operands.
+    pub(super) fn set_in_place(
+        &mut self,
+        name: &str,
+        lhs: VarId,
+        rhs: VarId,
+    ) -> CResult<Option<VarId>> {
+        if !self.is_fresh_set(lhs) || !matches!(name, "ior" | "iand" | "isub" | "ixor") {
+            return Ok(None);
+        }
+        let set = self.real(lhs).expect("a fresh set is an object");
+        let other = self.python_value(rhs)?;
+        let operator = self.h.operator.getattr(name)?;
+        if let Err(err) = operator.call1((&set, other)) {
+            return unsupported(
+                BreakKind::ExceptionWhileTracing,
+                format!("operator {name} on a set raised {err} while tracing"),
+            );
+        }
+        Ok(Some(lhs))
+    }
+
+    /// How the generated code makes a set the trace made: a new set of its final elements.
+    pub(super) fn fresh_set_rebuild(&self, id: VarId) -> CResult<Option<Rebuild>> {
+        if !self.is_fresh_set(id) {
+            return Ok(None);
+        }
+        let py = self.py;
+        let set = self.real(id).expect("a fresh set is an object");
+        let frozen = PyFrozenSet::new(py, set.try_iter()?.collect::<PyResult<Vec<_>>>()?)?;
+        Ok(Some(Rebuild::Converted {
+            into: OwnedRef::from_bound(&self.h.builtins.getattr("set")?),
+            value: Box::new(Rebuild::Const(OwnedRef::from_bound(frozen.as_any()))),
+        }))
+    }
+
+    /// The elements of a set the trace made, for iterating it.
+    pub(super) fn fresh_set_items(&mut self, id: VarId) -> CResult<Option<Vec<VarId>>> {
+        if !self.is_fresh_set(id) {
+            return Ok(None);
+        }
+        let set = self.real(id).expect("a fresh set is an object");
+        let mut items = Vec::new();
+        for element in set.try_iter()? {
+            items.push(self.constant(&element?));
+        }
+        Ok(Some(items))
+    }
+}
