@@ -908,6 +908,28 @@ def set_iteration_and_membership(x):
     for name in sorted(names):
         total = total + len(name)
     return total, "a" in names, frozenset(names), len(names & {"b", "c"})
+class _Scaler:
+    def __init__(self, k):
+        self.k = k
+
+    def __call__(self, x, bias=0):
+        return x * self.k + bias
+
+
+_SCALER = _Scaler(3)
+
+
+# Objects of Python classes with a Python __call__, existing and made in the trace.
+@case(T34)
+def callable_objects(x):
+    return _SCALER(x, bias=1) + _Scaler(2)(x.sin())
+# Repetition of sequences holding tensors: the same tensors repeated.
+@case(T34)
+def repeat_sequences_of_tensors(x):
+    pair = (x.sin(), x.cos())
+    stacked = torch.stack(pair * 2, dim=-1)
+    copies = [x] * 2
+    return stacked, 3 * [x.relu()], copies, copies[0] is copies[1], [1, 2] * 0
 @case(T34)
 def return_with_constants(x): return x.relu(), 7, "name", None
 @case(T34)

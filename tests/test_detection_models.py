@@ -2,10 +2,11 @@
 shapes, Python lists of boxes): compiled with graph breaks, their outputs equal eager's, and a
 second identical call compiles nothing new.
 
-Graph counts are not at TorchDynamo's yet (it traces `OrderedDict()`, list appends, dict stores
-and `zip` that we break at, and inlines the modules of frames we split, which we compile one
-by one): fasterrcnn_mobilenet_v3_large_320_fpn 39 vs 18, ssdlite 11 vs 7, retinanet 23 vs 5,
-maskrcnn 99 vs 40 (measured with 160×160 inputs)."""
+Graph counts are compared with TorchDynamo's on the same model and input (torch 2.15.0, measured
+with `torch._dynamo.explain`; TorchDynamo takes minutes on these, so its counts are recorded
+here): within ±20% for fasterrcnn, ssdlite and retinanet. maskrcnn is not there yet (81 vs 40:
+`paste_mask_in_image` converts 0-d tensors with int()/min()/max() once per detection, where we
+split the frame five times): its outputs are checked, its bound is an expected failure."""
 
 from __future__ import annotations
 
@@ -15,6 +16,14 @@ import torchvision
 
 import dynamo_rs
 from dynamo_rs.testing import CompileCounter
+
+# Graphs TorchDynamo makes for each model on one 3×160×160 image in eval mode.
+TORCHDYNAMO_GRAPHS = {
+    "fasterrcnn_mobilenet_v3_large_320_fpn": 18,
+    "ssdlite320_mobilenet_v3_large": 7,
+    "retinanet_resnet50_fpn": 5,
+    "maskrcnn_resnet50_fpn": 40,
+}
 
 MODELS = [
     "fasterrcnn_mobilenet_v3_large_320_fpn",
@@ -49,8 +58,12 @@ def test_detection_model_with_graph_breaks(name) -> None:
         again = compiled(images)
     assert graphs > 1, "split into several graphs"
     assert counter.frame_count == graphs, "an identical call compiled again"
-    assert compiled._dynamo_rs_converter.breaks
     for result in (actual, again):
         assert len(result) == len(expected)
         for e, a in zip(_values(expected), _values(result)):
             torch.testing.assert_close(a, e, atol=1e-4, rtol=1e-4)
+    theirs = TORCHDYNAMO_GRAPHS[name]
+    within = abs(graphs - theirs) <= 0.2 * theirs
+    if name == "maskrcnn_resnet50_fpn" and not within:
+        pytest.xfail(f"graph count {graphs} vs TorchDynamo's {theirs} (see the module's doc)")
+    assert within, (graphs, theirs)

@@ -812,3 +812,101 @@ def test_iterators_see_changes_to_their_container(fn) -> None:
             compiled(fn)[0](x)
         return
     same(compiled(fn)[0], fn, x)
+
+
+# --- plain attribute stores on modules --------------------------------------------------------
+# `self.x = value` in a module's forward goes through `nn.Module.__setattr__`, which behaves as
+# `object.__setattr__` unless the value is a parameter or module or the name is a parameter's,
+# buffer's or submodule's. Such stores are replayed (guarded that the name stays out of those
+# tables); the others make the frame split or run as it is.
+
+
+class _Stateful(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 3)
+        self.cache = [torch.ones(3)]
+        self.register_buffer("scale", torch.full((3,), 2.0))
+
+    def forward(self, x):
+        self.cache = [c * 2 for c in self.cache]
+        self.last = x.sum()
+        self.calls = getattr(self, "calls", 0) + 1
+        return self.lin(x) * self.scale + self.cache[0]
+
+
+class _RegistersModule(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 3)
+
+    def forward(self, x):
+        self.extra = torch.nn.Identity()  # a submodule: Module.__setattr__ registers it
+        self.scale = x.sum()  # later a buffer of that name makes it special
+        return self.lin(x) * self.scale
+
+
+@pytest.mark.parametrize("cls", [_Stateful, _RegistersModule], ids=lambda c: c.__name__)
+def test_module_attribute_stores_are_replayed(cls) -> None:
+    torch.manual_seed(0)
+    eager = cls()
+    twin = cls()
+    twin.load_state_dict(eager.state_dict())
+    compiled_module = dynamo_rs.compile(twin, backend=CompileCounter())
+    x = torch.randn(2, 3)
+    for step in range(3):
+        if step == 2 and cls is _RegistersModule:
+            for m in (eager, twin):
+                del m.scale
+                m.register_buffer("scale", torch.ones(()))
+        torch.testing.assert_close(compiled_module(x), eager(x))
+        for name in ("cache", "last", "calls", "extra", "scale"):
+            assert hasattr(twin, name) == hasattr(eager, name), name
+            if hasattr(eager, name) and not isinstance(getattr(eager, name), torch.nn.Module):
+                torch.testing.assert_close(getattr(twin, name), getattr(eager, name))
+        assert sorted(twin._modules) == sorted(eager._modules)
+        assert sorted(twin._buffers) == sorted(eager._buffers)
+
+
+# --- global stores ----------------------------------------------------------------------------
+# `global NAME; NAME = value` is replayed into the globals dict after the graph; reads of NAME
+# later in the trace (in the frame, in inlined functions of the same module, as `module.NAME`)
+# see the stored value.
+
+COUNTER = 0
+SCALE_TABLE = {"a": 1}
+
+
+def _read_counter():
+    return COUNTER
+
+
+def bumps_a_global(x):
+    global COUNTER
+    before = COUNTER
+    for _ in range(2):
+        COUNTER = COUNTER + 1
+    return x * before + _read_counter() + sys.modules[__name__].COUNTER
+
+
+def stores_a_tensor_and_a_list_globally(x):
+    global COUNTER, SCALE_TABLE
+    SCALE_TABLE = {"a": x.sum()}
+    COUNTER = [x * 2]
+    return x + 1
+
+
+@pytest.mark.parametrize("fn", [bumps_a_global, stores_a_tensor_and_a_list_globally],
+                         ids=lambda f: f.__name__)
+def test_global_stores_are_replayed(fn) -> None:
+    global COUNTER, SCALE_TABLE
+    compiled_fn = compiled(fn)[0]
+    x = torch.ones(2)
+    for _ in range(3):
+        COUNTER, SCALE_TABLE = 0, {"a": 1}
+        expected = fn(x)
+        expected_globals = (COUNTER, SCALE_TABLE)
+        COUNTER, SCALE_TABLE = 0, {"a": 1}
+        actual = compiled_fn(x)
+        torch.testing.assert_close(actual, expected)
+        torch.testing.assert_close((COUNTER, SCALE_TABLE), expected_globals)

@@ -458,3 +458,51 @@ def test_a_set_made_in_the_trace_is_new_on_every_call() -> None:
     first.add(99)
     _, second = compiled_fn(torch.ones(2))
     assert second == {1, 2, 3} and second is not first
+
+
+# --- an object made in the trace that several places reach is one object ----------------------
+
+
+class _Plain:
+    pass
+
+
+def returned_twice(t):
+    a = [t + 1]
+    return a, a
+
+
+def in_a_local_and_an_object_at_a_break(t):
+    a = [t + 1]
+    box = _Plain()
+    box.items = a
+    print("break")
+    a.append(t)
+    return box.items is a, len(box.items), box
+
+
+def stored_and_returned(t, holder):
+    new = {"k": [t * 2]}
+    holder.table = new
+    holder.first = new["k"]
+    return new
+
+
+def list_containing_itself(t):
+    items = [t * 2]
+    items.append(items)
+    return items
+
+
+@pytest.mark.parametrize(
+    "fn", [returned_twice, in_a_local_and_an_object_at_a_break, stored_and_returned,
+           list_containing_itself], ids=lambda f: f.__name__)
+def test_objects_reached_twice_stay_one_object(fn, capsys) -> None:
+    def make():
+        holder = _Plain()
+        return (torch.ones(2), holder) if fn is stored_and_returned else (torch.ones(2),)
+
+    eager_args, compiled_args = make(), make()
+    expected = fn(*eager_args)
+    actual = dynamo_rs.compile(fn, backend=CompileCounter())(*compiled_args)
+    Comparer().compare((expected, eager_args), (actual, compiled_args))

@@ -47,6 +47,9 @@ pub enum Rebuild {
         into: OwnedRef,
         value: Box<Rebuild>,
     },
+    /// An object made in the trace that several values reach, built once into a temp
+    /// (`CodeGen::define_shared`), by its tracker's number.
+    Shared(u32),
     /// A transformers `ModelOutput`: `cls(**fields)`.
     ModelOutput {
         cls: OwnedRef,
@@ -101,7 +104,7 @@ impl Rebuild {
                 into,
                 value: Box::new(value.map_outputs(source_of)?),
             },
-            other @ (Rebuild::Const(_) | Rebuild::Source(_)) => other,
+            other @ (Rebuild::Const(_) | Rebuild::Source(_) | Rebuild::Shared(_)) => other,
         })
     }
 }
@@ -118,6 +121,12 @@ pub enum Replay {
     },
     /// `del obj.name`.
     DelAttr { source: Rc<Source>, name: String },
+    /// `globals[name] = value` (a `STORE_GLOBAL`), into the globals dict the code ran with.
+    SetGlobal {
+        globals: OwnedRef,
+        name: String,
+        value: Rebuild,
+    },
     /// An existing list or dict the trace changed: it is made to hold `value` (a fresh list
     /// or dict of its final contents) by `_capture.replace_contents`.
     Contents { source: Rc<Source>, value: Rebuild },
@@ -138,6 +147,15 @@ impl Replay {
             },
             Replay::Contents { source, value } => Replay::Contents {
                 source,
+                value: value.map_outputs(source_of)?,
+            },
+            Replay::SetGlobal {
+                globals,
+                name,
+                value,
+            } => Replay::SetGlobal {
+                globals,
+                name,
                 value: value.map_outputs(source_of)?,
             },
             other @ Replay::DelAttr { .. } => other,
@@ -166,6 +184,8 @@ pub struct CodeGen<'py> {
     /// Where an exception raised by the instructions emitted now goes (None: out of the
     /// frame). A handler whose target is [`PENDING_HANDLER`] is patched later.
     handler: Option<ExceptionHandler>,
+    /// The temp holding each shared object (see `Rebuild::Shared`).
+    shared_slots: std::collections::HashMap<u32, u32>,
 }
 
 /// The target of a handler whose code is not emitted yet (`CodeGen::patch_handlers_here`).
@@ -221,6 +241,7 @@ impl<'py> CodeGen<'py> {
             varnames,
             outputs_local: None,
             handler: None,
+            shared_slots: std::collections::HashMap::new(),
         })
     }
 
@@ -255,6 +276,17 @@ impl<'py> CodeGen<'py> {
         let slot = self.temp("___graph_out");
         self.emit(Opcode::StoreFast, Operand::Local(slot));
         self.outputs_local = Some(slot);
+    }
+
+    /// Builds each shared object once, in order, into a temp of its own.
+    pub fn define_shared(&mut self, shared: &[(u32, Rebuild)]) -> CResult<()> {
+        for (id, plan) in shared {
+            self.rebuild(plan, 0)?;
+            let slot = self.temp(&format!("___shared_{id}"));
+            self.emit(Opcode::StoreFast, Operand::Local(slot));
+            self.shared_slots.insert(*id, slot);
+        }
+        Ok(())
     }
 
     /// Pushes the value `plan` describes (outputs read from the outputs local).
@@ -495,6 +527,15 @@ impl<'py> CodeGen<'py> {
                 self.emit(Opcode::Call, Operand::Int(1));
             }
             Rebuild::Source(s) => self.load_source(s)?,
+            Rebuild::Shared(id) => match self.shared_slots.get(id) {
+                Some(&slot) => self.emit(Opcode::LoadFast, Operand::Local(slot)),
+                None => {
+                    return unsupported(
+                        BreakKind::Internal,
+                        "internal: a shared object used before it was built",
+                    )
+                }
+            },
             Rebuild::Tuple(items) | Rebuild::List(items) => {
                 for (i, item) in items.iter().enumerate() {
                     self.rebuild(item, above + i as u32)?;
@@ -573,6 +614,15 @@ impl<'py> CodeGen<'py> {
                     self.load_source(source)?;
                 }
                 Replay::DelAttr { source, .. } => self.load_source(source)?,
+                Replay::SetGlobal {
+                    globals,
+                    name,
+                    value,
+                } => {
+                    self.rebuild(value, 0)?;
+                    self.load_const(&globals.bind(self.py).clone());
+                    self.load_const(&pyo3::types::PyString::new(self.py, name).into_any());
+                }
                 Replay::Contents { source, value } => {
                     self.emit(Opcode::PushNull, Operand::None);
                     self.load_const(replace.as_ref().expect("looked up above"));
@@ -591,6 +641,7 @@ impl<'py> CodeGen<'py> {
                     let i = self.name_index(name);
                     self.emit(Opcode::DeleteAttr, Operand::Name(i));
                 }
+                Replay::SetGlobal { .. } => self.emit(Opcode::StoreSubscr, Operand::None),
                 Replay::Contents { .. } => {
                     self.emit(Opcode::Precall, Operand::Int(2));
                     self.emit(Opcode::Call, Operand::Int(2));

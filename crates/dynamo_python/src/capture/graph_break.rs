@@ -291,6 +291,7 @@ impl Converter {
             gen.call_graph(compiled, &graph.inputs)?;
             gen.keep_outputs_in_local();
         }
+        gen.define_shared(&graph.shared)?;
         // Locals first, into temps: the stores replayed below and the break instruction may
         // change what their sources read.
         let mut local_temps: HashMap<u32, u32> = HashMap::new();

@@ -32,12 +32,13 @@ mod ops_load_store;
 mod ops_objects;
 mod ops_sets;
 mod ops_with;
+mod rebuild;
 pub mod source;
 pub mod translator;
 pub mod vars;
 
 use self::break_reasons::BreakKind;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::rc::Rc;
 
 use crate::imports::ImportModule;
@@ -52,7 +53,7 @@ use guards::NativeGuard;
 use helpers::Helpers;
 use source::Source;
 use translator::{frame_state, unsupported, CResult, CaptureError, Tracer};
-use vars::{VarId, VarKind};
+use vars::VarId;
 
 /// The callback `dynamo_rs.compile` installs: compiles a frame into `(guard, code)`.
 ///
@@ -386,6 +387,7 @@ impl Converter {
         let mut gen = CodeGen::new(&code, &prologue, slot_names.clone())?;
         gen.call_graph(compiled.as_any(), &graph.inputs)?;
         gen.keep_outputs_in_local();
+        gen.define_shared(&graph.shared)?;
         // The result first: it may read sources the replayed stores change.
         gen.push_rebuilt(&plans[0])?;
         gen.replay(&graph.replays)?;
@@ -410,94 +412,13 @@ impl Converter {
     ) -> CResult<(Vec<Rebuild>, CompiledGraph<'py>)> {
         let h = tracer.h.clone();
         let grad_enabled = tracer.guards.grad_mode.unwrap_or(true);
-        let mut outputs: Vec<graph::NodeId> = Vec::new();
-        let mut output_index: HashMap<graph::NodeId, usize> = HashMap::new();
-        let mut seen = HashSet::new();
-        let plans = roots
-            .iter()
-            .map(|&root| rebuild_plan(tracer, root, &mut outputs, &mut output_index, &mut seen))
-            .collect::<CResult<Vec<_>>>()?;
-        // Side effects: the last store to each attribute of an existing object.
-        let mut replays: Vec<Replay> = Vec::new();
-        let mut done: HashSet<(usize, String)> = HashSet::new();
-        let mutations: Vec<_> = tracer
-            .mutations
-            .iter()
-            .map(|m| {
-                (
-                    m.source.clone(),
-                    m.object.as_ptr() as usize,
-                    m.name.clone(),
-                    m.value,
-                )
-            })
+        let (plans, replays, rebuilder) = rebuild::plan_all(tracer, roots)?;
+        let outputs = rebuilder.outputs;
+        let shared: Vec<(u32, Rebuild)> = rebuilder
+            .definitions
+            .into_iter()
+            .map(|(id, plan)| (id.0, plan))
             .collect();
-        for (source, object, name, value) in mutations.into_iter().rev() {
-            if done.insert((object, name.clone())) {
-                replays.push(match value {
-                    Some(v) => Replay::SetAttr {
-                        source,
-                        name,
-                        value: rebuild_plan(tracer, v, &mut outputs, &mut output_index, &mut seen)?,
-                    },
-                    None => Replay::DelAttr { source, name },
-                });
-            }
-        }
-        replays.reverse();
-        // Existing lists and dicts the trace changed: their final contents.
-        for container in tracer.written_containers.clone() {
-            let source = tracer
-                .source(container)
-                .expect("existing containers have sources");
-            let value = match tracer.kind(container) {
-                VarKind::List(items) => Rebuild::List(
-                    items
-                        .clone()
-                        .into_iter()
-                        .map(|i| {
-                            rebuild_plan(tracer, i, &mut outputs, &mut output_index, &mut seen)
-                        })
-                        .collect::<CResult<_>>()?,
-                ),
-                VarKind::Dict(entries) => Rebuild::Dict(
-                    entries
-                        .clone()
-                        .into_iter()
-                        .map(|(k, v)| {
-                            Ok((
-                                k,
-                                rebuild_plan(
-                                    tracer,
-                                    v,
-                                    &mut outputs,
-                                    &mut output_index,
-                                    &mut seen,
-                                )?,
-                            ))
-                        })
-                        .collect::<CResult<_>>()?,
-                ),
-                other => {
-                    return unsupported(
-                        BreakKind::Internal,
-                        format!(
-                            "internal: replaying the contents of {}",
-                            translator::kind_name(other)
-                        ),
-                    )
-                }
-            };
-            replays.push(Replay::Contents { source, value });
-        }
-        if !tracer.written_containers.is_empty() || tracer.containers_shared {
-            // Which sources are one object must stay as traced (see `SameObjectClass`).
-            for (source, class) in tracer.container_sources.clone() {
-                tracer
-                    .guards
-                    .add(source, guards::GuardKind::SameObjectClass(class));
-            }
-        }
         let inputs: Vec<Rc<Source>> = tracer.inputs.iter().map(|i| i.source.clone()).collect();
         if tracer.graph.op_count() == 0 {
             // Nothing computed: every output is an input, loaded from where it came from.
@@ -516,7 +437,11 @@ impl Converter {
                 .into_iter()
                 .map(|replay| replay.map_outputs(&by_output))
                 .collect::<Option<Vec<_>>>();
-            let (Some(plans), Some(replays)) = (plans, replays) else {
+            let shared = shared
+                .into_iter()
+                .map(|(id, plan)| plan.map_outputs(&by_output).map(|p| (id, p)))
+                .collect::<Option<Vec<_>>>();
+            let (Some(plans), Some(replays), Some(shared)) = (plans, replays, shared) else {
                 return unsupported(
                     BreakKind::Internal,
                     "internal: a graph output that is neither computed nor an input",
@@ -528,6 +453,7 @@ impl Converter {
                     compiled: None,
                     inputs: Vec::new(),
                     replays,
+                    shared,
                 },
             ));
         }
@@ -604,6 +530,7 @@ impl Converter {
                 compiled: Some(compiled.into_any()),
                 inputs,
                 replays,
+                shared,
             },
         ))
     }
@@ -695,6 +622,9 @@ pub struct CompiledGraph<'py> {
     pub compiled: Option<Bound<'py, PyAny>>,
     pub inputs: Vec<Rc<Source>>,
     pub replays: Vec<Replay>,
+    /// Objects made in the trace that several values reach, built first into temps, in order
+    /// (see `rebuild`).
+    pub shared: Vec<(u32, Rebuild)>,
 }
 
 /// Whether a graph may change a tensor in place (`add_`, `relu_`, `x[i] = v`, `+=` on a
@@ -757,214 +687,6 @@ fn backend_name(backend: &Bound<'_, PyAny>) -> String {
         .or_else(|_| backend.get_type().getattr("__name__"))
         .map(|n| n.to_string())
         .unwrap_or_else(|_| "backend".into())
-}
-
-/// How to rebuild the return value, collecting the graph outputs it needs.
-fn rebuild_plan(
-    tracer: &Tracer<'_>,
-    id: VarId,
-    outputs: &mut Vec<graph::NodeId>,
-    index: &mut HashMap<graph::NodeId, usize>,
-    seen: &mut HashSet<VarId>,
-) -> CResult<Rebuild> {
-    let py = tracer.py;
-    Ok(match tracer.kind(id) {
-        // A frame argument the trace did not replace is loaded from its local, which the
-        // generated code never overwrites: the same object, no graph output.
-        VarKind::Tensor { node, .. }
-            if matches!(tracer.graph.nodes[node.0 as usize].op, Op::Placeholder)
-                && matches!(tracer.source(id).as_deref(), Some(Source::Local(_))) =>
-        {
-            Rebuild::Source(tracer.source(id).expect("checked"))
-        }
-        VarKind::Tensor { node, .. } => {
-            let k = *index.entry(*node).or_insert_with(|| {
-                outputs.push(*node);
-                outputs.len() - 1
-            });
-            Rebuild::Output(k)
-        }
-        VarKind::Const(v) => Rebuild::Const(v.clone()),
-        VarKind::Object(v) => match tracer.source(id) {
-            Some(source) => Rebuild::Source(source),
-            None => {
-                if let Some(set) = tracer.fresh_set_rebuild(id)? {
-                    // A set reached twice would be two sets: refuse, as for lists.
-                    if !seen.insert(id) {
-                        return unsupported(
-                            BreakKind::ValueNotRebuildable,
-                            "a set made while tracing reachable twice from the result",
-                        );
-                    }
-                    return Ok(set);
-                }
-                let obj = v.bind(py);
-                // A method bound while tracing is bound to the object the trace saw, which
-                // need not be the one this call has: not a constant.
-                let bound = obj
-                    .getattr("__self__")
-                    .is_ok_and(|s| !s.is_none() && !s.is_instance_of::<pyo3::types::PyModule>());
-                let immutable = (obj.is_callable() && !bound)
-                    || obj.is_exact_instance_of::<pyo3::types::PyFrozenSet>()
-                    || obj.is_instance_of::<pyo3::types::PyModule>()
-                    || obj.is_instance_of::<pyo3::types::PyType>();
-                if !immutable {
-                    return unsupported(
-                        BreakKind::ValueNotRebuildable,
-                        "returning an object created while tracing",
-                    );
-                }
-                Rebuild::Const(v.clone())
-            }
-        },
-        // A container that existed before the call is returned as itself (the caller may
-        // compare it with `is` or change it later); changes the trace made to it are
-        // replayed into it (`Replay::Contents`).
-        VarKind::Tuple(_) | VarKind::List(_) | VarKind::Dict(_) if tracer.source(id).is_some() => {
-            Rebuild::Source(tracer.source(id).expect("checked"))
-        }
-        VarKind::Tuple(items) => Rebuild::Tuple(
-            items
-                .iter()
-                .map(|&i| rebuild_plan(tracer, i, outputs, index, seen))
-                .collect::<CResult<_>>()?,
-        ),
-        // A list or dict made in the trace is rebuilt once per place it is reached from; two
-        // places would get two objects where the caller had one (`return a, a`).
-        VarKind::List(_) | VarKind::Dict(_) if !seen.insert(id) => {
-            return unsupported(
-                BreakKind::ValueNotRebuildable,
-                "a list or dict made while tracing reachable twice from the result",
-            )
-        }
-        VarKind::List(items) => Rebuild::List(
-            items
-                .iter()
-                .map(|&i| rebuild_plan(tracer, i, outputs, index, seen))
-                .collect::<CResult<_>>()?,
-        ),
-        VarKind::Dict(entries) => {
-            let plain = Rebuild::Dict(
-                entries
-                    .iter()
-                    .map(|(k, v)| Ok((k.clone(), rebuild_plan(tracer, *v, outputs, index, seen)?)))
-                    .collect::<CResult<_>>()?,
-            );
-            match tracer.dict_classes.get(&id) {
-                Some(cls) => Rebuild::Converted {
-                    into: cls.clone(),
-                    value: Box::new(plain),
-                },
-                None => plain,
-            }
-        }
-        VarKind::Instance {
-            cls,
-            attrs,
-            model_output,
-        } => {
-            if !seen.insert(id) {
-                return unsupported(
-                    BreakKind::ValueNotRebuildable,
-                    "an object made while tracing reachable twice from the result",
-                );
-            }
-            let (cls, attrs, model_output) = (cls.clone(), attrs.clone(), *model_output);
-            if model_output {
-                let fields = tracer
-                    .model_output_items(id)
-                    .into_iter()
-                    .map(|(name, v)| Ok((name, rebuild_plan(tracer, v, outputs, index, seen)?)))
-                    .collect::<CResult<_>>()?;
-                Rebuild::ModelOutput { cls, fields }
-            } else {
-                let attrs = attrs
-                    .into_iter()
-                    .map(|(name, v)| Ok((name, rebuild_plan(tracer, v, outputs, index, seen)?)))
-                    .collect::<CResult<_>>()?;
-                Rebuild::Instance { cls, attrs }
-            }
-        }
-        // The function the trace resolved, bound to the receiver: `receiver.name` could
-        // find another (the method was reached through `super()`).
-        VarKind::Method {
-            receiver,
-            func: Some(func),
-            ..
-        } => Rebuild::BoundMethod {
-            func: func.clone(),
-            receiver: Box::new(rebuild_plan(tracer, *receiver, outputs, index, seen)?),
-        },
-        // A tensor's or container's own method: `receiver.name`, looked up again (what
-        // `LOAD_METHOD` did in the original), unless the receiver's class overrides it in
-        // Python (then the trace reached the builtin through `super()`).
-        VarKind::Method {
-            receiver,
-            name,
-            func: None,
-        } => {
-            if let Some(real) = tracer.real(*receiver) {
-                let found = real.get_type().getattr(name.as_str());
-                if found.is_ok_and(|f| f.is_instance_of::<pyo3::types::PyFunction>()) {
-                    return unsupported(
-                        BreakKind::SuperCall,
-                        format!("super().{name} on the stack at a graph break"),
-                    );
-                }
-            }
-            Rebuild::Attr {
-                base: Box::new(rebuild_plan(tracer, *receiver, outputs, index, seen)?),
-                name: name.clone(),
-            }
-        }
-        // An iterator live at a graph break: `iter((remaining items...))`. Python's iterator
-        // reads its list live; the rebuilt one reads a copy, which is the same only while
-        // no one else can change that list: none from a source, and none reachable from
-        // the other values rebuilt (marking it seen makes a second place refuse).
-        VarKind::Iter {
-            items,
-            next,
-            watched,
-            handed_on,
-        } => {
-            let remaining = items[*next..].to_vec();
-            // A container changed since the iterator was made: Python's iterator sees the
-            // change, the items taken do not.
-            let changed = watched
-                .iter()
-                .any(|(c, then)| tracer.contents_fingerprint(*c) != *then);
-            let watched: Vec<VarId> = watched.iter().map(|(c, _)| *c).collect();
-            if changed
-                || *handed_on
-                || watched
-                    .iter()
-                    .any(|&c| tracer.source(c).is_some() || !seen.insert(c))
-            {
-                return unsupported(
-                    BreakKind::ValueNotRebuildable,
-                    "an iterator whose container is also reachable at the graph break",
-                );
-            }
-            let items = remaining
-                .into_iter()
-                .map(|i| rebuild_plan(tracer, i, outputs, index, seen))
-                .collect::<CResult<_>>()?;
-            Rebuild::Converted {
-                into: OwnedRef::from_bound(&tracer.h.builtins.getattr("iter")?),
-                value: Box::new(Rebuild::Tuple(items)),
-            }
-        }
-        // Only on the stack at a graph break inside the block: the resume function's.
-        VarKind::GradModeExit { previous } => Rebuild::Const(OwnedRef::from_bound(
-            ops_with::GradModeExit::get(py, *previous)?.as_any(),
-        )),
-        other => {
-            return unsupported(
-                BreakKind::ValueNotRebuildable,
-                format!("returning {}", translator::kind_name(other)),
-            )
-        }
-    })
 }
 
 /// Builds the `torch.fx.GraphModule` from the graph IR.

@@ -233,6 +233,36 @@ impl<'py> Tracer<'py> {
                 return Ok(self.add(kind, None));
             }
         }
+        // `[x] * n`, `n * (a, b)`: the same trackers repeated (the same objects, as in Python).
+        if args.len() == 2 && name == "mul" {
+            let (seq, count) = match (self.kind(args[0]), self.kind(args[1])) {
+                (VarKind::Tuple(_) | VarKind::List(_), VarKind::Const(_)) => (args[0], args[1]),
+                (VarKind::Const(_), VarKind::Tuple(_) | VarKind::List(_)) => (args[1], args[0]),
+                _ => (args[0], args[0]),
+            };
+            if seq != count {
+                let times = self.real(count).and_then(|c| c.extract::<i64>().ok());
+                let is_bool = self
+                    .real(count)
+                    .is_some_and(|c| c.is_instance_of::<pyo3::types::PyBool>());
+                if let (Some(times), false) = (times, is_bool) {
+                    let (items, is_tuple) = match self.kind(seq) {
+                        VarKind::Tuple(items) => (items.clone(), true),
+                        VarKind::List(items) => (items.clone(), false),
+                        _ => unreachable!("matched above"),
+                    };
+                    let repeated: Vec<VarId> = std::iter::repeat_n(items, times.max(0) as usize)
+                        .flatten()
+                        .collect();
+                    let kind = if is_tuple {
+                        VarKind::Tuple(repeated)
+                    } else {
+                        VarKind::List(repeated)
+                    };
+                    return Ok(self.add(kind, None));
+                }
+            }
+        }
         if args.iter().any(|&a| self.contains_tensor(a)) {
             return unsupported(
                 BreakKind::UnsupportedOperation,

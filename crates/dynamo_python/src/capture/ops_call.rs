@@ -301,6 +301,19 @@ impl<'py> Tracer<'py> {
                 let obj = obj.bind(py).clone();
                 self.call_object(callee, &obj, args, kwargs)
             }
+            // An object made in the trace whose class defines `__call__` in Python.
+            VarKind::Instance {
+                cls,
+                model_output: false,
+                ..
+            } if cls
+                .bind(py)
+                .getattr("__call__")
+                .is_ok_and(|c| c.is_instance_of::<pyo3::types::PyFunction>()) =>
+            {
+                let method = self.get_attr(callee, "__call__")?;
+                self.call_function(method, args, kwargs)
+            }
             other => unsupported(
                 BreakKind::UnsupportedCall,
                 format!("calling {}", kind_name(other)),
@@ -436,6 +449,16 @@ impl<'py> Tracer<'py> {
         }
         if h.foldable.contains(obj).unwrap_or(false) {
             return self.call_builtin(obj, args, kwargs);
+        }
+        // An instance of a Python class with a Python `__call__` (torchvision's
+        // `LevelMapper`): the call is that method's, looked up as `obj.__call__` so the
+        // class lookup is guarded like any method's.
+        let call = obj.get_type().getattr("__call__");
+        if !obj.is_instance_of::<pyo3::types::PyType>()
+            && call.is_ok_and(|c| c.is_instance_of::<pyo3::types::PyFunction>())
+        {
+            let method = self.get_attr(callee, "__call__")?;
+            return self.call_function(method, args, kwargs);
         }
         // Methods of constants (`"x".startswith`, `(1, 2).index`) are pure.
         if obj.get_type().name()? == "builtin_function_or_method" {

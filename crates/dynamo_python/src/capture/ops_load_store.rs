@@ -79,6 +79,10 @@ impl<'py> Tracer<'py> {
             let null = self.add(VarKind::Null, None);
             f.stack.push(null);
         }
+        if let Some(stored) = self.stored_global(f.globals.as_any(), &name) {
+            f.stack.push(stored);
+            return Ok(Flow::Continue);
+        }
         let value = match f.globals.get_item(&name)? {
             Some(v) => v,
             None => match self.lookup_builtin(&f.builtins, &name)? {
@@ -100,6 +104,33 @@ impl<'py> Tracer<'py> {
         let id = self.wrap(&value, Some(source))?;
         f.stack.push(id);
         Ok(Flow::Continue)
+    }
+
+    /// `STORE_GLOBAL name`: recorded (see `Tracer::global_stores`), replayed after the graph.
+    pub(super) fn op_store_global(&mut self, f: &mut FrameState<'py>, arg: u32) -> CResult<Flow> {
+        let name = f.names.get_item(arg as usize)?.to_string();
+        let value = self.pop(f)?;
+        if !self.rebuildable(value) {
+            return unsupported(
+                BreakKind::UnreplayableSideEffect,
+                format!(
+                    "storing {} into the global {name}",
+                    super::translator::kind_name(self.kind(value))
+                ),
+            );
+        }
+        self.global_stores
+            .push((OwnedRef::from_bound(f.globals.as_any()), name, value));
+        Ok(Flow::Continue)
+    }
+
+    /// The value this trace last stored into `globals[name]`, if any.
+    pub fn stored_global(&self, globals: &Bound<'py, PyAny>, name: &str) -> Option<VarId> {
+        self.global_stores
+            .iter()
+            .rev()
+            .find(|(g, n, _)| g.as_ptr() == globals.as_ptr() && n == name)
+            .map(|(_, _, v)| *v)
     }
 
     fn lookup_builtin(
@@ -144,7 +175,15 @@ impl<'py> Tracer<'py> {
             VarKind::Instance { .. } => self.instance_attr(obj, name),
             VarKind::Const(value) | VarKind::Object(value) => {
                 let value = value.bind(py).clone();
-                // A store earlier in this trace decides what the read sees.
+                // A store earlier in this trace decides what the read sees (`module.NAME`
+                // after a `global NAME` store in that module's code, too).
+                if value.is_instance_of::<pyo3::types::PyModule>() {
+                    if let Ok(globals) = value.getattr("__dict__") {
+                        if let Some(stored) = self.stored_global(&globals, name) {
+                            return Ok(stored);
+                        }
+                    }
+                }
                 match self.mutated_attr(&value, name) {
                     Some(Some(stored)) => return Ok(stored),
                     Some(None) => {
@@ -176,7 +215,7 @@ impl<'py> Tracer<'py> {
                                 entry.is_instance(&self.h.function_type).unwrap_or(false)
                                     || !entry.get_type().hasattr("__get__").unwrap_or(true)
                             });
-                    if !in_dict && !plain_class_entry {
+                    if !in_dict && !plain_class_entry && !self.module_table_entry(&value, name)? {
                         return unsupported(
                             BreakKind::UnsupportedOperation,
                             format!(
@@ -497,6 +536,29 @@ impl<'py> Tracer<'py> {
             }
         }
         Rc::new(Source::Attr(base, name.to_string()))
+    }
+
+    /// Whether `module.name` is found by `nn.Module.__getattr__` in its parameters, buffers
+    /// or submodules, which the plain attribute stores a trace replays never touch.
+    fn module_table_entry(&self, value: &Bound<'py, PyAny>, name: &str) -> CResult<bool> {
+        if !value.is_instance(&self.h.module_type)? {
+            return Ok(false);
+        }
+        let module_getattr = self.h.module_type.getattr("__getattr__")?;
+        if !value.get_type().getattr("__getattr__")?.is(&module_getattr) {
+            return Ok(false);
+        }
+        let dict = value.getattr("__dict__")?;
+        for table in ["_parameters", "_buffers", "_modules"] {
+            if dict
+                .get_item(table)
+                .and_then(|t| t.contains(name))
+                .unwrap_or(false)
+            {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     /// Attributes of a symbolic tensor: metadata is constant (shapes are static), methods stay

@@ -77,8 +77,10 @@ impl<'py> Tracer<'py> {
             .import_module("builtins")?
             .getattr("object")?
             .getattr("__setattr__")?;
-        if !real.get_type().getattr("__setattr__")?.is(&object_setattr)
-            || real.is_instance(&self.h.module_type)?
+        let plain_module_store = self.plain_module_store(&real, &source, name, value)?;
+        if !plain_module_store
+            && (!real.get_type().getattr("__setattr__")?.is(&object_setattr)
+                || real.is_instance(&self.h.module_type)?)
         {
             return unsupported(
                 BreakKind::UnreplayableSideEffect,
@@ -145,6 +147,58 @@ impl<'py> Tracer<'py> {
             value,
         });
         Ok(())
+    }
+
+    /// Whether `module.name = value` is what `object.__setattr__` would do: `nn.Module`'s own
+    /// `__setattr__` only treats parameters, modules, and tensors under a buffer's name
+    /// specially. So: a module whose class keeps `Module.__setattr__`, a value that is no
+    /// parameter or module (a tensor the graph computed, a constant, a container), and a
+    /// name that is none of its parameters, buffers or submodules (guarded to stay so).
+    fn plain_module_store(
+        &mut self,
+        real: &Bound<'py, PyAny>,
+        source: &Rc<super::source::Source>,
+        name: &str,
+        value: Option<VarId>,
+    ) -> CResult<bool> {
+        let py = self.py;
+        if !real.is_instance(&self.h.module_type)? {
+            return Ok(false);
+        }
+        let module_setattr = self.h.module_type.getattr("__setattr__")?;
+        if !real.get_type().getattr("__setattr__")?.is(&module_setattr) {
+            return Ok(false);
+        }
+        let Some(value) = value else {
+            return Ok(false); // `Module.__delattr__` has its own rules
+        };
+        let plain_value = match self.kind(value) {
+            VarKind::Tensor { .. } => self.source(value).is_none(),
+            VarKind::Const(_) | VarKind::Tuple(_) | VarKind::List(_) | VarKind::Dict(_) => true,
+            VarKind::Object(o) => {
+                let o = o.bind(py);
+                !o.is_instance(&self.h.module_type)? && !o.is_instance(&self.h.tensor_type)?
+            }
+            _ => false,
+        };
+        if !plain_value {
+            return Ok(false);
+        }
+        let dict = real.getattr("__dict__")?;
+        for table in ["_parameters", "_buffers", "_modules"] {
+            let Ok(entries) = dict.get_item(table) else {
+                return Ok(false);
+            };
+            let key = pyo3::types::PyString::new(py, name).into_any();
+            if entries.contains(&key)? {
+                return Ok(false);
+            }
+            self.guards.add(
+                Rc::new(super::source::Source::Attr(source.clone(), table.into())),
+                super::guards::GuardKind::Contains(OwnedRef::from_bound(&key), false),
+            );
+        }
+        Ok(true)
     }
 
     /// The value a previous store in this trace gave `obj.name`, if any (`Some(None)`: deleted).

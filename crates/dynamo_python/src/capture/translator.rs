@@ -149,6 +149,9 @@ pub struct Tracer<'py> {
     pub written_containers: Vec<VarId>,
     /// Sets the trace made, by object address (kept alive): see `ops_sets`.
     pub fresh_sets: HashMap<usize, (VarId, OwnedRef)>,
+    /// `STORE_GLOBAL`s, in order: (the globals dict, name, value). Later loads of the name
+    /// see the value; the generated code replays the last store to each name.
+    pub global_stores: Vec<(OwnedRef, String, VarId)>,
 }
 
 /// `obj.name = value` on an object from a source.
@@ -199,6 +202,7 @@ impl<'py> Tracer<'py> {
             containers_shared: false,
             written_containers: Vec::new(),
             fresh_sets: HashMap::new(),
+            global_stores: Vec::new(),
         })
     }
 
@@ -976,6 +980,7 @@ impl<'py> Tracer<'py> {
             ImportName => self.op_import_name(f, arg),
             BeforeWith => self.op_before_with(f),
             StoreAttr => self.op_store_attr(f, arg),
+            StoreGlobal => self.op_store_global(f, arg),
             DeleteAttr => self.op_delete_attr(f, arg),
             ImportFrom => self.op_import_from(f, arg),
             BinaryOp => self.op_binary(f, arg),
@@ -1051,9 +1056,9 @@ impl<'py> Tracer<'py> {
             | CheckEgMatch | WithExceptStart | GetAiter | GetAnext | BeforeAsyncWith
             | EndAsyncFor | DeleteSubscr | GetYieldFromIter | PrintExpr | LoadBuildClass
             | ReturnGenerator | ImportStar | SetupAnnotations | YieldValue | AsyncGenWrap
-            | PrepReraiseStar | PopExcept | StoreName | DeleteName | StoreGlobal | DeleteGlobal
-            | LoadName | Reraise | Send | RaiseVarargs | GetAwaitable | DeleteDeref
-            | LoadClassderef | MatchClass => unsupported(
+            | PrepReraiseStar | PopExcept | StoreName | DeleteName | DeleteGlobal | LoadName
+            | Reraise | Send | RaiseVarargs | GetAwaitable | DeleteDeref | LoadClassderef
+            | MatchClass => unsupported(
                 BreakKind::UnsupportedInstruction,
                 format!("the {} instruction", ins.opcode.name()),
             ),

@@ -1,0 +1,378 @@
+//! Rebuild plans: how the generated code makes each value the frame must produce — its
+//! result, the values live at a graph break, the values of replayed side effects — from
+//! the graph's outputs, constants and sources.
+//!
+//! An object made in the trace (a list, dict, set or instance) that several places reach
+//! (`return a, a`; a list both in a local and inside an object at a graph break) must be one
+//! object there too: the plans are made twice when that happens, and the second time each
+//! such object is built once, first, into a temp (`Rebuild::Shared`).
+
+use std::collections::{HashMap, HashSet};
+
+use pyo3::prelude::*;
+
+use super::break_reasons::BreakKind;
+use super::codegen::{Rebuild, Replay};
+use super::graph::{self, Op};
+use super::source::Source;
+use super::translator::{self, unsupported, CResult, Tracer};
+use super::vars::{VarId, VarKind};
+use super::{guards, ops_with};
+use crate::eval_frame::owned::OwnedRef;
+
+/// What the plans of one graph share: the graph outputs they read, and the objects made in
+/// the trace that more than one place reaches.
+#[derive(Default)]
+pub struct Rebuilder {
+    pub outputs: Vec<graph::NodeId>,
+    pub output_index: HashMap<graph::NodeId, usize>,
+    /// Objects made in the trace met so far.
+    seen: HashSet<VarId>,
+    /// Those met twice (first pass).
+    repeated: HashSet<VarId>,
+    /// Objects built once into a temp (second pass), and their plans in the order they must
+    /// be built (an object before those that contain it).
+    shared: HashSet<VarId>,
+    pub definitions: Vec<(VarId, Rebuild)>,
+    defining: HashSet<VarId>,
+    /// Containers a rebuilt iterator reads (a copy of them): reaching them elsewhere too is
+    /// refused (see the `Iter` arm).
+    watched_by_iter: HashSet<VarId>,
+}
+
+/// Whether `id` is an object made in the trace whose identity the generated code must keep.
+fn made_in_trace(tracer: &Tracer<'_>, id: VarId) -> bool {
+    match tracer.kind(id) {
+        VarKind::List(_) | VarKind::Dict(_) => tracer.source(id).is_none(),
+        VarKind::Instance { .. } => true,
+        VarKind::Object(_) => tracer.is_fresh_set(id),
+        _ => false,
+    }
+}
+
+/// How to build `id`, collecting the graph outputs it needs.
+pub fn rebuild_plan(tracer: &Tracer<'_>, id: VarId, r: &mut Rebuilder) -> CResult<Rebuild> {
+    if made_in_trace(tracer, id) {
+        if r.watched_by_iter.contains(&id) {
+            return unsupported(
+                BreakKind::ValueNotRebuildable,
+                "an iterator whose container is also reachable at the graph break",
+            );
+        }
+        if r.shared.contains(&id) {
+            if !r.definitions.iter().any(|(d, _)| *d == id) {
+                if !r.defining.insert(id) {
+                    return unsupported(
+                        BreakKind::ValueNotRebuildable,
+                        "an object made while tracing that contains itself",
+                    );
+                }
+                let plan = rebuild_inline(tracer, id, r)?;
+                r.defining.remove(&id);
+                r.definitions.push((id, plan));
+            }
+            return Ok(Rebuild::Shared(id.0));
+        }
+        if !r.seen.insert(id) {
+            // Reached again: the plans are made again with `id` shared (see `plan_all`).
+            r.repeated.insert(id);
+            let py = tracer.py;
+            return Ok(Rebuild::Const(OwnedRef::from_bound(
+                &py.None().into_bound(py),
+            )));
+        }
+    }
+    rebuild_inline(tracer, id, r)
+}
+
+/// Plans for `roots` and for every side effect to replay, made twice when some object made
+/// in the trace is reached from two places (then built once, into a temp).
+pub fn plan_all(
+    tracer: &mut Tracer<'_>,
+    roots: &[VarId],
+) -> CResult<(Vec<Rebuild>, Vec<Replay>, Rebuilder)> {
+    let mut r = Rebuilder::default();
+    let (mut plans, mut replays) = plan_once(tracer, roots, &mut r)?;
+    if !r.repeated.is_empty() {
+        r = Rebuilder {
+            outputs: std::mem::take(&mut r.outputs),
+            output_index: std::mem::take(&mut r.output_index),
+            shared: std::mem::take(&mut r.repeated),
+            ..Rebuilder::default()
+        };
+        (plans, replays) = plan_once(tracer, roots, &mut r)?;
+        if !r.repeated.is_empty() {
+            return unsupported(
+                BreakKind::Internal,
+                "internal: an object made while tracing reached twice after sharing",
+            );
+        }
+    }
+    if !tracer.written_containers.is_empty() || tracer.containers_shared {
+        // Which sources are one object must stay as traced (see `SameObjectClass`).
+        for (source, class) in tracer.container_sources.clone() {
+            tracer
+                .guards
+                .add(source, guards::GuardKind::SameObjectClass(class));
+        }
+    }
+    Ok((plans, replays, r))
+}
+
+fn plan_once(
+    tracer: &Tracer<'_>,
+    roots: &[VarId],
+    r: &mut Rebuilder,
+) -> CResult<(Vec<Rebuild>, Vec<Replay>)> {
+    let plans = roots
+        .iter()
+        .map(|&root| rebuild_plan(tracer, root, r))
+        .collect::<CResult<Vec<_>>>()?;
+    // Side effects: the last store to each attribute of an existing object.
+    let mut replays: Vec<Replay> = Vec::new();
+    let mut done: HashSet<(usize, String)> = HashSet::new();
+    for m in tracer.mutations.iter().rev() {
+        if done.insert((m.object.as_ptr() as usize, m.name.clone())) {
+            replays.push(match m.value {
+                Some(v) => Replay::SetAttr {
+                    source: m.source.clone(),
+                    name: m.name.clone(),
+                    value: rebuild_plan(tracer, v, r)?,
+                },
+                None => Replay::DelAttr {
+                    source: m.source.clone(),
+                    name: m.name.clone(),
+                },
+            });
+        }
+    }
+    replays.reverse();
+    // Globals stored: the last value of each.
+    let mut stored: HashSet<(usize, String)> = HashSet::new();
+    let mut global_replays = Vec::new();
+    for (globals, name, value) in tracer.global_stores.iter().rev() {
+        if stored.insert((globals.as_ptr() as usize, name.clone())) {
+            global_replays.push(Replay::SetGlobal {
+                globals: globals.clone(),
+                name: name.clone(),
+                value: rebuild_plan(tracer, *value, r)?,
+            });
+        }
+    }
+    replays.extend(global_replays.into_iter().rev());
+    // Existing lists and dicts the trace changed: their final contents.
+    for &container in &tracer.written_containers {
+        let source = tracer
+            .source(container)
+            .expect("existing containers have sources");
+        let value = match tracer.kind(container) {
+            VarKind::List(items) => Rebuild::List(
+                items
+                    .iter()
+                    .map(|&i| rebuild_plan(tracer, i, r))
+                    .collect::<CResult<_>>()?,
+            ),
+            VarKind::Dict(entries) => Rebuild::Dict(
+                entries
+                    .iter()
+                    .map(|(k, v)| Ok((k.clone(), rebuild_plan(tracer, *v, r)?)))
+                    .collect::<CResult<_>>()?,
+            ),
+            other => {
+                return unsupported(
+                    BreakKind::Internal,
+                    format!(
+                        "internal: replaying the contents of {}",
+                        translator::kind_name(other)
+                    ),
+                )
+            }
+        };
+        replays.push(Replay::Contents { source, value });
+    }
+    Ok((plans, replays))
+}
+
+/// How to build `id` in place (see `rebuild_plan`).
+fn rebuild_inline(tracer: &Tracer<'_>, id: VarId, r: &mut Rebuilder) -> CResult<Rebuild> {
+    let py = tracer.py;
+    Ok(match tracer.kind(id) {
+        // A frame argument the trace did not replace is loaded from its local, which the
+        // generated code never overwrites: the same object, no graph output.
+        VarKind::Tensor { node, .. }
+            if matches!(tracer.graph.nodes[node.0 as usize].op, Op::Placeholder)
+                && matches!(tracer.source(id).as_deref(), Some(Source::Local(_))) =>
+        {
+            Rebuild::Source(tracer.source(id).expect("checked"))
+        }
+        VarKind::Tensor { node, .. } => {
+            let k = *r.output_index.entry(*node).or_insert_with(|| {
+                r.outputs.push(*node);
+                r.outputs.len() - 1
+            });
+            Rebuild::Output(k)
+        }
+        VarKind::Const(v) => Rebuild::Const(v.clone()),
+        VarKind::Object(v) => match tracer.source(id) {
+            Some(source) => Rebuild::Source(source),
+            None => {
+                if let Some(set) = tracer.fresh_set_rebuild(id)? {
+                    return Ok(set);
+                }
+                let obj = v.bind(py);
+                // A method bound while tracing is bound to the object the trace saw, which
+                // need not be the one this call has: not a constant.
+                let bound = obj
+                    .getattr("__self__")
+                    .is_ok_and(|s| !s.is_none() && !s.is_instance_of::<pyo3::types::PyModule>());
+                let immutable = (obj.is_callable() && !bound)
+                    || obj.is_exact_instance_of::<pyo3::types::PyFrozenSet>()
+                    || obj.is_instance_of::<pyo3::types::PyModule>()
+                    || obj.is_instance_of::<pyo3::types::PyType>();
+                if !immutable {
+                    return unsupported(
+                        BreakKind::ValueNotRebuildable,
+                        "returning an object created while tracing",
+                    );
+                }
+                Rebuild::Const(v.clone())
+            }
+        },
+        // A container that existed before the call is returned as itself (the caller may
+        // compare it with `is` or change it later); changes the trace made to it are
+        // replayed into it (`Replay::Contents`).
+        VarKind::Tuple(_) | VarKind::List(_) | VarKind::Dict(_) if tracer.source(id).is_some() => {
+            Rebuild::Source(tracer.source(id).expect("checked"))
+        }
+        VarKind::Tuple(items) => Rebuild::Tuple(
+            items
+                .iter()
+                .map(|&i| rebuild_plan(tracer, i, r))
+                .collect::<CResult<_>>()?,
+        ),
+        VarKind::List(items) => Rebuild::List(
+            items
+                .iter()
+                .map(|&i| rebuild_plan(tracer, i, r))
+                .collect::<CResult<_>>()?,
+        ),
+        VarKind::Dict(entries) => {
+            let plain = Rebuild::Dict(
+                entries
+                    .iter()
+                    .map(|(k, v)| Ok((k.clone(), rebuild_plan(tracer, *v, r)?)))
+                    .collect::<CResult<_>>()?,
+            );
+            match tracer.dict_classes.get(&id) {
+                Some(cls) => Rebuild::Converted {
+                    into: cls.clone(),
+                    value: Box::new(plain),
+                },
+                None => plain,
+            }
+        }
+        VarKind::Instance {
+            cls,
+            attrs,
+            model_output,
+        } => {
+            let (cls, attrs, model_output) = (cls.clone(), attrs.clone(), *model_output);
+            if model_output {
+                let fields = tracer
+                    .model_output_items(id)
+                    .into_iter()
+                    .map(|(name, v)| Ok((name, rebuild_plan(tracer, v, r)?)))
+                    .collect::<CResult<_>>()?;
+                Rebuild::ModelOutput { cls, fields }
+            } else {
+                let attrs = attrs
+                    .into_iter()
+                    .map(|(name, v)| Ok((name, rebuild_plan(tracer, v, r)?)))
+                    .collect::<CResult<_>>()?;
+                Rebuild::Instance { cls, attrs }
+            }
+        }
+        // The function the trace resolved, bound to the receiver: `receiver.name` could
+        // find another (the method was reached through `super()`).
+        VarKind::Method {
+            receiver,
+            func: Some(func),
+            ..
+        } => Rebuild::BoundMethod {
+            func: func.clone(),
+            receiver: Box::new(rebuild_plan(tracer, *receiver, r)?),
+        },
+        // A tensor's or container's own method: `receiver.name`, looked up again (what
+        // `LOAD_METHOD` did in the original), unless the receiver's class overrides it in
+        // Python (then the trace reached the builtin through `super()`).
+        VarKind::Method {
+            receiver,
+            name,
+            func: None,
+        } => {
+            if let Some(real) = tracer.real(*receiver) {
+                let found = real.get_type().getattr(name.as_str());
+                if found.is_ok_and(|f| f.is_instance_of::<pyo3::types::PyFunction>()) {
+                    return unsupported(
+                        BreakKind::SuperCall,
+                        format!("super().{name} on the stack at a graph break"),
+                    );
+                }
+            }
+            Rebuild::Attr {
+                base: Box::new(rebuild_plan(tracer, *receiver, r)?),
+                name: name.clone(),
+            }
+        }
+        // An iterator live at a graph break: `iter((remaining items...))`. Python's iterator
+        // reads its list live; the rebuilt one reads a copy, which is the same only while
+        // no one else can change that list: none from a source, and none reachable from
+        // the other values rebuilt (`Rebuilder::watched_by_iter`).
+        VarKind::Iter {
+            items,
+            next,
+            watched,
+            handed_on,
+        } => {
+            let remaining = items[*next..].to_vec();
+            // A container changed since the iterator was made: Python's iterator sees the
+            // change, the items taken do not.
+            let changed = watched
+                .iter()
+                .any(|(c, then)| tracer.contents_fingerprint(*c) != *then);
+            let watched: Vec<VarId> = watched.iter().map(|(c, _)| *c).collect();
+            if changed
+                || *handed_on
+                || watched.iter().any(|&c| {
+                    tracer.source(c).is_some()
+                        || r.seen.contains(&c)
+                        || r.shared.contains(&c)
+                        || !r.watched_by_iter.insert(c)
+                })
+            {
+                return unsupported(
+                    BreakKind::ValueNotRebuildable,
+                    "an iterator whose container is also reachable at the graph break",
+                );
+            }
+            let items = remaining
+                .into_iter()
+                .map(|i| rebuild_plan(tracer, i, r))
+                .collect::<CResult<_>>()?;
+            Rebuild::Converted {
+                into: OwnedRef::from_bound(&tracer.h.builtins.getattr("iter")?),
+                value: Box::new(Rebuild::Tuple(items)),
+            }
+        }
+        // Only on the stack at a graph break inside the block: the resume function's.
+        VarKind::GradModeExit { previous } => Rebuild::Const(OwnedRef::from_bound(
+            ops_with::GradModeExit::get(py, *previous)?.as_any(),
+        )),
+        other => {
+            return unsupported(
+                BreakKind::ValueNotRebuildable,
+                format!("returning {}", translator::kind_name(other)),
+            )
+        }
+    })
+}
