@@ -880,6 +880,11 @@ def iter_and_next(x):
     head = next(it)
     rest = [v + 1 for v in it]
     return first, head, rest, next(it, None), next(iter(()), x)
+# reversed() of lists (with tensors), argument lists, constant tuples and ranges.
+@case(T34, [1, 2, 3])
+def reversed_sequences(x, values):
+    scaled = [v * x for v in reversed([x, x + 1])]
+    return scaled, list(reversed(values)), tuple(reversed((1, 2))), [i for i in reversed(range(3))]
 # Iterating over a tensor walks its first dimension (x[0], x[1], ...).
 @case(T34)
 def iterate_over_a_tensor(x):

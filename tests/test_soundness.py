@@ -777,6 +777,15 @@ def dict_grown_while_iterating(x):
     return x
 
 
+def list_shrunk_under_reversed(x):
+    items = [1, 2, 3]
+    for v in reversed(items):
+        if v == 3:
+            items.pop(0)
+        x = x + v
+    return x
+
+
 def iterator_exhausted_by_sum(x):
     it = iter([x, x + 1])
     total = sum(it)
@@ -791,6 +800,7 @@ def iterator_used_after_enumerate(x):
 
 
 LIVE_ITERATION = [
+    list_shrunk_under_reversed,
     iterator_exhausted_by_sum,
     iterator_used_after_enumerate,
     list_grown_in_its_own_loop,

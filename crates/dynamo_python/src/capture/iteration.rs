@@ -87,7 +87,8 @@ impl<'py> Tracer<'py> {
         }
     }
 
-    /// `iter(x)` and `next(it[, default])` on what the trace holds; None for other calls.
+    /// `iter(x)`, `reversed(seq)` and `next(it[, default])` on what the trace holds; None for
+    /// other calls.
     pub(super) fn iteration_builtin(
         &mut self,
         func: &Bound<'py, PyAny>,
@@ -102,6 +103,27 @@ impl<'py> Tracer<'py> {
                 return Ok(None); // a real object's own __iter__: evaluated as before
             }
             let items = self.items_of(args[0])?;
+            return Ok(Some(self.new_iter(items, &args[..1])));
+        }
+        if func.is(&builtins.getattr("reversed")?) && args.len() == 1 {
+            // Sequences the trace holds: their items from the end (watched, like `iter`).
+            if let VarKind::Const(value) = self.kind(args[0]) {
+                // `reversed(range(n))`, of a string, of a constant tuple: its items now.
+                let value = value.bind(self.py).clone();
+                let Ok(reversed) = func.call1((value,)) else {
+                    return Ok(None);
+                };
+                let mut items = Vec::new();
+                for item in reversed.try_iter()? {
+                    items.push(self.constant(&item?));
+                }
+                return Ok(Some(self.new_iter(items, &[])));
+            }
+            if !matches!(self.kind(args[0]), VarKind::List(_) | VarKind::Tuple(_)) {
+                return Ok(None);
+            }
+            let mut items = self.items_of(args[0])?;
+            items.reverse();
             return Ok(Some(self.new_iter(items, &args[..1])));
         }
         if func.is(&builtins.getattr("next")?) && (1..=2).contains(&args.len()) {
