@@ -73,7 +73,10 @@ def table(results: dict) -> str:
             for state in ("cold", "warm"):
                 r = m[state]
                 c = r["capture_s"]
-                below = "" if r["speedup"] >= 10 else " ⚠"
+                measurable = r["speedup"] is not None
+                below = "" if measurable and r["speedup"] >= 10 else " ⚠"
+                speedup = f"**{r['speedup']:.1f}×**" if measurable else "below noise"
+                ceiling = f"{r['speedup_ceiling']:.1f}×" if r["speedup_ceiling"] is not None else "—"
                 if m["graphs"]["dynamo_rs"] == 0:
                     # Nothing captured: the frame ran eagerly, so there is no capture to compare.
                     lines.append(
@@ -89,7 +92,7 @@ def table(results: dict) -> str:
 
                 lines.append(
                     f"| {name} | {state} | {spread('dynamo_rs')} | {spread('torch.compile')} | "
-                    f"**{r['speedup']:.1f}×**{below} | {c['floor']*1e3:.0f} ms | {r['speedup_ceiling']:.1f}× | "
+                    f"{speedup}{below} | {c['floor']*1e3:.0f} ms | {ceiling} | "
                     f"{m['graphs']['dynamo_rs']}/{m['graphs']['torch.compile']}{flag} | "
                     f"{m['ops']['dynamo_rs']}/{m['ops']['torch.compile']} |"
                 )

@@ -286,15 +286,23 @@ def bench_capture(quick: bool) -> dict:
             c_ours = times[f"dynamo_rs {state}"]["median"] - e
             c_theirs = times[f"torch.compile {state}"]["median"] - e
             c_floor = times[f"floor {state}"]["median"]
+            # Capture is a difference of two medians: on a busy machine a small capture can come
+            # out at or below zero (below the noise of the eager call). No ratio is made then.
+            measurable = c_ours > 0 and c_theirs > 0
             row[state] = {"capture_s": {"dynamo_rs": c_ours, "torch.compile": c_theirs, "floor": c_floor},
-                          "speedup": c_theirs / c_ours, "vs_floor": c_ours / c_floor,
+                          "speedup": c_theirs / c_ours if measurable else None,
+                          "vs_floor": c_ours / c_floor if measurable else None,
                           # The best any front end could do with FakeTensorMode: no work but it.
-                          "speedup_ceiling": c_theirs / c_floor}
+                          "speedup_ceiling": c_theirs / c_floor if c_theirs > 0 else None}
         out[name] = row
         flag = "" if row["graphs"]["dynamo_rs"] == row["graphs"]["torch.compile"] else "  GRAPHS DIFFER"
+        def ratio(state):
+            speedup = row[state]["speedup"]
+            return f"{speedup:.1f}x" if speedup is not None else "below the eager call's noise"
+
         print(f"  {name:22s} " + "; ".join(
             f"{state} {row[state]['capture_s']['dynamo_rs']*1e3:6.1f} ms vs "
-            f"{row[state]['capture_s']['torch.compile']*1e3:7.1f} ms ({row[state]['speedup']:.1f}x, "
+            f"{row[state]['capture_s']['torch.compile']*1e3:7.1f} ms ({ratio(state)}, "
             f"floor {row[state]['capture_s']['floor']*1e3:5.1f} ms)" for state in ("cold", "warm"))
             + f", graphs {row['graphs']['dynamo_rs']}/{row['graphs']['torch.compile']}, "
             f"ops {row['ops']['dynamo_rs']}/{row['ops']['torch.compile']}{flag}", flush=True)
@@ -448,9 +456,9 @@ def plot(results: dict, path: str) -> None:
         names = list(capture)
         width = 0.4
         xs = range(len(names))
-        axes[0].bar([x - width / 2 for x in xs], [capture[n]["cold"]["speedup"] for n in names], width,
+        axes[0].bar([x - width / 2 for x in xs], [capture[n]["cold"]["speedup"] or 0 for n in names], width,
                     color="#4477aa", label="cold fake-tensor cache (fresh process)")
-        axes[0].bar([x + width / 2 for x in xs], [capture[n]["warm"]["speedup"] for n in names], width,
+        axes[0].bar([x + width / 2 for x in xs], [capture[n]["warm"]["speedup"] or 0 for n in names], width,
                     color="#88bbdd", label="warm fake-tensor cache")
         axes[0].set_xticks(list(xs), names)
         axes[0].axhline(10, color="#cc3311", linestyle="--", label="target 10x")
