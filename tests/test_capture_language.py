@@ -885,6 +885,16 @@ def iter_and_next(x):
 def reversed_sequences(x, values):
     scaled = [v * x for v in reversed([x, x + 1])]
     return scaled, list(reversed(values)), tuple(reversed((1, 2))), [i for i in reversed(range(3))]
+# functools.reduce with torch functions, operators, lambdas and user functions.
+def _weighted(acc, v):
+    return acc * 0.5 + v
+@case(T34)
+def functools_reduce(x):
+    import functools
+    parts = [x, x.sin(), x.cos()]
+    return (functools.reduce(operator.add, parts), functools.reduce(torch.maximum, parts),
+            functools.reduce(lambda a, b: a * b, parts, x + 1), functools.reduce(_weighted, parts),
+            functools.reduce(operator.mul, [1, 2, 3]))
 # Iterating over a tensor walks its first dimension (x[0], x[1], ...).
 @case(T34)
 def iterate_over_a_tensor(x):

@@ -408,6 +408,9 @@ impl<'py> Tracer<'py> {
             if let Some(result) = self.iteration_builtin(obj, &args)? {
                 return Ok(result);
             }
+            if let Some(result) = self.functools_reduce(obj, &args)? {
+                return Ok(result);
+            }
         }
         if obj.is(&h.builtins.getattr("set")?) && kwargs.is_empty() && args.len() <= 1 {
             return self.construct_set(&args);
