@@ -402,7 +402,7 @@ pub fn known_hasattr(object: &Bound<'_, PyAny>, name: &Bound<'_, PyString>) -> O
     let Some(dict) = dict else {
         return Some(false);
     };
-    for table in ["_parameters", "_buffers", "_modules"] {
+    for table in super::helpers::MODULE_TABLES {
         if let Some(table) = dict.get_item(table).ok()? {
             if table.contains(name).ok()? {
                 return Some(true);

@@ -4,6 +4,10 @@ use crate::imports::ImportModule;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
+/// The dicts `nn.Module.__getattr__` looks a missing attribute up in, in its order; its
+/// `__setattr__` treats names and values of these specially.
+pub const MODULE_TABLES: [&str; 3] = ["_parameters", "_buffers", "_modules"];
+
 #[derive(Debug)]
 pub struct Helpers<'py> {
     pub new_fake_mode: Bound<'py, PyAny>,

@@ -325,7 +325,7 @@ impl<'py> Tracer<'py> {
             return Ok(None);
         }
         if !matches!(self.kind(lhs), VarKind::List(_) | VarKind::Dict(_))
-            || (self.source(lhs).is_some() && !self.is_existing_container(lhs))
+            || !self.changeable_container(lhs)
         {
             return unsupported(
                 BreakKind::UnreplayableSideEffect,
@@ -355,17 +355,7 @@ impl<'py> Tracer<'py> {
             ("ior", VarKind::Dict(a), VarKind::Dict(b)) => {
                 let mut entries = a.clone();
                 for (key, value) in b {
-                    let mut replaced = false;
-                    for entry in entries.iter_mut() {
-                        if entry.0.bind(py).eq(key.bind(py))? {
-                            entry.1 = *value;
-                            replaced = true;
-                            break;
-                        }
-                    }
-                    if !replaced {
-                        entries.push((key.clone(), *value));
-                    }
+                    super::vars::dict_set(py, &mut entries, key.clone(), *value);
                 }
                 VarKind::Dict(entries)
             }
@@ -588,26 +578,16 @@ impl<'py> Tracer<'py> {
                 )?;
                 Ok(Flow::Continue)
             }
-            VarKind::Dict(_)
-                if self.source(container).is_none() || self.is_existing_container(container) =>
-            {
+            VarKind::Dict(_) if self.changeable_container(container) => {
                 let key = self.python_value(index)?;
                 self.may_change_container(container, "item assignment")?;
+                let py = self.py;
                 if let VarKind::Dict(entries) = &mut self.vars[container.0 as usize].kind {
-                    if let Some(slot) = entries
-                        .iter_mut()
-                        .find(|(k, _)| k.bind(self.py).eq(&key).unwrap_or(false))
-                    {
-                        slot.1 = value;
-                    } else {
-                        entries.push((OwnedRef::from_bound(&key), value));
-                    }
+                    super::vars::dict_set(py, entries, OwnedRef::from_bound(&key), value);
                 }
                 Ok(Flow::Continue)
             }
-            VarKind::List(items)
-                if self.source(container).is_none() || self.is_existing_container(container) =>
-            {
+            VarKind::List(items) if self.changeable_container(container) => {
                 let i: i64 = self.python_value(index)?.extract()?;
                 let n = items.len() as i64;
                 let at = if i < 0 { i + n } else { i };

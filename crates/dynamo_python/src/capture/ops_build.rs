@@ -137,7 +137,8 @@ impl<'py> Tracer<'py> {
     }
 
     /// The list at `depth` below the top of the stack, for in-place list opcodes.
-    fn list_at(&mut self, f: &FrameState<'py>, depth: u32) -> CResult<VarId> {
+    /// The value `depth` down the stack (`LIST_APPEND`, `SET_ADD`, ... name their container so).
+    pub(super) fn list_at(&mut self, f: &FrameState<'py>, depth: u32) -> CResult<VarId> {
         match f
             .stack
             .len()
@@ -236,14 +237,7 @@ impl<'py> Tracer<'py> {
         match &mut self.vars[dict.0 as usize].kind {
             VarKind::Dict(entries) => {
                 for (k, v) in new_entries {
-                    if let Some(slot) = entries
-                        .iter_mut()
-                        .find(|(old, _)| old.bind(py).eq(k.bind(py)).unwrap_or(false))
-                    {
-                        slot.1 = v;
-                    } else {
-                        entries.push((k, v));
-                    }
+                    super::vars::dict_set(py, entries, k, v);
                 }
             }
             _ => {

@@ -13,7 +13,7 @@ use super::break_reasons::BreakKind;
 use super::guards::GuardKind;
 use super::source::Source;
 use super::translator::{kind_name, unsupported, CResult, Tracer};
-use super::vars::{DictViewKind, VarId, VarKind};
+use super::vars::{dict_set, DictViewKind, VarId, VarKind};
 use crate::eval_frame::owned::OwnedRef;
 
 impl<'py> Tracer<'py> {
@@ -68,23 +68,13 @@ impl<'py> Tracer<'py> {
         if args.len() > 1 {
             return Ok(None);
         }
+        // A key given twice keeps its first place and takes the last value.
         let mut entries: Vec<(OwnedRef, VarId)> = Vec::new();
-        let mut put = |this: &Self, key: OwnedRef, value: VarId| -> CResult<()> {
-            // A key given twice keeps its first place and takes the last value.
-            match entries
-                .iter_mut()
-                .find(|(k, _)| k.bind(this.py).eq(key.bind(this.py)).unwrap_or(false))
-            {
-                Some(slot) => slot.1 = value,
-                None => entries.push((key, value)),
-            }
-            Ok(())
-        };
         if let Some(&arg) = args.first() {
             match self.kind(arg) {
                 VarKind::Dict(from) => {
                     for (k, v) in from.clone() {
-                        put(self, k, v)?;
+                        dict_set(py, &mut entries, k, v);
                     }
                 }
                 VarKind::List(_)
@@ -114,7 +104,7 @@ impl<'py> Tracer<'py> {
                             }
                         };
                         let key = self.constant_key(kv.0, cls)?;
-                        put(self, key, kv.1)?;
+                        dict_set(py, &mut entries, key, kv.1);
                     }
                 }
                 _ => return Ok(None),
@@ -122,7 +112,7 @@ impl<'py> Tracer<'py> {
         }
         for (name, value) in kwargs {
             let key = OwnedRef::from_bound(pyo3::types::PyString::new(py, name).as_any());
-            put(self, key, *value)?;
+            dict_set(py, &mut entries, key, *value);
         }
         let id = self.add(VarKind::Dict(entries), None);
         if !cls.is(&self.h.dict_type) {
@@ -164,7 +154,7 @@ impl<'py> Tracer<'py> {
             );
         }
         // Made in the trace, or an existing list/dict whose final contents are replayed.
-        let changeable = self.source(receiver).is_none() || self.is_existing_container(receiver);
+        let changeable = self.changeable_container(receiver);
         let none = || py.None().into_bound(py);
         let environ = py.import_module("os")?.getattr("environ")?;
         if matches!(self.kind(receiver), VarKind::Object(o) if o.bind(py).is(&environ)) {
@@ -227,13 +217,7 @@ impl<'py> Tracer<'py> {
                     let new = new.clone();
                     if let VarKind::Dict(entries) = &mut self.vars[receiver.0 as usize].kind {
                         for (k, v) in new {
-                            match entries
-                                .iter_mut()
-                                .find(|(old, _)| old.bind(py).eq(k.bind(py)).unwrap_or(false))
-                            {
-                                Some(slot) => slot.1 = v,
-                                None => entries.push((k, v)),
-                            }
+                            dict_set(py, entries, k, v);
                         }
                     }
                     return Ok(self.constant(&none()));

@@ -522,7 +522,7 @@ impl<'py> Tracer<'py> {
             if let Ok(dict) = value.getattr("__dict__") {
                 let in_instance_dict = dict.contains(name).unwrap_or(true);
                 if !in_instance_dict {
-                    for table in ["_parameters", "_buffers", "_modules"] {
+                    for table in super::helpers::MODULE_TABLES {
                         let holds = dict
                             .get_item(table)
                             .and_then(|t| t.contains(name))
@@ -549,7 +549,7 @@ impl<'py> Tracer<'py> {
             return Ok(false);
         }
         let dict = value.getattr("__dict__")?;
-        for table in ["_parameters", "_buffers", "_modules"] {
+        for table in super::helpers::MODULE_TABLES {
             if dict
                 .get_item(table)
                 .and_then(|t| t.contains(name))

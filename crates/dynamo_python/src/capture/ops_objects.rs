@@ -185,7 +185,7 @@ impl<'py> Tracer<'py> {
             return Ok(false);
         }
         let dict = real.getattr("__dict__")?;
-        for table in ["_parameters", "_buffers", "_modules"] {
+        for table in super::helpers::MODULE_TABLES {
             let Ok(entries) = dict.get_item(table) else {
                 return Ok(false);
             };

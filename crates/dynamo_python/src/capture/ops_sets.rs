@@ -92,14 +92,7 @@ impl<'py> Tracer<'py> {
         update: bool,
     ) -> CResult<Flow> {
         let value = self.pop(f)?;
-        let Some(&target) = f
-            .stack
-            .len()
-            .checked_sub(depth as usize)
-            .and_then(|i| f.stack.get(i))
-        else {
-            return unsupported(BreakKind::Internal, "stack underflow while translating");
-        };
+        let target = self.list_at(f, depth)?;
         if !self.is_fresh_set(target) {
             return unsupported(
                 BreakKind::UnsupportedOperation,

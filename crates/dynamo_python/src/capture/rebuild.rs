@@ -119,6 +119,30 @@ pub fn plan_all(
     Ok((plans, replays, r))
 }
 
+/// A new plain list or dict holding what the list or dict tracker `id` holds now.
+fn contents_plan(tracer: &Tracer<'_>, id: VarId, r: &mut Rebuilder) -> CResult<Rebuild> {
+    Ok(match tracer.kind(id) {
+        VarKind::List(items) => Rebuild::List(
+            items
+                .iter()
+                .map(|&i| rebuild_plan(tracer, i, r))
+                .collect::<CResult<_>>()?,
+        ),
+        VarKind::Dict(entries) => Rebuild::Dict(
+            entries
+                .iter()
+                .map(|(k, v)| Ok((k.clone(), rebuild_plan(tracer, *v, r)?)))
+                .collect::<CResult<_>>()?,
+        ),
+        other => {
+            return unsupported(
+                BreakKind::Internal,
+                format!("internal: the contents of {}", translator::kind_name(other)),
+            )
+        }
+    })
+}
+
 fn plan_once(
     tracer: &Tracer<'_>,
     roots: &[VarId],
@@ -165,29 +189,7 @@ fn plan_once(
         let source = tracer
             .source(container)
             .expect("existing containers have sources");
-        let value = match tracer.kind(container) {
-            VarKind::List(items) => Rebuild::List(
-                items
-                    .iter()
-                    .map(|&i| rebuild_plan(tracer, i, r))
-                    .collect::<CResult<_>>()?,
-            ),
-            VarKind::Dict(entries) => Rebuild::Dict(
-                entries
-                    .iter()
-                    .map(|(k, v)| Ok((k.clone(), rebuild_plan(tracer, *v, r)?)))
-                    .collect::<CResult<_>>()?,
-            ),
-            other => {
-                return unsupported(
-                    BreakKind::Internal,
-                    format!(
-                        "internal: replaying the contents of {}",
-                        translator::kind_name(other)
-                    ),
-                )
-            }
-        };
+        let value = contents_plan(tracer, container, r)?;
         replays.push(Replay::Contents { source, value });
     }
     Ok((plans, replays))
@@ -250,19 +252,9 @@ fn rebuild_inline(tracer: &Tracer<'_>, id: VarId, r: &mut Rebuilder) -> CResult<
                 .map(|&i| rebuild_plan(tracer, i, r))
                 .collect::<CResult<_>>()?,
         ),
-        VarKind::List(items) => Rebuild::List(
-            items
-                .iter()
-                .map(|&i| rebuild_plan(tracer, i, r))
-                .collect::<CResult<_>>()?,
-        ),
-        VarKind::Dict(entries) => {
-            let plain = Rebuild::Dict(
-                entries
-                    .iter()
-                    .map(|(k, v)| Ok((k.clone(), rebuild_plan(tracer, *v, r)?)))
-                    .collect::<CResult<_>>()?,
-            );
+        VarKind::List(_) => contents_plan(tracer, id, r)?,
+        VarKind::Dict(_) => {
+            let plain = contents_plan(tracer, id, r)?;
             match tracer.dict_classes.get(&id) {
                 Some(cls) => Rebuild::Converted {
                     into: cls.clone(),

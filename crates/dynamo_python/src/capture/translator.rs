@@ -546,13 +546,19 @@ impl<'py> Tracer<'py> {
             && self.container_by_object.values().any(|(v, _)| *v == id)
     }
 
+    /// Whether the trace may change the container `id`: one it made, or an existing list or
+    /// dict (see `may_change_container`).
+    pub fn changeable_container(&self, id: VarId) -> bool {
+        self.source(id).is_none() || self.is_existing_container(id)
+    }
+
     /// Allows a change to the list or dict `id`: one made in the trace, or an existing one
     /// (its final contents are then replayed by the generated code). Refuses others.
     pub fn may_change_container(&mut self, id: VarId, what: &str) -> CResult<()> {
         if self.source(id).is_none() {
             return Ok(());
         }
-        if !self.is_existing_container(id) {
+        if !self.changeable_container(id) {
             return unsupported(
                 BreakKind::UnreplayableSideEffect,
                 format!(

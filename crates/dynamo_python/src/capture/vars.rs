@@ -8,6 +8,7 @@ use std::rc::Rc;
 use super::graph::NodeId;
 use super::source::Source;
 use crate::eval_frame::owned::OwnedRef;
+use pyo3::prelude::*;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct VarId(pub u32);
@@ -92,6 +93,23 @@ pub enum VarKind {
     GradModeExit {
         previous: bool,
     },
+}
+
+/// `d[key] = value` on a dict tracker's entries, as Python does it: an existing (equal) key
+/// keeps its place and takes the new value, a new key goes last.
+pub fn dict_set(
+    py: pyo3::Python<'_>,
+    entries: &mut Vec<(OwnedRef, VarId)>,
+    key: OwnedRef,
+    value: VarId,
+) {
+    let existing = entries
+        .iter_mut()
+        .find(|(k, _)| k.bind(py).eq(key.bind(py)).unwrap_or(false));
+    match existing {
+        Some(slot) => slot.1 = value,
+        None => entries.push((key, value)),
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
