@@ -895,6 +895,61 @@ def functools_reduce(x):
     return (functools.reduce(operator.add, parts), functools.reduce(torch.maximum, parts),
             functools.reduce(lambda a, b: a * b, parts, x + 1), functools.reduce(_weighted, parts),
             functools.reduce(operator.mul, [1, 2, 3]))
+# Functions made in the trace used as values, as transformers' masking_utils composes mask
+# functions: closures checked with callable() in a generator, combined, called later.
+def _and_fns(*fns):
+    if not all(callable(f) for f in fns):
+        raise RuntimeError("not callable")
+    def both(v):
+        out = v > -10
+        for f in fns:
+            out = out & f(v)
+        return out
+    return both
+@case(T34)
+def closures_checked_with_callable(x):
+    limit = 0.5
+    def below(v): return v < limit
+    def above(v): return v > -limit
+    combined = _and_fns(below, above, lambda v: v != 0)
+    flags = [callable(combined), callable(x), callable([below]), callable(x.sin), callable(len)]
+    return torch.where(combined(x), x, x * 0), flags
+# functools.partial: made in the trace (of torch functions, user functions, modules, another
+# partial; keywords overridden at the call), and existing ones read from globals and modules.
+import functools
+def _affine(x, k, bias=0.0): return x * k + bias
+_GELU_TANH = functools.partial(F.gelu, approximate="tanh")
+_SCALE_BY = functools.partial(_affine, bias=1.0)
+class _WithPartial(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.act = functools.partial(F.leaky_relu, negative_slope=0.2)
+        self.lin = torch.nn.Linear(4, 4)
+    def forward(self, x):
+        return self.act(self.lin(x))
+_WITH_PARTIAL = _WithPartial()
+@case(T34)
+def partial_made_in_the_trace(x):
+    double = functools.partial(_affine, k=2.0)
+    shifted = functools.partial(double, bias=x.cos())
+    plus_x = functools.partial(torch.add, x)
+    lin = functools.partial(_WITH_PARTIAL.lin)
+    return (double(x), shifted(x), shifted(x, k=3.0), plus_x(1.0), plus_x(x, alpha=2),
+            lin(x), callable(shifted))
+@case(T34)
+def partial_objects_that_exist(x):
+    return _GELU_TANH(x), _SCALE_BY(x, 3.0), _SCALE_BY(x, k=0.5, bias=x), _WITH_PARTIAL(x)
+# lru_cache: with constant arguments the cached function's (constant) answer; with tensors the
+# wrapped function is traced.
+@functools.lru_cache(maxsize=None)
+def _offsets(n, step=1):
+    return tuple(range(0, n * step, step))
+@functools.lru_cache(maxsize=8)
+def _cached_tensor_fn(t):
+    return t.sin() * 2
+@case(T34)
+def lru_cached_helpers(x):
+    return x * sum(_offsets(4)) + len(_offsets(3, step=2)), _cached_tensor_fn(x)
 # Iterating over a tensor walks its first dimension (x[0], x[1], ...).
 @case(T34)
 def iterate_over_a_tensor(x):

@@ -920,3 +920,161 @@ def test_global_stores_are_replayed(fn) -> None:
         actual = compiled_fn(x)
         torch.testing.assert_close(actual, expected)
         torch.testing.assert_close((COUNTER, SCALE_TABLE), expected_globals)
+
+
+# --- functools: lru_cache runs its function once, partials keep their identity --------------
+
+
+def _make_cached(log):
+    import functools
+
+    @functools.lru_cache(maxsize=None)
+    def cached(n):
+        log.append(n)
+        return n * 2
+
+    return cached
+
+
+def test_lru_cache_side_effects_happen_once_as_in_eager() -> None:
+    eager_log, compiled_log = [], []
+    eager_cached, compiled_cached = _make_cached(eager_log), _make_cached(compiled_log)
+
+    def make_fn(cached):
+        def fn(x):
+            return x * cached(3) + cached(4)
+        return fn
+
+    eager_fn = make_fn(eager_cached)
+    compiled_fn, counter = compiled(make_fn(compiled_cached))
+    x = torch.ones(2)
+    for _ in range(3):
+        torch.testing.assert_close(compiled_fn(x), eager_fn(x))
+    assert compiled_log == eager_log == [3, 4]
+    assert counter.frame_count == 1
+
+
+def test_partial_made_in_the_trace_handed_back() -> None:
+    import functools
+
+    def fn(x):
+        p = functools.partial(torch.add, x.relu(), alpha=2)
+        q = functools.partial(p, alpha=3)
+        return p, q, p
+
+    compiled_fn, counter = compiled(fn)
+    x = torch.randn(4)
+    for _ in range(2):
+        p, q, again = compiled_fn(x)
+        ep, eq, _ = fn(x)
+        assert isinstance(p, functools.partial) and again is p
+        torch.testing.assert_close(p(x), ep(x))
+        torch.testing.assert_close(q(x), eq(x))
+        assert q.func is torch.add and q.keywords == {"alpha": 3}
+    assert counter.frame_count == 1
+
+
+def test_existing_partial_rebound_is_seen() -> None:
+    import functools
+
+    holder = types.SimpleNamespace(act=functools.partial(torch.nn.functional.leaky_relu, negative_slope=0.1))
+
+    def fn(x):
+        return holder.act(x)
+
+    compiled_fn, counter = compiled(fn)
+    x = torch.randn(8)
+    same(compiled_fn, fn, x)
+    holder.act = functools.partial(torch.nn.functional.leaky_relu, negative_slope=0.5)
+    same(compiled_fn, fn, x)
+    holder.act.keywords["negative_slope"] = 0.9
+    same(compiled_fn, fn, x)
+    assert counter.frame_count >= 2
+
+
+# --- autograd.Function: forward inlined when no gradient can flow, ctx not guarded by identity
+
+
+class _SinTwice(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, scale=2.0):
+        ctx.save_for_backward(x)
+        ctx.scale = scale
+        return x.sin() * scale
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * x.cos() * ctx.scale, None
+
+
+class _SplitSetup(torch.autograd.Function):
+    @staticmethod
+    def forward(x, y):
+        return x * y + 1
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, y = ctx.saved_tensors
+        return grad * y, grad * x
+
+
+def _uses_autograd_functions(x, w):
+    return _SinTwice.apply(x + 1) + _SplitSetup.apply(x, w) + _SinTwice.apply(x, 3.0)
+
+
+@pytest.mark.parametrize("mode", ["no_grad", "grad_mode_on", "requires_grad"])
+def test_autograd_function_apply(mode) -> None:
+    compiled_fn, counter = compiled(_uses_autograd_functions)
+    w = torch.randn(5)
+    for _ in range(3):
+        x = torch.randn(5, requires_grad=mode == "requires_grad")
+        if mode == "no_grad":
+            with torch.no_grad():
+                expected, actual = _uses_autograd_functions(x, w), compiled_fn(x, w)
+        else:
+            expected, actual = _uses_autograd_functions(x, w), compiled_fn(x, w)
+        torch.testing.assert_close(actual, expected)
+        assert actual.requires_grad == expected.requires_grad
+        if mode == "requires_grad":
+            (g_expected,) = torch.autograd.grad(expected.sum(), x)
+            (g_actual,) = torch.autograd.grad(actual.sum(), x)
+            torch.testing.assert_close(g_actual, g_expected)
+    if mode == "requires_grad":
+        # apply runs eagerly (a break); each forward frame compiles once although its ctx
+        # is a new object every call.
+        assert 1 <= counter.frame_count <= 3
+    else:
+        assert counter.frame_count == 1
+
+
+class _Warner:
+    def __init__(self):
+        self.said = []
+
+    @__import__("functools").lru_cache(None)
+    def say_once(self, message):
+        self.said.append(message)
+
+
+def test_lru_cached_method_runs_once_like_transformers_warning_once() -> None:
+    eager_warner, compiled_warner = _Warner(), _Warner()
+
+    def make(warner):
+        def fn(x):
+            if x.shape[0] > 2:
+                warner.say_once("padded")
+            return x + 1
+        return fn
+
+    eager_fn = make(eager_warner)
+    compiled_fn, counter = compiled(make(compiled_warner))
+    for _ in range(3):
+        x = torch.randn(4)
+        torch.testing.assert_close(compiled_fn(x), eager_fn(x))
+    assert compiled_warner.said == eager_warner.said == ["padded"]
+    assert counter.frame_count == 1

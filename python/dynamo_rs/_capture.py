@@ -306,3 +306,24 @@ def operator_safe(obj) -> bool:
     if _OPERATOR_SAFE is None:
         _OPERATOR_SAFE = _operator_safe_types()
     return isinstance(obj, _OPERATOR_SAFE)
+
+
+class InferenceFunctionCtx:
+    """The `ctx` an `autograd.Function`'s forward gets when the trace inlines it (no input
+    needs a gradient, so no backward will run): what forward records on it is kept as the
+    real context would keep it, and nothing reads it afterwards."""
+
+    def save_for_backward(self, *tensors):
+        self.to_save = tensors
+
+    def save_for_forward(self, *tensors):
+        self.saved_for_forward = tensors
+
+    def mark_dirty(self, *tensors):
+        self.dirty_tensors = tensors
+
+    def mark_non_differentiable(self, *tensors):
+        self.non_differentiable = tensors
+
+    def set_materialize_grads(self, value):
+        self.materialize_grads = value

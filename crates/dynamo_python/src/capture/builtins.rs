@@ -74,6 +74,15 @@ impl<'py> Tracer<'py> {
             };
             return Ok(self.constant(&n.into_pyobject(py)?.into_any()));
         }
+        if is("callable") && args.len() == 1 && kwargs.is_empty() {
+            // Values the trace made answer from their kind (functions, methods and partials
+            // are callable, containers, iterators and tensors are not), an instance from its
+            // class; real objects are asked below.
+            if !matches!(self.kind(args[0]), VarKind::Const(_) | VarKind::Object(_)) {
+                let answer = self.is_callable(args[0])?;
+                return Ok(self.constant(&answer.into_pyobject(py)?.to_owned().into_any()));
+            }
+        }
         if is("isinstance") && args.len() == 2 {
             if let Some(inst_cls) = self.instance_class(args[0]) {
                 let cls = self.python_value(args[1])?;

@@ -50,10 +50,12 @@ pub enum Rebuild {
     /// An object made in the trace that several values reach, built once into a temp
     /// (`CodeGen::define_shared`), by its tracker's number.
     Shared(u32),
-    /// A transformers `ModelOutput`: `cls(**fields)`.
-    ModelOutput {
-        cls: OwnedRef,
-        fields: Vec<(String, Rebuild)>,
+    /// `func(*args, **kwargs)`: a transformers `ModelOutput` (its class, called with the hook
+    /// off, with its fields), a `functools.partial` made in the trace.
+    Call {
+        func: Box<Rebuild>,
+        args: Vec<Rebuild>,
+        kwargs: Vec<(String, Rebuild)>,
     },
 }
 
@@ -88,9 +90,10 @@ impl Rebuild {
                 cls,
                 attrs: named(attrs)?,
             },
-            Rebuild::ModelOutput { cls, fields } => Rebuild::ModelOutput {
-                cls,
-                fields: named(fields)?,
+            Rebuild::Call { func, args, kwargs } => Rebuild::Call {
+                func: Box::new(func.map_outputs(source_of)?),
+                args: all(args)?,
+                kwargs: named(kwargs)?,
             },
             Rebuild::Attr { base, name } => Rebuild::Attr {
                 base: Box::new(base.map_outputs(source_of)?),
@@ -562,22 +565,19 @@ impl<'py> CodeGen<'py> {
                     self.emit(Opcode::StoreAttr, Operand::Name(i));
                 }
             }
-            Rebuild::ModelOutput { cls, fields } => {
-                // The constructor runs with the hook off: its frames (`__init__`,
-                // `__post_init__`, a custom `__setattr__`) only store the fields the graph
-                // computed, and capturing them would find nothing to compile.
-                let constructor = Bound::new(
-                    py,
-                    crate::eval_frame::disable::DisabledFunction::wrap(cls.bind(py).clone()),
-                )?;
+            Rebuild::Call { func, args, kwargs } => {
+                // NULL, func, (args...), {kwargs...}: CALL_FUNCTION_EX 1.
                 self.emit(Opcode::PushNull, Operand::None);
-                self.load_const(constructor.as_any());
-                self.load_const(&PyTuple::empty(py).into_any());
-                for (i, (name, value)) in fields.iter().enumerate() {
+                self.rebuild(func, above + 1)?;
+                for (i, arg) in args.iter().enumerate() {
+                    self.rebuild(arg, above + 2 + i as u32)?;
+                }
+                self.emit(Opcode::BuildTuple, Operand::Int(args.len() as u32));
+                for (i, (name, value)) in kwargs.iter().enumerate() {
                     self.load_const(&pyo3::types::PyString::new(py, name).into_any());
                     self.rebuild(value, above + 4 + 2 * i as u32)?;
                 }
-                self.emit(Opcode::BuildMap, Operand::Int(fields.len() as u32));
+                self.emit(Opcode::BuildMap, Operand::Int(kwargs.len() as u32));
                 self.emit(Opcode::CallFunctionEx, Operand::Int(1));
             }
             Rebuild::Dict(entries) => {

@@ -144,37 +144,6 @@ impl<'py> Tracer<'py> {
         Ok(None)
     }
 
-    /// `functools.reduce(function, iterable[, initial])`: the calls made one by one, left to
-    /// right, as Python does (it consumes the iterable at once, so nothing is deferred).
-    pub(super) fn functools_reduce(
-        &mut self,
-        func: &Bound<'py, PyAny>,
-        args: &[VarId],
-    ) -> CResult<Option<VarId>> {
-        let reduce =
-            crate::imports::ImportModule::import_module(self.py, "functools")?.getattr("reduce")?;
-        if !func.is(&reduce) || !(2..=3).contains(&args.len()) {
-            return Ok(None);
-        }
-        let mut items = self.items_of(args[1])?.into_iter();
-        let mut total = match args.get(2) {
-            Some(&initial) => initial,
-            None => match items.next() {
-                Some(first) => first,
-                None => {
-                    return unsupported(
-                        BreakKind::ExceptionWhileTracing,
-                        "reduce() of an empty iterable with no initial value",
-                    )
-                }
-            },
-        };
-        for item in items {
-            total = self.call_function(args[0], vec![total, item], Vec::new())?;
-        }
-        Ok(Some(total))
-    }
-
     /// An iterator over `items`, taken now from the containers in `over` (watched, see
     /// `VarKind::Iter`).
     pub fn new_iter(&mut self, items: Vec<VarId>, over: &[VarId]) -> VarId {

@@ -291,12 +291,19 @@ impl<'py> Tracer<'py> {
                 let (receiver, func) = (*receiver, func.bind(py).clone());
                 let mut all = vec![receiver];
                 all.extend(args);
-                self.call_python(&func, all, kwargs)
+                if func.is_instance(&self.h.function_type)? {
+                    return self.call_python(&func, all, kwargs);
+                }
+                // A method made by another callable's `__get__` (an `lru_cache`d function
+                // stored on a class): that callable, with the receiver first.
+                let func = self.wrap(&func, None)?;
+                self.call_function(func, all, kwargs)
             }
             VarKind::Function(function) => {
                 let function = function.clone();
                 self.inline_traced(&function, args, kwargs)
             }
+            VarKind::Partial { .. } => self.call_partial(callee, args, kwargs),
             VarKind::Const(obj) | VarKind::Object(obj) => {
                 let obj = obj.bind(py).clone();
                 self.call_object(callee, &obj, args, kwargs)
@@ -408,9 +415,12 @@ impl<'py> Tracer<'py> {
             if let Some(result) = self.iteration_builtin(obj, &args)? {
                 return Ok(result);
             }
-            if let Some(result) = self.functools_reduce(obj, &args)? {
-                return Ok(result);
-            }
+        }
+        if let Some(result) = self.functools_call(callee, obj, &args, &kwargs)? {
+            return Ok(result);
+        }
+        if let Some(result) = self.autograd_function_apply(obj, &args, &kwargs)? {
+            return Ok(result);
         }
         if obj.is(&h.builtins.getattr("set")?) && kwargs.is_empty() && args.len() <= 1 {
             return self.construct_set(&args);
@@ -448,7 +458,17 @@ impl<'py> Tracer<'py> {
             let receiver = self.wrap(&obj.getattr("__self__")?, source)?;
             let mut all = vec![receiver];
             all.extend(args);
-            return self.call_python(&obj.getattr("__func__")?, all, kwargs);
+            let func = obj.getattr("__func__")?;
+            if func.is_instance(&h.function_type)? {
+                return self.call_python(&func, all, kwargs);
+            }
+            // A method made by another callable's `__get__` (an `lru_cache`d function
+            // stored on a class): that callable, with the receiver first.
+            let func_source = self
+                .source(callee)
+                .map(|s| Rc::new(Source::Attr(s, "__func__".into())));
+            let func = self.wrap(&func, func_source)?;
+            return self.call_function(func, all, kwargs);
         }
         if h.foldable.contains(obj).unwrap_or(false) {
             return self.call_builtin(obj, args, kwargs);

@@ -11,6 +11,8 @@ use std::collections::{HashMap, HashSet};
 
 use pyo3::prelude::*;
 
+use crate::imports::ImportModule;
+
 use super::break_reasons::BreakKind;
 use super::codegen::{Rebuild, Replay};
 use super::graph::{self, Op};
@@ -44,7 +46,7 @@ pub struct Rebuilder {
 fn made_in_trace(tracer: &Tracer<'_>, id: VarId) -> bool {
     match tracer.kind(id) {
         VarKind::List(_) | VarKind::Dict(_) => tracer.source(id).is_none(),
-        VarKind::Instance { .. } => true,
+        VarKind::Instance { .. } | VarKind::Partial { .. } => true,
         VarKind::Object(_) => tracer.is_fresh_set(id),
         _ => false,
     }
@@ -275,13 +277,41 @@ fn rebuild_inline(tracer: &Tracer<'_>, id: VarId, r: &mut Rebuilder) -> CResult<
                     .into_iter()
                     .map(|(name, v)| Ok((name, rebuild_plan(tracer, v, r)?)))
                     .collect::<CResult<_>>()?;
-                Rebuild::ModelOutput { cls, fields }
+                // The constructor runs with the hook off: its frames (`__init__`,
+                // `__post_init__`, a custom `__setattr__`) only store the fields the graph
+                // computed, and capturing them would find nothing to compile.
+                let constructor = Bound::new(
+                    py,
+                    crate::eval_frame::disable::DisabledFunction::wrap(cls.bind(py).clone()),
+                )?;
+                Rebuild::Call {
+                    func: Box::new(Rebuild::Const(OwnedRef::from_bound(constructor.as_any()))),
+                    args: Vec::new(),
+                    kwargs: fields,
+                }
             } else {
                 let attrs = attrs
                     .into_iter()
                     .map(|(name, v)| Ok((name, rebuild_plan(tracer, v, r)?)))
                     .collect::<CResult<_>>()?;
                 Rebuild::Instance { cls, attrs }
+            }
+        }
+        VarKind::Partial { func, args, kwargs } => {
+            let (func, args, kwargs) = (*func, args.clone(), kwargs.clone());
+            let mut all = vec![rebuild_plan(tracer, func, r)?];
+            for arg in args {
+                all.push(rebuild_plan(tracer, arg, r)?);
+            }
+            let kwargs = kwargs
+                .into_iter()
+                .map(|(name, v)| Ok((name, rebuild_plan(tracer, v, r)?)))
+                .collect::<CResult<_>>()?;
+            let partial = py.import_module("functools")?.getattr("partial")?;
+            Rebuild::Call {
+                func: Box::new(Rebuild::Const(OwnedRef::from_bound(&partial))),
+                args: all,
+                kwargs,
             }
         }
         // The function the trace resolved, bound to the receiver: `receiver.name` could

@@ -351,6 +351,20 @@ impl<'py> Tracer<'py> {
                     .collect::<CResult<Vec<_>>>()?;
                 pyo3::types::PyList::new(py, items)?.into_any()
             }
+            VarKind::Partial { func, args, kwargs } => {
+                let (func, args, kwargs) = (*func, args.clone(), kwargs.clone());
+                let mut all = vec![self.python_value(func)?];
+                for arg in args {
+                    all.push(self.python_value(arg)?);
+                }
+                let keywords = PyDict::new(py);
+                for (name, value) in kwargs {
+                    keywords.set_item(name, self.python_value(value)?)?;
+                }
+                py.import_module("functools")?
+                    .getattr("partial")?
+                    .call(PyTuple::new(py, all)?, Some(&keywords))?
+            }
             // A view of a dict rebuilt now: the call it is passed to runs right away.
             VarKind::DictView { dict, which } => {
                 self.python_value(*dict)?.call_method0(which.method())?
@@ -760,8 +774,13 @@ impl<'py> Tracer<'py> {
         // `items()`, iteration are not evaluated on existing objects), and a ModelOutput's
         // fields through guarded attribute reads, so its type is what the code depends on,
         // as for a plain instance.
+        // The `ctx` of an autograd.Function's forward, compiled as its own frame (apply ran
+        // eagerly): a new one per call, read and stored to through its source.
+        let backward_function = py
+            .import_module("torch.autograd.function")?
+            .getattr("BackwardCFunction")?;
         let ordered_dict = py.import_module("collections")?.getattr("OrderedDict")?;
-        if ty.is(&ordered_dict) {
+        if ty.is(&ordered_dict) || value.is_instance(&backward_function)? {
             self.guards.add(
                 source.clone(),
                 GuardKind::Type(OwnedRef::from_bound(ty.as_any())),
@@ -1097,6 +1116,7 @@ pub fn kind_name(kind: &VarKind) -> &'static str {
         VarKind::Method { .. } => "a method",
         VarKind::Iter { .. } => "an iterator",
         VarKind::Function(_) => "a function",
+        VarKind::Partial { .. } => "a functools.partial made while tracing",
         VarKind::CellRef(_) => "a cell",
         VarKind::Super { .. } => "super()",
         VarKind::Instance { .. } => "an object made while tracing",

@@ -69,6 +69,13 @@ pub enum VarKind {
     },
     /// A function made by `MAKE_FUNCTION` inside the trace.
     Function(Rc<TracedFunction>),
+    /// `functools.partial(func, *args, **kwargs)` made inside the trace: calling it calls
+    /// `func` with `args` first and `kwargs` as defaults.
+    Partial {
+        func: VarId,
+        args: Vec<VarId>,
+        kwargs: Vec<(String, VarId)>,
+    },
     /// A closure cell pushed by `LOAD_CLOSURE`.
     CellRef(Cell),
     /// `super()` inside a method: attribute lookups start after `cls` in the receiver's MRO.

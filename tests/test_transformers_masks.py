@@ -1,0 +1,96 @@
+"""transformers models called the usual way — `input_ids` with a padded `attention_mask` — side
+by side with TorchDynamo: the same number of graphs (one for these), eager's outputs, and no
+recompile on an identical second call. They exercise what transformers' utilities do around
+the model: mask functions composed as closures and checked with `callable()`,
+`functools.partial` activations, `lru_cache`d logging helpers, `autograd.Function`
+activations (bloom), mixture-of-experts routing (mixtral, qwen2_moe)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch._dynamo
+
+import dynamo_rs
+from dynamo_rs.testing import CompileCounter
+
+transformers = pytest.importorskip("transformers")
+
+SMALL = dict(vocab_size=128, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+             intermediate_size=96, n_embd=64, n_layer=2, n_head=4, num_key_value_heads=2,
+             max_position_embeddings=64, moe_intermediate_size=32,
+             shared_expert_intermediate_size=64, num_local_experts=4, num_experts=4,
+             num_experts_per_tok=2)
+
+MODELS = ["bert", "gpt2", "llama", "gemma", "gpt_bigcode", "starcoder2", "bloom", "mixtral",
+          "qwen2_moe", "opt", "falcon"]
+
+
+def build(name: str):
+    torch.manual_seed(0)
+    config = transformers.AutoConfig.for_model(name)
+    for key, value in SMALL.items():
+        if hasattr(config, key):
+            setattr(config, key, value)
+    return transformers.AutoModel.from_config(config).eval()
+
+
+def inputs():
+    ids = torch.randint(1, 128, (2, 12), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones(2, 12, dtype=torch.long)
+    mask[1, 8:] = 0
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+@pytest.fixture(autouse=True)
+def fresh():
+    dynamo_rs.reset()
+    torch._dynamo.reset()
+    yield
+    dynamo_rs.reset()
+    torch._dynamo.reset()
+
+
+def compile_twice(model):
+    """Eager's output, then two compiled calls (checked against it); the graphs of the first
+    call and the frames compiled in all."""
+    with torch.no_grad():
+        expected = model(**inputs()).last_hidden_state
+        counter = CompileCounter()
+        compiled = dynamo_rs.compile(model, backend=counter)
+        first = compiled(**inputs()).last_hidden_state
+        graphs = counter.frame_count
+        second = compiled(**inputs()).last_hidden_state
+    torch.testing.assert_close(first, expected, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(second, expected, atol=1e-5, rtol=1e-5)
+    return graphs, counter.frame_count
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_model_with_attention_mask(name) -> None:
+    model = build(name)
+    with torch.no_grad():
+        theirs = torch._dynamo.explain(model)(**inputs()).graph_count
+    torch._dynamo.reset()
+    graphs, frames = compile_twice(model)
+    assert graphs == theirs, (graphs, theirs)
+    assert frames == graphs, "an identical call compiled again"
+
+
+def test_longformer_breaks_on_its_data_dependent_code() -> None:
+    """Longformer reads `.item()` of a tensor to decide on global attention: TorchDynamo
+    breaks there (twice) and at `logger.warning_once` (6 graphs). The `lru_cache`d warning
+    is evaluated once while tracing here, as eagerly it runs once, so fewer graphs — but
+    never more than TorchDynamo's, and the data-dependent breaks are where it has them."""
+    model = build("longformer")
+    with torch.no_grad():
+        theirs = torch._dynamo.explain(model)(**inputs())
+        torch._dynamo.reset()
+        ours = dynamo_rs.explain(model)(**inputs())
+    dynamo_rs.reset()
+    graphs, frames = compile_twice(model)
+    assert frames == graphs
+    assert 1 < graphs <= theirs.graph_count
+    item_breaks = [r for r in theirs.break_reasons if "item()" in r.reason]
+    assert len([r for r in ours.break_reasons if "item()" in str(r)]) == len(item_breaks)
+    assert not ours.eager_frames
