@@ -950,6 +950,73 @@ def _cached_tensor_fn(t):
 @case(T34)
 def lru_cached_helpers(x):
     return x * sum(_offsets(4)) + len(_offsets(3, step=2)), _cached_tensor_fn(x)
+# Exceptions raised and caught inside the traced code: a Mapping's get() over a registry
+# (transformers' AttentionInterface), raise in a helper caught by the caller, IndexError /
+# KeyError / AttributeError from lookups whose answer the guards fix, `except ... as e`.
+import collections.abc
+class _Registry(collections.abc.Mapping):
+    _shared = {"sin": torch.sin}
+    def __init__(self):
+        self._local = {"cos": torch.cos}
+    def __getitem__(self, key):
+        if key in self._local:
+            return self._local[key]
+        return self._shared[key]
+    def __iter__(self):
+        return iter({**self._shared, **self._local})
+    def __len__(self):
+        return len(self._shared) + len(self._local)
+_REGISTRY = _Registry()
+def _checked_scale(n):
+    if n > 3:
+        raise ValueError(f"scale {n} too big")
+    return n
+def _first_or(items, default):
+    try:
+        return items[0]
+    except IndexError:
+        return default
+@case(T34)
+def mapping_get_falls_back(x):
+    return _REGISTRY.get("sin", torch.tanh)(x) + _REGISTRY.get("eager", torch.tanh)(x) + _REGISTRY["cos"](x)
+@case(T34)
+def exception_raised_in_callee_caught_here(x):
+    try:
+        k = _checked_scale(5)
+    except ValueError as err:
+        k = len(err.args)
+    try:
+        k = k + _checked_scale(2)
+    except ValueError:
+        k = -1
+    return x * k
+@case(T34)
+def lookups_that_raise_are_caught(x):
+    y = x + _first_or([], 2) + _first_or((3,), 0)
+    try:
+        y = y + {"a": 1}["b"]
+    except KeyError:
+        y = y - 1
+    try:
+        y = y + getattr(_REGISTRY, "missing")
+    except AttributeError:
+        y = y * 2
+    return y
+# del on items of lists and dicts made in the trace, and of arguments' (replayed).
+@case(T34, lambda: [1, 2, 3, 4, 5, 6], lambda: {"a": 1, "b": 2})
+def del_items(x, values, table):
+    local = [x, x + 1, x + 2, x + 3]
+    del local[1]
+    del local[-1]
+    names = {"p": x, "q": x * 2}
+    del names["p"]
+    del values[::2]
+    del table["a"]
+    try:
+        del table["zzz"]
+    except KeyError:
+        x = x + 1
+    return local, names, values, table, x
 # Iterating over a tensor walks its first dimension (x[0], x[1], ...).
 @case(T34)
 def iterate_over_a_tensor(x):

@@ -909,10 +909,10 @@ CASES = {
     "f-string of a tensor": (fstring_of_tensor, [(t(3),)], 0),
     # A global store is replayed after the graph (as by TorchDynamo).
     "global counter": (global_counter, [(t(3),)], 0),
-    # Stores into argument lists are replayed (as by TorchDynamo); `del` of a dict item is a
-    # break for us.
+    # Stores into argument lists and `del` of argument dict items are replayed (as by
+    # TorchDynamo).
     "store into an argument list": (store_into_argument_list, [lambda: (torch.ones(3), [None, 1])], 0),
-    "delete from an argument dict": (delete_from_argument_dict, [lambda: (torch.ones(3), {"a": 1, "b": 2})], 1),
+    "delete from an argument dict": (delete_from_argument_dict, [lambda: (torch.ones(3), {"a": 1, "b": 2})], 0),
     # TorchDynamo traces numpy code as tensor code; we break and run it as it is.
     "numpy round trip": (numpy_roundtrip, [(t(3),)], 1),
     "assert on a tensor": (assert_on_tensor, [(t(3),)], 0),

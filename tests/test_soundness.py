@@ -1078,3 +1078,157 @@ def test_lru_cached_method_runs_once_like_transformers_warning_once() -> None:
         torch.testing.assert_close(compiled_fn(x), eager_fn(x))
     assert compiled_warner.said == eager_warner.said == ["padded"]
     assert counter.frame_count == 1
+
+
+# --- copy.deepcopy: the copy is private to the trace, what it was made from is guarded -------
+
+
+class _Config:
+    def __init__(self, **entries):
+        self.__dict__.update(entries)
+
+
+def _decoder_view(config, x):
+    import copy
+
+    view = copy.deepcopy(config)
+    for key in list(view.__dict__):
+        if key.startswith("decoder_"):
+            setattr(view, key[len("decoder_"):], getattr(view, key))
+    view.scale = view.scale * 2
+    return x * view.scale + view.layers + len(view.names), view.names
+
+
+def _copied_table_changed(config, x):
+    import copy
+
+    view = copy.deepcopy(config)
+    view.table["extra"] = 5  # a change to a container of the copy
+    delattr(view, "scale")
+    return x + sum(view.table.values()) + hasattr(view, "scale")
+
+
+def _copied_containers(config, x):
+    import copy
+
+    names = copy.deepcopy(config.names)
+    names.append("z")
+    table = copy.deepcopy({"a": config.layers, "b": [1, 2]})
+    table["b"].append(3)
+    return x * len(names) + sum(table["b"]) + table["a"], names, config.names
+
+
+@pytest.mark.parametrize("fn", [_decoder_view, _copied_table_changed, _copied_containers],
+                         ids=lambda f: f.__name__)
+def test_deepcopy_of_a_config(fn) -> None:
+    def make():
+        return _Config(scale=1.5, layers=2, decoder_layers=3, names=["a", "b"], table={"t": 1})
+
+    compiled_fn, counter = compiled(fn)
+    eager_config, compiled_config = make(), make()
+    x = torch.randn(3)
+    for step in range(4):
+        expected = fn(eager_config, x)
+        actual = compiled_fn(compiled_config, x)
+        if isinstance(expected, tuple):
+            torch.testing.assert_close(actual[0], expected[0])
+            assert actual[1:] == expected[1:]
+        else:
+            torch.testing.assert_close(actual, expected)
+        assert vars(compiled_config) == vars(eager_config), "the original is left alone"
+        if step == 1:
+            for config in (eager_config, compiled_config):
+                config.decoder_layers = 7
+                config.names.append("c")
+    # Captured, and recompiled once when the original changed (a change to the copy's own
+    # containers is refused: that frame runs as it is).
+    assert counter.frame_count <= 3
+    if fn is not _copied_table_changed:
+        assert counter.frame_count == 2
+
+
+def _store_with_builtins(holder):
+    def fn(x):
+        setattr(holder, "a", holder.a + 1)
+        setattr(holder, "c", x.sum())
+        delattr(holder, "b")
+        return x * holder.a
+
+    return fn
+
+
+def test_setattr_and_delattr_builtins() -> None:
+    holder, eager_holder = _Config(a=1, b=torch.ones(2)), _Config(a=1, b=torch.ones(2))
+    compiled_fn, counter = compiled(_store_with_builtins(holder))
+    x = torch.randn(3)
+    torch.testing.assert_close(compiled_fn(x), _store_with_builtins(eager_holder)(x))
+    assert counter.frame_count == 1
+    assert holder.a == eager_holder.a and not hasattr(holder, "b")
+    torch.testing.assert_close(holder.c, eager_holder.c)
+
+
+# --- exceptions caught inside the trace depend on guarded state ------------------------------
+
+
+class _Table:
+    shared = {"sin": torch.sin}
+
+    def __getitem__(self, key):
+        return self.shared[key]
+
+    def get(self, key, default):
+        try:
+            return self[key]
+        except KeyError:
+            return default
+
+
+def _uses_table(table, holder, items, x):
+    y = table.get("extra", torch.tanh)(x)
+    try:
+        y = y + holder.bonus
+    except AttributeError:
+        y = y - 1
+    try:
+        y = y * items[2]
+    except IndexError:
+        y = y * 0.5
+    return y
+
+
+def test_caught_exceptions_follow_the_state_they_came_from() -> None:
+    compiled_fn, counter = compiled(_uses_table)
+    table, holder, items = _Table(), types.SimpleNamespace(), [1, 2]
+    x = torch.randn(4)
+    same(compiled_fn, _uses_table, table, holder, items, x)
+    same(compiled_fn, _uses_table, table, holder, items, x)
+    assert counter.frame_count == 1
+    _Table.shared["extra"] = torch.relu  # the missing key appears
+    same(compiled_fn, _uses_table, table, holder, items, x)
+    holder.bonus = 3.0  # the missing attribute appears
+    same(compiled_fn, _uses_table, table, holder, items, x)
+    items.append(7)  # the index is in range now
+    same(compiled_fn, _uses_table, table, holder, items, x)
+    del _Table.shared["extra"]
+    # One recompile per change (a graph operation inside a `try` body of the compiled frame
+    # itself is split off, so the attribute's arrival adds a resume function too).
+    assert counter.frame_count <= 6
+
+
+def test_exception_not_caught_reaches_the_caller() -> None:
+    def helper(n):
+        if n > 1:
+            raise RuntimeError("boom")
+        return n
+
+    def fn(x, n):
+        try:
+            return x + helper(n)
+        except ValueError:
+            return x
+
+    compiled_fn, _ = compiled(fn)
+    x = torch.randn(3)
+    torch.testing.assert_close(compiled_fn(x, 1), fn(x, 1))
+    with pytest.raises(RuntimeError, match="boom"):
+        compiled_fn(x, 2)

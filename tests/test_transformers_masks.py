@@ -3,7 +3,8 @@ by side with TorchDynamo: the same number of graphs (one for these), eager's out
 recompile on an identical second call. They exercise what transformers' utilities do around
 the model: mask functions composed as closures and checked with `callable()`,
 `functools.partial` activations, `lru_cache`d logging helpers, `autograd.Function`
-activations (bloom), mixture-of-experts routing (mixtral, qwen2_moe)."""
+activations (bloom), mixture-of-experts routing (mixtral, qwen2_moe), `copy.deepcopy` of the
+config and `setattr` on the copy (bart, t5: `get_text_config` in the cache's `__init__`)."""
 
 from __future__ import annotations
 
@@ -20,10 +21,13 @@ SMALL = dict(vocab_size=128, hidden_size=64, num_hidden_layers=2, num_attention_
              intermediate_size=96, n_embd=64, n_layer=2, n_head=4, num_key_value_heads=2,
              max_position_embeddings=64, moe_intermediate_size=32,
              shared_expert_intermediate_size=64, num_local_experts=4, num_experts=4,
-             num_experts_per_tok=2)
+             num_experts_per_tok=2, d_model=64, d_ff=96, d_kv=16, num_layers=2,
+             num_decoder_layers=2, num_heads=4, encoder_layers=2, decoder_layers=2,
+             encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=96,
+             decoder_ffn_dim=96)
 
 MODELS = ["bert", "gpt2", "llama", "gemma", "gpt_bigcode", "starcoder2", "bloom", "mixtral",
-          "qwen2_moe", "opt", "falcon"]
+          "qwen2_moe", "opt", "falcon", "bart", "t5"]
 
 
 def build(name: str):
@@ -35,11 +39,14 @@ def build(name: str):
     return transformers.AutoModel.from_config(config).eval()
 
 
-def inputs():
+def inputs(model):
     ids = torch.randint(1, 128, (2, 12), generator=torch.Generator().manual_seed(1))
     mask = torch.ones(2, 12, dtype=torch.long)
     mask[1, 8:] = 0
-    return {"input_ids": ids, "attention_mask": mask}
+    out = {"input_ids": ids, "attention_mask": mask}
+    if model.config.is_encoder_decoder:
+        out["decoder_input_ids"] = ids[:, :7]
+    return out
 
 
 @pytest.fixture(autouse=True)
@@ -55,12 +62,12 @@ def compile_twice(model):
     """Eager's output, then two compiled calls (checked against it); the graphs of the first
     call and the frames compiled in all."""
     with torch.no_grad():
-        expected = model(**inputs()).last_hidden_state
+        expected = model(**inputs(model)).last_hidden_state
         counter = CompileCounter()
         compiled = dynamo_rs.compile(model, backend=counter)
-        first = compiled(**inputs()).last_hidden_state
+        first = compiled(**inputs(model)).last_hidden_state
         graphs = counter.frame_count
-        second = compiled(**inputs()).last_hidden_state
+        second = compiled(**inputs(model)).last_hidden_state
     torch.testing.assert_close(first, expected, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(second, expected, atol=1e-5, rtol=1e-5)
     return graphs, counter.frame_count
@@ -70,7 +77,7 @@ def compile_twice(model):
 def test_model_with_attention_mask(name) -> None:
     model = build(name)
     with torch.no_grad():
-        theirs = torch._dynamo.explain(model)(**inputs()).graph_count
+        theirs = torch._dynamo.explain(model)(**inputs(model)).graph_count
     torch._dynamo.reset()
     graphs, frames = compile_twice(model)
     assert graphs == theirs, (graphs, theirs)
@@ -84,9 +91,9 @@ def test_longformer_breaks_on_its_data_dependent_code() -> None:
     never more than TorchDynamo's, and the data-dependent breaks are where it has them."""
     model = build("longformer")
     with torch.no_grad():
-        theirs = torch._dynamo.explain(model)(**inputs())
+        theirs = torch._dynamo.explain(model)(**inputs(model))
         torch._dynamo.reset()
-        ours = dynamo_rs.explain(model)(**inputs())
+        ours = dynamo_rs.explain(model)(**inputs(model))
     dynamo_rs.reset()
     graphs, frames = compile_twice(model)
     assert frames == graphs

@@ -171,7 +171,9 @@ def _foldable() -> set:
 
     out |= {inspect.signature}
     out |= {torch.Size, torch.is_grad_enabled, torch.get_default_dtype, torch.is_tensor,
-            torch.is_floating_point, torch.device, torch.finfo, torch.iinfo}
+            torch.is_floating_point, torch.device, torch.finfo, torch.iinfo,
+            # `Module.to(...)`'s argument parsing: (device, dtype, non_blocking, format).
+            torch._C._nn._parse_to}
     return out
 
 

@@ -13,6 +13,38 @@ use super::vars::{VarId, VarKind};
 use crate::eval_frame::owned::OwnedRef;
 
 impl<'py> Tracer<'py> {
+    /// `setattr(obj, "name", value)` / `delattr(obj, "name")` with a constant name: the
+    /// attribute store or delete the statement form would make; None for other calls.
+    pub(super) fn attribute_builtin(
+        &mut self,
+        func: &Bound<'py, PyAny>,
+        args: &[VarId],
+        kwargs: &[(String, VarId)],
+    ) -> CResult<Option<VarId>> {
+        let py = self.py;
+        let b = &self.h.builtins;
+        let (store, arity) = if b.getattr("setattr")?.is(func) {
+            (true, 3)
+        } else if b.getattr("delattr")?.is(func) {
+            (false, 2)
+        } else {
+            return Ok(None);
+        };
+        if args.len() != arity || !kwargs.is_empty() {
+            return Ok(None);
+        }
+        let name = match self.kind(args[1]) {
+            VarKind::Const(n) => match n.bind(py).extract::<String>() {
+                Ok(name) => name,
+                Err(_) => return Ok(None),
+            },
+            _ => return Ok(None),
+        };
+        let value = store.then(|| args[2]);
+        self.store_attr(args[0], &name, value)?;
+        Ok(Some(self.constant(&py.None().into_bound(py))))
+    }
+
     /// Calls a pure builtin at trace time, with the tracker-aware cases first.
     pub(super) fn call_builtin(
         &mut self,
@@ -191,10 +223,14 @@ impl<'py> Tracer<'py> {
             return match (found, args.get(2)) {
                 (true, _) => self.get_attr(args[0], &attr),
                 (false, Some(&default)) => Ok(default),
-                (false, None) => unsupported(
-                    BreakKind::UnsupportedOperation,
-                    format!("getattr() of a missing attribute {attr:?}"),
-                ),
+                (false, None) => {
+                    // Missing as guarded above: AttributeError on every call.
+                    let message = format!("object has no attribute {attr:?}");
+                    self.raise_builtin(
+                        "AttributeError",
+                        pyo3::types::PyString::new(py, &message).into_any(),
+                    )
+                }
             };
         }
         if (is("tuple") || is("list"))
@@ -297,10 +333,11 @@ impl<'py> Tracer<'py> {
         let result = match func.call(a, Some(&k)) {
             Ok(r) => r,
             Err(err) => {
-                return unsupported(
-                    BreakKind::ExceptionWhileTracing,
-                    format!("{name}() raised {err} while tracing"),
-                )
+                let detail = format!("{name}() raised {err} while tracing");
+                if self.all_constant(&args, &kwargs) {
+                    return self.raised(err, detail);
+                }
+                return unsupported(BreakKind::ExceptionWhileTracing, detail);
             }
         };
         if result.is_instance(&self.h.tensor_type)? {

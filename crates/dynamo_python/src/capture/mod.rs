@@ -28,6 +28,8 @@ mod ops_build;
 mod ops_call;
 mod ops_containers;
 mod ops_control;
+mod ops_copy;
+mod ops_exceptions;
 mod ops_functools;
 mod ops_graph;
 mod ops_load_store;

@@ -4,6 +4,7 @@
 
 use super::break_reasons::{Break, BreakKind};
 use pyo3::prelude::*;
+use pyo3::types::PyString;
 
 use super::graph::Op;
 use super::source::{ItemKey, Source};
@@ -285,10 +286,11 @@ impl<'py> Tracer<'py> {
         let result = match op.call1(self.python_args(&args)?) {
             Ok(r) => r,
             Err(err) => {
-                return unsupported(
-                    BreakKind::ExceptionWhileTracing,
-                    format!("operator {name} raised {err} while tracing"),
-                )
+                let detail = format!("operator {name} raised {err} while tracing");
+                if self.all_constant(&args, &[]) {
+                    return self.raised(err, detail);
+                }
+                return unsupported(BreakKind::ExceptionWhileTracing, detail);
             }
         };
         if self.h.is_constant(&result)? {
@@ -451,6 +453,9 @@ impl<'py> Tracer<'py> {
                 Vec::new(),
             );
         }
+        if let Some(result) = self.python_getitem(container, index)? {
+            return Ok(result);
+        }
         if self.contains_tensor(index) {
             return unsupported(
                 BreakKind::UnsupportedOperation,
@@ -488,10 +493,11 @@ impl<'py> Tracer<'py> {
                     let at = if i < 0 { i + n } else { i };
                     return match items.get(at as usize) {
                         Some(&item) if at >= 0 => Ok(item),
-                        _ => unsupported(
-                            BreakKind::ExceptionWhileTracing,
-                            "index out of range while tracing",
-                        ),
+                        _ => {
+                            let what = if is_tuple { "tuple" } else { "list" };
+                            let message = format!("{what} index out of range");
+                            self.raise_builtin("IndexError", PyString::new(py, &message).into_any())
+                        }
                     };
                 }
                 // A slice: index the tracker list with the real slice.
@@ -522,10 +528,8 @@ impl<'py> Tracer<'py> {
                         return Ok(*v);
                     }
                 }
-                unsupported(
-                    BreakKind::ExceptionWhileTracing,
-                    format!("missing dict key {key}"),
-                )
+                // The keys of a dict tracker are guarded (or made here): missing on every call.
+                self.raise_builtin("KeyError", key)
             }
             VarKind::Object(v)
                 if v.bind(py).is_instance(&self.h.module_sequences)?
@@ -544,10 +548,8 @@ impl<'py> Tracer<'py> {
                 let item = match v.get_item(&key) {
                     Ok(item) => item,
                     Err(err) => {
-                        return unsupported(
-                            BreakKind::ExceptionWhileTracing,
-                            format!("indexing raised {err} while tracing"),
-                        )
+                        let detail = format!("indexing raised {err} while tracing");
+                        return self.subscript_failed(container, &v, &key, err, detail);
                     }
                 };
                 // Hashable keys other than ints and strs (dtype-keyed tables) are guarded too.
@@ -592,10 +594,8 @@ impl<'py> Tracer<'py> {
                 let n = items.len() as i64;
                 let at = if i < 0 { i + n } else { i };
                 if at < 0 || at >= n {
-                    return unsupported(
-                        BreakKind::ExceptionWhileTracing,
-                        "list index out of range while tracing",
-                    );
+                    let message = PyString::new(self.py, "list assignment index out of range");
+                    return self.raise_builtin("IndexError", message.into_any());
                 }
                 self.may_change_container(container, "item assignment")?;
                 if let VarKind::List(items) = &mut self.vars[container.0 as usize].kind {
@@ -609,6 +609,61 @@ impl<'py> Tracer<'py> {
                     "item assignment on {} (a side effect to replay)",
                     kind_name(other)
                 ),
+            ),
+        }
+    }
+
+    /// `DELETE_SUBSCR`: `del container[index]` on a list or dict the trace may change (made
+    /// here, or existing and replayed); an index or key that is not there raises as Python
+    /// would (the length and keys are guarded).
+    pub(super) fn op_delete_subscr(&mut self, f: &mut FrameState<'py>) -> CResult<Flow> {
+        let py = self.py;
+        let index = self.pop(f)?;
+        let container = self.pop(f)?;
+        if !self.changeable_container(container) || self.contains_tensor(index) {
+            return unsupported(
+                BreakKind::UnreplayableSideEffect,
+                format!("del on an item of {}", kind_name(self.kind(container))),
+            );
+        }
+        match self.kind(container) {
+            VarKind::Dict(entries) => {
+                let key = self.python_value(index)?;
+                let mut at = None;
+                for (i, (k, _)) in entries.iter().enumerate() {
+                    if k.bind(py).eq(&key)? {
+                        at = Some(i);
+                        break;
+                    }
+                }
+                let Some(at) = at else {
+                    return self.raise_builtin("KeyError", key);
+                };
+                self.may_change_container(container, "del")?;
+                if let VarKind::Dict(entries) = &mut self.vars[container.0 as usize].kind {
+                    entries.remove(at);
+                }
+                Ok(Flow::Continue)
+            }
+            VarKind::List(items) => {
+                // Python's own `del` on the positions decides which items go (ints, slices
+                // with steps, negative indices) and what it raises.
+                let n = items.len();
+                let key = self.python_value(index)?;
+                let positions = pyo3::types::PyList::new(py, 0..n)?;
+                if let Err(err) = positions.as_any().del_item(&key) {
+                    return self.raised(err, "del on a list item raised while tracing");
+                }
+                let kept: Vec<usize> = positions.extract()?;
+                self.may_change_container(container, "del")?;
+                if let VarKind::List(items) = &mut self.vars[container.0 as usize].kind {
+                    *items = kept.into_iter().map(|i| items[i]).collect();
+                }
+                Ok(Flow::Continue)
+            }
+            other => unsupported(
+                BreakKind::UnreplayableSideEffect,
+                format!("del on an item of {}", kind_name(other)),
             ),
         }
     }

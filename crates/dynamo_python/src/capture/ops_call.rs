@@ -422,6 +422,15 @@ impl<'py> Tracer<'py> {
         if let Some(result) = self.autograd_function_apply(obj, &args, &kwargs)? {
             return Ok(result);
         }
+        if let Some(result) = self.deepcopy_call(obj, &args, &kwargs)? {
+            return Ok(result);
+        }
+        if let Some(result) = self.attribute_builtin(obj, &args, &kwargs)? {
+            return Ok(result);
+        }
+        if let Some(result) = self.construct_exception(obj, &args, &kwargs)? {
+            return Ok(result);
+        }
         if obj.is(&h.builtins.getattr("set")?) && kwargs.is_empty() && args.len() <= 1 {
             return self.construct_set(&args);
         }

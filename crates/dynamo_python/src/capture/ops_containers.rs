@@ -271,10 +271,8 @@ impl<'py> Tracer<'py> {
                     }
                     "pop" => {
                         if items.is_empty() {
-                            return unsupported(
-                                BreakKind::ExceptionWhileTracing,
-                                "pop from an empty list while tracing",
-                            );
+                            let message = pyo3::types::PyString::new(py, "pop from empty list");
+                            return self.raise_builtin("IndexError", message.into_any());
                         }
                         let at = index.map_or(items.len() - 1, |i| {
                             normalize(i, items.len()).min(items.len() - 1)

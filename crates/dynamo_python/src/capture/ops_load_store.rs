@@ -166,6 +166,14 @@ impl<'py> Tracer<'py> {
 
     /// `obj.name` for any tracker.
     pub fn get_attr(&mut self, obj: VarId, name: &str) -> CResult<VarId> {
+        let value = self.read_attr(obj, name)?;
+        if self.is_private(obj) {
+            self.mark_private_containers(value);
+        }
+        Ok(value)
+    }
+
+    fn read_attr(&mut self, obj: VarId, name: &str) -> CResult<VarId> {
         let py = self.py;
         match self.kind(obj) {
             VarKind::Tensor { fake, .. } => {
@@ -227,10 +235,8 @@ impl<'py> Tracer<'py> {
                 let attr = match value.getattr(name) {
                     Ok(a) => a,
                     Err(err) => {
-                        return unsupported(
-                            BreakKind::ExceptionWhileTracing,
-                            format!("getattr(..., {name:?}) raised {err}"),
-                        )
+                        let detail = format!("getattr(..., {name:?}) raised {err}");
+                        return self.getattr_failed(obj, name, err, detail);
                     }
                 };
                 // Read-only lookups on a real dict (registries, config tables) stay tracked so

@@ -32,7 +32,12 @@ impl<'py> Tracer<'py> {
         Ok(Flow::Continue)
     }
 
-    fn store_attr(&mut self, obj: VarId, name: &str, value: Option<VarId>) -> CResult<()> {
+    pub(super) fn store_attr(
+        &mut self,
+        obj: VarId,
+        name: &str,
+        value: Option<VarId>,
+    ) -> CResult<()> {
         let py = self.py;
         match &mut self.vars[obj.0 as usize].kind {
             VarKind::Instance {
@@ -65,6 +70,9 @@ impl<'py> Tracer<'py> {
                 )
             }
             _ => {}
+        }
+        if self.is_private(obj) {
+            return self.store_private_attr(obj, name, value);
         }
         let (Some(source), Some(real)) = (self.source(obj), self.real_unpinned(obj)) else {
             return unsupported(

@@ -149,6 +149,16 @@ pub struct Tracer<'py> {
     pub written_containers: Vec<VarId>,
     /// Sets the trace made, by object address (kept alive): see `ops_sets`.
     pub fresh_sets: HashMap<usize, (VarId, OwnedRef)>,
+    /// Objects only the trace can reach (deep copies made while tracing), by address (kept
+    /// alive): see `ops_copy`.
+    pub private_objects: HashMap<usize, OwnedRef>,
+    /// The exception of the instruction that just failed, when the traced code raised it
+    /// (see `ops_exceptions`).
+    pub raised: Option<OwnedRef>,
+    /// Whether the trace entered a handler of the compiled frame itself.
+    pub caught_in_root: bool,
+    /// Trackers of the lists and dicts read from private objects (not to be changed).
+    pub private_containers: std::collections::HashSet<VarId>,
     /// `STORE_GLOBAL`s, in order: (the globals dict, name, value). Later loads of the name
     /// see the value; the generated code replays the last store to each name.
     pub global_stores: Vec<(OwnedRef, String, VarId)>,
@@ -202,6 +212,10 @@ impl<'py> Tracer<'py> {
             containers_shared: false,
             written_containers: Vec::new(),
             fresh_sets: HashMap::new(),
+            private_objects: HashMap::new(),
+            raised: None,
+            caught_in_root: false,
+            private_containers: Default::default(),
             global_stores: Vec::new(),
         })
     }
@@ -569,6 +583,12 @@ impl<'py> Tracer<'py> {
     /// Allows a change to the list or dict `id`: one made in the trace, or an existing one
     /// (its final contents are then replayed by the generated code). Refuses others.
     pub fn may_change_container(&mut self, id: VarId, what: &str) -> CResult<()> {
+        if self.private_containers.contains(&id) {
+            return unsupported(
+                BreakKind::UnreplayableSideEffect,
+                format!("{what} on a container of an object copied while tracing"),
+            );
+        }
         if self.source(id).is_none() {
             return Ok(());
         }
@@ -892,6 +912,7 @@ impl<'py> Tracer<'py> {
 
     /// Translates `frame` until it returns.
     pub fn run(&mut self, frame: &mut FrameState<'py>) -> CResult<VarId> {
+        let locations = self.location_stack.len() + 1;
         self.location_stack.push((
             Rc::from(frame.qualname.as_str()),
             Rc::from(frame.filename.as_str()),
@@ -912,13 +933,19 @@ impl<'py> Tracer<'py> {
             // trace time); a graph operation there could raise at run time where the
             // handler would not see it, so `graph_call` refuses it. The cleanup of a
             // grad-mode `with` block only restores the mode, which the graph does itself.
-            self.in_try = instruction
-                .handler
-                .is_some_and(|h| !self.is_grad_mode_cleanup(frame, h));
+            self.in_try = instruction.handler.is_some_and(|h| {
+                !self.is_grad_mode_cleanup(frame, h)
+                    && !super::ops_exceptions::is_except_cleanup(frame, h)
+            });
+            self.raised = None;
             match self.step(frame, &instruction) {
                 Ok(Flow::Continue) => {}
                 Ok(Flow::Return(value)) => break Ok(value),
-                Err(err) => break Err(err),
+                Err(err) => match self.catch(frame, &instruction, &err, locations) {
+                    Ok(true) => {}
+                    Ok(false) => break Err(err),
+                    Err(failure) => break Err(failure),
+                },
             }
         };
         if result.is_ok() {
@@ -1077,13 +1104,20 @@ impl<'py> Tracer<'py> {
                 Ok(Flow::Continue)
             }
             // Not traced yet: the frame runs eagerly.
+            // Handlers the trace entered (see `ops_exceptions`); otherwise the compiled
+            // frame's are only reached through the graph-break machinery.
+            PushExcInfo if self.tracing_handler(f) => self.op_push_exc_info(f),
+            CheckExcMatch if self.tracing_handler(f) => self.op_check_exc_match(f),
+            PopExcept if self.tracing_handler(f) => self.pop(f).map(|_| Flow::Continue),
+            Reraise if self.tracing_handler(f) => self.op_reraise(f),
+            RaiseVarargs => self.op_raise(f, arg),
+            DeleteSubscr => self.op_delete_subscr(f),
             GetLen | MatchMapping | MatchSequence | MatchKeys | PushExcInfo | CheckExcMatch
             | CheckEgMatch | WithExceptStart | GetAiter | GetAnext | BeforeAsyncWith
-            | EndAsyncFor | DeleteSubscr | GetYieldFromIter | PrintExpr | LoadBuildClass
-            | ReturnGenerator | ImportStar | SetupAnnotations | YieldValue | AsyncGenWrap
-            | PrepReraiseStar | PopExcept | StoreName | DeleteName | DeleteGlobal | LoadName
-            | Reraise | Send | RaiseVarargs | GetAwaitable | DeleteDeref | LoadClassderef
-            | MatchClass => unsupported(
+            | EndAsyncFor | GetYieldFromIter | PrintExpr | LoadBuildClass | ReturnGenerator
+            | ImportStar | SetupAnnotations | YieldValue | AsyncGenWrap | PrepReraiseStar
+            | PopExcept | StoreName | DeleteName | DeleteGlobal | LoadName | Reraise | Send
+            | GetAwaitable | DeleteDeref | LoadClassderef | MatchClass => unsupported(
                 BreakKind::UnsupportedInstruction,
                 format!("the {} instruction", ins.opcode.name()),
             ),

@@ -1,0 +1,284 @@
+//! Exceptions raised and caught inside inlined code: `try: return table[key] except
+//! KeyError: return default` (`Mapping.get`), `raise` inside a helper whose caller catches.
+//!
+//! An exception counts as raised by the traced code only where the trace knows it would be
+//! raised on every call the guards admit: a trace-time evaluation on constants, a lookup in a
+//! container whose keys or length are guarded (the missing key is guarded to stay missing),
+//! a `raise` statement. Such sites record the exception (`Tracer::raised`); `run` then hands
+//! it to the handler of the instruction that failed, as CPython's exception table says:
+//! the stack unwound to the handler's depth, the exception pushed, the handler traced like
+//! any code. The compiled frame's own handlers are left to the graph-break machinery (what
+//! raises there runs for real). Any other failure keeps breaking the graph.
+
+use pyo3::prelude::*;
+
+use super::break_reasons::BreakKind;
+use super::translator::{unsupported, CResult, CaptureError, Flow, FrameState, Tracer};
+use super::vars::{VarId, VarKind};
+use crate::eval_frame::owned::OwnedRef;
+use dynamo_bytecode::{ExceptionHandler, Instruction, Opcode};
+
+/// Whether `handler` is the cleanup of an `except` block — restoring the exception state,
+/// unbinding `as name`, re-raising — which changes nothing a graph could observe: code in
+/// the block is not "inside a try" for the graph's purposes.
+pub fn is_except_cleanup(f: &FrameState<'_>, handler: ExceptionHandler) -> bool {
+    for ins in &f.instructions[handler.target.index()..] {
+        match ins.opcode {
+            Opcode::Reraise => return true,
+            Opcode::Copy
+            | Opcode::PopExcept
+            | Opcode::LoadConst
+            | Opcode::StoreFast
+            | Opcode::DeleteFast
+            | Opcode::Nop => {}
+            _ => return false,
+        }
+    }
+    false
+}
+
+impl<'py> Tracer<'py> {
+    /// Fails the current instruction with `err`, which the traced code's own handlers may
+    /// catch (see the module doc for when a site may call this).
+    pub fn raised<T>(&mut self, err: PyErr, detail: impl Into<String>) -> CResult<T> {
+        self.raised = Some(OwnedRef::from_bound(err.value(self.py).as_any()));
+        unsupported(BreakKind::ExceptionWhileTracing, detail)
+    }
+
+    /// `raised` with a new builtin exception (`IndexError`, `KeyError`, ...).
+    pub fn raise_builtin<T>(&mut self, class: &str, argument: Bound<'py, PyAny>) -> CResult<T> {
+        let exception = self.h.builtins.getattr(class)?.call1((&argument,))?;
+        let detail = format!("{class}: {argument} while tracing");
+        self.raised(PyErr::from_value(exception), detail)
+    }
+
+    /// `value[key]` of a real object raised `err`: raised by the traced code when it would
+    /// raise on every call — a constant, or a plain dict read from a source whose missing
+    /// key is then guarded to stay missing.
+    pub fn subscript_failed<T>(
+        &mut self,
+        container: VarId,
+        value: &Bound<'py, PyAny>,
+        key: &Bound<'py, PyAny>,
+        err: PyErr,
+        detail: String,
+    ) -> CResult<T> {
+        if matches!(self.kind(container), VarKind::Const(_)) {
+            return self.raised(err, detail);
+        }
+        let key_error = err.is_instance_of::<pyo3::exceptions::PyKeyError>(self.py);
+        if let (Some(source), true) = (self.source(container), key_error) {
+            if value.is_exact_instance_of::<pyo3::types::PyDict>() && self.h.is_constant(key)? {
+                self.guards.add(
+                    source,
+                    super::guards::GuardKind::Contains(OwnedRef::from_bound(key), false),
+                );
+                return self.raised(err, detail);
+            }
+        }
+        unsupported(BreakKind::ExceptionWhileTracing, detail)
+    }
+
+    /// `obj.name` of a real object raised `err`: raised by the traced code for a constant,
+    /// and for an object read from a source when it is an `AttributeError` (the attribute is
+    /// then guarded to stay missing).
+    pub fn getattr_failed<T>(
+        &mut self,
+        obj: VarId,
+        name: &str,
+        err: PyErr,
+        detail: String,
+    ) -> CResult<T> {
+        if matches!(self.kind(obj), VarKind::Const(_)) {
+            return self.raised(err, detail);
+        }
+        let attribute_error = err.is_instance_of::<pyo3::exceptions::PyAttributeError>(self.py);
+        if let (Some(source), true) = (self.source(obj), attribute_error) {
+            self.guards.add(
+                source,
+                super::guards::GuardKind::HasAttr(name.to_string(), false),
+            );
+            return self.raised(err, detail);
+        }
+        unsupported(BreakKind::ExceptionWhileTracing, detail)
+    }
+
+    /// `obj[index]` of an existing object (not a module) whose class defines `__getitem__`
+    /// in Python (a registry, a `Mapping`): the method inlined, so what it reads is guarded
+    /// and what it raises can be caught; None for other containers.
+    pub fn python_getitem(&mut self, container: VarId, index: VarId) -> CResult<Option<VarId>> {
+        let VarKind::Object(value) = self.kind(container) else {
+            return Ok(None);
+        };
+        let value = value.bind(self.py).clone();
+        if value.is_instance(&self.h.module_type)? || value.is_instance_of::<pyo3::types::PyType>()
+        {
+            return Ok(None);
+        }
+        let python_method = value
+            .get_type()
+            .getattr("__getitem__")
+            .is_ok_and(|m| m.is_instance(&self.h.function_type).unwrap_or(false));
+        if !python_method {
+            return Ok(None);
+        }
+        let method = self.get_attr(container, "__getitem__")?;
+        self.call_function(method, vec![index], Vec::new())
+            .map(Some)
+    }
+
+    /// Calling an exception class with constants: the exception, made now (`raise E(...)`).
+    pub fn construct_exception(
+        &mut self,
+        class: &Bound<'py, PyAny>,
+        args: &[VarId],
+        kwargs: &[(String, VarId)],
+    ) -> CResult<Option<VarId>> {
+        let Ok(class) = class.cast::<pyo3::types::PyType>() else {
+            return Ok(None);
+        };
+        let base = self.h.builtins.getattr("BaseException")?;
+        if !class.is_subclass(&base)? || !self.all_constant(args, kwargs) {
+            return Ok(None);
+        }
+        let positional = self.python_args(args)?;
+        let keywords = pyo3::types::PyDict::new(self.py);
+        for (name, value) in kwargs {
+            keywords.set_item(name, self.python_value(*value)?)?;
+        }
+        let exception = class.call(positional, Some(&keywords))?;
+        Ok(Some(self.add(
+            VarKind::Object(OwnedRef::from_bound(&exception)),
+            None,
+        )))
+    }
+
+    /// Whether every one of `args` is a constant (guarded by value): a trace-time call on them
+    /// raises on every call.
+    pub fn all_constant(&self, args: &[VarId], kwargs: &[(String, VarId)]) -> bool {
+        args.iter()
+            .chain(kwargs.iter().map(|(_, v)| v))
+            .all(|&a| matches!(self.kind(a), VarKind::Const(_)))
+    }
+
+    /// After `ins` of `f` failed with `err`: when an exception the traced code raised is
+    /// covered by a handler of this (inlined) frame, unwinds to it and returns true.
+    pub(super) fn catch(
+        &mut self,
+        f: &mut FrameState<'py>,
+        ins: &Instruction,
+        err: &CaptureError,
+        locations: usize,
+    ) -> CResult<bool> {
+        let CaptureError::Unsupported(reason) = err else {
+            return Ok(false);
+        };
+        if reason.kind != BreakKind::ExceptionWhileTracing {
+            self.raised = None;
+            return Ok(false);
+        }
+        let Some(handler) = ins.handler else {
+            // Not here: the caller's call instruction may have a handler.
+            return Ok(false);
+        };
+        let Some(exception) = self.raised.take() else {
+            return Ok(false);
+        };
+        f.stack.truncate(handler.depth as usize);
+        if handler.lasti {
+            // Only `RERAISE` reads it (to set `f_lasti`); the trace never does.
+            let lasti = self.constant(&0i64.into_pyobject(self.py)?.into_any());
+            f.stack.push(lasti);
+        }
+        let exception = self.add(VarKind::Object(exception), None);
+        f.stack.push(exception);
+        self.caught_in_root |= f.is_root;
+        f.pc = handler.target.index();
+        // The frames the exception came through were left without popping their place.
+        self.location_stack.truncate(locations);
+        Ok(true)
+    }
+
+    /// Whether the handler opcodes of `f` are traced: in inlined code always, in the compiled
+    /// frame once the trace entered one of its handlers (a resume function that starts in
+    /// a handler is the graph-break machinery's).
+    pub(super) fn tracing_handler(&self, f: &FrameState<'py>) -> bool {
+        !f.is_root || self.caught_in_root
+    }
+
+    /// `PUSH_EXC_INFO`: the exception being handled goes below the new one. Traced code
+    /// does not read it (`sys.exc_info()` is not evaluated), so it is None.
+    pub(super) fn op_push_exc_info(&mut self, f: &mut FrameState<'py>) -> CResult<Flow> {
+        let exception = self.pop(f)?;
+        let previous = self.constant(&self.py.None().into_bound(self.py));
+        f.stack.push(previous);
+        f.stack.push(exception);
+        Ok(Flow::Continue)
+    }
+
+    /// `CHECK_EXC_MATCH`: `isinstance(exception, classes)`, the exception kept.
+    pub(super) fn op_check_exc_match(&mut self, f: &mut FrameState<'py>) -> CResult<Flow> {
+        let classes = self.pop(f)?;
+        let exception = *f.stack.last().ok_or_else(|| {
+            CaptureError::Unsupported(super::break_reasons::Break::new(
+                BreakKind::Internal,
+                "CHECK_EXC_MATCH on an empty stack",
+            ))
+        })?;
+        let classes = self.python_value(classes)?;
+        let exception = self.python_value(exception)?;
+        let matches = self
+            .h
+            .builtins
+            .getattr("isinstance")?
+            .call1((exception, classes))?;
+        let matches = self.constant(&matches);
+        f.stack.push(matches);
+        Ok(Flow::Continue)
+    }
+
+    /// `RERAISE`: the exception on top raised again.
+    pub(super) fn op_reraise(&mut self, f: &mut FrameState<'py>) -> CResult<Flow> {
+        let exception = self.pop(f)?;
+        let exception = self.python_value(exception)?;
+        self.raised(
+            PyErr::from_value(exception),
+            "an exception re-raised while tracing",
+        )
+    }
+
+    /// `RAISE_VARARGS` in inlined code: `raise E`, `raise E(...)`, `raise E from cause`.
+    /// A bare `raise` (the exception being handled) is not traced.
+    pub(super) fn op_raise(&mut self, f: &mut FrameState<'py>, argc: u32) -> CResult<Flow> {
+        if f.is_root || argc == 0 {
+            return unsupported(
+                BreakKind::UnsupportedInstruction,
+                "the RAISE_VARARGS instruction",
+            );
+        }
+        let cause = if argc == 2 { Some(self.pop(f)?) } else { None };
+        let raised = self.pop(f)?;
+        let raised = self.python_value(raised)?;
+        let base = self.h.builtins.getattr("BaseException")?;
+        let is_class = match raised.cast::<pyo3::types::PyType>() {
+            Ok(class) => class.is_subclass(&base)?,
+            Err(_) => false,
+        };
+        let exception = if is_class {
+            raised.call0()?
+        } else if raised.is_instance(&base)? {
+            raised
+        } else {
+            return unsupported(
+                BreakKind::ExceptionWhileTracing,
+                "raising something that is not an exception",
+            );
+        };
+        if let Some(cause) = cause {
+            let cause = self.python_value(cause)?;
+            exception.setattr("__cause__", cause)?;
+        }
+        let detail = format!("{} raised while tracing", exception.get_type().name()?);
+        self.raised(PyErr::from_value(exception), detail)
+    }
+}
