@@ -1017,6 +1017,34 @@ def del_items(x, values, table):
     except KeyError:
         x = x + 1
     return local, names, values, table, x
+# Generator functions that change nothing run ahead of their consumer: user generators
+# (yield, yield from, nested, with local state), Module.children()/modules()/named_children().
+def _powers(x, n):
+    seen = set()
+    acc = x
+    for i in range(n):
+        seen.add(i)
+        acc = acc * x
+        yield acc
+def _chained(x):
+    yield x
+    yield from _powers(x, 2)
+    yield from (x + k for k in range(2))
+_SEQ = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Sequential(torch.nn.Tanh()))
+@case(T34)
+def generator_functions_consumed(x):
+    total = sum(_powers(x, 3))
+    items = list(_chained(x))
+    first = next(iter(_powers(x, 1)))
+    for i, y in enumerate(_chained(x.cos())):
+        total = total + y * i
+    return total, items, first
+@case(T34)
+def module_generator_methods(x):
+    for child in _SEQ.children():
+        x = child(x)
+    names = [name for name, _ in _SEQ.named_children()]
+    return x * len(list(_SEQ.modules())), names
 # Iterating over a tensor walks its first dimension (x[0], x[1], ...).
 @case(T34)
 def iterate_over_a_tensor(x):

@@ -1232,3 +1232,120 @@ def test_exception_not_caught_reaches_the_caller() -> None:
     torch.testing.assert_close(compiled_fn(x, 1), fn(x, 1))
     with pytest.raises(RuntimeError, match="boom"):
         compiled_fn(x, 2)
+
+
+# --- writes to closure cells of functions from outside the trace are replayed ---------------
+
+
+def _counter_closure():
+    calls = 0
+    history = []
+
+    def record(v):
+        nonlocal calls, history
+        calls = calls + 1
+        history = history + [v]
+        return calls
+
+    return record, lambda: (calls, history)
+
+
+def test_nonlocal_writes_in_called_closures() -> None:
+    compiled_record, compiled_state = _counter_closure()
+    eager_record, eager_state = _counter_closure()
+
+    def make(record):
+        def fn(x):
+            first = record("a")
+            second = record("b")
+            return x * first + second
+        return fn
+
+    compiled_fn, counter = compiled(make(compiled_record))
+    eager_fn = make(eager_record)
+    for _ in range(3):
+        x = torch.randn(3)
+        torch.testing.assert_close(compiled_fn(x), eager_fn(x))
+        assert compiled_state() == eager_state()
+    assert counter.frame_count >= 1
+
+
+def _stepper():
+    count = 0
+    scale = 1.0
+
+    def step(x):
+        nonlocal count, scale
+        count += 1
+        scale = scale * 2
+        if count > 2:
+            print("graph break after the stores")
+        return x * scale + count
+
+    return step, lambda: (count, scale)
+
+
+def test_nonlocal_writes_of_a_compiled_closure(capsys) -> None:
+    """The compiled frame is itself a closure: its free variables are written (also before a
+    graph break) into its own cells, as eagerly."""
+    compiled_step, compiled_state = _stepper()
+    eager_step, eager_state = _stepper()
+    compiled_fn, counter = compiled(compiled_step)
+    for _ in range(4):
+        x = torch.randn(3)
+        torch.testing.assert_close(compiled_fn(x), eager_step(x))
+        assert compiled_state() == eager_state()
+    assert counter.frame_count >= 1
+
+
+# --- generators run ahead of their consumer only when that cannot be seen --------------------
+
+
+def _logging_generator(log, n):
+    for i in range(n):
+        log.append(i)  # a change the consumer reads: must interleave as in eager
+        yield i
+
+
+def _consumer_reads_the_log(x, log):
+    out = x
+    for i in _logging_generator(log, 3):
+        out = out + len(log) * i
+    return out
+
+
+def _generator_bumps_an_attribute(x, holder):
+    def bump(n):
+        for i in range(n):
+            holder.count += 1
+            yield holder.count
+
+    return x * sum(bump(2)) + holder.count
+
+
+def _generator_changes_a_tensor(x):
+    def scaled(t):
+        t.mul_(2)
+        yield t
+
+    y = x.clone()
+    first = next(scaled(y))
+    return first + y
+
+
+@pytest.mark.parametrize("fn", [_consumer_reads_the_log, _generator_bumps_an_attribute,
+                                _generator_changes_a_tensor], ids=lambda f: f.__name__)
+def test_generators_with_side_effects(fn) -> None:
+    def args():
+        if fn is _consumer_reads_the_log:
+            return [torch.ones(2), []]
+        if fn is _generator_bumps_an_attribute:
+            return [torch.ones(2), types.SimpleNamespace(count=1)]
+        return [torch.ones(2)]
+
+    compiled_fn, _ = compiled(fn)
+    for _ in range(2):
+        eager_args, compiled_args = args(), args()
+        torch.testing.assert_close(compiled_fn(*compiled_args), fn(*eager_args))
+        for e, c in zip(eager_args[1:], compiled_args[1:]):
+            assert vars(e) == vars(c) if hasattr(e, "__dict__") else e == c

@@ -133,6 +133,9 @@ pub enum Replay {
     /// An existing list or dict the trace changed: it is made to hold `value` (a fresh list
     /// or dict of its final contents) by `_capture.replace_contents`.
     Contents { source: Rc<Source>, value: Rebuild },
+    /// A free variable of the compiled frame written (`nonlocal` in a closure that is itself
+    /// compiled): `STORE_DEREF slot` into the frame's own cell.
+    SetDeref { slot: u32, value: Rebuild },
 }
 
 impl Replay {
@@ -159,6 +162,10 @@ impl Replay {
             } => Replay::SetGlobal {
                 globals,
                 name,
+                value: value.map_outputs(source_of)?,
+            },
+            Replay::SetDeref { slot, value } => Replay::SetDeref {
+                slot,
                 value: value.map_outputs(source_of)?,
             },
             other @ Replay::DelAttr { .. } => other,
@@ -629,6 +636,7 @@ impl<'py> CodeGen<'py> {
                     self.load_source(source)?;
                     self.rebuild(value, 0)?;
                 }
+                Replay::SetDeref { value, .. } => self.rebuild(value, 0)?,
             }
         }
         for replay in replays {
@@ -646,6 +654,9 @@ impl<'py> CodeGen<'py> {
                     self.emit(Opcode::Precall, Operand::Int(2));
                     self.emit(Opcode::Call, Operand::Int(2));
                     self.emit(Opcode::PopTop, Operand::None);
+                }
+                Replay::SetDeref { slot, .. } => {
+                    self.emit(Opcode::StoreDeref, Operand::Cell(*slot));
                 }
             }
         }

@@ -31,6 +31,7 @@ mod ops_control;
 mod ops_copy;
 mod ops_exceptions;
 mod ops_functools;
+mod ops_generators;
 mod ops_graph;
 mod ops_load_store;
 mod ops_objects;
@@ -635,17 +636,46 @@ pub struct CompiledGraph<'py> {
 /// tensor, `inplace=True`, `out=`): only then can two inputs that are one tensor give another
 /// result than two distinct ones. Conservative: a false positive only costs a check.
 fn may_mutate_in_place(py: Python<'_>, graph: &graph::Graph) -> bool {
-    graph.nodes.iter().any(|node| {
-        let name = node.name.trim_end_matches(|c: char| c.is_ascii_digit());
-        let in_place_name = (name.ends_with('_') && !name.ends_with("__"))
-            || name.starts_with("setitem")
-            || ops_arith_in_place(name);
-        in_place_name
-            || node.kwargs.iter().any(|(k, v)| {
-                k == "out"
-                    || (k == "inplace"
-                        && matches!(v, Arg::Const(c) if c.bind(py).is_truthy().unwrap_or(true)))
-            })
+    graph
+        .nodes
+        .iter()
+        .any(|node| node_mutates_in_place(py, node))
+}
+
+/// Whether one graph node may change a tensor in place (see `may_mutate_in_place`).
+fn node_mutates_in_place(py: Python<'_>, node: &graph::Node) -> bool {
+    let name = node.name.trim_end_matches(|c: char| c.is_ascii_digit());
+    let in_place_name = (name.ends_with('_') && !name.ends_with("__"))
+        || name.starts_with("setitem")
+        || ops_arith_in_place(name);
+    in_place_name || node_has_out_argument(py, node)
+}
+
+/// Whether a graph node changes a tensor in place, by what it calls (an `x.add_()` method, a
+/// `torch.relu_`, an in-place operator or `setitem`) rather than by its unique name, which
+/// can end in `_` for other reasons (`mul_1` stripped of its digits).
+pub(crate) fn node_calls_in_place(py: Python<'_>, node: &graph::Node) -> bool {
+    let target = match &node.op {
+        graph::Op::Placeholder => return false,
+        graph::Op::CallMethod(name) => name.clone(),
+        graph::Op::CallFunction(f) => f
+            .bind(py)
+            .getattr("__name__")
+            .map(|n| n.to_string())
+            .unwrap_or_default(),
+    };
+    (target.ends_with('_') && !target.ends_with("__"))
+        || target == "setitem"
+        || ops_arith_in_place(&target)
+        || node_has_out_argument(py, node)
+}
+
+/// `out=` or `inplace=True` among a node's keyword arguments.
+fn node_has_out_argument(py: Python<'_>, node: &graph::Node) -> bool {
+    node.kwargs.iter().any(|(k, v)| {
+        k == "out"
+            || (k == "inplace"
+                && matches!(v, Arg::Const(c) if c.bind(py).is_truthy().unwrap_or(true)))
     })
 }
 

@@ -29,6 +29,7 @@ use crate::eval_frame::owned::OwnedRef;
 use dynamo_bytecode::binding::{self, ParamValue};
 
 const CO_GENERATOR_LIKE: u32 = 0x20 | 0x80 | 0x100 | 0x200;
+const CO_GENERATOR: u32 = 0x20;
 
 /// The default values of a function being inlined: a real function's `__defaults__` and
 /// `__kwdefaults__` (each possibly None), or the trackers of a function the trace made.
@@ -612,10 +613,11 @@ impl<'py> Tracer<'py> {
         let py = self.py;
         let code = func.getattr("__code__")?;
         let flags: u32 = code.getattr("co_flags")?.extract()?;
-        if flags & CO_GENERATOR_LIKE != 0 {
+        let generator = flags & CO_GENERATOR_LIKE == CO_GENERATOR;
+        if flags & CO_GENERATOR_LIKE != 0 && !generator {
             return unsupported(
                 BreakKind::Generator,
-                format!("calling the generator or coroutine {}", describe(func)),
+                format!("calling the coroutine {}", describe(func)),
             );
         }
         let globals = func
@@ -654,6 +656,9 @@ impl<'py> Tracer<'py> {
             }
         }
         let _ = py;
+        if generator {
+            return self.run_generator(&mut state);
+        }
         self.enter_depth()?;
         let result = self.run(&mut state);
         self.depth -= 1;
@@ -670,8 +675,9 @@ impl<'py> Tracer<'py> {
         let code = function.code.bind(py).clone();
         let flags: u32 = code.getattr("co_flags")?.extract()?;
         let is_genexpr = flags & 0x20 != 0 && code.getattr("co_name")?.to_string() == "<genexpr>";
-        if flags & CO_GENERATOR_LIKE != 0 && !is_genexpr {
-            return unsupported(BreakKind::Generator, "calling a nested generator function");
+        let generator = flags & CO_GENERATOR_LIKE == CO_GENERATOR && !is_genexpr;
+        if flags & CO_GENERATOR_LIKE != 0 && !is_genexpr && !generator {
+            return unsupported(BreakKind::Generator, "calling a nested coroutine");
         }
         let defaults = match function.defaults {
             Some(d) => self.items_of(d)?,
@@ -704,6 +710,9 @@ impl<'py> Tracer<'py> {
         let first_free = state.slot_names.len() - function.closure.len();
         for (i, cell) in function.closure.iter().enumerate() {
             state.cells.insert(first_free + i, cell.clone());
+        }
+        if generator {
+            return self.run_generator(&mut state);
         }
         if is_genexpr {
             // Consumed right away by its caller (`all(...)`, `sum(...)`, a loop): run it to

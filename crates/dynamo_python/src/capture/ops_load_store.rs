@@ -108,6 +108,7 @@ impl<'py> Tracer<'py> {
 
     /// `STORE_GLOBAL name`: recorded (see `Tracer::global_stores`), replayed after the graph.
     pub(super) fn op_store_global(&mut self, f: &mut FrameState<'py>, arg: u32) -> CResult<Flow> {
+        self.note_effect(None);
         let name = f.names.get_item(arg as usize)?.to_string();
         let value = self.pop(f)?;
         if !self.rebuildable(value) {
@@ -650,6 +651,17 @@ impl<'py> Tracer<'py> {
                 Some(v) => v,
                 None => return unsupported(BreakKind::ClosureCell, "reads an empty closure cell"),
             },
+            // Written earlier in this trace (replayed after the graph).
+            Some(Cell::Real(cell, _))
+                if self
+                    .mutated_attr(&cell.bind(self.py), "cell_contents")
+                    .is_some() =>
+            {
+                match self.mutated_attr(&cell.bind(self.py), "cell_contents") {
+                    Some(Some(v)) => v,
+                    _ => return unsupported(BreakKind::ClosureCell, "reads an empty closure cell"),
+                }
+            }
             Some(Cell::Real(cell, cell_source)) => {
                 let contents = match cell.bind(self.py).getattr("cell_contents") {
                     Ok(c) => c,
@@ -682,10 +694,31 @@ impl<'py> Tracer<'py> {
     }
 
     pub(super) fn op_store_deref(&mut self, f: &mut FrameState<'py>, i: u32) -> CResult<Flow> {
+        self.note_effect(None);
         let value = self.pop(f)?;
-        match f.cells.get(&(i as usize)) {
+        match f.cells.get(&(i as usize)).cloned() {
             Some(Cell::Traced(cell)) => {
                 *cell.borrow_mut() = Some(value);
+                Ok(Flow::Continue)
+            }
+            // A cell of a function from outside the trace (`nonlocal` in a closure it calls):
+            // stored like an attribute, `cell.cell_contents = value`, replayed after the graph
+            // through the cell's own source.
+            // A free variable of the compiled frame itself (a closure compiled on its own):
+            // later reads see the value, the generated code stores it into the frame's cell.
+            None if f.is_root && f.locals.get(i as usize).is_some() && self.rebuildable(value) => {
+                f.locals[i as usize] = Some(value);
+                self.deref_stores.push((i, value));
+                Ok(Flow::Continue)
+            }
+            // Only through the cell's source: which cell it is must be guarded.
+            Some(Cell::Real(cell, Some(source))) if self.rebuildable(value) => {
+                self.mutations.push(super::translator::Mutation {
+                    source,
+                    object: cell,
+                    name: "cell_contents".into(),
+                    value: Some(value),
+                });
                 Ok(Flow::Continue)
             }
             _ => unsupported(

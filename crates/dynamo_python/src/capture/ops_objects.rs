@@ -39,6 +39,7 @@ impl<'py> Tracer<'py> {
         value: Option<VarId>,
     ) -> CResult<()> {
         let py = self.py;
+        self.note_effect(Some(obj));
         match &mut self.vars[obj.0 as usize].kind {
             VarKind::Instance {
                 attrs,

@@ -151,6 +151,13 @@ impl<'py> Tracer<'py> {
         if !MUTATING.contains(&name.as_str()) && !READING.contains(&name.as_str()) {
             return Ok(None);
         }
+        if MUTATING.contains(&name.as_str()) {
+            let set = self
+                .fresh_sets
+                .get(&(receiver.as_ptr() as usize))
+                .map(|(id, _)| *id);
+            self.note_effect(set);
+        }
         // Arguments are iterables of constants (or constants): their Python values.
         let mut values = Vec::with_capacity(args.len());
         for &arg in args {

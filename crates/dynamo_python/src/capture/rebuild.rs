@@ -186,6 +186,18 @@ fn plan_once(
         }
     }
     replays.extend(global_replays.into_iter().rev());
+    // Free variables of the compiled frame written: the last value of each.
+    let mut written: HashSet<u32> = HashSet::new();
+    let mut deref_replays = Vec::new();
+    for &(slot, value) in tracer.deref_stores.iter().rev() {
+        if written.insert(slot) {
+            deref_replays.push(Replay::SetDeref {
+                slot,
+                value: rebuild_plan(tracer, value, r)?,
+            });
+        }
+    }
+    replays.extend(deref_replays.into_iter().rev());
     // Existing lists and dicts the trace changed: their final contents.
     for &container in &tracer.written_containers {
         let source = tracer

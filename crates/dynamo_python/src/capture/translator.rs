@@ -157,6 +157,14 @@ pub struct Tracer<'py> {
     pub raised: Option<OwnedRef>,
     /// Whether the trace entered a handler of the compiled frame itself.
     pub caught_in_root: bool,
+    /// Stores to free variables of the compiled frame, in order: (slot, value).
+    pub deref_stores: Vec<(u32, VarId)>,
+    /// Changes the trace has made to Python state (containers, attributes, globals, cells,
+    /// sets), counted: a generator run ahead of its consumer must make none.
+    pub effects: u64,
+    /// Trackers numbered from here on were made by the generator being run ahead: changes
+    /// to them stay inside it and are not counted in `effects`.
+    pub effects_floor: u32,
     /// Trackers of the lists and dicts read from private objects (not to be changed).
     pub private_containers: std::collections::HashSet<VarId>,
     /// `STORE_GLOBAL`s, in order: (the globals dict, name, value). Later loads of the name
@@ -215,6 +223,9 @@ impl<'py> Tracer<'py> {
             private_objects: HashMap::new(),
             raised: None,
             caught_in_root: false,
+            deref_stores: Vec::new(),
+            effects: 0,
+            effects_floor: u32::MAX,
             private_containers: Default::default(),
             global_stores: Vec::new(),
         })
@@ -583,6 +594,7 @@ impl<'py> Tracer<'py> {
     /// Allows a change to the list or dict `id`: one made in the trace, or an existing one
     /// (its final contents are then replayed by the generated code). Refuses others.
     pub fn may_change_container(&mut self, id: VarId, what: &str) -> CResult<()> {
+        self.note_effect(Some(id));
         if self.private_containers.contains(&id) {
             return unsupported(
                 BreakKind::UnreplayableSideEffect,
@@ -1086,6 +1098,12 @@ impl<'py> Tracer<'py> {
             YieldValue if f.yields.is_some() => {
                 let value = self.pop(f)?;
                 if let Some(items) = f.yields.as_mut() {
+                    if items.len() >= super::ops_generators::MAX_YIELDS {
+                        return unsupported(
+                            BreakKind::Generator,
+                            "a generator that yields too many items to run ahead",
+                        );
+                    }
                     items.push(value);
                 }
                 let none = self.constant(&self.py.None().into_bound(self.py));
@@ -1111,6 +1129,8 @@ impl<'py> Tracer<'py> {
             PopExcept if self.tracing_handler(f) => self.pop(f).map(|_| Flow::Continue),
             Reraise if self.tracing_handler(f) => self.op_reraise(f),
             RaiseVarargs => self.op_raise(f, arg),
+            GetYieldFromIter if f.yields.is_some() => self.op_get_yield_from_iter(f),
+            Send if f.yields.is_some() => self.op_send(f, ins),
             DeleteSubscr => self.op_delete_subscr(f),
             GetLen | MatchMapping | MatchSequence | MatchKeys | PushExcInfo | CheckExcMatch
             | CheckEgMatch | WithExceptStart | GetAiter | GetAnext | BeforeAsyncWith
