@@ -1045,6 +1045,43 @@ def module_generator_methods(x):
         x = child(x)
     names = [name for name, _ in _SEQ.named_children()]
     return x * len(list(_SEQ.modules())), names
+# Named tuples: made in the trace (defaults, keywords, a subclass with methods), torch's
+# named results; handed back with their own class.
+from collections import namedtuple
+_Pair = namedtuple("_Pair", "first second", defaults=[1.0])
+class _Span(_Pair):
+    def width(self):
+        return self.second - self.first
+@case(T34)
+def named_tuples(x):
+    p = _Pair(x, second=x * 2)
+    q = _Pair(x.sin())
+    span = _Span(x, x + 3)
+    top = torch.topk(x, 2)
+    a, b = p
+    return (p, q, span, top, torch.max(x, 1), a + b + q.second, isinstance(p, _Pair),
+            type(top) is type(torch.topk(torch.ones(3), 1)), top.values + top.indices)
+# zip(strict=True) (nn.LSTM uses it) and dict.update with keywords and pairs.
+@case(T34, lambda: {"a": 1})
+def zip_strict_and_dict_update(x, table):
+    pairs = [a * b for a, b in zip([x, x + 1], [2, 3], strict=True)]
+    try:
+        list(zip([1, 2], [3], strict=True))
+    except ValueError:
+        pairs.append(x)
+    table.update(b=2, c=x.sum())
+    table.update([("d", 4)], e=5)
+    local = {}
+    local.update(table, f=x)
+    return pairs, table, local
+# torch.nn modules without parameters made in forward and called at once: five operations
+# (TorchDynamo's graph has five more, a `torch._C._log_api_usage_once` per module made).
+@case(T34, ops=5)
+def stateless_modules_made_in_forward(x):
+    y = torch.nn.Softmax(dim=-1)(x)
+    z = torch.nn.Dropout(p=0.0)(torch.nn.GELU(approximate="tanh")(x))
+    act = torch.nn.LeakyReLU(0.3)
+    return y, z, act(x), torch.nn.Flatten(0)(x)
 # Iterating over a tensor walks its first dimension (x[0], x[1], ...).
 @case(T34)
 def iterate_over_a_tensor(x):

@@ -1349,3 +1349,31 @@ def test_generators_with_side_effects(fn) -> None:
         torch.testing.assert_close(compiled_fn(*compiled_args), fn(*eager_args))
         for e, c in zip(eager_args[1:], compiled_args[1:]):
             assert vars(e) == vars(c) if hasattr(e, "__dict__") else e == c
+
+
+# --- torch's named results keep their class when handed back ----------------------------------
+
+
+def test_named_results_keep_their_class() -> None:
+    def fn(x):
+        return torch.topk(x, 2), torch.max(x, 0), torch.sort(x)
+
+    compiled_fn, counter = compiled(fn)
+    x = torch.randn(6)
+    for got, expected in zip(compiled_fn(x), fn(x)):
+        assert type(got) is type(expected)
+        torch.testing.assert_close(got.values, expected.values)
+        torch.testing.assert_close(got.indices, expected.indices)
+    assert counter.frame_count == 1
+
+
+def test_module_with_parameters_made_in_forward_runs_as_eager() -> None:
+    def fn(x):
+        torch.manual_seed(0)
+        layer = torch.nn.Linear(3, 3)  # new random weights every call
+        return layer(x) + torch.nn.Softmax(dim=-1)(x)
+
+    compiled_fn, _ = compiled(fn)
+    x = torch.randn(2, 3)
+    for _ in range(2):
+        torch.testing.assert_close(compiled_fn(x), fn(x))

@@ -128,9 +128,11 @@ impl<'py> Tracer<'py> {
             }
             // Containers the trace holds (their items may be tensors): their class is known.
             let container_class = match self.kind(args[0]) {
-                VarKind::Tuple(_) if !self.tuple_fields.contains_key(&args[0]) => {
-                    Some(h.tuple_type.clone())
-                }
+                VarKind::Tuple(_) => match self.tuple_classes.get(&args[0]) {
+                    Some(cls) => Some(cls.bind(py).clone()),
+                    None if !self.tuple_fields.contains_key(&args[0]) => Some(h.tuple_type.clone()),
+                    None => None,
+                },
                 VarKind::List(_) => Some(h.list_type.clone()),
                 VarKind::Dict(_) => Some(match self.dict_classes.get(&args[0]) {
                     Some(cls) => cls.bind(py).clone(),
@@ -153,6 +155,13 @@ impl<'py> Tracer<'py> {
                     VarKind::Object(OwnedRef::from_bound(ty.as_any())),
                     Some(super::ops_objects::class_source(&ty)),
                 ));
+            }
+        }
+        if is("isinstance") && args.len() == 2 {
+            if let Some(own) = self.tuple_classes.get(&args[0]).cloned() {
+                let cls = self.python_value(args[1])?;
+                let result = b.getattr("issubclass")?.call1((own.bind(py), cls))?;
+                return Ok(self.constant(&result));
             }
         }
         if (is("isinstance") || is("issubclass")) && args.len() == 2 {
@@ -260,7 +269,7 @@ impl<'py> Tracer<'py> {
         if tracker_aware.iter().any(|n| is(n))
             && kwargs
                 .iter()
-                .any(|(k, _)| !(is("enumerate") && k == "start"))
+                .any(|(k, _)| !((is("enumerate") && k == "start") || (is("zip") && k == "strict")))
         {
             return unsupported(
                 BreakKind::UnsupportedCall,
@@ -286,12 +295,24 @@ impl<'py> Tracer<'py> {
             self.hand_on_iterators(&args[..1]);
             return Ok(made);
         }
-        if is("zip") && kwargs.is_empty() {
+        if is("zip") {
+            let strict = match kwargs.first() {
+                Some((_, v)) => self.python_value(*v)?.is_truthy()?,
+                None => false,
+            };
             let lists = args
                 .iter()
                 .map(|&a| self.items_of(a))
                 .collect::<CResult<Vec<_>>>()?;
             let n = lists.iter().map(Vec::len).min().unwrap_or(0);
+            if strict && lists.iter().any(|l| l.len() != n) {
+                // Lengths are fixed by the guards: this raises on every call.
+                let message = "zip() arguments have different lengths";
+                return self.raise_builtin(
+                    "ValueError",
+                    pyo3::types::PyString::new(py, message).into_any(),
+                );
+            }
             let mut tuples = Vec::new();
             for i in 0..n {
                 let items = lists.iter().map(|l| l[i]).collect();

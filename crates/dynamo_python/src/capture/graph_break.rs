@@ -526,10 +526,13 @@ fn resume_code<'py>(
         .import_module("dynamo_rs._capture")?
         .getattr("RESUME_CODES")?
         .call_method1("setdefault", (code, PyDict::new(py)))?;
+    // Which cells hold a value is part of the signature (a loop that ran or did not).
     let key = (
         target,
         PyTuple::new(py, &layout.stack_nulls)?,
         PyTuple::new(py, &layout.locals)?,
+        PyTuple::new(py, &layout.cells)?,
+        PyTuple::new(py, &layout.cell_values)?,
     )
         .into_pyobject(py)?;
     if let Some(found) = cache

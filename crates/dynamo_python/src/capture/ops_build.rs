@@ -285,3 +285,88 @@ impl<'py> Tracer<'py> {
         Ok(Flow::Continue)
     }
 }
+
+/// What makes an instance of a named tuple class from a plain tuple: `cls._make` for a
+/// `namedtuple`, the class itself for a struct sequence (`torch.return_types.topk`).
+pub fn named_tuple_maker<'py>(cls: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    match cls.getattr("_make") {
+        Ok(make) => Ok(make),
+        Err(_) => Ok(cls.clone()),
+    }
+}
+
+impl<'py> Tracer<'py> {
+    /// `P(a, b=...)` for a `collections.namedtuple` class (or a subclass that keeps its
+    /// `__new__` and adds no `__init__`): a tuple tracker with the class's field names,
+    /// defaults filled in; None for other classes.
+    pub(super) fn construct_named_tuple(
+        &mut self,
+        cls: &Bound<'py, PyAny>,
+        args: &[VarId],
+        kwargs: &[(String, VarId)],
+    ) -> CResult<Option<VarId>> {
+        let Ok(ty) = cls.cast::<pyo3::types::PyType>() else {
+            return Ok(None);
+        };
+        if !ty.is_subclass(&self.h.tuple_type)? {
+            return Ok(None);
+        }
+        // The class along the MRO that defines `__new__` must be the one `namedtuple` made
+        // (it defines `_make` and `_fields` next to it).
+        let mut maker_class = None;
+        for klass in ty.getattr("__mro__")?.try_iter()? {
+            let klass = klass?;
+            let dict = klass.getattr("__dict__")?;
+            if dict.contains("__init__")? {
+                return Ok(None);
+            }
+            if dict.contains("__new__")? {
+                maker_class = Some(klass);
+                break;
+            }
+        }
+        let Some(maker_class) = maker_class else {
+            return Ok(None);
+        };
+        let dict = maker_class.getattr("__dict__")?;
+        if !dict.contains("_make")? || !dict.contains("_fields")? {
+            return Ok(None);
+        }
+        let fields: Vec<String> = cls.getattr("_fields")?.extract()?;
+        let defaults = cls.getattr("_field_defaults")?;
+        let mut items = Vec::with_capacity(fields.len());
+        for (i, field) in fields.iter().enumerate() {
+            let given = kwargs.iter().find(|(k, _)| k == field).map(|(_, v)| *v);
+            let value = match (args.get(i), given) {
+                (Some(&v), None) => v,
+                (None, Some(v)) => v,
+                (None, None) => match defaults.get_item(field) {
+                    Ok(default) => self.wrap(&default, None)?,
+                    Err(_) => {
+                        return unsupported(
+                            BreakKind::ExceptionWhileTracing,
+                            format!("{}() without a value for {field}", ty.name()?),
+                        )
+                    }
+                },
+                (Some(_), Some(_)) => {
+                    return unsupported(
+                        BreakKind::ExceptionWhileTracing,
+                        format!("{}() got {field} twice", ty.name()?),
+                    )
+                }
+            };
+            items.push(value);
+        }
+        if args.len() > fields.len() || kwargs.iter().any(|(k, _)| !fields.contains(k)) {
+            return unsupported(
+                BreakKind::ExceptionWhileTracing,
+                format!("{}() with arguments that fit no field", ty.name()?),
+            );
+        }
+        let id = self.add(VarKind::Tuple(items), None);
+        self.tuple_fields.insert(id, fields);
+        self.tuple_classes.insert(id, OwnedRef::from_bound(cls));
+        Ok(Some(id))
+    }
+}

@@ -147,7 +147,8 @@ impl<'py> Tracer<'py> {
         kwargs: Vec<(String, VarId)>,
     ) -> CResult<VarId> {
         let py = self.py;
-        if !kwargs.is_empty() {
+        let dict_update = name == "update" && matches!(self.kind(receiver), VarKind::Dict(_));
+        if !kwargs.is_empty() && !dict_update {
             return unsupported(
                 BreakKind::UnsupportedCall,
                 format!("keyword arguments to {name}()"),
@@ -208,13 +209,36 @@ impl<'py> Tracer<'py> {
             (VarKind::Dict(_), "update" | "setdefault") if changeable => {
                 self.may_change_container(receiver, name)?;
                 if name == "update" {
-                    let VarKind::Dict(new) = self.kind(args[0]) else {
+                    // `d.update([other], **kwargs)`: a dict or pairs, then the keywords.
+                    if args.len() > 1 {
                         return unsupported(
-                            BreakKind::UnsupportedOperation,
-                            "dict.update from something that is not a dict",
+                            BreakKind::ExceptionWhileTracing,
+                            "dict.update with more than one positional argument",
                         );
-                    };
-                    let new = new.clone();
+                    }
+                    let mut new =
+                        match args.first().map(|&a| (a, self.kind(a))) {
+                            None => Vec::new(),
+                            Some((_, VarKind::Dict(new))) => new.clone(),
+                            Some((other, _)) => {
+                                // Pairs, as `dict(other)` reads them.
+                                let dict_type = self.h.dict_type.clone();
+                                let made = self.construct_dict(&dict_type, &[other], &[])?;
+                                match made.map(|d| self.kind(d)) {
+                                    Some(VarKind::Dict(pairs)) => pairs.clone(),
+                                    _ => return unsupported(
+                                        BreakKind::UnsupportedOperation,
+                                        "dict.update from something that is not a dict or pairs",
+                                    ),
+                                }
+                            }
+                        };
+                    for (k, v) in &kwargs {
+                        new.push((
+                            OwnedRef::from_bound(&pyo3::types::PyString::new(py, k).into_any()),
+                            *v,
+                        ));
+                    }
                     if let VarKind::Dict(entries) = &mut self.vars[receiver.0 as usize].kind {
                         for (k, v) in new {
                             dict_set(py, entries, k, v);

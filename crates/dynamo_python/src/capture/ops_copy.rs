@@ -1,4 +1,5 @@
-//! `copy.deepcopy` of values with no tensors inside, and the private objects it makes.
+//! `copy.deepcopy` of values with no tensors inside, `torch.nn` modules without state made
+//! in `forward`, and the private objects they are.
 //!
 //! The copy is made while tracing (it is what the frame would make) and is *private*: no
 //! code but the trace can reach it, so attribute stores on it are made at once instead of
@@ -63,6 +64,62 @@ impl<'py> Tracer<'py> {
             return Ok(Some(value));
         }
         Ok(Some(self.private_object(&copy)))
+    }
+
+    /// `nn.Softmax(dim=-1)` and other `torch.nn` modules without parameters or buffers,
+    /// made in `forward` from constants: made now, private to the trace like a copy (their
+    /// `__init__` only stores its arguments). None for other calls.
+    pub(super) fn construct_stateless_module(
+        &mut self,
+        cls: &Bound<'py, PyAny>,
+        args: &[VarId],
+        kwargs: &[(String, VarId)],
+    ) -> CResult<Option<VarId>> {
+        let py = self.py;
+        let Ok(ty) = cls.cast::<pyo3::types::PyType>() else {
+            return Ok(None);
+        };
+        let module_name = ty.getattr("__module__")?.to_string();
+        if !ty.is_subclass(&self.h.module_type)?
+            || !module_name.starts_with("torch.nn.modules.")
+            || !self.all_constant(args, kwargs)
+        {
+            return Ok(None);
+        }
+        let positional = self.python_args(args)?;
+        let keywords = PyDict::new(py);
+        for (name, value) in kwargs {
+            keywords.set_item(name, self.python_value(*value)?)?;
+        }
+        // A module with parameters initialises them from the random generator: the trial
+        // must leave it as it was (the module is then made again, for real, after a break).
+        let torch = py.import_module("torch")?;
+        let rng = torch.call_method0("get_rng_state")?;
+        let made = cls.call(positional, Some(&keywords));
+        torch.call_method1("set_rng_state", (rng,))?;
+        let module = match made {
+            Ok(module) => module,
+            Err(err) => {
+                let detail = format!("{}() raised {err}", ty.name()?);
+                return self.raised(err, detail);
+            }
+        };
+        let stateless = module
+            .call_method0("parameters")?
+            .try_iter()?
+            .next()
+            .is_none()
+            && module.call_method0("buffers")?.try_iter()?.next().is_none();
+        if !stateless {
+            return unsupported(
+                BreakKind::UnsupportedCall,
+                format!(
+                    "making a {} (a module with parameters) in forward",
+                    ty.name()?
+                ),
+            );
+        }
+        Ok(Some(self.private_object(&module)))
     }
 
     /// A tracker for an object only the trace can reach (see the module doc).

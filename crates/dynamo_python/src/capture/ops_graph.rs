@@ -131,6 +131,11 @@ impl<'py> Tracer<'py> {
             if let Ok(fields) = fields {
                 if let Ok(names) = fields.extract::<Vec<String>>() {
                     self.tuple_fields.insert(id, names);
+                    let cls = result.get_type();
+                    if !cls.is(&self.h.tuple_type) && !cls.is(&self.h.list_type) {
+                        self.tuple_classes
+                            .insert(id, OwnedRef::from_bound(cls.as_any()));
+                    }
                 }
             }
             return Ok(id);

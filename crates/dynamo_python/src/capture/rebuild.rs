@@ -260,12 +260,23 @@ fn rebuild_inline(tracer: &Tracer<'_>, id: VarId, r: &mut Rebuilder) -> CResult<
         VarKind::Tuple(_) | VarKind::List(_) | VarKind::Dict(_) if tracer.source(id).is_some() => {
             Rebuild::Source(tracer.source(id).expect("checked"))
         }
-        VarKind::Tuple(items) => Rebuild::Tuple(
-            items
-                .iter()
-                .map(|&i| rebuild_plan(tracer, i, r))
-                .collect::<CResult<_>>()?,
-        ),
+        VarKind::Tuple(items) => {
+            let plain = Rebuild::Tuple(
+                items
+                    .iter()
+                    .map(|&i| rebuild_plan(tracer, i, r))
+                    .collect::<CResult<_>>()?,
+            );
+            match tracer.tuple_classes.get(&id) {
+                Some(cls) => Rebuild::Converted {
+                    into: OwnedRef::from_bound(&super::ops_build::named_tuple_maker(
+                        &cls.bind(py),
+                    )?),
+                    value: Box::new(plain),
+                },
+                None => plain,
+            }
+        }
         VarKind::List(_) => contents_plan(tracer, id, r)?,
         VarKind::Dict(_) => {
             let plain = contents_plan(tracer, id, r)?;

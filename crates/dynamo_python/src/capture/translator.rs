@@ -121,6 +121,9 @@ pub struct Tracer<'py> {
     pub grad_enabled: bool,
     /// Field names of tuples that came from named tuples (`torch.topk(...).values`).
     pub tuple_fields: HashMap<VarId, Vec<String>>,
+    /// The class of those tuples (a `torch.return_types` struct sequence, a `namedtuple`):
+    /// `type()`, `isinstance()` and the rebuilt value are of it.
+    pub tuple_classes: HashMap<VarId, OwnedRef>,
     /// Attribute stores on objects that existed before the call, in order; the transformed
     /// code replays the last value of each after running the graph.
     pub mutations: Vec<Mutation>,
@@ -211,6 +214,7 @@ impl<'py> Tracer<'py> {
             in_try: false,
             grad_enabled: true,
             tuple_fields: HashMap::new(),
+            tuple_classes: HashMap::new(),
             mutations: Vec::new(),
             pins: std::cell::RefCell::new(Vec::new()),
             stop_at: None,
@@ -331,7 +335,13 @@ impl<'py> Tracer<'py> {
                     .iter()
                     .map(|&i| self.python_value(i))
                     .collect::<CResult<Vec<_>>>()?;
-                PyTuple::new(py, items)?.into_any()
+                let tuple = PyTuple::new(py, items)?.into_any();
+                match self.tuple_classes.get(&id) {
+                    Some(cls) => {
+                        super::ops_build::named_tuple_maker(&cls.bind(py))?.call1((tuple,))?
+                    }
+                    None => tuple,
+                }
             }
             VarKind::List(items) => {
                 let items = items
