@@ -1082,6 +1082,28 @@ def stateless_modules_made_in_forward(x):
     z = torch.nn.Dropout(p=0.0)(torch.nn.GELU(approximate="tanh")(x))
     act = torch.nn.LeakyReLU(0.3)
     return y, z, act(x), torch.nn.Flatten(0)(x)
+# map, filter and itertools over items the trace holds (computed when made; the functions
+# change nothing).
+import itertools
+@case(T34)
+def map_filter_itertools(x):
+    parts = [x, x.sin(), x.cos()]
+    mapped = list(map(torch.relu, parts))
+    paired = list(map(lambda a, b: a * b, parts, [1, 2, 3]))
+    kept = list(filter(lambda v: v > 1, [0, 1, 2, 3]))
+    nonzero = list(filter(None, [0, 1, 0, 2]))
+    chained = sum(itertools.chain(parts, [x * 2]))
+    flat = list(itertools.chain.from_iterable([[1, 2], (3,)]))
+    head = list(itertools.islice(iter(parts), 2))
+    rest = list(itertools.islice(parts, 1, None, 2))
+    pairs = [a + b for a, b in itertools.product(parts[:2], repeat=2)]
+    combos = [a * b for a, b in itertools.combinations(parts, 2)]
+    perms = len(list(itertools.permutations(range(3), 2)))
+    running = list(itertools.accumulate(parts))
+    products = list(itertools.accumulate([1, 2, 3], operator.mul, initial=2))
+    longest = list(itertools.zip_longest([x, x], [1], fillvalue=0))
+    return (mapped, paired, kept, nonzero, chained, flat, head, rest, pairs, combos, perms,
+            running, products, longest)
 # Iterating over a tensor walks its first dimension (x[0], x[1], ...).
 @case(T34)
 def iterate_over_a_tensor(x):

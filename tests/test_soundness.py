@@ -1377,3 +1377,46 @@ def test_module_with_parameters_made_in_forward_runs_as_eager() -> None:
     x = torch.randn(2, 3)
     for _ in range(2):
         torch.testing.assert_close(compiled_fn(x), fn(x))
+
+
+# --- map/filter/itertools computed when made only when that cannot be seen ------------------
+
+
+def _map_with_side_effects(x, log):
+    def note(v):
+        log.append(len(log))
+        return v * len(log)
+
+    out = x
+    for y in map(note, [x, x + 1]):
+        out = out + y * len(log)  # eager interleaves the calls with this loop
+    return out
+
+
+def _islice_then_rest(x, items):
+    it = iter(items)
+    head = list(__import__("itertools").islice(it, 1))
+    rest = list(it)
+    return x * len(head) + len(rest), head, rest
+
+
+def _zip_map_uneven(x, items):
+    it = iter(items)
+    pairs = list(zip(map(lambda v: v * 2, it), [1]))
+    return x * len(pairs), list(it)
+
+
+@pytest.mark.parametrize("fn", [_map_with_side_effects, _islice_then_rest, _zip_map_uneven],
+                         ids=lambda f: f.__name__)
+def test_lazy_iteration_matches_eager(fn) -> None:
+    compiled_fn, _ = compiled(fn)
+    for _ in range(2):
+        eager_args = [torch.ones(2), [] if fn is _map_with_side_effects else [1, 2, 3]]
+        compiled_args = [torch.ones(2), [] if fn is _map_with_side_effects else [1, 2, 3]]
+        expected, actual = fn(*eager_args), compiled_fn(*compiled_args)
+        if isinstance(expected, tuple):
+            torch.testing.assert_close(actual[0], expected[0])
+            assert actual[1:] == expected[1:]
+        else:
+            torch.testing.assert_close(actual, expected)
+        assert compiled_args[1] == eager_args[1]

@@ -33,6 +33,7 @@ mod ops_exceptions;
 mod ops_functools;
 mod ops_generators;
 mod ops_graph;
+mod ops_itertools;
 mod ops_load_store;
 mod ops_objects;
 mod ops_sets;

@@ -438,6 +438,9 @@ impl<'py> Tracer<'py> {
         if let Some(result) = self.construct_stateless_module(obj, &args, &kwargs)? {
             return Ok(result);
         }
+        if let Some(result) = self.lazy_iteration_call(obj, &args, &kwargs)? {
+            return Ok(result);
+        }
         if obj.is(&h.builtins.getattr("set")?) && kwargs.is_empty() && args.len() <= 1 {
             return self.construct_set(&args);
         }

@@ -8,7 +8,7 @@
 //! else the call breaks the graph and runs as it is.
 
 use super::break_reasons::BreakKind;
-use super::translator::{unsupported, CResult, Flow, FrameState, Tracer};
+use super::translator::{CResult, Flow, FrameState, Tracer};
 use super::vars::{VarId, VarKind};
 use dynamo_bytecode::Instruction;
 
@@ -19,27 +19,15 @@ pub const MAX_YIELDS: usize = 10_000;
 impl<'py> Tracer<'py> {
     /// Runs the generator frame `state` to the end; its items as an iterator.
     pub(super) fn run_generator(&mut self, state: &mut FrameState<'py>) -> CResult<VarId> {
-        let effects = self.effects;
-        let nodes = self.graph.nodes.len();
-        // What a generator nested in another run ahead changes is the outer one's own.
-        let outer_floor = self.effects_floor.min(self.vars.len() as u32);
-        let floor = std::mem::replace(&mut self.effects_floor, outer_floor);
+        // What a generator nested in another run ahead changes is the outer one's own (the
+        // floor stays the outermost's).
         state.yields = Some(Vec::new());
-        self.enter_depth()?;
-        let result = self.run(state);
-        self.depth -= 1;
-        self.effects_floor = floor;
-        let result = result?;
-        let changed_tensors = self.graph.nodes[nodes..]
-            .iter()
-            .any(|node| super::node_calls_in_place(self.py, node));
-        if self.effects != effects || changed_tensors {
-            return unsupported(
-                BreakKind::Generator,
-                "a generator that changes state (it cannot run ahead of its consumer)",
-            );
-        }
-        Ok(result)
+        self.without_effects("a generator", |t| {
+            t.enter_depth()?;
+            let result = t.run(state);
+            t.depth -= 1;
+            result
+        })
     }
 
     /// Counts a change to Python state; `target` is the tracker changed, if any (one made

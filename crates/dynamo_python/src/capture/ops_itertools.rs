@@ -1,0 +1,329 @@
+//! Lazy iteration made eager: `map`, `filter`, and `itertools` (`chain`,
+//! `chain.from_iterable`, `islice`, `product`, `combinations`, `permutations`,
+//! `combinations_with_replacement`, `accumulate`, `zip_longest`) over items the trace holds,
+//! handed on as iterators over their results.
+//!
+//! Python computes these one item at a time as they are consumed; here every item is
+//! computed when the iterator is made. The two agree when computing an item changes nothing
+//! (the functions called are checked as generators run ahead are: `Tracer::without_effects`)
+//! and the iterables are not iterators that other code also advances (then the lengths must
+//! agree, so that nothing is pulled that Python would have left).
+
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple};
+
+use super::break_reasons::BreakKind;
+use super::translator::{unsupported, CResult, Tracer};
+use super::vars::{VarId, VarKind};
+use crate::imports::ImportModule;
+
+impl<'py> Tracer<'py> {
+    /// Runs `body`, refusing it if it changed Python state older than it or a tensor in place
+    /// (see `ops_generators`).
+    pub fn without_effects<T>(
+        &mut self,
+        what: &str,
+        body: impl FnOnce(&mut Self) -> CResult<T>,
+    ) -> CResult<T> {
+        let effects = self.effects;
+        let nodes = self.graph.nodes.len();
+        let outer_floor = self.effects_floor.min(self.vars.len() as u32);
+        let floor = std::mem::replace(&mut self.effects_floor, outer_floor);
+        let result = body(self);
+        self.effects_floor = floor;
+        let result = result?;
+        let changed_tensors = self.graph.nodes[nodes..]
+            .iter()
+            .any(|node| super::node_calls_in_place(self.py, node));
+        if self.effects != effects || changed_tensors {
+            return unsupported(
+                BreakKind::Generator,
+                format!("{what} that changes state (it cannot run ahead of its consumer)"),
+            );
+        }
+        Ok(result)
+    }
+
+    /// A call of `map`, `filter` or an `itertools` function listed in the module doc, or
+    /// None. Iterators among the arguments are handed on: Python pulls from them only as the
+    /// result is consumed, so using them directly afterwards is refused (see `VarKind::Iter`).
+    pub(super) fn lazy_iteration_call(
+        &mut self,
+        func: &Bound<'py, PyAny>,
+        args: &[VarId],
+        kwargs: &[(String, VarId)],
+    ) -> CResult<Option<VarId>> {
+        let made = self.lazy_iteration(func, args, kwargs)?;
+        if made.is_some() {
+            self.hand_on_iterators(args);
+        }
+        Ok(made)
+    }
+
+    fn lazy_iteration(
+        &mut self,
+        func: &Bound<'py, PyAny>,
+        args: &[VarId],
+        kwargs: &[(String, VarId)],
+    ) -> CResult<Option<VarId>> {
+        let py = self.py;
+        let builtins = self.h.builtins.clone();
+        let itertools = py.import_module("itertools")?;
+        let is = |module: &Bound<'py, PyAny>, name: &str| -> bool {
+            module.getattr(name).is_ok_and(|f| f.is(func))
+        };
+        // A classmethod of a C type: a new bound object at every lookup.
+        let chain = itertools.getattr("chain")?;
+        let chain_from_iterable = func.getattr("__self__").is_ok_and(|s| s.is(&chain))
+            && func
+                .getattr("__name__")
+                .is_ok_and(|n| n.to_string() == "from_iterable");
+        let builtins_any = builtins.as_any().clone();
+        let itertools_any = itertools.as_any().clone();
+        if is(&builtins_any, "map") && args.len() >= 2 && kwargs.is_empty() {
+            let lists = self.aligned_items(&args[1..])?;
+            let n = lists.iter().map(Vec::len).min().unwrap_or(0);
+            let f = args[0];
+            let results = self.without_effects("a function mapped", |t| {
+                (0..n)
+                    .map(|i| t.call_function(f, lists.iter().map(|l| l[i]).collect(), Vec::new()))
+                    .collect::<CResult<Vec<_>>>()
+            })?;
+            return Ok(Some(self.new_iter(results, &args[1..])));
+        }
+        if is(&builtins_any, "filter") && args.len() == 2 && kwargs.is_empty() {
+            let items = self.items_of(args[1])?;
+            let f = args[0];
+            let no_function = matches!(self.kind(f), VarKind::Const(c) if c.bind(py).is_none());
+            let kept = self.without_effects("a filter function", |t| {
+                let mut kept = Vec::new();
+                for item in items {
+                    let test = if no_function {
+                        item
+                    } else {
+                        t.call_function(f, vec![item], Vec::new())?
+                    };
+                    if t.truth(test)? {
+                        kept.push(item);
+                    }
+                }
+                Ok(kept)
+            })?;
+            return Ok(Some(self.new_iter(kept, &args[1..])));
+        }
+        if is(&itertools_any, "chain") && kwargs.is_empty() {
+            let mut items = Vec::new();
+            for list in self.aligned_items(args)? {
+                items.extend(list);
+            }
+            return Ok(Some(self.new_iter(items, args)));
+        }
+        if chain_from_iterable && args.len() == 1 && kwargs.is_empty() {
+            let mut items = Vec::new();
+            for inner in self.items_of(args[0])? {
+                items.extend(self.items_of(inner)?);
+            }
+            return Ok(Some(self.new_iter(items, args)));
+        }
+        if is(&itertools_any, "islice") && (2..=4).contains(&args.len()) && kwargs.is_empty() {
+            return self.islice(func, args).map(Some);
+        }
+        for name in [
+            "product",
+            "combinations",
+            "permutations",
+            "combinations_with_replacement",
+        ] {
+            if is(&itertools_any, name) {
+                return self.index_combinatorics(func, name, args, kwargs).map(Some);
+            }
+        }
+        if is(&itertools_any, "accumulate") && (1..=2).contains(&args.len()) {
+            return self.accumulate(args, kwargs).map(Some);
+        }
+        if is(&itertools_any, "zip_longest") {
+            let fill = match kwargs {
+                [] => self.constant(&py.None().into_bound(py)),
+                [(name, v)] if name == "fillvalue" => *v,
+                _ => return Ok(None),
+            };
+            let lists = self.aligned_items(args)?;
+            let n = lists.iter().map(Vec::len).max().unwrap_or(0);
+            let tuples = (0..n)
+                .map(|i| {
+                    let items = lists
+                        .iter()
+                        .map(|l| l.get(i).copied().unwrap_or(fill))
+                        .collect();
+                    self.add(VarKind::Tuple(items), None)
+                })
+                .collect();
+            return Ok(Some(self.new_iter(tuples, args)));
+        }
+        Ok(None)
+    }
+
+    /// The items of each of `iterables`; an iterator among them must be of the length all
+    /// share (pulling a shorter zip's extra item from it is what Python would not do).
+    fn aligned_items(&mut self, iterables: &[VarId]) -> CResult<Vec<Vec<VarId>>> {
+        let lists = iterables
+            .iter()
+            .map(|&a| self.items_of(a))
+            .collect::<CResult<Vec<_>>>()?;
+        let n = lists.iter().map(Vec::len).min().unwrap_or(0);
+        let uneven_iterator = iterables
+            .iter()
+            .zip(&lists)
+            .any(|(&a, l)| matches!(self.kind(a), VarKind::Iter { .. }) && l.len() != n);
+        if uneven_iterator && iterables.len() > 1 {
+            return unsupported(
+                BreakKind::UnsupportedOperation,
+                "iterators of different lengths combined lazily",
+            );
+        }
+        Ok(lists)
+    }
+
+    /// `islice(it, stop)` / `islice(it, start, stop[, step])`: from an iterator the trace
+    /// holds only the items Python's islice would take are pulled (and the iterator is then
+    /// handed on, as Python's islice pulls them later).
+    fn islice(&mut self, func: &Bound<'py, PyAny>, args: &[VarId]) -> CResult<VarId> {
+        let py = self.py;
+        let bounds = args[1..]
+            .iter()
+            .map(|&a| self.python_value(a))
+            .collect::<CResult<Vec<_>>>()?;
+        let is_iter = matches!(self.kind(args[0]), VarKind::Iter { .. });
+        let items = if is_iter {
+            // Python's islice stops pulling at `stop`: pull no further here either.
+            let stop = match bounds.as_slice() {
+                [stop] | [_, stop] | [_, stop, _] => stop.clone(),
+                _ => py.None().into_bound(py),
+            };
+            let mut items = Vec::new();
+            let limit: Option<usize> = if stop.is_none() {
+                None
+            } else {
+                Some(stop.extract()?)
+            };
+            while limit.is_none_or(|l| items.len() < l) {
+                match self.iter_advance(args[0])? {
+                    Some(item) => items.push(item),
+                    None => break,
+                }
+            }
+            items
+        } else {
+            self.items_of(args[0])?
+        };
+        let positions = PyTuple::new(py, 0..items.len())?;
+        let mut call_args = vec![positions.into_any()];
+        call_args.extend(bounds);
+        let picked: Vec<usize> = match func.call1(PyTuple::new(py, call_args)?) {
+            Ok(sliced) => sliced
+                .try_iter()?
+                .map(|p| p?.extract())
+                .collect::<PyResult<_>>()?,
+            Err(err) => return self.raised(err, "islice() raised while tracing"),
+        };
+        let chosen = picked.into_iter().map(|i| items[i]).collect();
+        Ok(self.new_iter(chosen, &args[..1]))
+    }
+
+    /// `product`, `combinations`, `permutations`, `combinations_with_replacement`: Python's
+    /// own function over the positions decides the tuples, which then hold the trackers.
+    fn index_combinatorics(
+        &mut self,
+        func: &Bound<'py, PyAny>,
+        name: &str,
+        args: &[VarId],
+        kwargs: &[(String, VarId)],
+    ) -> CResult<VarId> {
+        let py = self.py;
+        let iterables = if name == "product" {
+            args
+        } else {
+            &args[..args.len().min(1)]
+        };
+        let lists = iterables
+            .iter()
+            .map(|&a| self.items_of(a))
+            .collect::<CResult<Vec<_>>>()?;
+        let mut call_args: Vec<Bound<'py, PyAny>> = lists
+            .iter()
+            .map(|l| Ok(PyTuple::new(py, 0..l.len())?.into_any()))
+            .collect::<PyResult<_>>()?;
+        for &extra in &args[iterables.len()..] {
+            call_args.push(self.python_value(extra)?);
+        }
+        let keywords = PyDict::new(py);
+        for (k, v) in kwargs {
+            keywords.set_item(k, self.python_value(*v)?)?;
+        }
+        let combos = match func.call(PyTuple::new(py, call_args)?, Some(&keywords)) {
+            Ok(c) => c,
+            Err(err) => return self.raised(err, format!("{name}() raised while tracing")),
+        };
+        let mut tuples = Vec::new();
+        for combo in combos.try_iter()? {
+            let combo = combo?;
+            let mut items = Vec::new();
+            for (k, position) in combo.try_iter()?.enumerate() {
+                let position: usize = position?.extract()?;
+                // product: the k-th position is into the k-th iterable (cycled by `repeat`).
+                let list = if name == "product" {
+                    &lists[k % lists.len()]
+                } else {
+                    &lists[0]
+                };
+                items.push(list[position]);
+            }
+            tuples.push(self.add(VarKind::Tuple(items), None));
+        }
+        Ok(self.new_iter(tuples, iterables))
+    }
+
+    /// `accumulate(it[, func], *, initial=None)`: running results, left to right.
+    fn accumulate(&mut self, args: &[VarId], kwargs: &[(String, VarId)]) -> CResult<VarId> {
+        let py = self.py;
+        let mut func = args.get(1).copied();
+        let mut initial = None;
+        for (name, value) in kwargs {
+            match name.as_str() {
+                "func" => func = Some(*value),
+                "initial" => initial = Some(*value),
+                _ => {
+                    return unsupported(
+                        BreakKind::ExceptionWhileTracing,
+                        format!("accumulate() got an unexpected keyword {name}"),
+                    )
+                }
+            }
+        }
+        let func =
+            func.filter(|&f| !matches!(self.kind(f), VarKind::Const(c) if c.bind(py).is_none()));
+        let items = self.items_of(args[0])?;
+        let add = self.h.operator.getattr("add")?;
+        let results = self.without_effects("an accumulate function", |t| {
+            let mut out = Vec::new();
+            let mut total = initial
+                .filter(|&i| !matches!(t.kind(i), VarKind::Const(c) if c.bind(py).is_none()));
+            if let Some(start) = total {
+                out.push(start);
+            }
+            for item in items {
+                let next = match total {
+                    None => item,
+                    Some(acc) => match func {
+                        Some(f) => t.call_function(f, vec![acc, item], Vec::new())?,
+                        None => t.apply_operator(&add, vec![acc, item])?,
+                    },
+                };
+                out.push(next);
+                total = Some(next);
+            }
+            Ok(out)
+        })?;
+        Ok(self.new_iter(results, &args[..1]))
+    }
+}
