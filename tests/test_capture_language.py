@@ -1104,6 +1104,16 @@ def map_filter_itertools(x):
     longest = list(itertools.zip_longest([x, x], [1], fillvalue=0))
     return (mapped, paired, kept, nonzero, chained, flat, head, rest, pairs, combos, perms,
             running, products, longest)
+# list.sort and sorted() of lists holding tensors, by constant keys.
+@case(T34, lambda: [3, 1, 2])
+def sort_by_constant_keys(x, order):
+    named = [("b", x), ("a", x.sin()), ("c", x.cos())]
+    named.sort(key=lambda pair: pair[0])
+    by_len = sorted([x, x[:1], x[:2]], key=len, reverse=True)
+    order.sort(reverse=True)
+    local = [5, 4, 6]
+    local.sort()
+    return [t for _, t in named], by_len, order, local
 # Iterating over a tensor walks its first dimension (x[0], x[1], ...).
 @case(T34)
 def iterate_over_a_tensor(x):

@@ -148,6 +148,22 @@ impl<'py> Tracer<'py> {
     ) -> CResult<VarId> {
         let py = self.py;
         let dict_update = name == "update" && matches!(self.kind(receiver), VarKind::Dict(_));
+        if name == "sort" && args.is_empty() && matches!(self.kind(receiver), VarKind::List(_)) {
+            // `list.sort(*, key=None, reverse=False)`, in place.
+            if !self.changeable_container(receiver) {
+                return unsupported(
+                    BreakKind::UnreplayableSideEffect,
+                    "sort() of a list that cannot be changed",
+                );
+            }
+            let items = self.items_of(receiver)?;
+            let sorted = self.sorted_items(items, &kwargs)?;
+            self.may_change_container(receiver, "sort")?;
+            if let VarKind::List(items) = &mut self.vars[receiver.0 as usize].kind {
+                *items = sorted;
+            }
+            return Ok(self.constant(&py.None().into_bound(py)));
+        }
         if !kwargs.is_empty() && !dict_update {
             return unsupported(
                 BreakKind::UnsupportedCall,

@@ -91,6 +91,15 @@ impl<'py> Tracer<'py> {
             })?;
             return Ok(Some(self.new_iter(results, &args[1..])));
         }
+        if is(&builtins_any, "sorted")
+            && args.len() == 1
+            && !(self.all_constant(args, kwargs))
+            && !matches!(self.kind(args[0]), VarKind::Object(_))
+        {
+            let items = self.items_of(args[0])?;
+            let sorted = self.sorted_items(items, kwargs)?;
+            return Ok(Some(self.add(VarKind::List(sorted), None)));
+        }
         if is(&builtins_any, "filter") && args.len() == 2 && kwargs.is_empty() {
             let items = self.items_of(args[1])?;
             let f = args[0];
@@ -161,6 +170,73 @@ impl<'py> Tracer<'py> {
             return Ok(Some(self.new_iter(tuples, args)));
         }
         Ok(None)
+    }
+
+    /// `items` in the order `sorted(items, key=..., reverse=...)` gives (`kwargs`): the sort
+    /// keys (the items, or what `key` returns for each, called as a function that changes
+    /// nothing) must be constants; Python's own stable sort orders their positions.
+    pub fn sorted_items(
+        &mut self,
+        items: Vec<VarId>,
+        kwargs: &[(String, VarId)],
+    ) -> CResult<Vec<VarId>> {
+        let py = self.py;
+        let mut key = None;
+        let mut reverse = false;
+        for (name, value) in kwargs {
+            match name.as_str() {
+                "key" if !matches!(self.kind(*value), VarKind::Const(c) if c.bind(py).is_none()) => {
+                    key = Some(*value)
+                }
+                "key" => {}
+                "reverse" => reverse = self.python_value(*value)?.is_truthy()?,
+                _ => {
+                    return unsupported(
+                        BreakKind::ExceptionWhileTracing,
+                        format!("sort() got an unexpected keyword {name}"),
+                    )
+                }
+            }
+        }
+        let keys = match key {
+            Some(f) => self.without_effects("a sort key", |t| {
+                items
+                    .iter()
+                    .map(|&item| t.call_function(f, vec![item], Vec::new()))
+                    .collect::<CResult<Vec<_>>>()
+            })?,
+            None => items.clone(),
+        };
+        let mut values = Vec::with_capacity(keys.len());
+        for &k in &keys {
+            match self.kind(k) {
+                VarKind::Const(v) => values.push(v.bind(py).clone()),
+                other => {
+                    return unsupported(
+                        BreakKind::UnsupportedOperation,
+                        format!(
+                            "sorting by {} (only constants are compared while tracing)",
+                            super::translator::kind_name(other)
+                        ),
+                    )
+                }
+            }
+        }
+        let values = PyTuple::new(py, values)?;
+        let order = py.import_module("builtins")?.getattr("sorted")?.call(
+            (PyTuple::new(py, 0..items.len())?,),
+            Some(&{
+                let kw = PyDict::new(py);
+                kw.set_item("key", values.getattr("__getitem__")?)?;
+                kw.set_item("reverse", reverse)?;
+                kw
+            }),
+        );
+        let order: Vec<usize> = match order {
+            Ok(order) => order.extract()?,
+            Err(err) => return self.raised(err, "sorting raised while tracing"),
+        };
+        Ok(order.into_iter().map(|i| items[i]).collect())
     }
 
     /// The items of each of `iterables`; an iterator among them must be of the length all
