@@ -442,6 +442,30 @@ impl<'py> Tracer<'py> {
         Ok(Flow::Continue)
     }
 
+    /// `obj[index]` of an existing object (not a module) whose class defines `__getitem__`
+    /// in Python (a registry, a `Mapping`): the method inlined, so what it reads is guarded
+    /// and what it raises can be caught; None for other containers.
+    pub fn python_getitem(&mut self, container: VarId, index: VarId) -> CResult<Option<VarId>> {
+        let VarKind::Object(value) = self.kind(container) else {
+            return Ok(None);
+        };
+        let value = value.bind(self.py).clone();
+        if value.is_instance(&self.h.module_type)? || value.is_instance_of::<pyo3::types::PyType>()
+        {
+            return Ok(None);
+        }
+        let python_method = value
+            .get_type()
+            .getattr("__getitem__")
+            .is_ok_and(|m| m.is_instance(&self.h.function_type).unwrap_or(false));
+        if !python_method {
+            return Ok(None);
+        }
+        let method = self.get_attr(container, "__getitem__")?;
+        self.call_function(method, vec![index], Vec::new())
+            .map(Some)
+    }
+
     pub fn subscript(&mut self, container: VarId, index: VarId) -> CResult<VarId> {
         let py = self.py;
         if matches!(self.kind(container), VarKind::Tensor { .. }) {

@@ -31,6 +31,30 @@ use dynamo_bytecode::binding::{self, ParamValue};
 const CO_GENERATOR_LIKE: u32 = 0x20 | 0x80 | 0x100 | 0x200;
 const CO_GENERATOR: u32 = 0x20;
 
+/// A model of calls to some library callables: the result, or None when `obj` is not one
+/// of them.
+type LibraryModel<'py> = fn(
+    &mut Tracer<'py>,
+    &Bound<'py, PyAny>,
+    &[VarId],
+    &[(String, VarId)],
+) -> CResult<Option<VarId>>;
+
+/// Models of library and builtin calls tried in order by `call_object`, each in the file of
+/// its family (`ops_autograd`, `ops_copy`, `builtins`, `ops_exceptions`, `ops_build`,
+/// `ops_itertools`).
+fn library_models<'py>() -> [LibraryModel<'py>; 7] {
+    [
+        Tracer::autograd_function_apply,
+        Tracer::deepcopy_call,
+        Tracer::attribute_builtin,
+        Tracer::construct_exception,
+        Tracer::construct_named_tuple,
+        Tracer::construct_stateless_module,
+        Tracer::lazy_iteration_call,
+    ]
+}
+
 /// The default values of a function being inlined: a real function's `__defaults__` and
 /// `__kwdefaults__` (each possibly None), or the trackers of a function the trace made.
 enum Defaults<'py> {
@@ -420,26 +444,10 @@ impl<'py> Tracer<'py> {
         if let Some(result) = self.functools_call(callee, obj, &args, &kwargs)? {
             return Ok(result);
         }
-        if let Some(result) = self.autograd_function_apply(obj, &args, &kwargs)? {
-            return Ok(result);
-        }
-        if let Some(result) = self.deepcopy_call(obj, &args, &kwargs)? {
-            return Ok(result);
-        }
-        if let Some(result) = self.attribute_builtin(obj, &args, &kwargs)? {
-            return Ok(result);
-        }
-        if let Some(result) = self.construct_exception(obj, &args, &kwargs)? {
-            return Ok(result);
-        }
-        if let Some(result) = self.construct_named_tuple(obj, &args, &kwargs)? {
-            return Ok(result);
-        }
-        if let Some(result) = self.construct_stateless_module(obj, &args, &kwargs)? {
-            return Ok(result);
-        }
-        if let Some(result) = self.lazy_iteration_call(obj, &args, &kwargs)? {
-            return Ok(result);
+        for model in library_models() {
+            if let Some(result) = model(self, obj, &args, &kwargs)? {
+                return Ok(result);
+            }
         }
         if obj.is(&h.builtins.getattr("set")?) && kwargs.is_empty() && args.len() <= 1 {
             return self.construct_set(&args);

@@ -87,10 +87,7 @@ impl<'py> Tracer<'py> {
             return Ok(None);
         }
         let positional = self.python_args(args)?;
-        let keywords = PyDict::new(py);
-        for (name, value) in kwargs {
-            keywords.set_item(name, self.python_value(*value)?)?;
-        }
+        let keywords = self.python_kwargs(kwargs)?;
         // A module with parameters initialises them from the random generator: the trial
         // must leave it as it was (the module is then made again, for real, after a break).
         let torch = py.import_module("torch")?;

@@ -103,30 +103,6 @@ impl<'py> Tracer<'py> {
         unsupported(BreakKind::ExceptionWhileTracing, detail)
     }
 
-    /// `obj[index]` of an existing object (not a module) whose class defines `__getitem__`
-    /// in Python (a registry, a `Mapping`): the method inlined, so what it reads is guarded
-    /// and what it raises can be caught; None for other containers.
-    pub fn python_getitem(&mut self, container: VarId, index: VarId) -> CResult<Option<VarId>> {
-        let VarKind::Object(value) = self.kind(container) else {
-            return Ok(None);
-        };
-        let value = value.bind(self.py).clone();
-        if value.is_instance(&self.h.module_type)? || value.is_instance_of::<pyo3::types::PyType>()
-        {
-            return Ok(None);
-        }
-        let python_method = value
-            .get_type()
-            .getattr("__getitem__")
-            .is_ok_and(|m| m.is_instance(&self.h.function_type).unwrap_or(false));
-        if !python_method {
-            return Ok(None);
-        }
-        let method = self.get_attr(container, "__getitem__")?;
-        self.call_function(method, vec![index], Vec::new())
-            .map(Some)
-    }
-
     /// Calling an exception class with constants: the exception, made now (`raise E(...)`).
     pub fn construct_exception(
         &mut self,
@@ -142,10 +118,7 @@ impl<'py> Tracer<'py> {
             return Ok(None);
         }
         let positional = self.python_args(args)?;
-        let keywords = pyo3::types::PyDict::new(self.py);
-        for (name, value) in kwargs {
-            keywords.set_item(name, self.python_value(*value)?)?;
-        }
+        let keywords = self.python_kwargs(kwargs)?;
         let exception = class.call(positional, Some(&keywords))?;
         Ok(Some(self.add(
             VarKind::Object(OwnedRef::from_bound(&exception)),

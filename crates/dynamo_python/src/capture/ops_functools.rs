@@ -2,7 +2,6 @@
 //! through their source), `lru_cache`-wrapped functions and `reduce`.
 
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyTuple};
 
 use super::break_reasons::BreakKind;
 use super::translator::{unsupported, CResult, Tracer};
@@ -70,7 +69,6 @@ impl<'py> Tracer<'py> {
         args: &[VarId],
         kwargs: &[(String, VarId)],
     ) -> CResult<Option<VarId>> {
-        let py = self.py;
         let all = args.iter().chain(kwargs.iter().map(|(_, v)| v));
         // Existing objects among the arguments (a logger for `warning_once`) are hashed by
         // the cache as they are: the call depends on which objects they are.
@@ -80,16 +78,8 @@ impl<'py> Tracer<'py> {
         {
             return Ok(None);
         }
-        let positional = PyTuple::new(
-            py,
-            args.iter()
-                .map(|&a| self.python_value(a))
-                .collect::<CResult<Vec<_>>>()?,
-        )?;
-        let keywords = PyDict::new(py);
-        for (name, value) in kwargs {
-            keywords.set_item(name, self.python_value(*value)?)?;
-        }
+        let positional = self.python_args(args)?;
+        let keywords = self.python_kwargs(kwargs)?;
         let result = match cached.call(positional, Some(&keywords)) {
             Ok(result) => result,
             Err(err) => {

@@ -332,10 +332,7 @@ impl<'py> Tracer<'py> {
         for &extra in &args[iterables.len()..] {
             call_args.push(self.python_value(extra)?);
         }
-        let keywords = PyDict::new(py);
-        for (k, v) in kwargs {
-            keywords.set_item(k, self.python_value(*v)?)?;
-        }
+        let keywords = self.python_kwargs(kwargs)?;
         let combos = match func.call(PyTuple::new(py, call_args)?, Some(&keywords)) {
             Ok(c) => c,
             Err(err) => return self.raised(err, format!("{name}() raised while tracing")),

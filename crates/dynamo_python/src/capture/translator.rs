@@ -323,6 +323,15 @@ impl<'py> Tracer<'py> {
         Ok(PyTuple::new(self.py, values)?)
     }
 
+    /// The Python values of keyword arguments as a dict, for a call evaluated at trace time.
+    pub fn python_kwargs(&self, kwargs: &[(String, VarId)]) -> CResult<Bound<'py, PyDict>> {
+        let keywords = PyDict::new(self.py);
+        for (name, value) in kwargs {
+            keywords.set_item(name, self.python_value(*value)?)?;
+        }
+        Ok(keywords)
+    }
+
     /// A Python value for a tracker with no tensors inside (containers rebuilt), for calls
     /// evaluated at trace time.
     pub fn python_value(&self, id: VarId) -> CResult<Bound<'py, PyAny>> {
@@ -387,18 +396,11 @@ impl<'py> Tracer<'py> {
                 pyo3::types::PyList::new(py, items)?.into_any()
             }
             VarKind::Partial { func, args, kwargs } => {
-                let (func, args, kwargs) = (*func, args.clone(), kwargs.clone());
-                let mut all = vec![self.python_value(func)?];
-                for arg in args {
-                    all.push(self.python_value(arg)?);
-                }
-                let keywords = PyDict::new(py);
-                for (name, value) in kwargs {
-                    keywords.set_item(name, self.python_value(value)?)?;
-                }
+                let mut all = vec![*func];
+                all.extend(args);
                 py.import_module("functools")?
                     .getattr("partial")?
-                    .call(PyTuple::new(py, all)?, Some(&keywords))?
+                    .call(self.python_args(&all)?, Some(&self.python_kwargs(kwargs)?))?
             }
             // A view of a dict rebuilt now: the call it is passed to runs right away.
             VarKind::DictView { dict, which } => {
