@@ -105,12 +105,25 @@ def _plain_dense(t: torch.Tensor) -> bool:
 def run_fake(mode: FakeTensorMode, target, args, kwargs):
     """Runs one traced operation on fake tensors, returning its fake result: by our own
     shape rules where one applies (`_meta_rules`), else through FakeTensorMode."""
-    if config.meta_rules:
+    # Our rules compute static shapes only: with symbolic sizes in the trace, torch's own
+    # meta functions (which record the guards they rely on) answer everything.
+    symbolic = getattr(mode, "dynamo_rs_symbolic", False)
+    if config.meta_rules and not symbolic:
         result = _meta_rules.infer(mode, target, args, kwargs)
         if result is not None:
             if config.verify_meta_rules:
                 _meta_rules.check(mode, target, args, kwargs, result)
             return result
+    if symbolic:
+        # As TorchDynamo traces: composite operations (`pad`, `interpolate`) decompose
+        # through torch's Python decompositions, which keep sizes symbolic where the C++
+        # kernels would read them as ints (and specialise them).
+        from torch._dispatch.python import enable_python_dispatcher
+
+        with mode, enable_python_dispatcher():
+            if isinstance(target, str):
+                return getattr(args[0], target)(*args[1:], **kwargs)
+            return target(*args, **kwargs)
     with mode:
         if isinstance(target, str):  # a method name: args[0] is the receiver
             return getattr(args[0], target)(*args[1:], **kwargs)

@@ -37,7 +37,7 @@ def compile(  # noqa: A001 - the name mirrors torch.compile
         compiler = torch._TorchCompileInductorWrapper(mode, options, dynamic)
     else:
         compiler = resolve_backend(backend)
-    converter = _native.Converter(compiler, fullgraph=fullgraph)
+    converter = _native.Converter(compiler, fullgraph=fullgraph, dynamic=dynamic)
     if isinstance(model, torch.nn.Module):
         return OptimizedModule(model, converter)
     return _compiled_function(model, converter)

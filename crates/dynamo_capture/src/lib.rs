@@ -1,5 +1,7 @@
-//! The parts of capture that need no Python, tested by `cargo test`: so far the table of
+//! The parts of capture that need no Python, tested by `cargo test`: the table of
 //! graph-break kinds ([`break_reasons`]), which the translator cites whenever it gives up
-//! and `docs/graph-breaks.md` is generated from.
+//! and `docs/graph-breaks.md` is generated from, and the symbolic-shape guard expressions
+//! ([`shape_expr`]) the native guard evaluates on every call.
 
 pub mod break_reasons;
+pub mod shape_expr;

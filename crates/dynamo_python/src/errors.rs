@@ -40,6 +40,14 @@ create_exception!(
      dynamo_rs, raised so that tests see it."
 );
 
+create_exception!(
+    dynamo_rs,
+    ConstraintViolation,
+    CompileError,
+    "A dimension marked dynamic (`mark_dynamic`) that the code specialises, or whose size is \
+     outside the range it was marked with; the message names the dimension and the line."
+);
+
 pub fn bytecode_error(err: RustBytecodeError) -> PyErr {
     BytecodeError::new_err(err.to_string())
 }
@@ -51,6 +59,10 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add(
         "InternalCheckFailed",
         m.py().get_type::<InternalCheckFailed>(),
+    )?;
+    m.add(
+        "ConstraintViolation",
+        m.py().get_type::<ConstraintViolation>(),
     )?;
     m.add(
         "BackendCompilerFailed",

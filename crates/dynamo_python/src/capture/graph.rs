@@ -15,6 +15,8 @@ pub enum Arg {
     Const(OwnedRef),
     Tuple(Vec<Arg>),
     List(Vec<Arg>),
+    /// `slice(start, stop, step)` with symbolic bounds.
+    Slice(Vec<Arg>),
     Dict(Vec<(OwnedRef, Arg)>),
 }
 
@@ -106,7 +108,9 @@ impl Graph {
         fn mark(arg: &Arg, used: &mut [bool]) {
             match arg {
                 Arg::Node(n) => used[n.0 as usize] = true,
-                Arg::Tuple(items) | Arg::List(items) => items.iter().for_each(|a| mark(a, used)),
+                Arg::Tuple(items) | Arg::List(items) | Arg::Slice(items) => {
+                    items.iter().for_each(|a| mark(a, used))
+                }
                 Arg::Dict(entries) => entries.iter().for_each(|(_, a)| mark(a, used)),
                 Arg::Const(_) => {}
             }
@@ -172,7 +176,7 @@ impl Graph {
                 Arg::Node(n) => {
                     *n = map[n.0 as usize].expect("kept nodes only refer to kept nodes")
                 }
-                Arg::Tuple(items) | Arg::List(items) => {
+                Arg::Tuple(items) | Arg::List(items) | Arg::Slice(items) => {
                     items.iter_mut().for_each(|a| remap(a, map))
                 }
                 Arg::Dict(entries) => entries.iter_mut().for_each(|(_, a)| remap(a, map)),

@@ -10,6 +10,8 @@
 //! every pair of tensors for aliasing. In debug mode both run on every check and any
 //! disagreement raises `dynamo_rs.InternalCheckFailed`.
 
+use super::guard_values::DynamicDims;
+use super::shape_guard::{ShapePlan, TensorProperty};
 use std::rc::Rc;
 
 use crate::imports::ImportModule;
@@ -40,8 +42,9 @@ struct TensorFacts {
     type_ptr: usize,
     dtype: String,
     device: String,
-    shape: Vec<i64>,
-    stride: Vec<i64>,
+    /// None where the size or stride is symbolic (checked by the shape plan).
+    shape: Vec<Option<i64>>,
+    stride: Vec<Option<i64>>,
     requires_grad: bool,
     dispatch_keys: String,
     /// Index of the first tensor that was the same object (itself if none).
@@ -74,6 +77,13 @@ pub struct ReferenceGuard {
     tensors: Vec<TensorFacts>,
     mutates_in_place: bool,
     grad_mode: Option<bool>,
+    /// The symbolic-shape plan, with the path of each tensor it reads.
+    shape: Option<(Vec<Vec<Hop>>, ShapePlan)>,
+}
+
+/// Whether `now` agrees with `was` everywhere `was` is not open (None).
+fn matches_open(now: &[Option<i64>], was: &[Option<i64>]) -> bool {
+    now.len() == was.len() && now.iter().zip(was).all(|(n, w)| w.is_none() || n == w)
 }
 
 fn path_of(py: Python<'_>, source: &Source, out: &mut Vec<Hop>) -> PyResult<()> {
@@ -121,8 +131,18 @@ fn facts(py: Python<'_>, t: &Bound<'_, PyAny>) -> PyResult<TensorFacts> {
         type_ptr: t.get_type().as_ptr() as usize,
         dtype: t.getattr("dtype")?.str()?.to_string(),
         device: t.getattr("device")?.str()?.to_string(),
-        shape: t.getattr("shape")?.extract()?,
-        stride: t.call_method0("stride")?.extract()?,
+        shape: t
+            .getattr("shape")?
+            .extract::<Vec<i64>>()?
+            .into_iter()
+            .map(Some)
+            .collect(),
+        stride: t
+            .call_method0("stride")?
+            .extract::<Vec<i64>>()?
+            .into_iter()
+            .map(Some)
+            .collect(),
         requires_grad: t.getattr("requires_grad")?.extract()?,
         dispatch_keys: dispatch_keys(py, t)?,
         alias_of: 0,
@@ -133,14 +153,15 @@ fn facts(py: Python<'_>, t: &Bound<'_, PyAny>) -> PyResult<TensorFacts> {
 impl ReferenceGuard {
     pub fn build(
         py: Python<'_>,
-        guards: &[(Rc<Source>, &GuardKind)],
+        guards: &[(Rc<Source>, &GuardKind, Option<DynamicDims>)],
         mutates_in_place: bool,
         grad_mode: Option<bool>,
+        shape: Option<(Vec<Rc<Source>>, ShapePlan)>,
     ) -> PyResult<ReferenceGuard> {
         let mut checks = Vec::with_capacity(guards.len());
         let mut tensors: Vec<TensorFacts> = Vec::new();
         let mut examples: Vec<usize> = Vec::new();
-        for (source, kind) in guards {
+        for (source, kind, dynamic) in guards {
             let mut path = Vec::new();
             path_of(py, source, &mut path)?;
             let expect = match kind {
@@ -155,6 +176,18 @@ impl ReferenceGuard {
                 GuardKind::Tensor(example) => {
                     let example = example.bind(py);
                     let mut fact = facts(py, &example)?;
+                    if let Some((sizes, strides)) = dynamic {
+                        for (value, open) in fact.shape.iter_mut().zip(sizes) {
+                            if *open {
+                                *value = None;
+                            }
+                        }
+                        for (value, open) in fact.stride.iter_mut().zip(strides) {
+                            if *open {
+                                *value = None;
+                            }
+                        }
+                    }
                     let address = example.as_ptr() as usize;
                     fact.alias_of = examples
                         .iter()
@@ -168,11 +201,24 @@ impl ReferenceGuard {
             };
             checks.push((path, expect, source.describe()));
         }
+        let shape = match shape {
+            Some((sources, plan)) => {
+                let mut paths = Vec::with_capacity(sources.len());
+                for source in sources {
+                    let mut path = Vec::new();
+                    path_of(py, &source, &mut path)?;
+                    paths.push(path);
+                }
+                Some((paths, plan))
+            }
+            None => None,
+        };
         Ok(ReferenceGuard {
             checks,
             tensors,
             mutates_in_place,
             grad_mode,
+            shape,
         })
     }
 
@@ -269,8 +315,8 @@ impl ReferenceGuard {
                             now.type_ptr == fact.type_ptr
                                 && now.dtype == fact.dtype
                                 && now.device == fact.device
-                                && now.shape == fact.shape
-                                && now.stride == fact.stride
+                                && matches_open(&now.shape, &fact.shape)
+                                && matches_open(&now.stride, &fact.stride)
                                 && now.requires_grad == fact.requires_grad
                                 && now.dispatch_keys == fact.dispatch_keys
                         });
@@ -310,6 +356,23 @@ impl ReferenceGuard {
                 if matters && were_same != are_same {
                     return Ok(Some(format!("tensors {i} and {j}: aliasing changed")));
                 }
+            }
+        }
+        if let Some((paths, plan)) = &self.shape {
+            // Each value read on its own, by indexing `shape` and calling `stride(dim)`.
+            let mut reads = Vec::with_capacity(plan.reads.len());
+            for &(input, property, dim) in &plan.reads {
+                let Some(tensor) = Self::resolve(py, &paths[input], locals)? else {
+                    return Ok(Some("a tensor with symbolic sizes: missing".into()));
+                };
+                let value: i64 = match property {
+                    TensorProperty::Size => tensor.getattr("shape")?.get_item(dim)?.extract()?,
+                    TensorProperty::Stride => tensor.call_method1("stride", (dim,))?.extract()?,
+                };
+                reads.push(value);
+            }
+            if let Some(what) = plan.first_failure(&reads) {
+                return Ok(Some(format!("shape guard {what} does not hold")));
             }
         }
         if let Some(mode) = self.grad_mode {

@@ -127,22 +127,54 @@ pub struct TensorMeta {
     type_name: String,
     dtype: String,
     device: String,
-    shape: Vec<i64>,
-    stride: Vec<i64>,
+    shape: Vec<Option<i64>>,
+    stride: Vec<Option<i64>>,
     requires_grad: bool,
 }
 
+/// Which sizes and which strides of a tensor are symbolic.
+pub type DynamicDims = (Vec<bool>, Vec<bool>);
+
+/// A size list as Python prints it, `?` for a symbolic entry.
+fn show_sizes(values: &[Option<i64>]) -> String {
+    let items: Vec<String> = values
+        .iter()
+        .map(|v| v.map_or("?".to_string(), |v| v.to_string()))
+        .collect();
+    format!("[{}]", items.join(", "))
+}
+
 impl TensorMeta {
-    fn of(step: usize, t: &Bound<'_, PyAny>) -> PyResult<TensorMeta> {
+    /// The metadata of `t`, with the sizes and strides marked in `dynamic` left open (None:
+    /// the shape guard checks those).
+    fn of(
+        step: usize,
+        t: &Bound<'_, PyAny>,
+        dynamic: Option<&DynamicDims>,
+    ) -> PyResult<TensorMeta> {
+        let open = |values: Vec<i64>, which: Option<&Vec<bool>>| -> Vec<Option<i64>> {
+            values
+                .into_iter()
+                .enumerate()
+                .map(|(d, v)| match which {
+                    Some(flags) if flags.get(d).copied().unwrap_or(false) => None,
+                    _ => Some(v),
+                })
+                .collect()
+        };
         Ok(TensorMeta {
             step,
             type_name: t.get_type().name()?.to_string(),
             dtype: t.getattr("dtype")?.str()?.to_string(),
             device: t.getattr("device")?.str()?.to_string(),
-            shape: t.getattr("shape")?.extract()?,
-            stride: t.call_method0("stride")?.extract()?,
+            shape: open(t.getattr("shape")?.extract()?, dynamic.map(|d| &d.0)),
+            stride: open(t.call_method0("stride")?.extract()?, dynamic.map(|d| &d.1)),
             requires_grad: t.getattr("requires_grad")?.extract()?,
         })
+    }
+
+    fn matches_open(now: &[Option<i64>], was: &[Option<i64>]) -> bool {
+        now.len() == was.len() && now.iter().zip(was).all(|(n, w)| w.is_none() || n == w)
     }
 
     /// How `t` differs from this example, if its metadata does.
@@ -153,18 +185,20 @@ impl TensorMeta {
                 t.get_type().name()?
             )));
         }
-        let now = TensorMeta::of(self.step, t)?;
+        let now = TensorMeta::of(self.step, t, None)?;
         let field = |name: &str, now: String, was: String| {
             (now != was).then(|| format!("{what}.{name} is {now}, was {was}"))
         };
         Ok(field("dtype", now.dtype, self.dtype.clone())
             .or_else(|| field("device", now.device, self.device.clone()))
             .or_else(|| {
-                field(
-                    "shape",
-                    format!("{:?}", now.shape),
-                    format!("{:?}", self.shape),
-                )
+                (!TensorMeta::matches_open(&now.shape, &self.shape)).then(|| {
+                    format!(
+                        "{what}.shape is {}, was {}",
+                        show_sizes(&now.shape),
+                        show_sizes(&self.shape)
+                    )
+                })
             })
             .or_else(|| {
                 field(
@@ -174,7 +208,8 @@ impl TensorMeta {
                 )
             })
             .or_else(|| {
-                (now.stride != self.stride).then(|| format!("{what} has a different stride"))
+                (!TensorMeta::matches_open(&now.stride, &self.stride))
+                    .then(|| format!("{what} has a different stride"))
             })
             .or_else(|| field("__class__", now.type_name, self.type_name.clone())))
     }
@@ -191,15 +226,20 @@ pub struct TensorGroup {
 }
 
 impl TensorGroup {
-    pub fn new(py: Python<'_>, examples: Vec<(usize, OwnedRef)>) -> PyResult<TensorGroup> {
+    pub fn new(
+        py: Python<'_>,
+        examples: Vec<(usize, OwnedRef, Option<DynamicDims>)>,
+    ) -> PyResult<TensorGroup> {
         if examples.is_empty() {
             return Ok(TensorGroup::default());
         }
-        let tensors: Vec<Bound<'_, PyAny>> =
-            examples.iter().map(|(_, t)| t.bind(py).clone()).collect();
+        let tensors: Vec<Bound<'_, PyAny>> = examples
+            .iter()
+            .map(|(_, t, _)| t.bind(py).clone())
+            .collect();
         let metas = examples
             .iter()
-            .map(|(step, t)| TensorMeta::of(*step, &t.bind(py)))
+            .map(|(step, t, dynamic)| TensorMeta::of(*step, &t.bind(py), dynamic.as_ref()))
             .collect::<PyResult<Vec<_>>>()?;
         let kwargs = PyDict::new(py);
         kwargs.set_item(

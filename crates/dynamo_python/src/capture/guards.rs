@@ -59,6 +59,11 @@ pub struct GuardSet {
     /// The object seen at a source that is guarded by type rather than identity, by source
     /// id: what the plan inspects to read its attributes the fast way.
     pub examples: HashMap<u32, OwnedRef>,
+    /// Tensors with symbolic sizes or strides, by source id: which (the tensor check leaves
+    /// those to `shape_plan`).
+    pub dynamic_dims: HashMap<u32, (Vec<bool>, Vec<bool>)>,
+    /// The symbolic-shape checks (see `shape_guard`), built after the backend ran.
+    pub shape: Option<super::shape_guard::ShapeGuard>,
 }
 
 impl GuardSet {
@@ -254,6 +259,8 @@ pub struct NativeGuard {
     /// The same checks for the slow reference evaluation, made when the guard is built in
     /// `guard_check_mode = "debug"` (building it reads every tensor's metadata again).
     reference: Option<super::guard_reference::ReferenceGuard>,
+    /// Checks on symbolic sizes (dynamic shapes), after everything else.
+    shape: Option<super::shape_guard::ShapeGuard>,
 }
 
 /// Whether every check also runs the reference evaluation (`guard_check_mode = "debug"`).
@@ -395,10 +402,11 @@ impl NativeGuard {
                         Some(&first) => Check::Alias(first),
                         None => {
                             first_step_of_tensor.insert(example.as_ptr() as usize, step);
+                            let dynamic = set.dynamic_dims.get(id).cloned();
                             if matches!(steps[step].access, Access::Local(_)) {
-                                argument_examples.push((step, example.clone()));
+                                argument_examples.push((step, example.clone(), dynamic));
                             } else {
-                                reached_examples.push((step, example.clone()));
+                                reached_examples.push((step, example.clone(), dynamic));
                             }
                             Check::Tensor
                         }
@@ -498,15 +506,32 @@ impl NativeGuard {
             graph_inputs,
             graph_token,
             owner,
+            shape: set.shape.clone(),
             reference: if DEBUG_CHECKS.load(Relaxed) {
                 Some(super::guard_reference::ReferenceGuard::build(
                     py,
                     &set.guards
                         .iter()
-                        .map(|(id, kind)| (set.sources.nodes[*id as usize].0.clone(), kind))
+                        .map(|(id, kind)| {
+                            (
+                                set.sources.nodes[*id as usize].0.clone(),
+                                kind,
+                                set.dynamic_dims.get(id).cloned(),
+                            )
+                        })
                         .collect::<Vec<_>>(),
                     set.mutates_in_place,
                     set.grad_mode,
+                    set.shape.as_ref().map(|shape| {
+                        (
+                            shape
+                                .inputs
+                                .iter()
+                                .map(|&id| set.sources.nodes[id as usize].0.clone())
+                                .collect(),
+                            shape.plan.clone(),
+                        )
+                    }),
                 )?)
             } else {
                 None
@@ -906,6 +931,20 @@ impl NativeGuard {
         if let Some(failure) = self.check_distinct(&arguments, &tensors) {
             return Ok(Some(failure));
         }
+        if let Some(shape) = &self.shape {
+            let inputs: Option<Vec<Bound<'_, PyAny>>> = shape
+                .inputs
+                .iter()
+                .map(|&id| values.get(id as usize).cloned().flatten())
+                .collect();
+            let Some(inputs) = inputs else {
+                return Ok(Some("a tensor with symbolic sizes is missing".into()));
+            };
+            let reads = shape.read(&inputs)?;
+            if let Some(what) = shape.plan.first_failure(&reads) {
+                return Ok(Some(format!("shape guard {what} does not hold")));
+            }
+        }
         if let Some(check) = &self.global_state_check {
             if !check.bind(py).call0()?.is_truthy()? {
                 let state = self
@@ -948,6 +987,15 @@ impl NativeGuard {
         }
         if let Some(mode) = self.grad_mode {
             out.push(format!("torch.is_grad_enabled() == {mode}"));
+        }
+        if let Some(shape) = &self.shape {
+            out.extend(
+                shape
+                    .plan
+                    .checks
+                    .iter()
+                    .map(|(_, what)| format!("shape: {what}")),
+            );
         }
         if self.global_state.is_some() {
             out.push("global torch state (autocast, deterministic algorithms, default dtype, torch function) as when compiled".into());

@@ -12,6 +12,13 @@ pub const MODULE_TABLES: [&str; 3] = ["_parameters", "_buffers", "_modules"];
 pub struct Helpers<'py> {
     pub new_fake_mode: Bound<'py, PyAny>,
     pub to_fake: Bound<'py, PyAny>,
+    /// `_shapes.input_fake`: a graph input's fake, symbolic in the dimensions the
+    /// dynamic-shape policy picks.
+    pub input_fake: Bound<'py, PyAny>,
+    /// `_shapes.symbolic_dims`: which sizes and strides of a fake are symbolic.
+    pub symbolic_dims: Bound<'py, PyAny>,
+    /// (torch.SymInt, torch.SymFloat, torch.SymBool).
+    pub symbolic_types: Bound<'py, PyAny>,
     pub run_fake: Bound<'py, PyAny>,
     pub export: Bound<'py, PyAny>,
     pub node_ref: Bound<'py, PyAny>,
@@ -47,6 +54,7 @@ pub struct Helpers<'py> {
 impl<'py> Helpers<'py> {
     pub fn load(py: Python<'py>) -> PyResult<Helpers<'py>> {
         let capture = py.import_module("dynamo_rs._capture")?;
+        let shapes = py.import_module("dynamo_rs._shapes")?;
         let torch = py.import_module("torch")?;
         let builtins = py.import_module("builtins")?;
         let types = py.import_module("types")?;
@@ -125,8 +133,19 @@ impl<'py> Helpers<'py> {
             module_sequences,
             module_dict: nn.getattr("ModuleDict")?,
             always_false,
-            new_fake_mode: capture.getattr("new_fake_mode")?,
+            new_fake_mode: shapes.getattr("new_fake_mode")?,
             to_fake: capture.getattr("to_fake")?,
+            input_fake: shapes.getattr("input_fake")?,
+            symbolic_dims: shapes.getattr("symbolic_dims")?,
+            symbolic_types: pyo3::types::PyTuple::new(
+                py,
+                [
+                    torch.getattr("SymInt")?,
+                    torch.getattr("SymFloat")?,
+                    torch.getattr("SymBool")?,
+                ],
+            )?
+            .into_any(),
             run_fake: capture.getattr("run_fake")?,
             export: capture.getattr("export")?,
             node_ref: capture.getattr("NodeRef")?,

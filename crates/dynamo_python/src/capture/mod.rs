@@ -37,8 +37,10 @@ mod ops_itertools;
 mod ops_load_store;
 mod ops_objects;
 mod ops_sets;
+mod ops_symbolic;
 mod ops_with;
 mod rebuild;
+pub mod shape_guard;
 pub mod source;
 pub mod translator;
 pub mod vars;
@@ -71,6 +73,9 @@ use vars::VarId;
 pub struct Converter {
     backend: Py<PyAny>,
     fullgraph: bool,
+    /// `dynamic=` of `dynamo_rs.compile`: None automatic, True all dimensions symbolic from
+    /// the start, False static (see `_shapes.dynamic_dims`).
+    dynamic: Option<bool>,
     stats: std::sync::Mutex<ConverterStats>,
 }
 
@@ -111,11 +116,12 @@ impl Converter {
 #[pymethods]
 impl Converter {
     #[new]
-    #[pyo3(signature = (backend, *, fullgraph=false))]
-    fn new(backend: Py<PyAny>, fullgraph: bool) -> Self {
+    #[pyo3(signature = (backend, *, fullgraph=false, dynamic=None))]
+    fn new(backend: Py<PyAny>, fullgraph: bool, dynamic: Option<bool>) -> Self {
         Converter {
             backend,
             fullgraph,
+            dynamic,
             stats: std::sync::Mutex::new(ConverterStats::default()),
         }
     }
@@ -221,10 +227,8 @@ impl Converter {
                     log_graph_break(py, &where_, reason, None)?;
                     converted = Ok(Some(entry));
                 }
-                // Our own consistency checks always reach the user.
-                Err(CaptureError::Python(err))
-                    if err.is_instance_of::<crate::errors::InternalCheckFailed>(py) =>
-                {
+                // Our own consistency checks and the user's own errors always reach the user.
+                Err(CaptureError::Python(err)) if always_raised(py, &err) => {
                     return Err(err);
                 }
                 // The frame cannot be split after all: it runs eagerly, for the first reason.
@@ -242,10 +246,10 @@ impl Converter {
         match converted {
             Ok(Some((guard, code))) => Ok((guard, code).into_pyobject(py)?.into_any().unbind()),
             Ok(None) => Ok(crate::eval_frame::hook::skip_sentinel(py).clone().unbind()),
-            Err(CaptureError::Python(err))
-                if err.is_instance_of::<crate::errors::InternalCheckFailed>(py) =>
-            {
-                // Our own consistency checks (the guard self-check) always reach the user.
+            Err(CaptureError::Python(err)) if always_raised(py, &err) => {
+                // Our own consistency checks (the guard self-check) and errors in what the
+                // user asked for (a `mark_dynamic` the code cannot honour) always reach the
+                // user.
                 Err(err)
             }
             Err(err) => {
@@ -324,6 +328,8 @@ impl Converter {
         tracer.guards.grad_mode = Some(grad_enabled);
         tracer.grad_enabled = grad_enabled;
 
+        tracer.root_code = Some(OwnedRef::from_bound(&code));
+        tracer.dynamic = self.dynamic;
         let mut state = frame_state(&code, globals, builtins, true)?;
         let argcount: usize = code.getattr("co_argcount")?.extract::<usize>()?
             + code.getattr("co_kwonlyargcount")?.extract::<usize>()?;
@@ -505,7 +511,10 @@ impl Converter {
             .map(|i| i.example.bind(py).clone())
             .collect();
         let example_list = PyList::new(py, &examples)?;
-        let compiled = match self.backend.bind(py).call1((&gm, &example_list)) {
+        let compiled = match py.import_module("dynamo_rs._shapes")?.call_method1(
+            "call_backend",
+            (self.backend.bind(py), &gm, &example_list, &tracer.fake_mode),
+        ) {
             Ok(c) => c,
             Err(err) => {
                 return Err(CaptureError::Python(BackendCompilerFailed::new_err(
@@ -557,6 +566,7 @@ impl Converter {
             .collect();
         tracer.apply_pins();
         tracer.guards.mutates_in_place = may_mutate_in_place(py, &tracer.graph);
+        tracer.guards.shape = shape_guard::build(tracer)?;
         let guard = NativeGuard::build(
             py,
             &tracer.guards,
@@ -587,6 +597,12 @@ impl Converter {
         self.stats().guards += tracer.guards.len();
         Ok(guard)
     }
+}
+
+/// Errors a compile raises to the user whatever `suppress_errors` says.
+fn always_raised(py: Python<'_>, err: &PyErr) -> bool {
+    err.is_instance_of::<crate::errors::InternalCheckFailed>(py)
+        || err.is_instance_of::<crate::errors::ConstraintViolation>(py)
 }
 
 /// Logs a graph break (once per site and reason) with its code, explanation, hint and the
@@ -773,6 +789,10 @@ fn arg_to_python<'py>(py: Python<'py>, h: &Helpers<'py>, arg: &Arg) -> PyResult<
         Arg::Const(v) => v.bind(py).clone(),
         Arg::Tuple(values) => PyTuple::new(py, items(values)?)?.into_any(),
         Arg::List(values) => PyList::new(py, items(values)?)?.into_any(),
+        Arg::Slice(values) => py
+            .import_module("builtins")?
+            .getattr("slice")?
+            .call1(PyTuple::new(py, items(values)?)?)?,
         Arg::Dict(entries) => {
             let d = PyDict::new(py);
             for (k, v) in entries {

@@ -213,12 +213,32 @@ impl<'py> Tracer<'py> {
             );
         }
         let name = super::ops_call::function_name(op);
+        if let Some(result) = self.symbolic_operator(op, &name, &args)? {
+            return Ok(result);
+        }
+        let (args, _) = self.specialize_args(args, Vec::new())?;
         if IN_PLACE_OPERATORS.contains(&name.as_str()) {
             if let Some(result) = self.in_place_on_container(&name, &args)? {
                 return Ok(result);
             }
         }
-        // Tuple and list concatenation and repetition keep their trackers.
+        // Tuple and list concatenation and repetition keep their trackers; a constant
+        // tuple joined to a tracked one (`(-1,) + x.shape[1:]`) is taken apart, so symbolic
+        // sizes in the other stay symbolic.
+        let args = if args.len() == 2 && matches!(name.as_str(), "add" | "iadd") {
+            let is_tracked_tuple = |t: &Self, a: VarId| matches!(t.kind(a), VarKind::Tuple(_));
+            if is_tracked_tuple(self, args[0]) || is_tracked_tuple(self, args[1]) {
+                let mut out = Vec::with_capacity(2);
+                for &a in &args {
+                    out.push(self.constant_tuple_items(a)?.unwrap_or(a));
+                }
+                out
+            } else {
+                args
+            }
+        } else {
+            args
+        };
         if args.len() == 2 && matches!(name.as_str(), "add" | "iadd") {
             if let (VarKind::Tuple(a), VarKind::Tuple(b)) | (VarKind::List(a), VarKind::List(b)) =
                 (self.kind(args[0]), self.kind(args[1]))
@@ -305,6 +325,22 @@ impl<'py> Tracer<'py> {
             return Ok(self.fresh_set(&result));
         }
         self.wrap(&result, None)
+    }
+
+    /// A constant tuple as a tuple tracker of its items (None for anything else).
+    fn constant_tuple_items(&mut self, id: VarId) -> CResult<Option<VarId>> {
+        let VarKind::Const(value) = self.kind(id) else {
+            return Ok(None);
+        };
+        let value = value.bind(self.py).clone();
+        if !value.get_type().is(&self.h.tuple_type) {
+            return Ok(None);
+        }
+        let items = value
+            .try_iter()?
+            .map(|item| Ok(self.constant(&item?)))
+            .collect::<CResult<Vec<_>>>()?;
+        Ok(Some(self.add(VarKind::Tuple(items), None)))
     }
 
     /// `lhs op= rhs` where `lhs` is a mutable container: Python changes it in place, so every
@@ -396,6 +432,10 @@ impl<'py> Tracer<'py> {
                     }
                 }
                 v.is_truthy()?
+            }
+            VarKind::Symbolic { fake, .. } => {
+                let fake = fake.bind(py).clone();
+                self.specialize(&fake)?.is_truthy()?
             }
             VarKind::Tuple(items) | VarKind::List(items) => !items.is_empty(),
             VarKind::Dict(entries) => !entries.is_empty(),

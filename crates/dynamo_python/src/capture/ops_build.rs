@@ -73,6 +73,11 @@ impl<'py> Tracer<'py> {
                 "a slice with tensor bounds",
             );
         }
+        if parts.iter().any(|&p| self.is_symbolic(p)) {
+            let id = self.add(VarKind::Slice(parts), None);
+            f.stack.push(id);
+            return Ok(Flow::Continue);
+        }
         let values = parts
             .iter()
             .map(|&p| self.python_value(p))

@@ -404,6 +404,9 @@ impl<'py> Tracer<'py> {
             .getattr("__module__")
             .map(|m| m.to_string() == "_operator")
             .unwrap_or(false);
+        if is_operator && kwargs.is_empty() && args.iter().any(|&a| self.is_symbolic(a)) {
+            return self.apply_operator(obj, args);
+        }
         if self.any_tensor(&args, &kwargs)
             && (is_operator || h.is_graph_function.call1((obj,))?.is_truthy()?)
         {
@@ -426,6 +429,18 @@ impl<'py> Tracer<'py> {
                 kwargs,
             );
         }
+        if kwargs.is_empty() && args.iter().any(|&a| self.is_symbolic(a)) {
+            if let Some(result) = self.symbolic_builtin(obj, &args)? {
+                return Ok(result);
+            }
+        }
+        // From here on the call is evaluated while tracing (or inlined, for Python
+        // functions): symbolic arguments of anything but an inlined function are specialised.
+        let (args, kwargs) = if obj.is_instance(&h.function_type)? {
+            (args, kwargs)
+        } else {
+            self.specialize_args(args, kwargs)?
+        };
         if obj.is(&h.builtins.getattr("super")?) && args.is_empty() {
             return unsupported(
                 BreakKind::SuperCall,
@@ -947,6 +962,12 @@ impl<'py> Tracer<'py> {
                         format!("tensor.{name} with tensor arguments"),
                     );
                 }
+                if let Some(symbolic) =
+                    self.symbolic_tensor_query(receiver, &fake, name, &args, &kwargs)?
+                {
+                    return Ok(symbolic);
+                }
+                let (args, kwargs) = self.specialize_args(args, kwargs)?;
                 // Every argument counts (`is_contiguous(memory_format=torch.channels_last)`,
                 // `size(dim=1)`): the fake tensor answers from the same metadata.
                 let py_kwargs = PyDict::new(py);

@@ -1,6 +1,7 @@
 //! Graph nodes: recording one operation (run on fake tensors for its result), wrapping what
 //! it returned, and turning trackers into node arguments and fake values.
 
+use crate::imports::ImportModule;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
@@ -90,12 +91,16 @@ impl<'py> Tracer<'py> {
                 None,
             ));
         }
+        if result.is_instance(&self.h.symbolic_types)? {
+            return self.symbolic_result(node, result);
+        }
         if result.is_instance(&self.h.tuple_type)? || result.is_instance(&self.h.list_type)? {
             let getitem = self.h.operator.getattr("getitem")?;
             let mut items = Vec::new();
             for (i, item) in result.try_iter()?.enumerate() {
                 let item = item?;
-                if !item.is_instance(&self.h.tensor_type)? {
+                let symbolic = item.is_instance(&self.h.symbolic_types)?;
+                if !item.is_instance(&self.h.tensor_type)? && !symbolic {
                     return unsupported(
                         BreakKind::UnsupportedCall,
                         format!("{name} returned a non-tensor item"),
@@ -109,13 +114,17 @@ impl<'py> Tracer<'py> {
                     Vec::new(),
                     OwnedRef::from_bound(&item),
                 );
-                items.push(self.add(
-                    VarKind::Tensor {
-                        node: child,
-                        fake: OwnedRef::from_bound(&item),
-                    },
-                    None,
-                ));
+                items.push(if symbolic {
+                    self.symbolic_result(child, &item)?
+                } else {
+                    self.add(
+                        VarKind::Tensor {
+                            node: child,
+                            fake: OwnedRef::from_bound(&item),
+                        },
+                        None,
+                    )
+                });
             }
             let kind = if result.is_instance(&self.h.list_type)? {
                 VarKind::List(items)
@@ -154,7 +163,7 @@ impl<'py> Tracer<'py> {
     pub fn fake_value(&self, id: VarId) -> CResult<Bound<'py, PyAny>> {
         let py = self.py;
         Ok(match self.kind(id) {
-            VarKind::Tensor { fake, .. } => fake.bind(py).clone(),
+            VarKind::Tensor { fake, .. } | VarKind::Symbolic { fake, .. } => fake.bind(py).clone(),
             VarKind::Tuple(items) => PyTuple::new(
                 py,
                 items
@@ -171,6 +180,17 @@ impl<'py> Tracer<'py> {
                     .collect::<CResult<Vec<_>>>()?,
             )?
             .into_any(),
+            VarKind::Slice(parts) => {
+                py.import_module("builtins")?
+                    .getattr("slice")?
+                    .call1(PyTuple::new(
+                        py,
+                        parts
+                            .iter()
+                            .map(|&i| self.fake_value(i))
+                            .collect::<CResult<Vec<_>>>()?,
+                    )?)?
+            }
             VarKind::Dict(entries) => {
                 let d = PyDict::new(py);
                 for (k, v) in entries {
@@ -194,9 +214,15 @@ impl<'py> Tracer<'py> {
     /// The graph argument for a tracker.
     pub fn graph_arg(&self, id: VarId) -> CResult<Arg> {
         Ok(match self.kind(id) {
-            VarKind::Tensor { node, .. } => Arg::Node(*node),
+            VarKind::Tensor { node, .. } | VarKind::Symbolic { node, .. } => Arg::Node(*node),
             VarKind::Tuple(items) => Arg::Tuple(
                 items
+                    .iter()
+                    .map(|&i| self.graph_arg(i))
+                    .collect::<CResult<_>>()?,
+            ),
+            VarKind::Slice(parts) => Arg::Slice(
+                parts
                     .iter()
                     .map(|&i| self.graph_arg(i))
                     .collect::<CResult<_>>()?,

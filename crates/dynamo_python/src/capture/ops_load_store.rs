@@ -576,6 +576,11 @@ impl<'py> Tracer<'py> {
         fake: &Bound<'py, PyAny>,
         name: &str,
     ) -> CResult<VarId> {
+        if name == "shape" {
+            if let Some(sizes) = self.tensor_sizes(tensor, fake, false)? {
+                return Ok(sizes);
+            }
+        }
         match name {
             "shape" | "dtype" | "device" | "ndim" | "is_cuda" | "is_sparse" | "layout"
             | "is_quantized" | "is_meta" | "is_nested" => {

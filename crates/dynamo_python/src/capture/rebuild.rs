@@ -221,7 +221,7 @@ fn rebuild_inline(tracer: &Tracer<'_>, id: VarId, r: &mut Rebuilder) -> CResult<
         {
             Rebuild::Source(tracer.source(id).expect("checked"))
         }
-        VarKind::Tensor { node, .. } => {
+        VarKind::Tensor { node, .. } | VarKind::Symbolic { node, .. } => {
             let k = *r.output_index.entry(*node).or_insert_with(|| {
                 r.outputs.push(*node);
                 r.outputs.len() - 1

@@ -173,6 +173,24 @@ pub struct Tracer<'py> {
     /// `STORE_GLOBAL`s, in order: (the globals dict, name, value). Later loads of the name
     /// see the value; the generated code replays the last store to each name.
     pub global_stores: Vec<(OwnedRef, String, VarId)>,
+    /// The compiled frame's code object: what automatic dynamic shapes remember sizes by.
+    pub root_code: Option<OwnedRef>,
+    /// `dynamic=` of `dynamo_rs.compile` (None: automatic).
+    pub dynamic: Option<bool>,
+    /// Graph inputs with symbolic sizes or strides, in graph-input order.
+    pub dynamic_inputs: Vec<DynamicInput>,
+    /// (shape guards recorded so far, where): noted each time the trace specialised a
+    /// symbolic value, so a specialised `mark_dynamic` dimension can name its line.
+    pub specializations: std::cell::RefCell<Vec<(usize, String)>>,
+}
+
+/// A graph input whose fake has symbolic sizes or strides.
+#[derive(Debug)]
+pub struct DynamicInput {
+    pub source: Rc<Source>,
+    pub fake: OwnedRef,
+    /// The dimensions the user marked dynamic (a list), or None.
+    pub user_marks: OwnedRef,
 }
 
 /// `obj.name = value` on an object from a source.
@@ -232,6 +250,10 @@ impl<'py> Tracer<'py> {
             effects_floor: u32::MAX,
             private_containers: Default::default(),
             global_stores: Vec::new(),
+            root_code: None,
+            dynamic: None,
+            dynamic_inputs: Vec::new(),
+            specializations: Default::default(),
         })
     }
 
@@ -339,6 +361,16 @@ impl<'py> Tracer<'py> {
         self.pin_identity(id);
         Ok(match self.kind(id) {
             VarKind::Const(v) | VarKind::Object(v) => v.bind(py).clone(),
+            VarKind::Symbolic { fake, .. } => self.specialize(&fake.bind(py).clone())?,
+            VarKind::Slice(parts) => {
+                let parts = parts
+                    .iter()
+                    .map(|&p| self.python_value(p))
+                    .collect::<CResult<Vec<_>>>()?;
+                py.import_module("builtins")?
+                    .getattr("slice")?
+                    .call1(PyTuple::new(py, parts)?)?
+            }
             VarKind::Tuple(items) => {
                 let items = items
                     .iter()
@@ -899,14 +931,34 @@ impl<'py> Tracer<'py> {
         Ok(true)
     }
 
-    /// The placeholder for a real tensor from `source` (one per source).
+    /// The placeholder for a real tensor from `source` (one per source). Its fake is
+    /// symbolic in the dimensions the dynamic-shape policy picks (see `_shapes`).
     fn graph_input(&mut self, value: &Bound<'py, PyAny>, source: Rc<Source>) -> CResult<VarId> {
         let key = self.guards.sources.intern(&source);
         if let Some(&existing) = self.input_by_source.get(&key) {
             return Ok(existing);
         }
         let name = source.graph_name();
-        let fake = self.h.to_fake.call1((&self.fake_mode, value))?;
+        let path = source.describe();
+        // Tensors a module owns stay static unless marked (TorchDynamo's
+        // `force_parameter_static_shapes` and `force_nn_module_property_static_shapes`).
+        let module_owned = path.contains("._parameters[") || path.contains("._buffers[");
+        let code = match &self.root_code {
+            Some(code) => code.bind(self.py).clone(),
+            None => self.py.None().into_bound(self.py),
+        };
+        let (fake, user_marks) = self
+            .h
+            .input_fake
+            .call1((
+                &self.fake_mode,
+                value,
+                code,
+                &path,
+                self.dynamic,
+                module_owned,
+            ))?
+            .extract::<(Bound<'py, PyAny>, Bound<'py, PyAny>)>()?;
         let node = self.graph.add(
             Op::Placeholder,
             &name,
@@ -914,6 +966,16 @@ impl<'py> Tracer<'py> {
             Vec::new(),
             OwnedRef::from_bound(&fake),
         );
+        let dims = self.h.symbolic_dims.call1((&fake,))?;
+        if !dims.is_none() {
+            let (sizes, strides): (Vec<bool>, Vec<bool>) = dims.extract()?;
+            self.guards.dynamic_dims.insert(key, (sizes, strides));
+            self.dynamic_inputs.push(DynamicInput {
+                source: source.clone(),
+                fake: OwnedRef::from_bound(&fake),
+                user_marks: OwnedRef::from_bound(&user_marks),
+            });
+        }
         self.guards.add(
             source.clone(),
             GuardKind::Tensor(OwnedRef::from_bound(value)),
@@ -1172,6 +1234,8 @@ impl<'py> Tracer<'py> {
 pub fn kind_name(kind: &VarKind) -> &'static str {
     match kind {
         VarKind::Tensor { .. } => "a tensor",
+        VarKind::Symbolic { .. } => "a symbolic size",
+        VarKind::Slice(_) => "a slice with a symbolic bound",
         VarKind::Const(_) => "a constant",
         VarKind::Object(_) => "an object",
         VarKind::Tuple(_) => "a tuple",

@@ -30,6 +30,17 @@ pub enum VarKind {
         node: NodeId,
         fake: OwnedRef,
     },
+    /// A Python int, float or bool computed from symbolic sizes (`x.shape[0]` of an input
+    /// with a dynamic dimension, arithmetic on it): a graph node whose fake value is a torch
+    /// `SymInt`/`SymFloat`/`SymBool`. Used as a Python value it is specialised (torch's
+    /// ShapeEnv records the guard); passed to graph operations it stays symbolic.
+    Symbolic {
+        node: NodeId,
+        fake: OwnedRef,
+    },
+    /// `slice(start, stop, step)` with a symbolic bound (`x[:, :n]` where n is a symbolic
+    /// size): indexing a tensor with it stays symbolic; anywhere else it is specialised.
+    Slice(Vec<VarId>),
     /// An immutable Python value: None, bools, numbers, strings, dtypes, devices, sizes,
     /// slices, ranges and tuples of those.
     Const(OwnedRef),

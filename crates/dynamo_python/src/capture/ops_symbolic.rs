@@ -1,0 +1,345 @@
+//! Symbolic ints, floats and bools (`VarKind::Symbolic`): sizes of inputs with dynamic
+//! dimensions and what the code computes from them. They stay symbolic — graph nodes whose
+//! fake values are torch `SymInt`s — through arithmetic, comparisons and as arguments of
+//! graph operations (`x.view(n, -1)`, `torch.zeros(n)`); everywhere else a Python value is
+//! needed (a branch, `range(n)`, a dict key, a call the trace evaluates), they are
+//! specialised: torch's ShapeEnv answers with the value and records the guard that makes
+//! the answer hold (`2*s0 < 16`, `Eq(s0, 4)`), which the entry's shape guard checks.
+
+use crate::imports::ImportModule;
+use pyo3::prelude::*;
+
+use super::graph::{Arg, NodeId, Op};
+use super::translator::{CResult, Tracer};
+use super::vars::{VarId, VarKind};
+use crate::eval_frame::owned::OwnedRef;
+
+/// Keyword arguments of a call, as trackers.
+type Keywords = Vec<(String, VarId)>;
+
+impl<'py> Tracer<'py> {
+    /// Whether `id` is a symbolic value.
+    pub fn is_symbolic(&self, id: VarId) -> bool {
+        matches!(self.kind(id), VarKind::Symbolic { .. })
+    }
+
+    /// The Python value of a symbolic value, specialised: the ShapeEnv records the guard.
+    /// Notes where, so a `mark_dynamic` dimension specialised here can name the line.
+    pub fn specialize(&self, fake: &Bound<'py, PyAny>) -> CResult<Bound<'py, PyAny>> {
+        let py = self.py;
+        let value = py
+            .import_module("torch.fx.experimental.symbolic_shapes")?
+            .getattr("guard_scalar")?
+            .call1((fake,))?;
+        let recorded = self
+            .fake_mode
+            .getattr("shape_env")?
+            .getattr("guards")?
+            .len()?;
+        self.specializations
+            .borrow_mut()
+            .push((recorded, self.location()));
+        Ok(value)
+    }
+
+    /// The tracker for a fake result that is a `SymInt`/`SymFloat`/`SymBool` of `node`; a
+    /// result the ShapeEnv already knows to be one number (`s0 * 0`) is that constant.
+    pub(super) fn symbolic_result(
+        &mut self,
+        node: NodeId,
+        fake: &Bound<'py, PyAny>,
+    ) -> CResult<VarId> {
+        let constant = fake
+            .getattr("node")?
+            .call_method0("maybe_as_int")
+            .ok()
+            .filter(|v| !v.is_none());
+        if let Some(value) = constant {
+            return Ok(self.constant(&value));
+        }
+        Ok(self.add(
+            VarKind::Symbolic {
+                node,
+                fake: OwnedRef::from_bound(fake),
+            },
+            None,
+        ))
+    }
+
+    /// `a op b` where an operand is symbolic and none is a tensor: a graph node on the
+    /// Python operator (`operator.mul(s0, 2)`), when every operand is symbolic or a number;
+    /// None otherwise (the caller specialises).
+    pub fn symbolic_operator(
+        &mut self,
+        op: &Bound<'py, PyAny>,
+        name: &str,
+        args: &[VarId],
+    ) -> CResult<Option<VarId>> {
+        if !args.iter().any(|&a| self.is_symbolic(a)) {
+            return Ok(None);
+        }
+        let numbers = args.iter().all(|&a| match self.kind(a) {
+            VarKind::Symbolic { .. } => true,
+            VarKind::Const(v) => {
+                let v = v.bind(self.py);
+                v.is_instance_of::<pyo3::types::PyInt>()
+                    || v.is_instance_of::<pyo3::types::PyFloat>()
+            }
+            _ => false,
+        });
+        if !numbers {
+            return Ok(None);
+        }
+        // `n += 1` on an int is `n = n + 1`.
+        let (op, name) = match name.strip_prefix('i') {
+            Some(plain) if self.h.operator.hasattr(plain)? && name != "invert" => {
+                (self.h.operator.getattr(plain)?, plain.to_string())
+            }
+            _ => (op.clone(), name.to_string()),
+        };
+        let fakes = args
+            .iter()
+            .map(|&a| self.fake_value(a))
+            .collect::<CResult<Vec<_>>>()?;
+        let result = op.call1(pyo3::types::PyTuple::new(self.py, fakes)?)?;
+        if !result.is_instance(&self.h.symbolic_types)? {
+            return Ok(Some(self.constant(&result)));
+        }
+        let graph_args = args
+            .iter()
+            .map(|&a| self.graph_arg(a))
+            .collect::<CResult<Vec<_>>>()?;
+        let node = self.graph.add(
+            Op::CallFunction(OwnedRef::from_bound(&op)),
+            &name,
+            graph_args,
+            Vec::new(),
+            OwnedRef::from_bound(&result),
+        );
+        self.symbolic_result(node, &result).map(Some)
+    }
+
+    /// Builtins that stay symbolic on symbolic numbers, as torch's symbolic equivalents:
+    /// `min`/`max` of two, `float()`, `int()`, `math.floor`/`ceil`/`trunc`/`sqrt`. None for
+    /// anything else (the caller specialises).
+    pub(super) fn symbolic_builtin(
+        &mut self,
+        obj: &Bound<'py, PyAny>,
+        args: &[VarId],
+    ) -> CResult<Option<VarId>> {
+        let py = self.py;
+        let builtins = &self.h.builtins;
+        let math = py.import_module("math")?;
+        let torch = self.h.torch.clone();
+        let table: [(Bound<'py, PyAny>, &str, Bound<'py, PyAny>, usize); 8] = [
+            (
+                builtins.getattr("min")?,
+                "sym_min",
+                torch.getattr("sym_min")?,
+                2,
+            ),
+            (
+                builtins.getattr("max")?,
+                "sym_max",
+                torch.getattr("sym_max")?,
+                2,
+            ),
+            (
+                builtins.getattr("float")?,
+                "sym_float",
+                torch.getattr("sym_float")?,
+                1,
+            ),
+            (
+                builtins.getattr("int")?,
+                "sym_int",
+                torch.getattr("sym_int")?,
+                1,
+            ),
+            (math.getattr("floor")?, "floor", math.getattr("floor")?, 1),
+            (math.getattr("ceil")?, "ceil", math.getattr("ceil")?, 1),
+            (math.getattr("trunc")?, "trunc", math.getattr("trunc")?, 1),
+            (
+                math.getattr("sqrt")?,
+                "sym_sqrt",
+                torch.getattr("sym_sqrt")?,
+                1,
+            ),
+        ];
+        for (builtin, name, op, arity) in table {
+            if obj.is(&builtin) && args.len() == arity {
+                return self.symbolic_operator(&op, name, args);
+            }
+        }
+        Ok(None)
+    }
+
+    /// Size `dim` of a tensor whose fake is `fake`: a constant, or for a symbolic size a
+    /// `sym_size` node (as TorchDynamo records it).
+    pub fn tensor_size(
+        &mut self,
+        tensor: VarId,
+        fake: &Bound<'py, PyAny>,
+        dim: usize,
+    ) -> CResult<VarId> {
+        let value = fake.getattr("shape")?.get_item(dim)?;
+        self.size_value(tensor, &value, "sym_size", dim)
+    }
+
+    /// `x.shape` / `x.size()` / `x.stride()` with symbolic entries: a `torch.Size` (or tuple)
+    /// of constants and symbolic values; None when every entry is a number.
+    pub fn tensor_sizes(
+        &mut self,
+        tensor: VarId,
+        fake: &Bound<'py, PyAny>,
+        stride: bool,
+    ) -> CResult<Option<VarId>> {
+        let values = if stride {
+            fake.call_method0("stride")?
+        } else {
+            fake.getattr("shape")?
+        };
+        let items: Vec<Bound<'py, PyAny>> = values.try_iter()?.collect::<PyResult<_>>()?;
+        if !items
+            .iter()
+            .any(|v| v.is_instance(&self.h.symbolic_types).unwrap_or(false))
+        {
+            return Ok(None);
+        }
+        let what = if stride { "sym_stride" } else { "sym_size" };
+        let mut ids = Vec::with_capacity(items.len());
+        for (dim, value) in items.iter().enumerate() {
+            ids.push(self.size_value(tensor, value, what, dim)?);
+        }
+        let id = self.add(VarKind::Tuple(ids), None);
+        if !stride {
+            let size = self.h.torch.getattr("Size")?;
+            self.tuple_classes.insert(id, OwnedRef::from_bound(&size));
+        }
+        Ok(Some(id))
+    }
+
+    fn size_value(
+        &mut self,
+        tensor: VarId,
+        value: &Bound<'py, PyAny>,
+        what: &str,
+        dim: usize,
+    ) -> CResult<VarId> {
+        if !value.is_instance(&self.h.symbolic_types)? {
+            return Ok(self.constant(value));
+        }
+        let VarKind::Tensor { node, .. } = self.kind(tensor) else {
+            unreachable!("sizes are read from tensors");
+        };
+        let node = *node;
+        let target = self
+            .h
+            .torch
+            .getattr("ops")?
+            .getattr("aten")?
+            .getattr(what)?
+            .getattr("int")?;
+        let dim_arg = (dim as i64).into_pyobject(self.py)?.into_any();
+        let size = self.graph.add(
+            Op::CallFunction(OwnedRef::from_bound(&target)),
+            &format!("{what}_int"),
+            vec![Arg::Node(node), Arg::Const(OwnedRef::from_bound(&dim_arg))],
+            Vec::new(),
+            OwnedRef::from_bound(value),
+        );
+        self.symbolic_result(size, value)
+    }
+
+    /// `x.size()`, `x.size(d)`, `x.stride(...)`, `x.numel()` of a tensor with symbolic sizes:
+    /// symbolic where the answer is; None when it is a number (answered as before).
+    pub(super) fn symbolic_tensor_query(
+        &mut self,
+        receiver: VarId,
+        fake: &Bound<'py, PyAny>,
+        name: &str,
+        args: &[VarId],
+        kwargs: &[(String, VarId)],
+    ) -> CResult<Option<VarId>> {
+        match name {
+            "size" | "stride" => {
+                let stride = name == "stride";
+                let dim = args
+                    .first()
+                    .copied()
+                    .or_else(|| kwargs.iter().find(|(k, _)| k == "dim").map(|(_, v)| *v));
+                let Some(dim) = dim else {
+                    return self.tensor_sizes(receiver, fake, stride);
+                };
+                let Ok(dim) = self.python_value(dim)?.extract::<i64>() else {
+                    return Ok(None);
+                };
+                let ndim = fake.call_method0("dim")?.extract::<i64>()?;
+                let dim = if dim < 0 { dim + ndim } else { dim };
+                if !(0..ndim).contains(&dim) {
+                    return Ok(None); // the fake tensor raises IndexError, as eager does
+                }
+                let value = fake.call_method1(name, (dim,))?;
+                if !value.is_instance(&self.h.symbolic_types)? {
+                    return Ok(None);
+                }
+                let what = if stride { "sym_stride" } else { "sym_size" };
+                self.size_value(receiver, &value, what, dim as usize)
+                    .map(Some)
+            }
+            "numel" | "nelement" => {
+                let value = fake.call_method0("numel")?;
+                if !value.is_instance(&self.h.symbolic_types)? {
+                    return Ok(None);
+                }
+                let VarKind::Tensor { node, .. } = self.kind(receiver) else {
+                    return Ok(None);
+                };
+                let node = self.graph.add(
+                    Op::CallMethod("numel".into()),
+                    "numel",
+                    vec![Arg::Node(*node)],
+                    Vec::new(),
+                    OwnedRef::from_bound(&value),
+                );
+                self.symbolic_result(node, &value).map(Some)
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// The arguments of a call the trace evaluates itself (a builtin, a class, a method of
+    /// a constant): symbolic values among them specialised to constants.
+    pub fn specialize_args(
+        &mut self,
+        args: Vec<VarId>,
+        kwargs: Vec<(String, VarId)>,
+    ) -> CResult<(Vec<VarId>, Keywords)> {
+        if !args
+            .iter()
+            .chain(kwargs.iter().map(|(_, v)| v))
+            .any(|&a| self.is_symbolic(a))
+        {
+            return Ok((args, kwargs));
+        }
+        let one = |tracer: &mut Self, id: VarId| -> CResult<VarId> {
+            match tracer.kind(id) {
+                VarKind::Symbolic { fake, .. } => {
+                    let fake = fake.bind(tracer.py).clone();
+                    let value = tracer.specialize(&fake)?;
+                    Ok(tracer.constant(&value))
+                }
+                _ => Ok(id),
+            }
+        };
+        let args = args
+            .into_iter()
+            .map(|a| one(self, a))
+            .collect::<CResult<Vec<_>>>()?;
+        let kwargs = kwargs
+            .into_iter()
+            .map(|(k, v)| Ok((k, one(self, v)?)))
+            .collect::<CResult<Vec<_>>>()?;
+        Ok((args, kwargs))
+    }
+}

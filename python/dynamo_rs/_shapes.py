@@ -1,0 +1,347 @@
+"""Dynamic shapes: which input dimensions are symbolic, their fake tensors, and the shape
+guard of a compiled entry, turned into data the native guard evaluates.
+
+Symbolic sizes are torch's own: a `ShapeEnv` behind the trace's `FakeTensorMode` makes the
+symbols (`s0`, `s1`, ...), answers comparisons on them and records each answer the trace
+relied on as a guard. What is ours is the policy (which dimensions become symbols: marks,
+`dynamic=`, and automatic dynamic — static first, then symbolic for exactly the dimensions
+that changed between compiles of the same code) and the plan the native guard runs on every
+call: read some sizes and strides, bind each symbol to the first of them, and evaluate the
+recorded guards as small integer expressions (no Python source evaluated per call).
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import torch
+from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+from dynamo_rs import _capture
+
+# Sizes seen per (code object, input source): an entry per dimension, None once that
+# dimension has been seen with two different sizes (automatic dynamic). Weak on the code:
+# a function that goes away takes its record with it. `dynamo_rs.reset()` clears it.
+FRAME_SIZES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def new_fake_mode():
+    """The trace's fake mode, backed by a ShapeEnv. Operations whose output shape depends
+    on data (`nonzero`, `unique`) and `.item()` stay graph breaks, as in TorchDynamo by default
+    (`capture_dynamic_output_shape_ops`, `capture_scalar_outputs`)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    env = ShapeEnv(allow_scalar_outputs=False, allow_dynamic_output_shape_ops=False)
+    return FakeTensorMode(allow_non_fake_inputs=False, shape_env=env)
+
+
+from dynamo_rs._native import ConstraintViolation  # noqa: E402
+
+
+def call_backend(backend, gm, example_inputs, mode):
+    """`backend(gm, example_inputs)` as torch.compile calls it: inside a `TracingContext`
+    holding the fake mode the graph was traced with (its ShapeEnv, and fakes for the example
+    inputs, symbolic ones included), which AOTAutograd and Inductor read for their caches
+    and for dynamic shapes."""
+    from torch._guards import TracingContext, tracing
+
+    context = TracingContext(mode)
+    with tracing(context):
+        return backend(gm, example_inputs)
+
+
+def _marked(tensor, attr: str) -> set:
+    return set(getattr(tensor, attr, ()) or ())
+
+
+def _ranges(tensor) -> dict:
+    return {r.dim: (r.min, r.max) for r in getattr(tensor, "_dynamo_dynamic_range", ()) or ()}
+
+
+def dynamic_dims(tensor, code, name: str, policy, static: bool):
+    """The dimensions of `tensor` (seen at source `name` in a frame of `code`) to make
+    symbolic, which of those were marked by the user (`mark_dynamic`), and which are
+    duck-sized (share a symbol with equal sizes): marks (`mark_static` wins), the dimensions
+    whose size changed since an earlier compile of `code` (unless `dynamic=False`), and with
+    `dynamic=True` every other dimension, duck-sized. As in TorchDynamo, dimensions seen to
+    change get a symbol of their own: equal sizes then are a coincidence, not a rule.
+    Parameters and tensors held by modules stay static unless marked (as TorchDynamo's
+    `force_parameter_static_shapes`). Records this call's sizes for the next compile."""
+    shape = tuple(tensor.shape)
+    marked = _marked(tensor, "_dynamo_dynamic_indices") | _marked(tensor, "_dynamo_weak_dynamic_indices")
+    static_marks = _marked(tensor, "_dynamo_static_indices")
+    ranges = _ranges(tensor)
+    for dim, (low, high) in ranges.items():
+        size = shape[dim] if dim < len(shape) else None
+        if size is not None and ((low is not None and size < low) or (high is not None and size > high)):
+            raise ConstraintViolation(
+                f"{name}.size()[{dim}] is {size}, outside the range [{low}, {high}] given to "
+                f"mark_dynamic for that dimension")
+    automatic: set = set()
+    if code is not None and policy is not False and not static:
+        sizes = FRAME_SIZES.get(code)
+        if sizes is None:
+            sizes = FRAME_SIZES[code] = {}
+        seen = sizes.get(name)
+        if seen is None or len(seen) != len(shape):
+            sizes[name] = list(shape)
+        else:
+            for dim, size in enumerate(shape):
+                if seen[dim] is not None and seen[dim] != size:
+                    seen[dim] = None
+            automatic = {dim for dim, size in enumerate(seen) if size is None}
+    duck: set = set()
+    if policy is True and not static:
+        duck = set(range(len(shape))) - automatic
+    dims = sorted(d for d in (marked | automatic | duck) if d < len(shape) and d not in static_marks)
+    user = sorted(d for d in marked if d in dims)
+    return dims, user, sorted(d for d in duck if d in dims)
+
+
+def symbolic_fake(mode, tensor, name: str, dims: list[int], user: list[int], duck: list[int]):
+    """The fake of `tensor` with symbolic sizes in `dims` (sizes 0 and 1 stay specialised,
+    equal sizes share a symbol unless marked by the user, as in TorchDynamo)."""
+    from torch._dynamo.source import ConstantSource
+    from torch.fx.experimental.symbolic_shapes import (
+        DimDynamic,
+        RelaxedUnspecConstraint,
+        StatelessSymbolicContext,
+        StrictMinMaxConstraint,
+    )
+    from torch.utils._sympy.value_ranges import ValueRanges
+
+    memo = mode.fake_tensor_converter._get_memo(tensor)
+    if memo is not None:
+        return memo
+    ranges = _ranges(tensor)
+    sizes, constraints = [], []
+    for dim in range(tensor.dim()):
+        if dim not in dims:
+            sizes.append(DimDynamic.STATIC)
+            constraints.append(None)
+        elif dim in duck:
+            sizes.append(DimDynamic.DUCK)
+            constraints.append(None)
+        elif dim in user:
+            sizes.append(DimDynamic.DYNAMIC)
+            low, high = ranges.get(dim, (None, None))
+            if low is None and high is None:
+                constraints.append(RelaxedUnspecConstraint(warn_only=False))
+            else:
+                import sympy
+
+                constraints.append(StrictMinMaxConstraint(
+                    vr=ValueRanges(lower=low if low is not None else 0,
+                                   upper=high if high is not None else sympy.oo),
+                    warn_only=False))
+        else:
+            sizes.append(DimDynamic.DYNAMIC)
+            constraints.append(None)
+    context = StatelessSymbolicContext(dynamic_sizes=sizes, constraint_sizes=constraints)
+    mode.dynamo_rs_symbolic = True  # see `_capture.run_fake`
+    return mode.from_tensor(tensor, symbolic_context=context, source=ConstantSource(name))
+
+
+def input_fake(mode, tensor, code, name: str, policy, static: bool):
+    """The fake twin of a graph input: static (the fast path of `_capture.to_fake`) unless
+    some dimension is to be symbolic. Returns (fake, user-marked dims or None)."""
+    if type(tensor) is torch.nn.Parameter:
+        static = True
+    dims, user, duck = dynamic_dims(tensor, code, name, policy, static)
+    if not dims:
+        return _capture.to_fake(mode, tensor), None
+    fake = symbolic_fake(mode, tensor, name, dims, user, duck)
+    return fake, user
+
+
+def is_symbolic(value) -> bool:
+    return isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool))
+
+
+def symbolic_dims(fake) -> tuple[list[bool], list[bool]] | None:
+    """Which sizes and strides of `fake` are symbolic, or None if none is."""
+    sizes = [isinstance(s, torch.SymInt) for s in fake.shape]
+    strides = [isinstance(s, torch.SymInt) for s in fake.stride()]
+    if not any(sizes) and not any(strides):
+        return None
+    return sizes, strides
+
+
+# ---------------------------------------------------------------------------------------
+# The shape guard plan.
+#
+# `reads` are (input index, 0 for a size / 1 for a stride, dimension). Expressions are nested
+# tuples: ("v", i) the i-th read value, ("i", n) an int, ("f", x) a float, ("add"|"mul"|
+# "max"|"min"|"and"|"or", [e...]), ("pow"|"floordiv"|"mod"|"truediv"|"eq"|"ne"|"lt"|"le"|
+# "gt"|"ge", a, b), ("not"|"floor"|"ceil"|"trunc"|"float", a), ("b", bool).
+# ---------------------------------------------------------------------------------------
+
+class _Untranslatable(Exception):
+    pass
+
+
+def _translate(expr, symbol_reads: dict):
+    import sympy
+    from torch.utils._sympy import functions as F
+
+    def tr(e):
+        if isinstance(e, sympy.Symbol):
+            if e not in symbol_reads:
+                raise _Untranslatable(f"the symbol {e} is not an input size")
+            return ("v", symbol_reads[e])
+        if e is sympy.true or isinstance(e, sympy.logic.boolalg.BooleanTrue):
+            return ("b", True)
+        if e is sympy.false or isinstance(e, sympy.logic.boolalg.BooleanFalse):
+            return ("b", False)
+        if isinstance(e, sympy.Integer):
+            return ("i", int(e))
+        if isinstance(e, sympy.Rational):
+            return ("truediv", ("i", int(e.p)), ("i", int(e.q)))
+        if isinstance(e, sympy.Float):
+            return ("f", float(e))
+        if isinstance(e, sympy.Add):
+            return ("add", [tr(a) for a in e.args])
+        if isinstance(e, sympy.Mul):
+            return ("mul", [tr(a) for a in e.args])
+        if isinstance(e, sympy.Pow):
+            base, exp = e.args
+            if isinstance(exp, sympy.Integer) and int(exp) < 0:
+                return ("truediv", ("i", 1), ("pow", tr(base), ("i", -int(exp))))
+            return ("pow", tr(base), tr(exp))
+        if isinstance(e, (F.FloorDiv, F.CleanDiv)):
+            return ("floordiv", tr(e.args[0]), tr(e.args[1]))
+        if isinstance(e, F.ModularIndexing):
+            x, d, m = e.args
+            return ("mod", ("floordiv", tr(x), tr(d)), tr(m))
+        if isinstance(e, (F.Mod, F.PythonMod, sympy.Mod)):
+            return ("mod", tr(e.args[0]), tr(e.args[1]))
+        if isinstance(e, (F.IntTrueDiv, F.FloatTrueDiv)):
+            return ("truediv", tr(e.args[0]), tr(e.args[1]))
+        if isinstance(e, (F.Max, sympy.Max)):
+            return ("max", [tr(a) for a in e.args])
+        if isinstance(e, (F.Min, sympy.Min)):
+            return ("min", [tr(a) for a in e.args])
+        if isinstance(e, F.FloorToInt) or isinstance(e, sympy.floor):
+            return ("floor", tr(e.args[0]))
+        if isinstance(e, F.CeilToInt) or isinstance(e, sympy.ceiling):
+            return ("ceil", tr(e.args[0]))
+        if isinstance(e, F.TruncToInt):
+            return ("trunc", tr(e.args[0]))
+        if isinstance(e, F.ToFloat):
+            return ("float", tr(e.args[0]))
+        relations = {sympy.Eq: "eq", sympy.Ne: "ne", sympy.StrictLessThan: "lt",
+                     sympy.LessThan: "le", sympy.StrictGreaterThan: "gt",
+                     sympy.GreaterThan: "ge"}
+        for cls, op in relations.items():
+            if isinstance(e, cls):
+                return (op, tr(e.args[0]), tr(e.args[1]))
+        if isinstance(e, sympy.And):
+            return ("and", [tr(a) for a in e.args])
+        if isinstance(e, sympy.Or):
+            return ("or", [tr(a) for a in e.args])
+        if isinstance(e, sympy.Not):
+            return ("not", tr(e.args[0]))
+        raise _Untranslatable(f"{type(e).__name__} in a shape guard ({expr})")
+
+    return tr(expr)
+
+
+def guard_plan(mode, inputs: list, names: list[str], user_marks: list, locations: list):
+    """The shape guard of a compiled entry. `inputs` are the fakes of the graph inputs that
+    have symbolic sizes or strides (`names` their sources, `user_marks` the dimensions the
+    user marked dynamic, or None); `locations` are (number of shape guards recorded, where)
+    pairs noted by the trace when it specialised a symbolic value.
+
+    Returns (reads, checks): values to read on every call and boolean expressions over them
+    (with a description each) that must all hold. Raises `ConstraintViolation` when a
+    dimension the user marked dynamic was specialised by the code, naming the line."""
+    import sympy
+
+    env = mode.shape_env
+    reads: list = []
+    symbol_reads: dict = {}
+    checks: list = []
+    pending: list = []  # (read index, expression) to compare once every symbol is bound
+    for k, fake in enumerate(inputs):
+        for which, values in ((0, fake.shape), (1, fake.stride())):
+            for dim, value in enumerate(values):
+                if not isinstance(value, torch.SymInt):
+                    continue
+                # The expression as made (`node.expr` would apply the ShapeEnv's
+                # replacements: a symbol specialised to 13 would read as 13 while the
+                # guards still name the symbol).
+                expr = value.node._expr
+                index = len(reads)
+                reads.append((k, which, dim))
+                if isinstance(expr, sympy.Symbol) and expr not in symbol_reads:
+                    symbol_reads[expr] = index
+                else:
+                    pending.append((index, expr))
+
+    def read_name(index):
+        k, which, dim = reads[index]
+        return f"{names[k]}.{'size' if which == 0 else 'stride'}()[{dim}]"
+
+    try:
+        for index, expr in pending:
+            checks.append((("eq", ("v", index), _translate(expr, symbol_reads)),
+                           f"{read_name(index)} == {_describe(expr, symbol_reads, read_name)}"))
+        for guard in env.guards:
+            checks.append((_translate(guard.expr, symbol_reads),
+                           _describe(guard.expr, symbol_reads, read_name)))
+    except _Untranslatable as err:
+        raise _capture_unsupported(str(err)) from None
+    for symbol, index in symbol_reads.items():
+        bounds = env.var_to_range.get(symbol)
+        if bounds is None:
+            continue
+        # Bounds are sympy Integers or infinities (torch's `int_oo` calls itself finite).
+        if isinstance(bounds.lower, sympy.Integer):
+            checks.append((("ge", ("v", index), ("i", int(bounds.lower))),
+                           f"{read_name(index)} >= {int(bounds.lower)}"))
+        if isinstance(bounds.upper, sympy.Integer):
+            checks.append((("le", ("v", index), ("i", int(bounds.upper))),
+                           f"{read_name(index)} <= {int(bounds.upper)}"))
+    _check_user_marks(env, inputs, names, user_marks, locations)
+    return reads, checks
+
+
+def _capture_unsupported(message: str) -> Exception:
+    return NotImplementedError(f"dynamic shapes: {message}")
+
+
+def _describe(expr, symbol_reads: dict, read_name) -> str:
+    text = str(expr)
+    for symbol, index in sorted(symbol_reads.items(), key=lambda kv: -len(str(kv[0]))):
+        text = text.replace(str(symbol), read_name(index))
+    return text
+
+
+def _check_user_marks(env, inputs, names, user_marks, locations) -> None:
+    """A dimension marked with `mark_dynamic` must stay a free symbol: if the trace pinned
+    it to one value (or to a range the mark does not allow), say which line did."""
+    import sympy
+
+    for k, fake in enumerate(inputs):
+        for dim in user_marks[k] or ():
+            value = fake.shape[dim]
+            if not isinstance(value, torch.SymInt):
+                continue
+            symbol = value.node._expr
+            if not isinstance(symbol, sympy.Symbol):
+                continue
+            fixed = env.replacements.get(symbol)
+            bounds = env.var_to_range.get(symbol)
+            pinned = (fixed is not None and fixed.is_number) or (
+                bounds is not None and bounds.lower == bounds.upper)
+            if not pinned:
+                continue
+            where = "unknown line"
+            for position, guard in enumerate(env.guards):
+                if symbol in guard.expr.free_symbols:
+                    where = next((w for count, w in locations if count > position), where)
+                    break
+            raise ConstraintViolation(
+                f"{names[k]}.size()[{dim}] was marked dynamic (mark_dynamic) but the code "
+                f"specialises it to {fixed if fixed is not None else bounds.lower} at {where}; "
+                f"remove the mark or make the code work for any size")

@@ -1,0 +1,598 @@
+"""Dynamic shapes: one graph serves many sizes.
+
+Every case runs the same function eagerly, under dynamo_rs and under TorchDynamo (same
+`dynamic=` setting, same calls in the same order): results must equal eager's and the number of
+compiled frames must equal TorchDynamo's. Then the seed article's examples (static first, then
+one symbolic graph; sizes 0 and 1 specialised; shared symbols; a guard on a symbolic branch),
+`mark_dynamic` and its errors, guards checked against eager after the first compile, and real
+models (GPT-2, Llama, BERT, resnet18) over many sizes."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch._dynamo
+import torch._dynamo.testing
+
+import dynamo_rs
+from dynamo_rs.testing import CompileCounter
+
+
+@pytest.fixture(autouse=True)
+def fresh():
+    dynamo_rs.reset()
+    torch._dynamo.reset()
+    yield
+    dynamo_rs.reset()
+    torch._dynamo.reset()
+
+
+def r(*shape):
+    return torch.randn(*shape)
+
+
+def side_by_side(fn, calls, dynamic=None, delta=0):
+    """Runs `calls` (argument tuples, or functions making them) eagerly, under dynamo_rs and
+    under TorchDynamo; checks results and frame counts (ours = theirs + delta). Returns our
+    counter."""
+    ours = CompileCounter()
+    theirs = torch._dynamo.testing.CompileCounter()
+    compiled = dynamo_rs.compile(fn, backend=ours, dynamic=dynamic)
+    reference = torch.compile(fn, backend=theirs, dynamic=dynamic)
+    for args in calls:
+        args = args() if callable(args) else args
+        expected = fn(*args)
+        torch.testing.assert_close(compiled(*args), expected)
+        torch.testing.assert_close(reference(*args), expected)
+    assert ours.frame_count == theirs.frame_count + delta, (ours.frame_count, theirs.frame_count)
+    return ours
+
+
+def sizes(*ns, cols=3):
+    return [(r(n, cols),) for n in ns]
+
+
+# --- functions, by family ------------------------------------------------------------------
+
+def scale_by_rows(a):
+    return a * a.shape[0]
+
+
+def seed_fn(a, b):
+    return a.shape[0] * a * b
+
+
+def add_same(a, b):
+    return a + b
+
+
+def view_rows(x):
+    return x.view(x.shape[0], -1).relu()
+
+
+def view_size_call(x):
+    return x.view(x.size(0), x.size(1) * x.size(2))
+
+
+def reshape_neg(x):
+    return x.reshape(-1, x.size(-1)) * 2
+
+
+def flatten_mean(x):
+    return x.flatten(1).mean(1)
+
+
+def permute_contig(x):
+    return x.permute(1, 0).contiguous() + 1
+
+
+def transpose_matmul(x):
+    return x @ x.transpose(0, 1)
+
+
+def slice_half(x):
+    return x[: x.shape[0] // 2] * 2
+
+
+def slice_inner(x):
+    n = x.shape[0]
+    return x[1 : n - 1]
+
+
+def slice_last_cols(x):
+    return x[:, : x.size(1) - 1]
+
+
+def narrow_dynamic(x):
+    return x.narrow(0, 0, x.shape[0] - 1)
+
+
+def cat_rows(x, y):
+    z = torch.cat([x, y])
+    return z * z.shape[0]
+
+
+def cat_cols(x, y):
+    return torch.cat([x, y], dim=1).sum(1)
+
+
+def stack_pair(x, y):
+    return torch.stack([x, y]).sum(0)
+
+
+def zeros_like_rows(x):
+    return x + torch.zeros(x.shape[0], x.shape[1])
+
+
+def new_zeros_shape(x):
+    return x.new_zeros(x.shape) + x
+
+
+def arange_rows(x):
+    return x + torch.arange(x.shape[0]).unsqueeze(1)
+
+
+def full_rows(x):
+    return torch.full((x.size(0), 1), 2.0) * x
+
+
+def ones_numel(x):
+    return x.sum() / x.numel()
+
+
+def mean_by_size(x):
+    return x.sum(0) / x.size(0)
+
+
+def size_arithmetic(x):
+    n, m = x.shape
+    return x * (n * m + n // 2 - 1)
+
+
+def size_float(x):
+    return x * (x.shape[0] / 2)
+
+
+def size_tuple_concat(x):
+    shape = (-1,) + tuple(x.shape[1:])
+    return x.reshape(shape) + 1
+
+
+def shape_unpack(x):
+    b, t, c = x.shape
+    return x.reshape(b * t, c).sum(0)
+
+
+def branch_on_size(a):
+    if a.shape[0] * 2 < 16:
+        return a + 1
+    return a - 1
+
+
+def branch_size_equal(a, b):
+    if a.shape[0] == b.shape[0]:
+        return a + b
+    return a.sum() + b.sum()
+
+
+def range_loop(x):
+    out = x
+    for _ in range(x.shape[0] // 4):
+        out = out + 1
+    return out
+
+
+def min_of_size(x):
+    return x[: min(x.shape[0], 4)]
+
+
+def expand_rows(x, y):
+    return x.expand(y.shape[0], x.shape[1]) + y
+
+
+def split_half(x):
+    a, b = x.split(x.shape[1] // 2, dim=1)
+    return a * b
+
+
+def chunk_two(x):
+    a, b = x.chunk(2, dim=1)
+    return a - b
+
+
+def repeat_rows(x):
+    return x.repeat(2, 1)
+
+
+def index_select_rows(x):
+    return x.index_select(0, torch.arange(x.shape[0] - 1))
+
+
+def softmax_last(x):
+    return torch.softmax(x, dim=-1) * x.shape[-1]
+
+
+def layer_norm_rows(x):
+    return torch.nn.functional.layer_norm(x, (x.shape[-1],))
+
+
+def linear_rows(x, w):
+    return torch.nn.functional.linear(x, w).relu()
+
+
+def unsqueeze_expand_as(x, y):
+    return x.unsqueeze(0).expand_as(y) * y
+
+
+def inplace_scale(x):
+    y = x.clone()
+    y.mul_(y.shape[0])
+    return y
+
+
+def returns_size(x):
+    return x * 2, x.shape[0]
+
+
+def size_in_list(x):
+    sizes = [x.shape[0], x.shape[1]]
+    return x.reshape(sizes[0] * sizes[1])
+
+
+def pad_rows(x):
+    return torch.nn.functional.pad(x, (0, 0, 0, 1))
+
+
+def conv_images(x, w):
+    return torch.nn.functional.conv2d(x, w, padding=1).relu()
+
+
+def pool_images(x):
+    return torch.nn.functional.adaptive_avg_pool2d(x, 1).flatten(1)
+
+
+def interpolate_double(x):
+    return torch.nn.functional.interpolate(x, scale_factor=2.0)
+
+
+def masked_fill_rows(x):
+    mask = torch.arange(x.shape[1]) < (x.shape[1] // 2)
+    return x.masked_fill(mask, 0.0)
+
+
+def triu_square(x):
+    n = x.shape[0]
+    return torch.triu(torch.ones(n, n)) @ x
+
+
+def causal_mask(x):
+    t = x.shape[1]
+    mask = torch.tril(torch.ones(t, t, dtype=torch.bool))
+    scores = x @ x.transpose(-1, -2)
+    return scores.masked_fill(~mask, float("-inf")).softmax(-1)
+
+
+def gather_positions(x):
+    idx = torch.arange(x.shape[1]).expand(x.shape[0], -1)
+    return torch.gather(x, 1, idx)
+
+
+def einsum_rows(x, y):
+    return torch.einsum("ij,kj->ik", x, y)
+
+
+def where_rows(x):
+    return torch.where(x > 0, x, x * x.shape[0])
+
+
+def topk_half(x):
+    return x.topk(2, dim=1).values.sum(1)
+
+
+def sum_dims(x):
+    return x.sum(dim=(0, 1))
+
+
+def batch_matmul(x, y):
+    return torch.bmm(x, y.transpose(1, 2))
+
+
+def mul_two_sizes(x, y):
+    return x * y.shape[0] + y.sum() * x.shape[0]
+
+
+def dim_is_static(x):
+    return x * x.dim()
+
+
+CASES = {
+    "size times tensor": (scale_by_rows, sizes(4, 8, 16, 100)),
+    "seed: a.shape[0] * a * b": (seed_fn, [(r(n, 3), r(n, 3)) for n in (4, 8, 16, 100)]),
+    "sizes 0 and 1 specialise": (scale_by_rows, sizes(4, 8, 0, 1, 2, 9)),
+    "equal sizes share a symbol": (add_same, [(r(n, 3), r(n, 3)) for n in (4, 5, 6)]),
+    "broadcast pair": (add_same, [(r(n, 3), r(1, 3)) for n in (4, 5, 6)]),
+    "view with a size": (view_rows, [(r(n, 2, 3),) for n in (3, 5, 7)]),
+    "view with size() calls": (view_size_call, [(r(n, 4, 3),) for n in (3, 5, 7)]),
+    "reshape -1": (reshape_neg, [(r(n, 3, 4),) for n in (2, 5, 6)]),
+    "flatten": (flatten_mean, [(r(n, 3, 4),) for n in (2, 5, 6)]),
+    "flatten, changing inner size": (flatten_mean, [(r(2, n, 4),) for n in (3, 5, 6)]),
+    "permute + contiguous": (permute_contig, sizes(3, 5, 9)),
+    "transpose + matmul": (transpose_matmul, sizes(3, 5, 9)),
+    "slice to half": (slice_half, sizes(4, 6, 10, 11)),
+    "slice with both bounds": (slice_inner, sizes(4, 6, 10)),
+    "slice columns": (slice_last_cols, [(r(3, n),) for n in (4, 6, 10)]),
+    "narrow": (narrow_dynamic, sizes(4, 6, 10)),
+    "cat along rows": (cat_rows, [(r(n, 3), r(n + 1, 3)) for n in (2, 4, 7)]),
+    "cat along columns": (cat_cols, [(r(3, n), r(3, 2)) for n in (2, 4, 7)]),
+    "stack": (stack_pair, [(r(n, 3), r(n, 3)) for n in (2, 4, 7)]),
+    "zeros from sizes": (zeros_like_rows, sizes(2, 4, 7)),
+    "new_zeros of a shape": (new_zeros_shape, sizes(2, 4, 7)),
+    "arange of a size": (arange_rows, sizes(2, 4, 7)),
+    "full with a size": (full_rows, sizes(2, 4, 7)),
+    "numel": (ones_numel, sizes(2, 4, 7)),
+    "division by a size": (mean_by_size, sizes(2, 4, 7)),
+    "size arithmetic": (size_arithmetic, sizes(2, 4, 7, 9)),
+    "true division of a size": (size_float, sizes(2, 4, 7)),
+    "shape tuple concatenated": (size_tuple_concat, [(r(n, 3, 2),) for n in (2, 4, 7)]),
+    "shape unpacked": (shape_unpack, [(r(2, n, 3),) for n in (2, 4, 7)]),
+    "branch on a size (automatic)": (branch_on_size, sizes(4, 5, 7, 8, 9, 20)),
+    "branch on equal sizes": (branch_size_equal, [(r(n, 2), r(n, 2)) for n in (3, 4)] + [(r(3, 2), r(4, 2))]),
+    "loop over range(size // 4)": (range_loop, sizes(4, 8, 12, 8)),
+    "min of a size": (min_of_size, sizes(2, 3, 6, 9)),
+    "expand to another input's size": (expand_rows, [(r(1, 3), r(n, 3)) for n in (2, 4, 7)]),
+    "split by a size": (split_half, [(r(2, n),) for n in (4, 6, 8)]),
+    "chunk": (chunk_two, [(r(2, n),) for n in (4, 6, 8)]),
+    "repeat": (repeat_rows, sizes(2, 4, 7)),
+    "index_select with arange": (index_select_rows, sizes(3, 4, 7)),
+    "softmax times size": (softmax_last, [(r(2, n),) for n in (3, 4, 7)]),
+    "layer_norm over a symbolic size": (layer_norm_rows, [(r(2, n),) for n in (3, 4, 7)]),
+    "linear, batch changes": (linear_rows, [(r(n, 4), r(5, 4)) for n in (2, 3, 9)]),
+    "unsqueeze + expand_as": (unsqueeze_expand_as, [(r(n, 3), r(2, n, 3)) for n in (2, 3, 5)]),
+    "in-place multiply by a size": (inplace_scale, sizes(2, 3, 5)),
+    "a size returned": (returns_size, sizes(2, 3, 5)),
+    "sizes in a list": (size_in_list, sizes(2, 3, 5)),
+    "pad": (pad_rows, sizes(2, 3, 5)),
+    "conv2d over image sizes": (conv_images, [(r(1, 2, n, n), r(4, 2, 3, 3)) for n in (8, 12, 16)]),
+    "adaptive pool": (pool_images, [(r(2, 3, n, n),) for n in (4, 6, 9)]),
+    "interpolate": (interpolate_double, [(r(1, 2, n, n),) for n in (4, 6, 9)]),
+    "masked_fill with a mask from a size": (masked_fill_rows, [(r(2, n),) for n in (4, 6, 9)]),
+    "triu of a size": (triu_square, sizes(3, 4, 6)),
+    "causal attention mask": (causal_mask, [(r(2, n, 4),) for n in (3, 5, 8)]),
+    "gather with positions": (gather_positions, [(r(2, n),) for n in (3, 5, 8)]),
+    "einsum": (einsum_rows, [(r(n, 3), r(n + 1, 3)) for n in (2, 4, 6)]),
+    "where": (where_rows, sizes(2, 4, 6)),
+    "topk": (topk_half, [(r(n, 5),) for n in (2, 4, 6)]),
+    "sum over dims": (sum_dims, [(r(n, n + 1, 2),) for n in (2, 4, 6)]),
+    "bmm": (batch_matmul, [(r(n, 3, 4), r(n, 5, 4)) for n in (2, 3, 6)]),
+    "two symbols": (mul_two_sizes, [(r(n, 3), r(n + 2, 3)) for n in (2, 3, 6)]),
+    "dim() stays static": (dim_is_static, sizes(2, 3, 6)),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_automatic_dynamic_side_by_side(name) -> None:
+    fn, calls = CASES[name]
+    side_by_side(fn, calls)
+
+
+@pytest.mark.parametrize("name", [n for n in CASES if n not in ("sizes 0 and 1 specialise",)])
+def test_dynamic_true_side_by_side(name) -> None:
+    fn, calls = CASES[name]
+    side_by_side(fn, calls, dynamic=True)
+
+
+@pytest.mark.parametrize("name", ["size times tensor", "slice to half", "branch on a size (automatic)"])
+def test_dynamic_false_side_by_side(name) -> None:
+    fn, calls = CASES[name]
+    counter = side_by_side(fn, calls, dynamic=False)
+    assert counter.frame_count == len({tuple(a.shape for a in args) for args in calls})
+
+
+# --- the seed article's examples -------------------------------------------------------------
+
+def test_static_first_then_one_dynamic_graph() -> None:
+    counter = CompileCounter()
+    f = dynamo_rs.compile(seed_fn, backend=counter)
+    for n, frames in ((4, 1), (8, 2), (16, 2), (100, 2)):
+        a, b = r(n, 3), r(n, 3)
+        torch.testing.assert_close(f(a, b), seed_fn(a, b))
+        assert counter.frame_count == frames, n
+    # The dynamic graph has the size as a symbol (an input placeholder's fake is symbolic).
+    for n, frames in ((0, 3), (1, 4), (2, 4), (57, 4)):
+        a, b = r(n, 3), r(n, 3)
+        torch.testing.assert_close(f(a, b), seed_fn(a, b))
+        assert counter.frame_count == frames, n
+
+
+def test_equal_sizes_share_a_symbol_and_guard_it() -> None:
+    from dynamo_rs import eval_frame
+
+    counter = CompileCounter()
+    f = dynamo_rs.compile(add_same, backend=counter, dynamic=True)
+    a, b = r(4, 3), r(4, 3)
+    torch.testing.assert_close(f(a, b), a + b)
+    (guard, _), = eval_frame.cache_entries(add_same)
+    described = "\n".join(guard.describe())
+    assert 'L["b"].size()[0] == L["a"].size()[0]' in described, described
+    # Another common size passes; unequal sizes (broadcasting 1, or an error) fail the guard.
+    torch.testing.assert_close(f(r(9, 3), r(9, 3)).shape, torch.Size([9, 3]))
+    assert counter.frame_count == 1
+    assert guard.first_failure({"a": r(5, 3), "b": r(6, 3)}) is not None
+    with pytest.raises(RuntimeError):
+        f(r(5, 3), r(6, 3))
+
+
+def test_branch_on_a_symbolic_size_is_guarded() -> None:
+    from dynamo_rs import eval_frame
+
+    counter = CompileCounter()
+    f = dynamo_rs.compile(branch_on_size, backend=counter, dynamic=True)
+    for n in (4, 5, 7):
+        a = r(n, 2)
+        torch.testing.assert_close(f(a), branch_on_size(a))
+    assert counter.frame_count == 1
+    (guard, _), = eval_frame.cache_entries(branch_on_size)
+    described = "\n".join(guard.describe())
+    assert '2*L["a"].size()[0] < 16' in described.replace(" ", "").replace("<", " < ").replace("  ", " ") \
+        or "2*L" in described, described
+    reason = guard.first_failure({"a": r(8, 2)})
+    assert reason is not None and "16" in reason, reason
+    for n in (8, 9, 20, 6):
+        a = r(n, 2)
+        torch.testing.assert_close(f(a), branch_on_size(a))
+    assert counter.frame_count == 2
+
+
+def test_recompile_reason_names_the_shape_guard(caplog) -> None:
+    import logging
+
+    f = dynamo_rs.compile(branch_on_size, backend=CompileCounter(), dynamic=True)
+    f(r(4, 2))
+    with caplog.at_level(logging.INFO, logger="dynamo_rs.recompiles"):
+        f(r(9, 2))
+    logged = [rec.getMessage() for rec in caplog.records if rec.name == "dynamo_rs.recompiles"]
+    assert logged and 'L["a"].size()[0]' in logged[0] and "16" in logged[0], logged
+
+
+# --- marking ---------------------------------------------------------------------------------
+
+def test_mark_dynamic_compiles_dynamic_from_the_first_call() -> None:
+    for mark in (dynamo_rs.mark_dynamic, torch._dynamo.mark_dynamic):
+        dynamo_rs.reset()
+        counter = CompileCounter()
+        f = dynamo_rs.compile(scale_by_rows, backend=counter)
+        for n in (4, 9, 13):
+            a = r(n, 3)
+            mark(a, 0)
+            torch.testing.assert_close(f(a), scale_by_rows(a))
+        assert counter.frame_count == 1
+
+
+def test_mark_static_keeps_a_dimension_static() -> None:
+    counter = CompileCounter()
+    f = dynamo_rs.compile(scale_by_rows, backend=counter, dynamic=True)
+    for n in (4, 9):
+        a = r(n, 3)
+        dynamo_rs.mark_static(a, 0)
+        torch.testing.assert_close(f(a), scale_by_rows(a))
+    assert counter.frame_count == 2
+
+
+def test_mark_dynamic_with_a_range() -> None:
+    counter = CompileCounter()
+    f = dynamo_rs.compile(scale_by_rows, backend=counter)
+    for n in (4, 9, 16):
+        a = r(n, 3)
+        dynamo_rs.mark_dynamic(a, 0, min=2, max=16)
+        torch.testing.assert_close(f(a), scale_by_rows(a))
+    assert counter.frame_count == 1
+    # Outside the range given: an error naming the dimension, not a silent specialisation.
+    a = r(40, 3)
+    dynamo_rs.mark_dynamic(a, 0, min=2, max=16)
+    with pytest.raises(dynamo_rs.ConstraintViolation, match=r'size\(\)\[0\] is 40.*\[2, 16\]'):
+        f(a)
+
+
+def specialises_on_rows(x):
+    if x.shape[0] == 4:
+        return x + 1
+    return x - 1
+
+
+def test_mark_dynamic_on_a_specialised_dimension_is_an_error() -> None:
+    f = dynamo_rs.compile(specialises_on_rows, backend=CompileCounter())
+    a = r(4, 3)
+    dynamo_rs.mark_dynamic(a, 0)
+    with pytest.raises(dynamo_rs.ConstraintViolation) as info:
+        f(a)
+    message = str(info.value)
+    assert 'L["x"].size()[0]' in message and "test_dynamic_shapes.py" in message, message
+    line = specialises_on_rows.__code__.co_firstlineno + 1
+    assert f":{line}" in message, message
+
+
+# --- guards: a change after the first dynamic compile recompiles and matches eager ----------
+
+def test_strides_of_dynamic_inputs_are_guarded() -> None:
+    counter = CompileCounter()
+    f = dynamo_rs.compile(permute_contig, backend=counter, dynamic=True)
+    a = r(4, 6)
+    torch.testing.assert_close(f(a), permute_contig(a))
+    b = r(6, 4).t()  # same sizes' kind, other strides
+    torch.testing.assert_close(f(b), permute_contig(b))
+    c = r(5, 7)[:, :6]  # a non-contiguous view
+    torch.testing.assert_close(f(c), permute_contig(c))
+    assert counter.frame_count >= 2
+
+
+def test_rank_change_recompiles() -> None:
+    counter = CompileCounter()
+    f = dynamo_rs.compile(scale_by_rows, backend=counter, dynamic=True)
+    for a in (r(4, 3), r(5, 3), r(4, 3, 2), r(6, 3, 2)):
+        torch.testing.assert_close(f(a), scale_by_rows(a))
+    assert counter.frame_count == 2
+
+
+def test_dtype_change_on_a_dynamic_input_recompiles() -> None:
+    counter = CompileCounter()
+    f = dynamo_rs.compile(scale_by_rows, backend=counter, dynamic=True)
+    for a in (r(4, 3), r(5, 3).double(), r(6, 3)):
+        torch.testing.assert_close(f(a), scale_by_rows(a))
+    assert counter.frame_count == 2
+
+
+# --- backends ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "inductor"])
+def test_backends_get_symbolic_graphs(backend) -> None:
+    f = dynamo_rs.compile(causal_mask, backend=backend, dynamic=True)
+    for n in (3, 5, 8):
+        x = r(2, n, 4)
+        torch.testing.assert_close(f(x), causal_mask(x))
+    stats = f._dynamo_rs_converter
+    assert stats.graphs == 1
+
+
+# --- real models --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["gpt2", "llama", "bert"])
+def test_language_models_over_sequence_lengths_and_batches(name) -> None:
+    from models import build, tensors_of
+
+    model, _ = build(name)
+    for shapes in ([(2, s) for s in (7, 13, 32, 64, 100)], [(b, 16) for b in (1, 2, 5)]):
+        dynamo_rs.reset()
+        counter = CompileCounter()
+        compiled = dynamo_rs.compile(model, backend=counter)
+        with torch.no_grad():
+            for shape in shapes:
+                ids = torch.randint(0, 1000, shape)
+                for a, b in zip(tensors_of(compiled(ids)), tensors_of(model(ids))):
+                    torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+        assert counter.frame_count <= 2, (shapes, counter.frame_count)
+
+
+def test_resnet18_over_image_sizes() -> None:
+    from models import build
+
+    model, _ = build("resnet18")
+    counter = CompileCounter()
+    compiled = dynamo_rs.compile(model, backend=counter)
+    with torch.no_grad():
+        for n in (64, 96, 128, 160):
+            x = r(2, 3, n, n)
+            torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4)
+    assert counter.frame_count <= 2
+
+
+def test_gpt2_dynamic_under_inductor() -> None:
+    from models import build, tensors_of
+
+    model, _ = build("gpt2")
+    compiled = dynamo_rs.compile(model, backend="inductor")
+    with torch.no_grad():
+        for s in (7, 13, 32):
+            ids = torch.randint(0, 1000, (2, s))
+            for a, b in zip(tensors_of(compiled(ids)), tensors_of(model(ids))):
+                torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-3)
+    assert compiled._dynamo_rs_converter.graphs == 2
