@@ -348,7 +348,8 @@ def bench_per_call(quick: bool) -> dict:
             for front in ("dynamo_rs", "torch.compile"):
                 dynamo_rs.reset()
                 torch._dynamo.reset()
-                compiled = (dynamo_rs.compile(model, backend=_no_op_backend) if front == "dynamo_rs"
+                # Static on both sides: n entries are n shapes (see the `dynamic` section).
+                compiled = (dynamo_rs.compile(model, backend=_no_op_backend, dynamic=False) if front == "dynamo_rs"
                             else torch.compile(model, backend=_no_op_backend, dynamic=False))
                 with torch.no_grad():
                     for v in reversed(variants):
@@ -372,6 +373,88 @@ def bench_per_call(quick: bool) -> dict:
                   f"{theirs:8.1f} us per call ({theirs / ours:.1f}x)", flush=True)
         out[name] = row
     return {"what": "per-call overhead with a no-op backend", "figures": {}, "models": out}
+
+
+def bench_dynamic(quick: bool) -> dict:
+    """Dynamic shapes: capture time with `dynamic=True` (first call with backend="eager" minus
+    an eager call, fake-tensor cache cleared before each run), and the per-call overhead of a
+    symbolic entry (no-op backend) serving other sizes than the one it was compiled for — ours
+    and TorchDynamo's, alternating."""
+    import torch
+    import torch._dynamo
+    import torch._dynamo.testing
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    import dynamo_rs
+    from dynamo_rs.testing import CompileCounter
+    from models import build
+
+    names = ["resnet18"] if quick else ["resnet18", "gpt2", "llama"]
+    repetitions = 3 if quick else 5
+    calls = 200 if quick else 1000
+    out = {}
+    for name in names:
+        model, (x,) = build(name)
+        if x.dtype == torch.long:  # token ids: another sequence length
+            other = torch.randint(0, 1000, (x.shape[0], x.shape[1] + 7))
+        else:
+            other = torch.randn(x.shape[0], x.shape[1], x.shape[2] + 32, x.shape[3] + 32)
+        counted = {}
+
+        def eager():
+            with torch.no_grad():
+                model(x)
+
+        def capture(side):
+            def run():
+                FakeTensorMode.cache_clear()
+                if side == "ours":
+                    dynamo_rs.reset()
+                    counter = CompileCounter()
+                    compiled = dynamo_rs.compile(model, backend=counter, dynamic=True)
+                else:
+                    torch._dynamo.reset()
+                    counter = torch._dynamo.testing.CompileCounter()
+                    compiled = torch.compile(model, backend=counter, dynamic=True)
+                with torch.no_grad():
+                    compiled(x)
+                counted[side] = counter
+            return run
+
+        times = alternate(repetitions, {"eager": eager, "dynamo_rs": capture("ours"),
+                                        "torch.compile": capture("theirs")})
+        e = times["eager"]["median"]
+        ours, theirs = times["dynamo_rs"]["median"] - e, times["torch.compile"]["median"] - e
+        per_call = {}
+        for front in ("dynamo_rs", "torch.compile"):
+            dynamo_rs.reset()
+            torch._dynamo.reset()
+            compile_ = dynamo_rs.compile if front == "dynamo_rs" else torch.compile
+            compiled = compile_(model, backend=_no_op_backend, dynamic=True)
+            with torch.no_grad():
+                compiled(x)
+
+            def run(compiled=compiled):
+                with torch.no_grad():
+                    for _ in range(calls):
+                        compiled(other)
+
+            per_call[front] = run
+        call_times = alternate(repetitions, per_call)
+        ours_us = call_times["dynamo_rs"]["median"] / calls * 1e6
+        theirs_us = call_times["torch.compile"]["median"] / calls * 1e6
+        graphs = (counted["ours"].frame_count, counted["theirs"].frame_count)
+        out[name] = {"capture_s": {"dynamo_rs": ours, "torch.compile": theirs},
+                     "speedup": theirs / ours if ours > 0 and theirs > 0 else None,
+                     "per_call_us": {"dynamo_rs": ours_us, "torch.compile": theirs_us},
+                     "per_call_ratio": theirs_us / ours_us, "graphs": graphs}
+        speedup = out[name]["speedup"]
+        print(f"  {name:22s} dynamic capture {ours*1e3:7.1f} ms vs {theirs*1e3:7.1f} ms "
+              f"({f'{speedup:.1f}x' if speedup else 'below noise'}), graphs {graphs[0]}/{graphs[1]}; "
+              f"per call on another size {ours_us:6.1f} us vs {theirs_us:6.1f} us "
+              f"({theirs_us / ours_us:.1f}x)", flush=True)
+    return {"what": "dynamic=True: capture time (cold fake-tensor cache) and per-call overhead of the "
+                    "symbolic entry on another size", "figures": {}, "models": out}
 
 
 # TorchDynamo is measured on the scaling runs up to this many captured ops.
@@ -487,6 +570,7 @@ SECTIONS: dict[str, Callable[[bool], dict]] = {
     "hook": bench_hook,
     "capture": bench_capture,
     "per_call": bench_per_call,
+    "dynamic": bench_dynamic,
     "scaling": bench_scaling,
 }
 

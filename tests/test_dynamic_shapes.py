@@ -305,6 +305,46 @@ def dim_is_static(x):
     return x * x.dim()
 
 
+def int_scale(x, n):
+    return x * n + n
+
+
+def int_branch(x, n):
+    if n > 5:
+        return x + n
+    return x - n
+
+
+def int_slice(x, n):
+    return x[:n] * 2
+
+
+def int_loop(x, n):
+    for i in range(n):
+        x = x + i
+    return x
+
+
+def int_reshape(x, n):
+    return x.reshape(n, -1).sum(0)
+
+
+def int_optional(x, n=None):
+    if n is None:
+        return x
+    return x * n
+
+
+def int_isinstance(x, n):
+    if isinstance(n, int) and not isinstance(n, bool):
+        return x + n
+    return x
+
+
+def ints(fn_values, size=8):
+    return [(r(size), n) for n in fn_values]
+
+
 CASES = {
     "size times tensor": (scale_by_rows, sizes(4, 8, 16, 100)),
     "seed: a.shape[0] * a * b": (seed_fn, [(r(n, 3), r(n, 3)) for n in (4, 8, 16, 100)]),
@@ -366,6 +406,13 @@ CASES = {
     "bmm": (batch_matmul, [(r(n, 3, 4), r(n, 5, 4)) for n in (2, 3, 6)]),
     "two symbols": (mul_two_sizes, [(r(n, 3), r(n + 2, 3)) for n in (2, 3, 6)]),
     "dim() stays static": (dim_is_static, sizes(2, 3, 6)),
+    "an int that changes": (int_scale, ints((3, 4, 5, 9, 1, 0))),
+    "a branch on an int that changes": (int_branch, ints((3, 4, 6, 7, 2))),
+    "slicing by an int that changes": (int_slice, ints((2, 3, 4, 5))),
+    "range over an int that changes": (int_loop, ints((2, 3, 4))),
+    "reshape by an int that changes": (int_reshape, [(r(12), n) for n in (2, 3, 4, 6)]),
+    "`is None` on an int that changes": (int_optional, ints((3, 4, 5))),
+    "isinstance of an int that changes": (int_isinstance, ints((3, 4, 5))),
 }
 
 

@@ -154,6 +154,37 @@ def input_fake(mode, tensor, code, name: str, policy, static: bool):
     return fake, user
 
 
+def dynamic_int(mode, value: int, code, name: str, policy):
+    """A frame argument that is an int: a SymInt (the graph takes it as an input) when it is
+    to be dynamic — with `dynamic=True`, or once it has been seen with two values (automatic
+    dynamic, as TorchDynamo does for ints) — else None (a constant, guarded by value). 0 and
+    1 stay constants."""
+    if policy is False or code is None or value in (0, 1):
+        return None
+    sizes = FRAME_SIZES.get(code)
+    if sizes is None:
+        sizes = FRAME_SIZES[code] = {}
+    key = ("int", name)
+    seen = sizes.get(key)
+    if seen is None:
+        sizes[key] = seen = [value]
+    elif seen[0] is not None and seen[0] != value:
+        seen[0] = None
+    if policy is not True and seen[0] is not None:
+        return None
+    from torch._dynamo.source import ConstantSource
+    from torch.fx.experimental.symbolic_shapes import DimDynamic
+
+    env = mode.shape_env
+    symbol = env.create_unspecified_symbol(value, source=ConstantSource(name),
+                                           dynamic_dim=DimDynamic.DYNAMIC)
+    result = env.create_symintnode(symbol, hint=value, source=ConstantSource(name))
+    if not isinstance(result, torch.SymInt):
+        return None
+    mode.dynamo_rs_symbolic = True
+    return result
+
+
 def is_symbolic(value) -> bool:
     return isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool))
 
@@ -263,6 +294,15 @@ def guard_plan(mode, inputs: list, names: list[str], user_marks: list, locations
     checks: list = []
     pending: list = []  # (read index, expression) to compare once every symbol is bound
     for k, fake in enumerate(inputs):
+        if isinstance(fake, torch.SymInt):  # an int argument
+            expr = fake.node._expr
+            index = len(reads)
+            reads.append((k, 2, 0))
+            if isinstance(expr, sympy.Symbol) and expr not in symbol_reads:
+                symbol_reads[expr] = index
+            else:
+                pending.append((index, expr))
+            continue
         for which, values in ((0, fake.shape), (1, fake.stride())):
             for dim, value in enumerate(values):
                 if not isinstance(value, torch.SymInt):
@@ -280,6 +320,8 @@ def guard_plan(mode, inputs: list, names: list[str], user_marks: list, locations
 
     def read_name(index):
         k, which, dim = reads[index]
+        if which == 2:
+            return names[k]
         return f"{names[k]}.{'size' if which == 0 else 'stride'}()[{dim}]"
 
     try:
@@ -323,6 +365,8 @@ def _check_user_marks(env, inputs, names, user_marks, locations) -> None:
     import sympy
 
     for k, fake in enumerate(inputs):
+        if isinstance(fake, torch.SymInt):
+            continue
         for dim in user_marks[k] or ():
             value = fake.shape[dim]
             if not isinstance(value, torch.SymInt):

@@ -237,6 +237,8 @@ fn many(op: Many, a: Value, b: Value) -> Option<Value> {
 pub enum TensorProperty {
     Size,
     Stride,
+    /// The input is an int argument: its value.
+    Value,
 }
 
 /// The symbolic-shape part of one cache entry's guard: the values to read (the `input`-th

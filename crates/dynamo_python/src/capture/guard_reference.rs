@@ -368,6 +368,7 @@ impl ReferenceGuard {
                 let value: i64 = match property {
                     TensorProperty::Size => tensor.getattr("shape")?.get_item(dim)?.extract()?,
                     TensorProperty::Stride => tensor.call_method1("stride", (dim,))?.extract()?,
+                    TensorProperty::Value => tensor.extract()?,
                 };
                 reads.push(value);
             }

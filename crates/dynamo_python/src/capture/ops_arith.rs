@@ -76,6 +76,27 @@ impl<'py> Tracer<'py> {
         let lhs = self.pop(f)?;
         self.pin_identity(lhs);
         self.pin_identity(rhs);
+        // A symbolic int (`n is None` where n is an int argument made dynamic) is not
+        // the same object as anything but an int; against an int it is specialised.
+        let (lhs, rhs) = match (self.kind(lhs), self.kind(rhs)) {
+            (VarKind::Symbolic { .. }, VarKind::Symbolic { .. }) => (lhs, rhs),
+            (VarKind::Symbolic { .. }, _) | (_, VarKind::Symbolic { .. }) => {
+                let other = if self.is_symbolic(lhs) { rhs } else { lhs };
+                let other_is_int = self
+                    .real_unpinned(other)
+                    .is_some_and(|v| v.is_instance_of::<pyo3::types::PyInt>());
+                if other_is_int {
+                    let (args, _) = self.specialize_args(vec![lhs, rhs], Vec::new())?;
+                    (args[0], args[1])
+                } else {
+                    let result = invert == 1;
+                    let id = self.constant(&result.into_pyobject(self.py)?.to_owned().into_any());
+                    f.stack.push(id);
+                    return Ok(Flow::Continue);
+                }
+            }
+            _ => (lhs, rhs),
+        };
         let same = match (self.kind(lhs), self.kind(rhs)) {
             (VarKind::Tensor { node: a, .. }, VarKind::Tensor { node: b, .. }) => a == b,
             (VarKind::Tensor { .. }, _) | (_, VarKind::Tensor { .. }) => false,

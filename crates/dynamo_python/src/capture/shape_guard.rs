@@ -31,11 +31,15 @@ impl ShapeGuard {
             let cache = match property {
                 TensorProperty::Size => &mut sizes[input],
                 TensorProperty::Stride => &mut strides[input],
+                TensorProperty::Value => {
+                    values.push(tensor.extract::<i64>()?);
+                    continue;
+                }
             };
             if cache.is_none() {
                 *cache = Some(match property {
                     TensorProperty::Size => tensor.getattr("shape")?.extract()?,
-                    TensorProperty::Stride => tensor.call_method0("stride")?.extract()?,
+                    _ => tensor.call_method0("stride")?.extract()?,
                 });
             }
             let all = cache.as_ref().expect("filled above");
@@ -78,10 +82,10 @@ pub fn build(tracer: &mut Tracer<'_>) -> CResult<Option<ShapeGuard>> {
     let mut plan = ShapePlan::default();
     for read in reads.iter() {
         let (input, which, dim): (usize, u8, usize) = read.extract()?;
-        let property = if which == 0 {
-            TensorProperty::Size
-        } else {
-            TensorProperty::Stride
+        let property = match which {
+            0 => TensorProperty::Size,
+            1 => TensorProperty::Stride,
+            _ => TensorProperty::Value,
         };
         plan.reads.push((input, property, dim));
     }

@@ -493,6 +493,14 @@ impl<'py> Tracer<'py> {
             };
             return self.graph_input(value, source);
         }
+        if let Some(Source::Local(_)) = source.as_deref() {
+            if value.is_exact_instance_of::<pyo3::types::PyInt>() {
+                let source = source.clone().expect("matched");
+                if let Some(id) = self.int_input(value, source)? {
+                    return Ok(id);
+                }
+            }
+        }
         if h.is_constant(value)? {
             if let Some(s) = &source {
                 self.guards
@@ -994,6 +1002,67 @@ impl<'py> Tracer<'py> {
         );
         self.input_by_source.insert(key, id);
         Ok(id)
+    }
+
+    /// A frame argument that is an int, when the dynamic-shape policy makes it symbolic
+    /// (`_shapes.dynamic_int`): a graph input whose fake is a SymInt, guarded by type here and
+    /// by the shape guard for its value. None: a constant as usual.
+    fn int_input(
+        &mut self,
+        value: &Bound<'py, PyAny>,
+        source: Rc<Source>,
+    ) -> CResult<Option<VarId>> {
+        let key = self.guards.sources.intern(&source);
+        if let Some(&existing) = self.input_by_source.get(&key) {
+            return Ok(Some(existing));
+        }
+        let Some(code) = &self.root_code else {
+            return Ok(None);
+        };
+        let code = code.bind(self.py).clone();
+        let symbolic = self.py.import_module("dynamo_rs._shapes")?.call_method1(
+            "dynamic_int",
+            (
+                &self.fake_mode,
+                value,
+                code,
+                source.describe(),
+                self.dynamic,
+            ),
+        )?;
+        if symbolic.is_none() {
+            return Ok(None);
+        }
+        let node = self.graph.add(
+            Op::Placeholder,
+            &source.graph_name(),
+            Vec::new(),
+            Vec::new(),
+            OwnedRef::from_bound(&symbolic),
+        );
+        self.guards.add(
+            source.clone(),
+            GuardKind::Type(OwnedRef::from_bound(value.get_type().as_any())),
+        );
+        self.dynamic_inputs.push(DynamicInput {
+            source: source.clone(),
+            fake: OwnedRef::from_bound(&symbolic),
+            user_marks: OwnedRef::from_bound(&self.py.None().into_bound(self.py)),
+        });
+        self.inputs.push(GraphInput {
+            node,
+            source: source.clone(),
+            example: OwnedRef::from_bound(value),
+        });
+        let id = self.add(
+            VarKind::Symbolic {
+                node,
+                fake: OwnedRef::from_bound(&symbolic),
+            },
+            Some(source),
+        );
+        self.input_by_source.insert(key, id);
+        Ok(Some(id))
     }
 
     /// Translates `frame` until it returns.
