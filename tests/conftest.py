@@ -23,3 +23,18 @@ def _meta_rules_agree_with_fake_tensor_mode():
     _meta_rules.mismatches.clear()
     yield
     assert not _meta_rules.mismatches, "\n".join(_meta_rules.mismatches)
+
+
+@pytest.fixture
+def reset_compilers():
+    """Both front ends forgotten before and after the test (for tests that compare dynamo_rs
+    with TorchDynamo on the same functions)."""
+    import torch._dynamo
+
+    import dynamo_rs
+
+    dynamo_rs.reset()
+    torch._dynamo.reset()
+    yield
+    dynamo_rs.reset()
+    torch._dynamo.reset()

@@ -18,13 +18,7 @@ import dynamo_rs
 from dynamo_rs.testing import CompileCounter
 
 
-@pytest.fixture(autouse=True)
-def fresh():
-    dynamo_rs.reset()
-    torch._dynamo.reset()
-    yield
-    dynamo_rs.reset()
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("reset_compilers")
 
 
 def r(*shape):

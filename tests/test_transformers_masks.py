@@ -49,13 +49,7 @@ def inputs(model):
     return out
 
 
-@pytest.fixture(autouse=True)
-def fresh():
-    dynamo_rs.reset()
-    torch._dynamo.reset()
-    yield
-    dynamo_rs.reset()
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("reset_compilers")
 
 
 def compile_twice(model):

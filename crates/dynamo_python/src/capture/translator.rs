@@ -988,20 +988,31 @@ impl<'py> Tracer<'py> {
             source.clone(),
             GuardKind::Tensor(OwnedRef::from_bound(value)),
         );
+        let kind = VarKind::Tensor {
+            node,
+            fake: OwnedRef::from_bound(&fake),
+        };
+        Ok(self.register_input(key, node, source, value, kind))
+    }
+
+    /// Records graph input `node` (its placeholder), loaded from `source` (interned as
+    /// `key`), seen as `value`, traced as `kind`; returns its tracker.
+    fn register_input(
+        &mut self,
+        key: u32,
+        node: NodeId,
+        source: Rc<Source>,
+        value: &Bound<'py, PyAny>,
+        kind: VarKind,
+    ) -> VarId {
         self.inputs.push(GraphInput {
             node,
             source: source.clone(),
             example: OwnedRef::from_bound(value),
         });
-        let id = self.add(
-            VarKind::Tensor {
-                node,
-                fake: OwnedRef::from_bound(&fake),
-            },
-            Some(source),
-        );
+        let id = self.add(kind, Some(source));
         self.input_by_source.insert(key, id);
-        Ok(id)
+        id
     }
 
     /// A frame argument that is an int, when the dynamic-shape policy makes it symbolic
@@ -1049,20 +1060,11 @@ impl<'py> Tracer<'py> {
             fake: OwnedRef::from_bound(&symbolic),
             user_marks: OwnedRef::from_bound(&self.py.None().into_bound(self.py)),
         });
-        self.inputs.push(GraphInput {
+        let kind = VarKind::Symbolic {
             node,
-            source: source.clone(),
-            example: OwnedRef::from_bound(value),
-        });
-        let id = self.add(
-            VarKind::Symbolic {
-                node,
-                fake: OwnedRef::from_bound(&symbolic),
-            },
-            Some(source),
-        );
-        self.input_by_source.insert(key, id);
-        Ok(Some(id))
+            fake: OwnedRef::from_bound(&symbolic),
+        };
+        Ok(Some(self.register_input(key, node, source, value, kind)))
     }
 
     /// Translates `frame` until it returns.
