@@ -79,9 +79,7 @@ def dynamic_dims(tensor, code, name: str, policy, static: bool):
                 f"mark_dynamic for that dimension")
     automatic: set = set()
     if code is not None and policy is not False and not static:
-        sizes = FRAME_SIZES.get(code)
-        if sizes is None:
-            sizes = FRAME_SIZES[code] = {}
+        sizes = FRAME_SIZES.setdefault(code, {})
         seen = sizes.get(name)
         if seen is None or len(seen) != len(shape):
             sizes[name] = list(shape)
@@ -161,9 +159,7 @@ def dynamic_int(mode, value: int, code, name: str, policy):
     1 stay constants."""
     if policy is False or code is None or value in (0, 1):
         return None
-    sizes = FRAME_SIZES.get(code)
-    if sizes is None:
-        sizes = FRAME_SIZES[code] = {}
+    sizes = FRAME_SIZES.setdefault(code, {})
     key = ("int", name)
     seen = sizes.get(key)
     if seen is None:
@@ -185,8 +181,19 @@ def dynamic_int(mode, value: int, code, name: str, policy):
     return result
 
 
-def is_symbolic(value) -> bool:
-    return isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool))
+def _symbolic_builtins() -> dict:
+    import builtins
+    import math
+
+    return {builtins.min: ("sym_min", torch.sym_min, 2), builtins.max: ("sym_max", torch.sym_max, 2),
+            builtins.float: ("sym_float", torch.sym_float, 1), builtins.int: ("sym_int", torch.sym_int, 1),
+            math.floor: ("floor", math.floor, 1), math.ceil: ("ceil", math.ceil, 1),
+            math.trunc: ("trunc", math.trunc, 1), math.sqrt: ("sym_sqrt", torch.sym_sqrt, 1)}
+
+
+# Builtins that stay symbolic on symbolic numbers: {builtin: (node name, the symbolic
+# equivalent a graph node calls, how many arguments)}.
+SYMBOLIC_BUILTINS = _symbolic_builtins()
 
 
 def symbolic_dims(fake) -> tuple[list[bool], list[bool]] | None:

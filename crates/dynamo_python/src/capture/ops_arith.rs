@@ -246,17 +246,15 @@ impl<'py> Tracer<'py> {
         // Tuple and list concatenation and repetition keep their trackers; a constant
         // tuple joined to a tracked one (`(-1,) + x.shape[1:]`) is taken apart, so symbolic
         // sizes in the other stay symbolic.
-        let args = if args.len() == 2 && matches!(name.as_str(), "add" | "iadd") {
-            let is_tracked_tuple = |t: &Self, a: VarId| matches!(t.kind(a), VarKind::Tuple(_));
-            if is_tracked_tuple(self, args[0]) || is_tracked_tuple(self, args[1]) {
-                let mut out = Vec::with_capacity(2);
-                for &a in &args {
-                    out.push(self.constant_tuple_items(a)?.unwrap_or(a));
-                }
-                out
-            } else {
-                args
-            }
+        let joins_tracked_tuple = args.len() == 2
+            && matches!(name.as_str(), "add" | "iadd")
+            && args
+                .iter()
+                .any(|&a| matches!(self.kind(a), VarKind::Tuple(_)));
+        let args = if joins_tracked_tuple {
+            args.iter()
+                .map(|&a| Ok(self.constant_tuple_items(a)?.unwrap_or(a)))
+                .collect::<CResult<Vec<_>>>()?
         } else {
             args
         };

@@ -119,9 +119,10 @@ impl<'py> Tracer<'py> {
         self.symbolic_result(node, &result).map(Some)
     }
 
-    /// Builtins that stay symbolic on symbolic numbers, as torch's symbolic equivalents:
-    /// `min`/`max` of two, `float()`, `int()`, `math.floor`/`ceil`/`trunc`/`sqrt`. None for
-    /// anything else (the caller specialises).
+    /// Builtins that stay symbolic on symbolic numbers, as torch's symbolic equivalents
+    /// (`_shapes.SYMBOLIC_BUILTINS`: `min`/`max` of two, `float()`, `int()`,
+    /// `math.floor`/`ceil`/`trunc`/`sqrt`), and `isinstance`. None for anything else (the
+    /// caller specialises).
     pub(super) fn symbolic_builtin(
         &mut self,
         obj: &Bound<'py, PyAny>,
@@ -144,47 +145,15 @@ impl<'py> Tracer<'py> {
             let answer = builtins.getattr("isinstance")?.call1((stand_in, cls))?;
             return Ok(Some(self.constant(&answer)));
         }
-        let math = py.import_module("math")?;
-        let torch = self.h.torch.clone();
-        let table: [(Bound<'py, PyAny>, &str, Bound<'py, PyAny>, usize); 8] = [
-            (
-                builtins.getattr("min")?,
-                "sym_min",
-                torch.getattr("sym_min")?,
-                2,
-            ),
-            (
-                builtins.getattr("max")?,
-                "sym_max",
-                torch.getattr("sym_max")?,
-                2,
-            ),
-            (
-                builtins.getattr("float")?,
-                "sym_float",
-                torch.getattr("sym_float")?,
-                1,
-            ),
-            (
-                builtins.getattr("int")?,
-                "sym_int",
-                torch.getattr("sym_int")?,
-                1,
-            ),
-            (math.getattr("floor")?, "floor", math.getattr("floor")?, 1),
-            (math.getattr("ceil")?, "ceil", math.getattr("ceil")?, 1),
-            (math.getattr("trunc")?, "trunc", math.getattr("trunc")?, 1),
-            (
-                math.getattr("sqrt")?,
-                "sym_sqrt",
-                torch.getattr("sym_sqrt")?,
-                1,
-            ),
-        ];
-        for (builtin, name, op, arity) in table {
-            if obj.is(&builtin) && args.len() == arity {
-                return self.symbolic_operator(&op, name, args);
-            }
+        let table = py
+            .import_module("dynamo_rs._shapes")?
+            .getattr("SYMBOLIC_BUILTINS")?;
+        let Ok(entry) = table.get_item(obj) else {
+            return Ok(None); // not in the table (or unhashable)
+        };
+        let (name, op, arity): (String, Bound<'py, PyAny>, usize) = entry.extract()?;
+        if args.len() == arity {
+            return self.symbolic_operator(&op, &name, args);
         }
         Ok(None)
     }
