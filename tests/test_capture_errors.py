@@ -1,9 +1,11 @@
-"""Bad input gets a clear error; a failure while compiling runs the frame eagerly (or, with
-fullgraph=True, raises with the user's file and line); user exceptions stay the same."""
+"""Bad input gets a clear error; a failure of ours while compiling runs the frame eagerly (or, with
+fullgraph=True, raises with the user's file and line); a failing backend raises
+BackendCompilerFailed as under torch.compile; user exceptions stay the same."""
 
 from __future__ import annotations
 
 import logging
+import re
 
 import pytest
 import torch
@@ -42,7 +44,41 @@ def body(x):
     return x.cos() + 1
 
 
-def test_backend_error_is_reported_and_the_frame_runs_eagerly(caplog) -> None:
+@pytest.fixture
+def suppress_errors():
+    """Sets config.suppress_errors for one test and puts the default back."""
+    saved = dynamo_rs.config.suppress_errors
+
+    def set_(value):
+        dynamo_rs.config.suppress_errors = value
+
+    yield set_
+    dynamo_rs.config.suppress_errors = saved
+
+
+def returns_an_int(gm, example_inputs):
+    return 3
+
+
+def test_backend_error_raises_as_under_torch_compile() -> None:
+    # By default a backend that raises is the user's error, not a reason to run eagerly:
+    # torch.compile raises BackendCompilerFailed, and so do we, naming the backend, the
+    # original error and the user's function, with the original error as the cause.
+    torch._dynamo.reset()
+    with pytest.raises(torch._dynamo.exc.BackendCompilerFailed, match="backend exploded"):
+        torch.compile(body, backend=failing_backend)(torch.randn(3))
+    fn = dynamo_rs.compile(body, backend=failing_backend)
+    for _ in range(2):  # not remembered as uncompilable: the next call tries again
+        with pytest.raises(dynamo_rs.BackendCompilerFailed) as info:
+            fn(torch.randn(3))
+        message = str(info.value)
+        assert "failing_backend" in message and "RuntimeError: backend exploded" in message
+        assert re.search(r"body \(.*test_capture_errors.py:\d+\)", message)
+        assert isinstance(info.value.__cause__, RuntimeError)
+
+
+def test_backend_error_with_suppress_errors_runs_the_frame_eagerly(caplog, suppress_errors) -> None:
+    suppress_errors(True)
     fn = dynamo_rs.compile(body, backend=failing_backend)
     x = torch.randn(3)
     with caplog.at_level(logging.WARNING, logger="dynamo_rs"):
@@ -52,10 +88,30 @@ def test_backend_error_is_reported_and_the_frame_runs_eagerly(caplog) -> None:
     assert "test_capture_errors.py" in message and "body" in message
 
 
-def test_backend_error_raises_with_fullgraph() -> None:
-    fn = dynamo_rs.compile(body, backend=failing_backend, fullgraph=True)
-    with pytest.raises(dynamo_rs.BackendCompilerFailed, match=r"backend exploded.*body \(.*test_capture_errors.py:\d+\)"):
+def test_backend_error_raises_with_fullgraph(suppress_errors) -> None:
+    for setting in (None, True, False):
+        suppress_errors(setting)
+        dynamo_rs.reset()
+        fn = dynamo_rs.compile(body, backend=failing_backend, fullgraph=True)
+        with pytest.raises(dynamo_rs.BackendCompilerFailed, match=r"backend exploded.*body \(.*test_capture_errors.py:\d+\)"):
+            fn(torch.randn(3))
+
+
+def test_backend_returning_a_non_callable_is_an_error_at_compile_time(suppress_errors) -> None:
+    fn = dynamo_rs.compile(body, backend=returns_an_int)
+    with pytest.raises(dynamo_rs.BackendCompilerFailed, match=r"returns_an_int returned 3 \(int\), which is not callable, while compiling body \(.*test_capture_errors.py:\d+\)"):
         fn(torch.randn(3))
+    suppress_errors(True)
+    x = torch.randn(3)
+    torch.testing.assert_close(fn(x), body(x))
+
+
+def test_suppress_errors_takes_none_true_false(suppress_errors) -> None:
+    assert dynamo_rs.config.suppress_errors is None
+    suppress_errors(1)
+    assert dynamo_rs.config.suppress_errors is True
+    suppress_errors(0)
+    assert dynamo_rs.config.suppress_errors is False
 
 
 def data_dependent(x):

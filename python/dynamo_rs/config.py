@@ -5,8 +5,11 @@
 
 - cache_size_limit (8): compiled versions kept per code object; past it the code object
   stops being compiled (one warning) and only reuses what it has.
-- suppress_errors (True): a failure while compiling a frame gives one warning and the frame
-  runs uncompiled; False raises it instead.
+- suppress_errors (None): what a failure while compiling a frame does. None: a failure of
+  dynamo_rs's own gives one warning and the frame runs uncompiled, while a backend that
+  raises (or returns something not callable) raises `dynamo_rs.BackendCompilerFailed`, as
+  under torch.compile; True: every failure is a warning and the frame runs uncompiled;
+  False: every failure raises.
 - skip_torch (True): never intercept frames of torch's own files (user code calling into
   torch is still captured; torch's modules are inlined from there). Applies to code objects
   first seen after the change, and to all after `dynamo_rs.reset()`.
@@ -49,7 +52,7 @@ class _Config(types.ModuleType):
         super().__init__(__name__, __doc__)
         object.__setattr__(self, "_values", {})
         self.cache_size_limit = 8
-        self.suppress_errors = True
+        self.suppress_errors = None
         self.skip_torch = True
         self.meta_rules = True
         self.verify_meta_rules = os.environ.get("DYNAMO_RS_VERIFY_META_RULES", "") not in ("", "0")
@@ -71,8 +74,9 @@ class _Config(types.ModuleType):
                 raise ValueError(f"cache_size_limit must be a positive int, not {value!r}")
             _native.configure(cache_size_limit=value)
         elif name == "suppress_errors":
-            _native.configure(suppress_errors=bool(value))
-            value = bool(value)
+            if value is not None:
+                value = bool(value)
+            _native.configure(suppress_errors={None: 0, True: 1, False: 2}[value])
         elif name == "skip_torch":
             value = bool(value)
             prefixes = [p for p in (_package_dir("dynamo_rs"),) if p]

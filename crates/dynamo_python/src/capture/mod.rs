@@ -48,6 +48,7 @@ pub mod vars;
 use self::break_reasons::BreakKind;
 use std::collections::HashMap;
 use std::rc::Rc;
+use std::sync::atomic::Ordering;
 
 use crate::imports::ImportModule;
 use pyo3::prelude::*;
@@ -254,28 +255,36 @@ impl Converter {
             }
             Err(err) => {
                 let where_ = tracer.location();
-                let (message, backend_failed) = match err {
-                    CaptureError::Unsupported(reason) => (format!("{reason} at {where_}"), false),
+                let suppress = crate::eval_frame::hook::SUPPRESS_ERRORS.load(Ordering::Relaxed);
+                let (message, raised) = match err {
+                    CaptureError::Unsupported(reason) => (format!("{reason} at {where_}"), None),
                     CaptureError::BreakPoint => {
-                        (format!("internal: a trace stopped at {where_}"), false)
+                        (format!("internal: a trace stopped at {where_}"), None)
+                    }
+                    CaptureError::Python(err)
+                        if err.is_instance_of::<BackendCompilerFailed>(py) =>
+                    {
+                        // The user's backend failed, not we: raised as torch.compile raises it,
+                        // unless every failure is to be a warning.
+                        if suppress != crate::eval_frame::hook::SUPPRESS_ALL {
+                            return Err(err);
+                        }
+                        (err.value(py).to_string(), Some(err))
                     }
                     CaptureError::Python(err) => {
-                        let backend = err.is_instance_of::<BackendCompilerFailed>(py);
-                        (
-                            if backend {
-                                err.value(py).to_string()
-                            } else {
-                                format!("internal error at {where_}: {}", err.value(py))
-                            },
-                            backend,
-                        )
+                        let message = format!("internal error at {where_}: {}", err.value(py));
+                        if suppress == crate::eval_frame::hook::SUPPRESS_NONE {
+                            let raised = Unsupported::new_err(message);
+                            raised.set_cause(py, Some(err));
+                            return Err(raised);
+                        }
+                        (message, Some(err))
                     }
                 };
                 if this.fullgraph {
-                    return Err(if backend_failed {
-                        BackendCompilerFailed::new_err(message)
-                    } else {
-                        Unsupported::new_err(message)
+                    return Err(match raised {
+                        Some(err) if err.is_instance_of::<BackendCompilerFailed>(py) => err,
+                        _ => Unsupported::new_err(message),
                     });
                 }
                 this.stats().failures.push((where_, message.clone()));
@@ -511,26 +520,45 @@ impl Converter {
             .map(|i| i.example.bind(py).clone())
             .collect();
         let example_list = PyList::new(py, &examples)?;
-        let compiled = match py.import_module("dynamo_rs._shapes")?.call_method1(
-            "call_backend",
-            (self.backend.bind(py), &gm, &example_list, &tracer.fake_mode),
-        ) {
-            Ok(c) => c,
-            Err(err) => {
-                return Err(CaptureError::Python(BackendCompilerFailed::new_err(
-                    format!(
-                        "backend {} raised {}: {} while compiling {}",
+        let compiled =
+            match py.import_module("dynamo_rs._shapes")?.call_method1(
+                "call_backend",
+                (self.backend.bind(py), &gm, &example_list, &tracer.fake_mode),
+            ) {
+                Ok(c) if c.is_callable() => c,
+                Ok(c) => {
+                    return Err(CaptureError::Python(BackendCompilerFailed::new_err(
+                        format!(
+                    "backend {} returned {} ({}), which is not callable, while compiling {}; \
+                     a backend must return a callable that runs the graph",
+                    backend_name(self.backend.bind(py)),
+                    short_repr(&c),
+                    c.get_type().name().map(|n| n.to_string()).unwrap_or_default(),
+                    frame_location(code)?
+                ),
+                    )));
+                }
+                Err(err) => {
+                    let kind = err
+                        .get_type(py)
+                        .name()
+                        .map(|n| n.to_string())
+                        .unwrap_or_default();
+                    let text = err.value(py).to_string();
+                    let error = if text.is_empty() {
+                        kind
+                    } else {
+                        format!("{kind}: {text}")
+                    };
+                    let failed = BackendCompilerFailed::new_err(format!(
+                        "backend {} raised {error} while compiling {}",
                         backend_name(self.backend.bind(py)),
-                        err.get_type(py)
-                            .name()
-                            .map(|n| n.to_string())
-                            .unwrap_or_default(),
-                        err.value(py),
                         frame_location(code)?
-                    ),
-                )));
-            }
-        };
+                    ));
+                    failed.set_cause(py, Some(err));
+                    return Err(CaptureError::Python(failed));
+                }
+            };
         self.lap("backend", t);
         let compiled = Bound::new(
             py,
@@ -730,6 +758,18 @@ fn frame_location(code: &Bound<'_, PyAny>) -> PyResult<String> {
         code.getattr("co_filename")?,
         code.getattr("co_firstlineno")?
     ))
+}
+
+/// `repr(value)`, cut to a line's worth for an error message.
+fn short_repr(value: &Bound<'_, PyAny>) -> String {
+    let text = value
+        .repr()
+        .map(|r| r.to_string())
+        .unwrap_or_else(|_| "<unprintable>".into());
+    match text.char_indices().nth(60) {
+        Some((cut, _)) => format!("{}...", &text[..cut]),
+        None => text,
+    }
 }
 
 fn backend_name(backend: &Bound<'_, PyAny>) -> String {

@@ -21,7 +21,7 @@
 use std::cell::Cell;
 use std::ptr;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use crate::imports::ImportModule;
@@ -50,7 +50,16 @@ static ACTIVE_THREADS: AtomicUsize = AtomicUsize::new(0);
 
 /// Settings, mirrored from `dynamo_rs.config`.
 pub static CACHE_SIZE_LIMIT: AtomicUsize = AtomicUsize::new(8);
-pub static SUPPRESS_ERRORS: AtomicBool = AtomicBool::new(true);
+/// `config.suppress_errors`: which compile failures become one warning (the frame then runs
+/// uncompiled) instead of an exception.
+pub static SUPPRESS_ERRORS: AtomicU8 = AtomicU8::new(SUPPRESS_OWN);
+/// The default (`None`): our own failures are warnings; a failing backend raises, as under
+/// torch.compile.
+pub const SUPPRESS_OWN: u8 = 0;
+/// `True`: every failure is a warning.
+pub const SUPPRESS_ALL: u8 = 1;
+/// `False`: every failure raises.
+pub const SUPPRESS_NONE: u8 = 2;
 /// File-name prefixes whose code is never intercepted (our package, torch).
 pub static SKIP_PREFIXES: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
@@ -265,7 +274,7 @@ unsafe fn eval_frame(
         }
         Err(err) => {
             let always_raise = err.is_instance_of::<crate::errors::CompileError>(py);
-            if always_raise || !SUPPRESS_ERRORS.load(Ordering::Relaxed) {
+            if always_raise || SUPPRESS_ERRORS.load(Ordering::Relaxed) == SUPPRESS_NONE {
                 err.restore(py);
                 return ptr::null_mut();
             }

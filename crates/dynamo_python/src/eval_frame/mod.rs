@@ -189,7 +189,7 @@ fn reset_stats() {
 #[pyo3(signature = (*, cache_size_limit=None, suppress_errors=None, skip_prefixes=None))]
 fn configure(
     cache_size_limit: Option<usize>,
-    suppress_errors: Option<bool>,
+    suppress_errors: Option<u8>,
     skip_prefixes: Option<Vec<String>>,
 ) -> PyResult<()> {
     if let Some(limit) = cache_size_limit {
@@ -199,6 +199,11 @@ fn configure(
         hook::CACHE_SIZE_LIMIT.store(limit, Ordering::Relaxed);
     }
     if let Some(suppress) = suppress_errors {
+        if suppress > hook::SUPPRESS_NONE {
+            return Err(PyValueError::new_err(
+                "suppress_errors mode must be 0, 1 or 2",
+            ));
+        }
         hook::SUPPRESS_ERRORS.store(suppress, Ordering::Relaxed);
     }
     if let Some(prefixes) = skip_prefixes {

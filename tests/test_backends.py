@@ -1,0 +1,103 @@
+"""Every backend in torch's registry that runs on CPU works under dynamo_rs as under
+torch.compile: the same outputs and gradients as eager, static and with symbolic sizes, and
+the same errors for the registry's failing test backends (issue 12)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch._dynamo
+
+import dynamo_rs
+from dynamo_rs.testing import CompileCounter
+
+# All CPU backends of torch's registry except the minifier helpers, the TorchScript ones
+# (deprecated; they print warnings) and those needing other hardware or packages.
+CPU_BACKENDS = [
+    "eager",
+    "eager_debug",
+    "eager_noexcept",
+    "pre_dispatch_eager",
+    "aot_eager",
+    "aot_eager_decomp_partition",
+    "aot_eager_decomp_partition_crossref",
+    "aot_eager_default_partitioner",
+    "invoke_subgraph",
+    "inductor",
+]
+
+
+@pytest.fixture(autouse=True)
+def fresh(reset_compilers):
+    yield
+
+
+def step(x, w, b):
+    h = torch.nn.functional.linear(x, w, b).relu()
+    return h.softmax(-1).sum(0) + x.sin().mean()
+
+
+def run(front, backend, dynamic, sizes=(4, 6)):
+    torch.manual_seed(0)
+    w = torch.randn(3, 5, requires_grad=True)
+    b = torch.randn(3, requires_grad=True)
+    fn = front(step, backend=backend, dynamic=dynamic)
+    results = []
+    for n in sizes:
+        x = torch.randn(n, 5, requires_grad=True)
+        out = fn(x, w, b)
+        out.sum().backward()
+        results.append((out.detach(), x.grad, w.grad.clone(), b.grad.clone()))
+        w.grad = b.grad = None
+    return results
+
+
+@pytest.mark.parametrize("dynamic", [None, True])
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+def test_registry_backend_gives_eager_results_and_gradients(backend, dynamic) -> None:
+    expected = run(lambda f, **_: f, None, None)
+    ours = run(dynamo_rs.compile, backend, dynamic)
+    theirs = run(torch.compile, backend, dynamic)
+    for e, o, t in zip(expected, ours, theirs):
+        for a, b, c in zip(e, o, t):
+            torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(c, a, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "mode, options",
+    [("default", None), ("max-autotune-no-cudagraphs", None), (None, {"epilogue_fusion": False})],
+)
+def test_inductor_mode_and_options(mode, options) -> None:
+    x = torch.randn(8, 5)
+    w, b = torch.randn(3, 5), torch.randn(3)
+    fn = dynamo_rs.compile(step, mode=mode, options=options)
+    torch.testing.assert_close(fn(x, w, b), step(x, w, b))
+
+
+def with_relu(x):
+    return torch.relu(x * 2) + 1
+
+
+def test_failing_registry_backends_fail_as_under_torch_compile() -> None:
+    x = torch.randn(4)
+    # Fails while compiling a graph with a relu: BackendCompilerFailed from both.
+    with pytest.raises(torch._dynamo.exc.BackendCompilerFailed, match="ReluCompileError"):
+        torch.compile(with_relu, backend="relu_compile_error_TESTING_ONLY")(x)
+    with pytest.raises(dynamo_rs.BackendCompilerFailed, match="backend relu_compile_error_TESTING_ONLY raised ReluCompileError while compiling with_relu"):
+        dynamo_rs.compile(with_relu, backend="relu_compile_error_TESTING_ONLY")(x)
+    # Compiles, then fails when the graph runs: the error reaches the caller unchanged.
+    with pytest.raises(Exception) as theirs:
+        torch.compile(with_relu, backend="relu_runtime_error_TESTING_ONLY")(x)
+    with pytest.raises(Exception) as ours:
+        dynamo_rs.compile(with_relu, backend="relu_runtime_error_TESTING_ONLY")(x)
+    assert type(ours.value) is type(theirs.value) and str(ours.value) == str(theirs.value)
+
+
+def test_one_graph_per_backend_and_frame() -> None:
+    counter = CompileCounter()
+    fn = dynamo_rs.compile(with_relu, backend=counter)
+    x = torch.randn(4)
+    for _ in range(3):
+        torch.testing.assert_close(fn(x), with_relu(x))
+    assert counter.frame_count == 1
