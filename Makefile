@@ -47,9 +47,11 @@ test: lint test-rust test-python
 
 bench: build
 	$(PY) benchmarks/run.py
+	$(PY) benchmarks/zoo.py
 
 bench-quick: build
 	$(PY) benchmarks/run.py --quick
+	$(PY) benchmarks/zoo.py --quick
 
 # Differential fuzzing (tools/fuzz): random programs run eagerly and compiled, compared
 # value for value and side effect for side effect; mismatches are shrunk into tests/fuzz_cases.

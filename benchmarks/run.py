@@ -14,6 +14,10 @@ Sections so far:
 - bytecode: decode + assemble round trip over the standard library's code objects, ours
   (through the Python API, and the Rust core alone) next to the PyPI `bytecode` library's
   `ConcreteBytecode.from_code(code).to_code()`.
+- capture, per_call, dynamic, scaling: see each function's docstring.
+- first_output (benchmarks/first_output.py): time to first output in fresh processes with
+  inductor and aot_eager, empty and warm compile caches.
+The model zoo is benchmarks/zoo.py (make bench runs it after these).
 """
 
 from __future__ import annotations
@@ -572,6 +576,7 @@ SECTIONS: dict[str, Callable[[bool], dict]] = {
     "per_call": bench_per_call,
     "dynamic": bench_dynamic,
     "scaling": bench_scaling,
+    "first_output": lambda quick: __import__("first_output").bench_first_output(quick),
 }
 
 

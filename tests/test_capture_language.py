@@ -1292,6 +1292,26 @@ def decorated_no_grad(x):
 def no_grad_decorator(x): return decorated_no_grad(x) + 1
 
 
+# --- torch._assert: a condition known while tracing leaves no node --------------------------
+
+@case(T34)
+def assert_on_rank(x):
+    torch._assert(x.ndim == 2, "expected 2D")
+    return x + 1
+@case(T34)
+def assert_on_size_expression(x):
+    torch._assert(x.shape[0] * 2 > 1 and x.shape[-1] == 4, f"bad shape {x.shape}")
+    return x.relu()
+@case(T34)
+def assert_on_tensor(x):
+    torch._assert(x.abs().sum() >= 0, "negative")
+    return x * 2
+@case(T34, 3)
+def assert_on_int_argument(x, n):
+    torch._assert(n > 2, "n too small")
+    return x + n
+
+
 def run_case(fn, args):
     return fn(*args)
 

@@ -49,6 +49,8 @@ pub struct Helpers<'py> {
     pub always_false: Vec<Bound<'py, PyAny>>,
     /// Functions that report whether code is being compiled: true while tracing.
     pub is_compiling: Vec<Bound<'py, PyAny>>,
+    /// `torch._assert`: checked while tracing when its condition is known.
+    pub torch_assert: Bound<'py, PyAny>,
 }
 
 impl<'py> Helpers<'py> {
@@ -164,9 +166,10 @@ impl<'py> Helpers<'py> {
             method_type: types.getattr("MethodType")?,
             operator: py.import_module("operator")?.into_any(),
             builtins: builtins.into_any(),
-            torch: torch.into_any(),
+            torch: torch.clone().into_any(),
             constant_types,
             is_compiling,
+            torch_assert: torch.getattr("_assert")?,
         })
     }
 

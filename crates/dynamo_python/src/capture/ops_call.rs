@@ -407,6 +407,26 @@ impl<'py> Tracer<'py> {
         if is_operator && kwargs.is_empty() && args.iter().any(|&a| self.is_symbolic(a)) {
             return self.apply_operator(obj, args);
         }
+        if obj.is(&h.torch_assert) && !args.is_empty() && kwargs.is_empty() {
+            if matches!(self.kind(args[0]), VarKind::Tensor { .. }) {
+                // A tensor condition is checked when the graph runs, as TorchDynamo emits it
+                // (`assert` would need the tensor's value while tracing).
+                let check = h.torch.getattr("_assert_async")?;
+                return self.graph_call(
+                    Op::CallFunction(OwnedRef::from_bound(&check)),
+                    "_assert_async",
+                    args,
+                    kwargs,
+                );
+            }
+            // A condition known while tracing (a constant, a guarded size) is checked here,
+            // as TorchDynamo does: a true one leaves no node; a false one runs eagerly and
+            // raises there.
+            if self.truth(args[0])? {
+                return Ok(self.constant(&py.None().into_bound(py)));
+            }
+            return unsupported(BreakKind::UnsupportedOperation, "torch._assert that fails");
+        }
         if self.any_tensor(&args, &kwargs)
             && (is_operator || h.is_graph_function.call1((obj,))?.is_truthy()?)
         {

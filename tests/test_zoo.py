@@ -1,0 +1,121 @@
+"""The model zoo (tests/zoo.py), compared live with TorchDynamo in the same test: outputs equal
+eager, graphs no more than TorchDynamo's, ops within 10% of its, and a second identical call
+compiles nothing. By default a sample, one or two models of each kind of architecture the zoo
+holds; DYNAMO_RS_ZOO=all runs every model (as `make bench` does, with timings,
+benchmarks/zoo.py).
+
+Transformers models are also trained: with `labels`, in train mode (dropout off, so eager and
+compiled see the same numbers), `backward()` through `aot_eager` gives eager's loss and
+gradients in one graph, where TorchDynamo's count is the bound."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+import torch._dynamo
+import torch._dynamo.testing
+
+import dynamo_rs
+from dynamo_rs.testing import CompileCounter
+from zoo import TRANSFORMERS_SEQ2SEQ, ZOO, _SMALL, build, tensors_of
+
+SAMPLE = [
+    "torchvision/resnet18", "torchvision/shufflenet_v2_x0_5", "torchvision/squeezenet1_1",
+    "torchvision/googlenet",
+    "timm/convit_tiny", "timm/levit_128s", "timm/mobilevit_xxs", "timm/poolformer_s12",
+    "timm/regnetx_002", "timm/ghostnet_050",
+    "transformers/distilbert", "transformers/opt", "transformers/bloom", "transformers/bart",
+    "transformers/vit", "transformers/wav2vec2", "transformers/whisper",
+]
+MODELS = ZOO if os.environ.get("DYNAMO_RS_ZOO") == "all" else SAMPLE
+
+
+@pytest.fixture(autouse=True)
+def fresh(reset_compilers):
+    yield
+
+
+def assert_outputs_close(expected, actual) -> None:
+    e, a = tensors_of(expected), tensors_of(actual)
+    assert len(e) == len(a)
+    for x, y in zip(e, a):
+        scale = max(float(x.abs().max()), 1.0) if x.is_floating_point() and x.numel() else 1.0
+        torch.testing.assert_close(y, x, rtol=1e-4, atol=1e-4 * scale)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_zoo_model_at_parity_with_torchdynamo(name) -> None:
+    model, args, kwargs = build(name)
+    with torch.no_grad():
+        expected = model(*args, **kwargs)
+        theirs = torch._dynamo.testing.CompileCounter()
+        torch.compile(model, backend=theirs)(*args, **kwargs)
+        torch._dynamo.reset()
+        ours = CompileCounter()
+        compiled = dynamo_rs.compile(model, backend=ours)
+        first = compiled(*args, **kwargs)
+        graphs = ours.frame_count
+        second = compiled(*args, **kwargs)
+    assert_outputs_close(expected, first)
+    assert_outputs_close(expected, second)
+    assert ours.frame_count == graphs, "a second identical call compiled again"
+    assert graphs <= theirs.frame_count, (graphs, theirs.frame_count)
+    assert abs(ours.op_count - theirs.op_count) <= 0.1 * theirs.op_count, (ours.op_count, theirs.op_count)
+
+
+TRAINED = ["bert", "albert", "gpt2", "llama", "gemma", "t5", "bart"]
+
+
+def training_setup(name: str):
+    from transformers import (AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM,
+                              AutoModelForSequenceClassification)
+
+    torch.manual_seed(0)
+    config = AutoConfig.for_model(name)
+    for key, value in _SMALL.items():
+        if hasattr(config, key):
+            setattr(config, key, value)
+    for key, value in list(vars(config).items()):
+        # Dropout off: eager and compiled then compute the same numbers.
+        if isinstance(value, float) and ("dropout" in key or key.endswith(("_pdrop", "drop_prob"))):
+            setattr(config, key, 0.0)
+    ids = torch.randint(1, 128, (2, 12))
+    mask = torch.ones(2, 12, dtype=torch.long)
+    mask[1, 9:] = 0
+    if name in TRANSFORMERS_SEQ2SEQ:
+        config.decoder_start_token_id = 0
+        model = AutoModelForSeq2SeqLM.from_config(config)
+        labels = torch.randint(1, 128, (2, 7))
+    elif name in ("bert", "albert", "roberta", "distilbert", "electra"):
+        model = AutoModelForSequenceClassification.from_config(config)
+        labels = torch.tensor([0, 1])
+    else:
+        model = AutoModelForCausalLM.from_config(config)
+        labels = ids
+    return model.train(), {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
+@pytest.mark.parametrize("name", TRAINED)
+def test_transformers_model_trains_in_one_graph(name) -> None:
+    model, kwargs = training_setup(name)
+
+    def loss_and_grads(run):
+        model.zero_grad(set_to_none=True)
+        loss = run(**kwargs).loss
+        loss.backward()
+        return loss.detach(), [p.grad for p in model.parameters()]
+
+    expected_loss, expected_grads = loss_and_grads(model)
+    theirs = torch._dynamo.testing.CompileCounterWithBackend("aot_eager")
+    loss_and_grads(torch.compile(model, backend=theirs))
+    torch._dynamo.reset()
+    ours = torch._dynamo.testing.CompileCounterWithBackend("aot_eager")
+    loss, grads = loss_and_grads(dynamo_rs.compile(model, backend=ours))
+    torch.testing.assert_close(loss, expected_loss, rtol=1e-5, atol=1e-5)
+    for g, e in zip(grads, expected_grads):
+        assert (g is None) == (e is None)
+        if e is not None:
+            torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5)
+    assert ours.frame_count == 1 and ours.frame_count <= max(theirs.frame_count, 1)
