@@ -1420,3 +1420,43 @@ def test_lazy_iteration_matches_eager(fn) -> None:
         else:
             torch.testing.assert_close(actual, expected)
         assert compiled_args[1] == eager_args[1]
+
+
+# --- torch's dispatch-mode stack ----------------------------------------------------------------
+# Fake tensors run under our FakeTensorMode while tracing; a query of the dispatch stack must
+# answer as when the graph runs (nn.MultiheadAttention's fast-path check reads it), and a
+# frame called under a dispatch mode of the user's runs as it is.
+
+
+class _PassThroughMode(torch.utils._python_dispatch.TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+def reads_dispatch_stack(x):
+    modes = torch.utils._python_dispatch._get_current_dispatch_mode_stack()
+    return x + torch._C._len_torch_dispatch_stack() + len(modes)
+
+
+def test_dispatch_stack_reads_as_when_the_graph_runs() -> None:
+    counter = CompileCounter()
+    compiled = dynamo_rs.compile(reads_dispatch_stack, backend=counter)
+    x = torch.zeros(2)
+    torch.testing.assert_close(compiled(x), reads_dispatch_stack(x))
+    with _PassThroughMode():
+        expected = reads_dispatch_stack(x)
+        torch.testing.assert_close(compiled(x), expected)
+    torch.testing.assert_close(compiled(x), reads_dispatch_stack(x))
+    # One entry, made outside the mode (the mode's own __torch_dispatch__ is compiled too).
+    assert len(dynamo_rs._native.cache_entries(reads_dispatch_stack.__code__)) == 1
+
+
+def test_multihead_attention_fast_path_check_in_one_graph() -> None:
+    mha = torch.nn.MultiheadAttention(16, 4, batch_first=True).eval()
+    x = torch.randn(2, 5, 16)
+    counter = CompileCounter()
+    with torch.no_grad():
+        expected = mha(x, x, x)
+        got = dynamo_rs.compile(mha, backend=counter)(x, x, x)
+    torch.testing.assert_close(got, expected)
+    assert counter.frame_count == 1

@@ -506,3 +506,92 @@ def test_objects_reached_twice_stay_one_object(fn, capsys) -> None:
     expected = fn(*eager_args)
     actual = dynamo_rs.compile(fn, backend=CompileCounter())(*compiled_args)
     Comparer().compare((expected, eager_args), (actual, compiled_args))
+
+
+# --- containers changed while an iterator over them is in use -------------------------------
+# Python's list and dict iterators read their container live. An assignment to an item the
+# loop has already passed is invisible to it (and common: transformers' config.to_dict(),
+# `xs[i] = f(x)` in an enumerate loop), so the trace goes on; a change ahead of the loop, a
+# change of length or of a dict's keys is visible (or raises), so the frame gives up or
+# splits and the result stays eager's.
+
+
+def dict_values_rewritten_behind_the_loop(t, lst, dct, tup, st):
+    out = {"x": t, "y": t * 2, "z": (1, 2)}
+    for key, value in out.items():
+        if isinstance(value, tuple):
+            value = list(value)
+        out[key] = value
+    return out
+
+
+def argument_dict_rewritten_behind_the_loop(t, lst, dct, tup, st):
+    dct["b"] = 2
+    for key in dct:
+        dct[key] = dct[key] * 10
+    return t * dct["a"], dct
+
+
+def list_items_rewritten_behind_the_loop(t, lst, dct, tup, st):
+    xs = [t, t + 1, t + 2]
+    for i, x in enumerate(xs):
+        xs[i] = x * 2
+    return xs
+
+
+def argument_list_rewritten_behind_the_loop(t, lst, dct, tup, st):
+    for i, x in enumerate(lst):
+        lst[i] = x + 1
+    return t * lst[0], lst
+
+
+def list_item_ahead_of_the_loop_changes(t, lst, dct, tup, st):
+    xs = [t, t + 1, t + 2]
+    seen = []
+    for i, x in enumerate(xs):
+        if i + 1 < len(xs):
+            xs[i + 1] = x * 3
+        seen.append(x)
+    return seen
+
+
+def dict_value_ahead_of_the_loop_changes(t, lst, dct, tup, st):
+    out = {"x": t, "y": t * 2}
+    seen = []
+    for key, value in out.items():
+        out["y"] = value + 100
+        seen.append(value)
+    return seen
+
+
+def reversed_list_rewritten(t, lst, dct, tup, st):
+    xs = [t, t + 1, t + 2]
+    seen = []
+    for i, x in enumerate(reversed(xs)):
+        xs[i] = x * 2
+        seen.append(x)
+    return seen, xs
+
+
+def list_grows_inside_its_loop(t, lst, dct, tup, st):
+    xs = [t, t + 1]
+    for x in xs:
+        if len(xs) < 4:
+            xs.append(x * 2)
+    return xs
+
+
+@pytest.mark.parametrize("fn", [dict_values_rewritten_behind_the_loop,
+                                argument_dict_rewritten_behind_the_loop,
+                                list_items_rewritten_behind_the_loop,
+                                argument_list_rewritten_behind_the_loop])
+def test_items_rewritten_behind_a_loop_stay_in_one_graph(fn) -> None:
+    _, _, counter = run_both(fn)
+    assert counter.frame_count == 1
+
+
+@pytest.mark.parametrize("fn", [list_item_ahead_of_the_loop_changes,
+                                dict_value_ahead_of_the_loop_changes, reversed_list_rewritten,
+                                list_grows_inside_its_loop])
+def test_changes_the_loop_would_see_give_eager_results(fn) -> None:
+    run_both(fn)

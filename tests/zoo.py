@@ -79,9 +79,9 @@ def _torchvision(name: str):
 
     # Small images where the architecture allows (capture does not depend on the size; the
     # eager runs do): vision transformers are built for 64×64, maxvit needs 224.
-    kwargs = {"image_size": 64} if name.startswith("vit_") else {}
+    kwargs = {"image_size": 56 if name == "vit_h_14" else 64} if name.startswith("vit_") else {}
     model = torchvision.models.get_model(name, weights=None, **kwargs)
-    size = {"maxvit_t": 224, "inception_v3": 96}.get(name, 64)
+    size = {"maxvit_t": 224, "inception_v3": 96, "vit_h_14": 56}.get(name, 64)
     return model, (torch.randn(1, 3, size, size),), {}
 
 

@@ -186,7 +186,10 @@ def _foldable() -> set:
     out |= {torch.Size, torch.is_grad_enabled, torch.get_default_dtype, torch.is_tensor,
             torch.is_floating_point, torch.device, torch.finfo, torch.iinfo,
             # `Module.to(...)`'s argument parsing: (device, dtype, non_blocking, format).
-            torch._C._nn._parse_to}
+            torch._C._nn._parse_to,
+            # 0 while tracing, as when the graph runs: frames are compiled, and their
+            # entries used, only with no torch-dispatch mode active (the guard checks).
+            torch._C._len_torch_dispatch_stack}
     return out
 
 

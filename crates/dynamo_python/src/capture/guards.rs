@@ -246,6 +246,9 @@ pub struct NativeGuard {
     /// `torch._C._len_torch_function_stack`: frames are only compiled with no torch-function
     /// mode active (the trace folds `has_torch_function` to False), so none may be active.
     len_torch_function_stack: OwnedRef,
+    /// `torch._C._len_torch_dispatch_stack`: likewise for torch-dispatch modes (the trace
+    /// folds the stack's length to 0, as `MultiheadAttention`'s fast-path check reads it).
+    len_torch_dispatch_stack: OwnedRef,
     /// Localsplus names, for `first_failure`.
     local_names: Vec<String>,
     /// The graph inputs' steps, in graph-input order, and the compiled graph they are for:
@@ -502,6 +505,11 @@ impl NativeGuard {
                     .getattr("_C")?
                     .getattr("_len_torch_function_stack")?,
             ),
+            len_torch_dispatch_stack: OwnedRef::from_bound(
+                &py.import_module("torch")?
+                    .getattr("_C")?
+                    .getattr("_len_torch_dispatch_stack")?,
+            ),
             local_names: layout_names.to_vec(),
             graph_inputs,
             graph_token,
@@ -610,12 +618,17 @@ impl NativeGuard {
                     return Ok(Some("global state changed".into()));
                 }
             }
-            let modes: usize = py
-                .import_module("torch")?
-                .getattr("_C")?
+            let torch_c = py.import_module("torch")?.getattr("_C")?;
+            let modes: usize = torch_c
                 .call_method0("_len_torch_function_stack")?
                 .extract()?;
-            Ok((modes != 0).then(|| "a torch-function mode is active".into()))
+            if modes != 0 {
+                return Ok(Some("a torch-function mode is active".into()));
+            }
+            let modes: usize = torch_c
+                .call_method0("_len_torch_dispatch_stack")?
+                .extract()?;
+            Ok((modes != 0).then(|| "a torch-dispatch mode is active".into()))
         };
         rest().unwrap_or_else(|e| Some(format!("raised {e}")))
     }
@@ -967,6 +980,15 @@ impl NativeGuard {
             != 0
         {
             return Ok(Some("a torch-function mode is active".into()));
+        }
+        if self
+            .len_torch_dispatch_stack
+            .bind(py)
+            .call0()?
+            .extract::<usize>()?
+            != 0
+        {
+            return Ok(Some("a torch-dispatch mode is active".into()));
         }
         if let Some(keep) = keep {
             *keep = values;

@@ -80,6 +80,9 @@ impl<'py> Helpers<'py> {
                 torch.getattr("layout")?,
                 builtins.getattr("slice")?,
                 builtins.getattr("range")?,
+                // Type annotations used as values (`torch.jit.annotate(List[Tensor], [])`).
+                py.import_module("typing")?.getattr("_BaseGenericAlias")?,
+                types.getattr("GenericAlias")?,
             ],
         )?
         .into_any();

@@ -11,7 +11,7 @@ use pyo3::types::PyDict;
 use super::ops_call::describe;
 use super::source::Source;
 use super::translator::{kind_name, unsupported, CResult, Tracer};
-use super::vars::{DictViewKind, VarId, VarKind};
+use super::vars::{DictViewKind, VarId, VarKind, Watched};
 use crate::eval_frame::owned::OwnedRef;
 
 impl<'py> Tracer<'py> {
@@ -124,7 +124,7 @@ impl<'py> Tracer<'py> {
             }
             let mut items = self.items_of(args[0])?;
             items.reverse();
-            return Ok(Some(self.new_iter(items, &args[..1])));
+            return Ok(Some(self.new_iter_watching(items, &args[..1], false)));
         }
         if func.is(&builtins.getattr("next")?) && (1..=2).contains(&args.len()) {
             if !matches!(self.kind(args[0]), VarKind::Iter { .. }) {
@@ -147,16 +147,37 @@ impl<'py> Tracer<'py> {
     /// An iterator over `items`, taken now from the containers in `over` (watched, see
     /// `VarKind::Iter`).
     pub fn new_iter(&mut self, items: Vec<VarId>, over: &[VarId]) -> VarId {
+        self.new_iter_watching(items, over, true)
+    }
+
+    /// `new_iter`; `positional` says whether the n-th item is each container's n-th (not so
+    /// for `reversed`).
+    pub fn new_iter_watching(
+        &mut self,
+        items: Vec<VarId>,
+        over: &[VarId],
+        positional: bool,
+    ) -> VarId {
         let mut watched = Vec::new();
         for &container in over {
             match self.kind(container) {
-                VarKind::Iter { watched: inner, .. } => watched.extend(inner.iter().cloned()),
-                &VarKind::DictView { dict, .. } => {
-                    watched.push((dict, self.contents_fingerprint(dict)));
+                // Wrapped iterators may have advanced already: their positions are not ours.
+                VarKind::Iter { watched: inner, .. } => {
+                    watched.extend(inner.iter().map(|w| Watched {
+                        positional: false,
+                        ..w.clone()
+                    }))
                 }
-                VarKind::List(_) | VarKind::Dict(_) => {
-                    watched.push((container, self.contents_fingerprint(container)));
-                }
+                &VarKind::DictView { dict, .. } => watched.push(Watched {
+                    container: dict,
+                    then: self.contents_fingerprint(dict),
+                    positional,
+                }),
+                VarKind::List(_) | VarKind::Dict(_) => watched.push(Watched {
+                    container,
+                    then: self.contents_fingerprint(container),
+                    positional,
+                }),
                 _ => {}
             }
         }
@@ -197,7 +218,10 @@ impl<'py> Tracer<'py> {
     /// its own `for` loop) or raise (a dict changing size), the items taken would not.
     pub fn iter_advance(&mut self, iter: VarId) -> CResult<Option<VarId>> {
         let VarKind::Iter {
-            watched, handed_on, ..
+            watched,
+            handed_on,
+            next,
+            ..
         } = self.kind(iter)
         else {
             return unsupported(
@@ -211,13 +235,13 @@ impl<'py> Tracer<'py> {
                 "an iterator used directly after enumerate() or zip() was made over it",
             );
         }
-        for (container, then) in watched {
-            if self.contents_fingerprint(*container) != *then {
+        for w in watched {
+            if !self.change_is_invisible(w, *next) {
                 return unsupported(
                     BreakKind::UnsupportedOperation,
                     format!(
                         "{} changed while an iterator over it was in use",
-                        kind_name(self.kind(*container))
+                        kind_name(self.kind(w.container))
                     ),
                 );
             }
@@ -230,6 +254,30 @@ impl<'py> Tracer<'py> {
             *next += 1;
         }
         Ok(item)
+    }
+
+    /// Whether an iterator `next` items in sees `w`'s container as it was when it was made:
+    /// unchanged, or (for a positional iterator) changed only in items already passed — a
+    /// list item or a dict value assigned behind the loop (`for k, v in d.items(): d[k] = f(v)`,
+    /// `for i, x in enumerate(xs): xs[i] = g(x)`). A dict's keys must stay as they were
+    /// (Python raises when they change); a list's length too.
+    fn change_is_invisible(&self, w: &Watched, next: usize) -> bool {
+        let now = self.contents_fingerprint(w.container);
+        if now == w.then {
+            return true;
+        }
+        if !w.positional || now.len() != w.then.len() {
+            return false;
+        }
+        // A dict's fingerprint is (key, value) pairs; a list's one number per item.
+        let per_item = if matches!(self.kind(w.container), VarKind::Dict(_)) {
+            2
+        } else {
+            1
+        };
+        let passed = (next * per_item).min(now.len());
+        now[passed..] == w.then[passed..]
+            && (per_item == 1 || (0..passed).step_by(2).all(|k| now[k] == w.then[k]))
     }
 
     /// What iterating a dict view gives now: keys, values or `(key, value)` tuples of the

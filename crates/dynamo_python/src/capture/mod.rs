@@ -178,16 +178,19 @@ impl Converter {
         }
         let start = std::time::Instant::now();
         let grad_enabled = py.import_module("torch")?.call_method0("is_grad_enabled")?;
-        if py
-            .import_module("torch")?
-            .getattr("_C")?
+        let torch_c = py.import_module("torch")?.getattr("_C")?;
+        if torch_c
             .call_method0("_len_torch_function_stack")?
             .extract::<usize>()?
             != 0
+            || torch_c
+                .call_method0("_len_torch_dispatch_stack")?
+                .extract::<usize>()?
+                != 0
         {
-            // A torch-function mode changes what every torch call does, and the trace folds
-            // `has_torch_function` to False: run this call as it is, and compile a later one
-            // made without the mode.
+            // A torch-function or torch-dispatch mode changes what every torch call does,
+            // and the trace folds `has_torch_function` to False and the dispatch stack's
+            // length to 0: run this call as it is, and compile a later one made without it.
             return Ok(py.None());
         }
         let new_tracer = || -> PyResult<Tracer<'_>> {

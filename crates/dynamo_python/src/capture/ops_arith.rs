@@ -466,17 +466,19 @@ impl<'py> Tracer<'py> {
                 model_output: true, ..
             } => !self.model_output_items(id).is_empty(),
             VarKind::Instance { cls, .. } => {
-                let cls = cls.bind(py);
-                if cls.hasattr("__bool__")? || cls.hasattr("__len__")? {
-                    return unsupported(
-                        BreakKind::DataDependentBranch,
-                        format!(
-                            "the truth value of a {} made while tracing",
-                            super::ops_call::describe(&cls)
-                        ),
-                    );
-                }
-                true
+                let cls = cls.bind(py).clone();
+                // As Python: the class's `__bool__`, else its `__len__` (transformers'
+                // `if past_key_values and ...` on a cache made in the trace), traced.
+                let name = if cls.hasattr("__bool__")? {
+                    "__bool__"
+                } else if cls.hasattr("__len__")? {
+                    "__len__"
+                } else {
+                    return Ok(true);
+                };
+                let method = self.get_attr(id, name)?;
+                let answer = self.call_function(method, Vec::new(), Vec::new())?;
+                self.truth(answer)?
             }
             VarKind::Tensor { .. } => {
                 return unsupported(

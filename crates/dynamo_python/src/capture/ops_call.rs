@@ -507,6 +507,9 @@ impl<'py> Tracer<'py> {
         if let Some(context) = self.grad_mode_context(obj, &args)? {
             return Ok(context);
         }
+        if let Some(context) = self.autocast_context(obj, &args, &kwargs)? {
+            return Ok(context);
+        }
         if is_model_output_class(py, obj)? {
             return self.construct_model_output(obj, args, kwargs);
         }

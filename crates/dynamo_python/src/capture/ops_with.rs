@@ -85,6 +85,59 @@ impl<'py> Tracer<'py> {
         }
     }
 
+    /// `torch.autocast(device_type, enabled=False)` (or `torch.amp.autocast`,
+    /// `torch.cpu.amp.autocast`) while autocast is off for that device: a block that changes
+    /// nothing (the guard on torch's global state keeps autocast off), modelled as a grad-mode
+    /// block that sets the grad mode it finds. Any other autocast is refused.
+    pub fn autocast_context(
+        &mut self,
+        cls: &Bound<'py, PyAny>,
+        args: &[VarId],
+        kwargs: &[(String, VarId)],
+    ) -> CResult<Option<VarId>> {
+        let py = self.py;
+        let torch = py.import_module("torch")?;
+        let amp = torch.getattr("amp")?.getattr("autocast_mode")?;
+        let is_autocast = cls.is(&torch.getattr("autocast")?)
+            || cls.is(&amp.getattr("autocast")?)
+            || cls.is(&torch.getattr("cpu")?.getattr("amp")?.getattr("autocast")?);
+        if !is_autocast {
+            return Ok(None);
+        }
+        let constant = |id: VarId| match self.kind(id) {
+            VarKind::Const(v) => Some(v.bind(py).clone()),
+            _ => None,
+        };
+        let argument = |position: usize, name: &str| {
+            kwargs
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| *v)
+                .or_else(|| args.get(position).copied())
+        };
+        let device = argument(0, "device_type").and_then(constant);
+        let enabled = argument(2, "enabled").and_then(constant);
+        let off = match (&device, &enabled) {
+            (Some(device), Some(enabled)) if device.is_instance_of::<pyo3::types::PyString>() => {
+                !enabled.is_truthy()?
+                    && !torch
+                        .call_method1("is_autocast_enabled", (device,))?
+                        .is_truthy()?
+            }
+            _ => false,
+        };
+        if !off {
+            return unsupported(
+                BreakKind::ContextManager,
+                "torch.autocast that turns autocast on (only enabled=False while it is off is traced)",
+            );
+        }
+        let current = self.grad_enabled;
+        Ok(Some(
+            self.add(VarKind::GradModeContext { enabled: current }, None),
+        ))
+    }
+
     /// `torch.no_grad()` / `torch.enable_grad()`, or None for any other class.
     pub fn grad_mode_context(
         &mut self,

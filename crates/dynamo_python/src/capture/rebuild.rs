@@ -384,8 +384,8 @@ fn rebuild_inline(tracer: &Tracer<'_>, id: VarId, r: &mut Rebuilder) -> CResult<
             // change, the items taken do not.
             let changed = watched
                 .iter()
-                .any(|(c, then)| tracer.contents_fingerprint(*c) != *then);
-            let watched: Vec<VarId> = watched.iter().map(|(c, _)| *c).collect();
+                .any(|w| tracer.contents_fingerprint(w.container) != w.then);
+            let watched: Vec<VarId> = watched.iter().map(|w| w.container).collect();
             if changed
                 || *handed_on
                 || watched.iter().any(|&c| {

@@ -23,6 +23,17 @@ pub enum Cell {
     Traced(Rc<RefCell<Option<VarId>>>),
 }
 
+/// A container an iterator reads (see `VarKind::Iter`), with its contents when the iterator
+/// was made (`Tracer::contents_fingerprint`). `positional`: the iterator's n-th item is the
+/// container's n-th (`for x in lst`, `enumerate(d.items())`), so a change to items it has
+/// already passed is one Python's iterator would not see either.
+#[derive(Debug, Clone)]
+pub struct Watched {
+    pub container: VarId,
+    pub then: Vec<usize>,
+    pub positional: bool,
+}
+
 #[derive(Debug)]
 pub enum VarKind {
     /// A tensor computed by the graph (or a graph input).
@@ -72,7 +83,7 @@ pub enum VarKind {
     Iter {
         items: Vec<VarId>,
         next: usize,
-        watched: Vec<(VarId, Vec<usize>)>,
+        watched: Vec<Watched>,
         /// Its items were taken by an `enumerate()` or `zip()` made over it, which in Python
         /// pull them one by one later: using it directly afterwards is refused, as how far
         /// it got is not known here.
