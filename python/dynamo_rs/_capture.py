@@ -326,6 +326,29 @@ def operator_safe(obj) -> bool:
     return isinstance(obj, _OPERATOR_SAFE)
 
 
+_AUTOGRAD_APPLIES: "weakref.WeakKeyDictionary" = None
+
+
+def autograd_function_apply(cls):
+    """The graph's target for `cls.apply` (an `autograd.Function` called with inputs that
+    need gradients): a plain function FX can name, one per class."""
+    global _AUTOGRAD_APPLIES
+    import weakref
+
+    if _AUTOGRAD_APPLIES is None:
+        _AUTOGRAD_APPLIES = weakref.WeakKeyDictionary()
+    apply = _AUTOGRAD_APPLIES.get(cls)
+    if apply is None:
+        ref = weakref.ref(cls)
+
+        def apply(*args):
+            return ref().apply(*args)
+
+        apply.__name__ = apply.__qualname__ = f"{cls.__name__}_apply"
+        _AUTOGRAD_APPLIES[cls] = apply
+    return apply
+
+
 class InferenceFunctionCtx:
     """The `ctx` an `autograd.Function`'s forward gets when the trace inlines it (no input
     needs a gradient, so no backward will run): what forward records on it is kept as the

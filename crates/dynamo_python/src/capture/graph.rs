@@ -160,6 +160,30 @@ impl Graph {
 
     /// Keeps the nodes marked in `keep`, renumbering references; returns the old → new map.
     /// A dropped node must not be referenced by a kept one.
+    /// Marks in `keep` every node that an output or a kept node refers to (arguments always
+    /// refer to earlier nodes, so one pass from the end reaches them all).
+    pub fn keep_referenced(&self, keep: &mut [bool], outputs: &[NodeId]) {
+        fn mark(arg: &Arg, keep: &mut [bool]) {
+            match arg {
+                Arg::Node(n) => keep[n.0 as usize] = true,
+                Arg::Tuple(items) | Arg::List(items) | Arg::Slice(items) => {
+                    items.iter().for_each(|a| mark(a, keep))
+                }
+                Arg::Dict(entries) => entries.iter().for_each(|(_, a)| mark(a, keep)),
+                Arg::Const(_) => {}
+            }
+        }
+        for output in outputs {
+            keep[output.0 as usize] = true;
+        }
+        for (i, node) in self.nodes.iter().enumerate().rev() {
+            if keep[i] {
+                node.args.iter().for_each(|a| mark(a, keep));
+                node.kwargs.iter().for_each(|(_, a)| mark(a, keep));
+            }
+        }
+    }
+
     pub fn retain(&mut self, keep: &[bool]) -> Vec<Option<NodeId>> {
         let mut map = Vec::with_capacity(self.nodes.len());
         let mut kept = Vec::with_capacity(self.nodes.len());

@@ -501,11 +501,21 @@ impl Converter {
             &outputs,
             |n| matches!(&n.op, Op::CallFunction(f) if f.bind(py).is(&getitem)),
         );
-        let keep: Vec<bool> = switches
+        let mut keep: Vec<bool> = switches
             .iter()
             .zip(&getitems)
             .map(|(a, b)| *a && *b)
             .collect();
+        // Nodes of traces made only to check something (an autograd.Function's forward the
+        // graph calls as a whole), unless something kept refers to them.
+        if !tracer.discarded_nodes.is_empty() {
+            for range in &tracer.discarded_nodes {
+                for i in range.clone() {
+                    keep[i] &= matches!(tracer.graph.nodes[i].op, Op::Placeholder);
+                }
+            }
+            tracer.graph.keep_referenced(&mut keep, &outputs);
+        }
         let map = tracer.graph.retain(&keep);
         let outputs: Vec<graph::NodeId> = outputs
             .iter()

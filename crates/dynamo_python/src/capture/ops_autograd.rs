@@ -1,7 +1,13 @@
-//! `MyFunction.apply(...)` of a `torch.autograd.Function` when no input needs a gradient:
-//! then no backward can run and `apply` is `forward` run with grad mode off (eager runs it
-//! that way, and its outputs carry no history), so forward is inlined into the graph.
-//! With an input that needs a gradient the call stays a graph break.
+//! `MyFunction.apply(...)` of a `torch.autograd.Function`.
+//!
+//! When no input needs a gradient no backward can run and `apply` is `forward` run with grad
+//! mode off (eager runs it that way, and its outputs carry no history), so forward is inlined
+//! into the graph.
+//!
+//! When one does, the graph calls `MyFunction.apply` itself, so that the user's forward and
+//! backward run as eagerly (AOTAutograd traces through both for its backends). First forward
+//! is traced as above, to check that it can be: it must change no Python state and no tensor
+//! in place (the graph will run it again, once per call); its nodes, unused, are dropped.
 
 use pyo3::prelude::*;
 
@@ -42,22 +48,48 @@ impl<'py> Tracer<'py> {
         {
             return Ok(None);
         }
-        if self.grad_enabled
+        let differentiable = self.grad_enabled
             && args
                 .iter()
                 .chain(kwargs.iter().map(|(_, v)| v))
-                .any(|&a| self.needs_grad(a))
-        {
-            return unsupported(
-                BreakKind::UnsupportedCall,
-                format!(
-                    "{}.apply with an input that requires grad (its backward is not traced)",
-                    super::ops_call::describe(&cls)
-                ),
-            );
+                .any(|&a| self.needs_grad(a));
+        if differentiable {
+            if !kwargs.is_empty() {
+                return unsupported(
+                    BreakKind::UnsupportedCall,
+                    "autograd.Function.apply with keyword arguments",
+                );
+            }
+            let what = format!("{}.forward", super::ops_call::describe(&cls));
+            let first = self.graph.nodes.len();
+            self.without_effects(&what, |t| t.inline_forward(&cls, args, kwargs))?;
+            self.discarded_nodes.push(first..self.graph.nodes.len());
+            let apply = py
+                .import_module("dynamo_rs._capture")?
+                .call_method1("autograd_function_apply", (&cls,))?;
+            let name = format!("{}_apply", cls.getattr("__name__")?);
+            return Ok(Some(self.graph_call(
+                super::graph::Op::CallFunction(OwnedRef::from_bound(&apply)),
+                &name,
+                args.to_vec(),
+                Vec::new(),
+            )?));
         }
+        Ok(Some(self.inline_forward(&cls, args, kwargs)?))
+    }
+
+    /// `cls.forward` (and `setup_context`) inlined with grad mode off, as `apply` runs them
+    /// when no input needs a gradient; its output.
+    fn inline_forward(
+        &mut self,
+        cls: &Bound<'py, PyAny>,
+        args: &[VarId],
+        kwargs: &[(String, VarId)],
+    ) -> CResult<VarId> {
+        let py = self.py;
+        let module = py.import_module("torch.autograd.function")?;
         let inspect = py.import_module("inspect")?;
-        let forward = inspect.call_method1("getattr_static", (&cls, "forward"))?;
+        let forward = inspect.call_method1("getattr_static", (cls, "forward"))?;
         let staticmethod = py.import_module("builtins")?.getattr("staticmethod")?;
         if !forward.is_instance(&staticmethod)? {
             return unsupported(
@@ -66,15 +98,15 @@ impl<'py> Tracer<'py> {
             );
         }
         let forward = forward.getattr("__func__")?;
-        let setup_context = inspect.call_method1("getattr_static", (&cls, "setup_context"))?;
+        let setup_context = inspect.call_method1("getattr_static", (cls, "setup_context"))?;
         let default_setup = inspect.call_method1(
             "getattr_static",
             (module.getattr("_SingleLevelFunction")?, "setup_context"),
         )?;
         let separate_setup = !setup_context.is(&default_setup);
         // The class's forward and setup_context are what the trace used.
-        self.guard_class(&cls, "forward")?;
-        self.guard_class(&cls, "setup_context")?;
+        self.guard_class(cls, "forward")?;
+        self.guard_class(cls, "setup_context")?;
         let ctx_class = py
             .import_module("dynamo_rs._capture")?
             .getattr("InferenceFunctionCtx")?;
@@ -106,7 +138,7 @@ impl<'py> Tracer<'py> {
         if outer_grad_mode {
             self.set_grad_enabled(true)?;
         }
-        Ok(Some(output))
+        Ok(output)
     }
 
     /// Whether a tensor in `id` (or in the containers it holds) requires grad.

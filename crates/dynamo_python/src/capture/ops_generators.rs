@@ -31,9 +31,13 @@ impl<'py> Tracer<'py> {
     }
 
     /// Counts a change to Python state; `target` is the tracker changed, if any (one made
-    /// inside the generator being run ahead does not count).
+    /// inside the generator being run ahead does not count, unless it stands for an object
+    /// that existed before: a global list first read there is still the caller's).
     pub fn note_effect(&mut self, target: Option<VarId>) {
-        if target.is_none_or(|t| t.0 < self.effects_floor) {
+        let private = target.is_some_and(|t| {
+            t.0 >= self.effects_floor && self.source(t).is_none() && !self.is_existing_container(t)
+        });
+        if !private {
             self.effects += 1;
         }
     }

@@ -182,6 +182,9 @@ pub struct Tracer<'py> {
     /// (shape guards recorded so far, where): noted each time the trace specialised a
     /// symbolic value, so a specialised `mark_dynamic` dimension can name its line.
     pub specializations: std::cell::RefCell<Vec<(usize, String)>>,
+    /// Graph nodes made by traces whose result was not used (see `ops_autograd`): dropped
+    /// from the graph unless a kept node refers to them.
+    pub discarded_nodes: Vec<std::ops::Range<usize>>,
 }
 
 /// A graph input whose fake has symbolic sizes or strides.
@@ -254,6 +257,7 @@ impl<'py> Tracer<'py> {
             dynamic: None,
             dynamic_inputs: Vec::new(),
             specializations: Default::default(),
+            discarded_nodes: Vec::new(),
         })
     }
 
