@@ -310,6 +310,25 @@ def test_layers(mode, seed):
                     q, k, v = (strided(rng, [b, h, l, d]) for _ in range(3))
             kwargs = rng.choice([{}, {"is_causal": True}, {"scale": 0.5}, {"dropout_p": 0.1}])
             tally.run(mode, F.scaled_dot_product_attention, (q, k, v), kwargs)
+            with mode:
+                # matmul in any layout: 1-4 d operands, equal or broadcast batches.
+                n, k_, p = rng.randint(1, 4), rng.randint(1, 4), rng.randint(1, 4)
+                batch = random_shape(rng, ndim=rng.randint(0, 2))
+                other = rng.choice([batch, broadcast_partner(rng, batch), []])
+                a = strided(rng, [*batch, n, k_] if rng.random() < 0.9 else [k_])
+                b = strided(rng, [*other, k_, p] if rng.random() < 0.9 else [k_])
+            for target in (operator.matmul, torch.matmul, "matmul"):
+                tally.run(mode, target, (a, b))
+            with mode:
+                a3, b3 = strided(rng, [2, n, k_]), strided(rng, [2, k_, p])
+            tally.run(mode, torch.bmm, (a3, b3))
+            tally.run(mode, "bmm", (a3, b3))
+            with mode:
+                x = strided(rng, random_shape(rng, ndim=rng.randint(1, 4)))
+            dim = rng.randrange(-x.dim(), x.dim())
+            tally.run(mode, F.softmax, (x, dim))
+            tally.run(mode, "softmax", (x, dim))
+            tally.run(mode, torch.softmax, (x,), {"dim": dim})
     assert tally.answered > 700
 
 

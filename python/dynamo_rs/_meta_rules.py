@@ -247,6 +247,53 @@ def _addmm(mode, args, kwargs):
     return _contiguous(mode, m1, out)
 
 
+def _matmul(mode, args, kwargs):
+    """`a @ b` (and `bmm`) on the paths whose result is a fresh contiguous tensor: 2-D @ 2-D,
+    batched operands with equal batch dimensions (computed by one bmm), and a contiguous
+    batched operand @ 2-D (folded into one mm). Broadcast batches, 1-D operands and a 2-D
+    first operand (computed transposed) are left to FakeTensorMode."""
+    if kwargs or len(args) != 2:
+        return None
+    a, b = args
+    if not isinstance(a, FakeTensor) or not isinstance(b, FakeTensor):
+        return None
+    if not _ready(mode, a, b) or not _same_float(a, b):
+        return None
+    if a.dim() < 2 or b.dim() < 2 or a.shape[-1] != b.shape[-2]:
+        return None
+    if a.dim() == 2 and b.dim() == 2:
+        out = (a.shape[0], b.shape[1])
+    elif a.dim() >= 3 and b.dim() == a.dim() and a.shape[:-2] == b.shape[:-2]:
+        out = (*a.shape[:-1], b.shape[-1])
+    elif a.dim() >= 3 and b.dim() == 2 and _canonical(a):
+        out = (*a.shape[:-1], b.shape[-1])
+    else:
+        return None
+    return _contiguous(mode, a, out)
+
+
+def _bmm(mode, args, kwargs):
+    """`torch.bmm`: 3-D operands only (anything else is an error torch reports)."""
+    if kwargs or len(args) != 2 or any(not isinstance(t, FakeTensor) or t.dim() != 3 for t in args):
+        return None
+    return _matmul(mode, args, kwargs)
+
+
+def _softmax(mode, args, kwargs):
+    """softmax over a dimension of a contiguous float tensor, no dtype: same layout."""
+    bound = _bind(lambda input, dim, _stacklevel=3, dtype=None: (input, dim, dtype), args, kwargs)
+    if bound is None:
+        return None
+    x, dim, dtype = bound
+    if dtype is not None or type(dim) is not int or not isinstance(x, FakeTensor):
+        return None
+    if not _ready(mode, x) or x.dtype not in _FLOATS or x.dim() == 0 or not _canonical(x):
+        return None
+    if not -x.dim() <= dim < x.dim():
+        return None
+    return _contiguous(mode, x, tuple(x.shape))
+
+
 def _pair(value, n):
     if type(value) is int:
         return (value,) * n
@@ -744,6 +791,9 @@ RULES = {
     # layers, continued
     F.embedding: _embedding, torch.cat: _cat, F.adaptive_avg_pool2d: _adaptive_avg_pool2d,
     F.max_pool2d: _max_pool2d, F.scaled_dot_product_attention: _sdpa,
+    operator.matmul: _matmul, torch.matmul: _matmul, "matmul": _matmul, torch.bmm: _bmm,
+    "bmm": _bmm,
+    F.softmax: _softmax, torch.softmax: _softmax, "softmax": _softmax,
 }
 
 
