@@ -637,3 +637,83 @@ def test_gpt2_dynamic_under_inductor() -> None:
             for a, b in zip(tensors_of(compiled(ids)), tensors_of(model(ids))):
                 torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-3)
     assert compiled._dynamo_rs_converter.graphs == 2
+
+
+# --- capture_scalar_outputs: .item() as an unbacked symbol in the graph ----------------------
+
+
+@pytest.fixture
+def scalar_outputs():
+    import torch._dynamo.config as dynamo_config
+
+    saved = dynamo_config.capture_scalar_outputs
+    dynamo_config.capture_scalar_outputs = True
+    yield
+    dynamo_config.capture_scalar_outputs = saved
+
+
+def item_scales(x, y):
+    s = x.sum().item()
+    return y * s + 1
+
+
+def item_of_an_int_tensor(x, idx):
+    k = idx.max().item()
+    return x * k - k
+
+
+def items_into_a_factory(x):
+    a, b = x[0].item(), x[1].item()
+    return torch.full((3,), a + b * 2) + x
+
+
+def item_branched_on(x, y):
+    n = y.max().item()
+    z = x * n
+    if n > 0:
+        return z + 1
+    return z - 1
+
+
+def item_then_tolist(x):
+    s = x.mean().item()
+    values = (x * s).tolist()
+    return torch.tensor(values) + s
+
+
+SCALAR_CASES = [
+    (item_scales, lambda: (torch.randn(4), torch.randn(4))),
+    (item_of_an_int_tensor, lambda: (torch.randn(4), torch.tensor([1, 5, 2]))),
+    (items_into_a_factory, lambda: (torch.randn(3),)),
+    (item_branched_on, lambda: (torch.randn(4), torch.randn(4))),
+    (item_branched_on, lambda: (torch.randn(4), -torch.rand(4))),
+    (item_then_tolist, lambda: (torch.randn(4),)),
+]
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "inductor"])
+@pytest.mark.parametrize("fn, make", SCALAR_CASES, ids=[f"{c[0].__name__}{i}" for i, c in enumerate(SCALAR_CASES)])
+def test_item_captured_as_unbacked_symbol(fn, make, backend, scalar_outputs) -> None:
+    args = make()
+    expected = fn(*args)
+    theirs = torch._dynamo.testing.CompileCounterWithBackend(backend)
+    torch.compile(fn, backend=theirs)(*args)
+    ours = torch._dynamo.testing.CompileCounterWithBackend(backend)
+    compiled = dynamo_rs.compile(fn, backend=ours)
+    torch.testing.assert_close(compiled(*args), expected)
+    graphs, ops = ours.frame_count, ours.op_count
+    again = make()
+    torch.testing.assert_close(compiled(*again), fn(*again))
+    assert graphs == theirs.frame_count
+    # TorchDynamo hands an unbacked float out of a graph wrapped in a scalar_tensor node
+    # (one op more per such output); ours hands it out as it is.
+    assert 0 <= theirs.op_count - ops <= theirs.frame_count
+
+
+def test_item_stays_a_graph_break_by_default() -> None:
+    theirs = torch._dynamo.testing.CompileCounter()
+    ours = CompileCounter()
+    x, y = torch.randn(4), torch.randn(4)
+    torch.compile(item_scales, backend=theirs)(x, y)
+    torch.testing.assert_close(dynamo_rs.compile(item_scales, backend=ours)(x, y), item_scales(x, y))
+    assert (ours.frame_count, ours.op_count) == (theirs.frame_count, theirs.op_count) == (2, 3)

@@ -102,6 +102,12 @@ def _plain_dense(t: torch.Tensor) -> bool:
     )
 
 
+def _call(target, args, kwargs):
+    if isinstance(target, str):  # a method name: args[0] is the receiver
+        return getattr(args[0], target)(*args[1:], **kwargs)
+    return target(*args, **kwargs)
+
+
 def run_fake(mode: FakeTensorMode, target, args, kwargs):
     """Runs one traced operation on fake tensors, returning its fake result: by our own
     shape rules where one applies (`_meta_rules`), else through FakeTensorMode."""
@@ -121,18 +127,29 @@ def run_fake(mode: FakeTensorMode, target, args, kwargs):
         from torch._dispatch.python import enable_python_dispatcher
 
         with mode, enable_python_dispatcher():
-            if isinstance(target, str):
-                return getattr(args[0], target)(*args[1:], **kwargs)
-            return target(*args, **kwargs)
-    with mode:
-        if isinstance(target, str):  # a method name: args[0] is the receiver
-            return getattr(args[0], target)(*args[1:], **kwargs)
-        return target(*args, **kwargs)
+            result = _call(target, args, kwargs)
+    else:
+        with mode:
+            result = _call(target, args, kwargs)
+    env = mode.shape_env
+    if env is not None and env.pending_fresh_unbacked_symbols:
+        # `.item()` under capture_scalar_outputs made an unbacked symbol: bind it to this
+        # node now, as TorchDynamo does (the ShapeEnv expects each to be bound once).
+        from torch.fx.experimental.symbolic_shapes import compute_unbacked_bindings
+
+        bindings = compute_unbacked_bindings(env, result)
+        if not hasattr(mode, "dynamo_rs_unbacked_bindings"):
+            mode.dynamo_rs_unbacked_bindings = {}
+        mode.dynamo_rs_unbacked_bindings[id(result)] = (result, bindings)
+    return result
 
 
-def export(nodes, outputs, fakes) -> torch.fx.GraphModule:
+def export(nodes, outputs, fakes, mode=None) -> torch.fx.GraphModule:
     """Builds the GraphModule. `nodes` is a list of (op, name, target, args, kwargs) with
-    NodeRef standing for earlier nodes; `outputs` the NodeRefs returned, as a tuple."""
+    NodeRef standing for earlier nodes; `outputs` the NodeRefs returned, as a tuple. Nodes
+    whose value introduced unbacked symbols (`.item()`) carry their bindings, as AOTAutograd
+    and Inductor expect (see `run_fake`)."""
+    unbacked = getattr(mode, "dynamo_rs_unbacked_bindings", {})
     graph = torch.fx.Graph()
     made: list[torch.fx.Node] = []
 
@@ -147,6 +164,8 @@ def export(nodes, outputs, fakes) -> torch.fx.GraphModule:
         else:
             node = graph.create_node(op, target, resolve(tuple(args)), resolve(dict(kwargs)), name=name)
         node.meta["example_value"] = fake
+        if id(fake) in unbacked and unbacked[id(fake)][0] is fake:
+            node.meta["unbacked_bindings"] = unbacked[id(fake)][1]
         made.append(node)
     graph.output(resolve(tuple(outputs)))
     return torch.fx.GraphModule(torch.nn.Module(), graph)

@@ -827,7 +827,7 @@ fn export<'py>(
             .map(|n| h.node_ref.call1((n.0 as i64,)))
             .collect::<PyResult<Vec<_>>>()?,
     )?;
-    Ok(h.export.call1((nodes, outs, fakes))?)
+    Ok(h.export.call1((nodes, outs, fakes, &tracer.fake_mode))?)
 }
 
 fn arg_to_python<'py>(py: Python<'py>, h: &Helpers<'py>, arg: &Arg) -> PyResult<Bound<'py, PyAny>> {

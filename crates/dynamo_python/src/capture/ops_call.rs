@@ -1000,6 +1000,24 @@ impl<'py> Tracer<'py> {
                 let value = fake.call_method(name, self.python_args(&args)?, Some(&py_kwargs))?;
                 Ok(self.constant(&value))
             }
+            "item"
+                if args.is_empty()
+                    && kwargs.is_empty()
+                    && self
+                        .fake_mode
+                        .getattr("shape_env")?
+                        .getattr("allow_scalar_outputs")?
+                        .is_truthy()? =>
+            {
+                // `capture_scalar_outputs`: the value stays in the graph as an unbacked
+                // symbol (as TorchDynamo does); Python needing it later breaks there.
+                self.graph_call(
+                    Op::CallMethod("item".into()),
+                    "item",
+                    vec![receiver],
+                    kwargs,
+                )
+            }
             "item" | "tolist" | "numpy" | "__bool__" | "__int__" | "__float__" | "nonzero"
             | "cpu_numpy" => unsupported(
                 BreakKind::TensorValueNeeded,

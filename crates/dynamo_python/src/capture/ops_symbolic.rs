@@ -9,8 +9,9 @@
 use crate::imports::ImportModule;
 use pyo3::prelude::*;
 
+use super::break_reasons::BreakKind;
 use super::graph::{Arg, NodeId, Op};
-use super::translator::{CResult, Tracer};
+use super::translator::{unsupported, CResult, Tracer};
 use super::vars::{VarId, VarKind};
 use crate::eval_frame::owned::OwnedRef;
 
@@ -27,10 +28,19 @@ impl<'py> Tracer<'py> {
     /// Notes where, so a `mark_dynamic` dimension specialised here can name the line.
     pub fn specialize(&self, fake: &Bound<'py, PyAny>) -> CResult<Bound<'py, PyAny>> {
         let py = self.py;
-        let value = py
-            .import_module("torch.fx.experimental.symbolic_shapes")?
-            .getattr("guard_scalar")?
-            .call1((fake,))?;
+        let shapes = py.import_module("torch.fx.experimental.symbolic_shapes")?;
+        let value = match shapes.getattr("guard_scalar")?.call1((fake,)) {
+            Ok(value) => value,
+            // A value read from a tensor (`.item()` under `capture_scalar_outputs`) has no
+            // example to specialise to: Python needs the data here, as for a tensor.
+            Err(err) if err.is_instance(py, &shapes.getattr("GuardOnDataDependentSymNode")?) => {
+                return unsupported(
+                    BreakKind::DataDependentBranch,
+                    "a Python value needed from a scalar read out of a tensor",
+                );
+            }
+            Err(err) => return Err(err.into()),
+        };
         let recorded = self
             .fake_mode
             .getattr("shape_env")?
