@@ -9,6 +9,7 @@ from __future__ import annotations
 import linecache
 import logging
 import operator
+import types
 import re
 import weakref
 
@@ -206,6 +207,8 @@ def _foldable() -> set:
             torch.is_floating_point, torch.device, torch.finfo, torch.iinfo,
             # `Module.to(...)`'s argument parsing: (device, dtype, non_blocking, format).
             torch._C._nn._parse_to,
+            # Autocast state: part of torch's global state, which every entry's guard checks.
+            torch.is_autocast_enabled, torch.get_autocast_dtype,
             # 0 while tracing, as when the graph runs: frames are compiled, and their
             # entries used, only with no torch-dispatch mode active (the guard checks).
             torch._C._len_torch_dispatch_stack}
@@ -248,6 +251,11 @@ def is_graph_function(fn) -> bool:
     module = getattr(fn, "__module__", None) or ""
     if getattr(fn, "__self__", None) is torch._C._nn or module == "torch._C._nn":
         return True
+    if module == "torch.nn.functional" and getattr(fn, "__name__", "").startswith("_") \
+            and isinstance(fn, types.FunctionType):
+        # Private helpers (`_canonical_mask`, `_none_or_dtype`, `_in_projection_packed`) are
+        # Python code over the public operations: inlined, as TorchDynamo does.
+        return False
     if module in ("torch", "torch.functional", "torch.nn.functional", "torch._C._VariableFunctions",
                   "torch._C._linalg", "torch._C._special", "torch._C._fft", "torch.special",
                   "torch.linalg", "torch.fft"):

@@ -97,6 +97,14 @@ impl<'py> Helpers<'py> {
                 is_compiling.push(f);
             }
         }
+        // nn.MultiheadAttention takes its slow path (plain operations) when this says true,
+        // as under TorchDynamo: the fused inference kernel stays out of graphs.
+        if let Ok(f) = py
+            .import_module("torch.nn.modules.activation")
+            .and_then(|m| m.getattr("_is_make_fx_tracing"))
+        {
+            is_compiling.push(f);
+        }
         let nn = torch.getattr("nn")?;
         let module_sequences =
             pyo3::types::PyTuple::new(py, [nn.getattr("Sequential")?, nn.getattr("ModuleList")?])?

@@ -99,6 +99,11 @@ impl<'py> Tracer<'py> {
             let mut items = Vec::new();
             for (i, item) in result.try_iter()?.enumerate() {
                 let item = item?;
+                if item.is_none() {
+                    // `(attn_output, None)` of multi_head_attention_forward without weights.
+                    items.push(self.constant(&item));
+                    continue;
+                }
                 let symbolic = item.is_instance(&self.h.symbolic_types)?;
                 if !item.is_instance(&self.h.tensor_type)? && !symbolic {
                     return unsupported(

@@ -950,6 +950,28 @@ impl<'py> Tracer<'py> {
         if let Some(&existing) = self.input_by_source.get(&key) {
             return Ok(existing);
         }
+        // The same tensor reached through another source (`mha(x, x, x)`): one placeholder,
+        // as in TorchDynamo, so that `query is key` holds in the trace as it does in Python.
+        // The guard checks this source is that same object (`Check::Alias`).
+        if let Some(input) = self
+            .inputs
+            .iter()
+            .find(|i| i.example.bind(self.py).is(value))
+        {
+            let node = input.node;
+            let existing =
+                self.input_by_source.values().copied().find(
+                    |&v| matches!(self.kind(v), VarKind::Tensor { node: n, .. } if *n == node),
+                );
+            if let Some(existing) = existing {
+                self.guards.add(
+                    source.clone(),
+                    GuardKind::Tensor(OwnedRef::from_bound(value)),
+                );
+                self.input_by_source.insert(key, existing);
+                return Ok(existing);
+            }
+        }
         let name = source.graph_name();
         let path = source.describe();
         // Tensors a module owns stay static unless marked (TorchDynamo's
