@@ -972,23 +972,19 @@ impl NativeGuard {
                 )));
             }
         }
-        if self
-            .len_torch_function_stack
-            .bind(py)
-            .call0()?
-            .extract::<usize>()?
-            != 0
-        {
-            return Ok(Some("a torch-function mode is active".into()));
-        }
-        if self
-            .len_torch_dispatch_stack
-            .bind(py)
-            .call0()?
-            .extract::<usize>()?
-            != 0
-        {
-            return Ok(Some("a torch-dispatch mode is active".into()));
+        for (stack_len, what) in [
+            (
+                &self.len_torch_function_stack,
+                "a torch-function mode is active",
+            ),
+            (
+                &self.len_torch_dispatch_stack,
+                "a torch-dispatch mode is active",
+            ),
+        ] {
+            if stack_len.bind(py).call0()?.extract::<usize>()? != 0 {
+                return Ok(Some(what.into()));
+            }
         }
         if let Some(keep) = keep {
             *keep = values;
