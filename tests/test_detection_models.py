@@ -4,7 +4,7 @@ second identical call compiles nothing new.
 
 Graph counts are compared with TorchDynamo's on the same model and input (torch 2.15.0, measured
 with `torch._dynamo.explain`; TorchDynamo takes minutes on these, so its counts are recorded
-here): within ±20% for fasterrcnn, ssdlite and retinanet. maskrcnn is not there yet (81 vs 40:
+here): within ±20% for fasterrcnn, ssdlite and retinanet. maskrcnn is not there yet (62 vs 40:
 `paste_mask_in_image` converts 0-d tensors with int()/min()/max() once per detection, where we
 split the frame five times): its outputs are checked, its bound is an expected failure."""
 
