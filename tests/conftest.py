@@ -4,6 +4,8 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
+# The language harness's asserts report both sides' counts when they differ.
+pytest.register_assert_rewrite("language_harness")
 
 import dynamo_rs  # noqa: E402
 from dynamo_rs import _meta_rules  # noqa: E402

@@ -1,44 +1,20 @@
-"""The translator on small functions, one language feature each.
-
-Every case runs three ways in the same process: eagerly, with dynamo_rs.compile and with
-torch.compile (TorchDynamo), both with a counting backend. The compiled result must equal
-the eager one; our number of graphs must be what the case says (1 unless stated), and our
-number of operations must equal TorchDynamo's on the same function — an independent
-reference — unless the case states its own count because the two legitimately differ.
-"""
+"""The translator on small functions, one language feature each, side by side with
+TorchDynamo (the harness is `language_harness.check_case`)."""
 
 from __future__ import annotations
 
 import math
 import operator
 from collections import OrderedDict
-from typing import Callable
 
 import pytest
 import torch
 import torch.nn.functional as F
-import torch._dynamo
-import torch._dynamo.testing
 
-import dynamo_rs
-from dynamo_rs.testing import CompileCounter
+from language_harness import case_registrar, check_case, reset_all, t
 
-CASES: list[tuple[str, Callable, Callable, dict]] = []
-
-
-def case(*make_args, graphs="dynamo", ops="dynamo", **extra):
-    """Registers a case. `make_args` build fresh arguments per run."""
-
-    def register(fn):
-        CASES.append((fn.__name__, fn, lambda: tuple(a() if callable(a) else a for a in make_args),
-                      {"graphs": graphs, "ops": ops, **extra}))
-        return fn
-
-    return register
-
-
-def t(*shape):
-    return lambda: torch.randn(*shape, generator=torch.Generator().manual_seed(sum(shape) + len(shape)))
+CASES: list = []
+case = case_registrar(CASES)
 
 
 T34 = t(3, 4)
@@ -1380,30 +1356,9 @@ def amp_autocast_disabled_positional(x):
     return y + 1
 
 
-def run_case(fn, args):
-    return fn(*args)
-
-
-def compare(expected, got):
-    if isinstance(expected, torch.Tensor):
-        assert isinstance(got, torch.Tensor)
-        torch.testing.assert_close(got, expected, equal_nan=True)
-    elif isinstance(expected, (tuple, list)):
-        assert type(got) is type(expected) and len(got) == len(expected)
-        for e, g in zip(expected, got):
-            compare(e, g)
-    elif isinstance(expected, dict):
-        assert type(got) is type(expected) and list(got) == list(expected)
-        for k in expected:
-            compare(expected[k], got[k])
-    else:
-        assert got == expected
-
-
 @pytest.fixture(autouse=True)
 def fresh_caches():
-    dynamo_rs.reset()
-    torch._dynamo.reset()
+    reset_all()
     yield
 
 
@@ -1413,17 +1368,4 @@ def test_enough_cases() -> None:
 
 @pytest.mark.parametrize(("name", "fn", "make", "spec"), CASES, ids=[c[0] for c in CASES])
 def test_case(name, fn, make, spec) -> None:
-    theirs = torch._dynamo.testing.CompileCounter()
-    reference = torch.compile(fn, backend=theirs)(*make())
-    # Code that asks whether it is being compiled answers differently when compiled.
-    expected = reference if spec.get("expect") == "compiled" else run_case(fn, make())
-    ours = CompileCounter()
-    got = dynamo_rs.compile(fn, backend=ours)(*make())
-    compare(expected, got)
-    # A second call with new inputs of the same kind reuses the graph.
-    again = dynamo_rs.compile(fn, backend=ours)
-    compare(expected if spec.get("expect") else run_case(fn, make()), again(*make()))
-    want_graphs = theirs.frame_count if spec["graphs"] == "dynamo" else spec["graphs"]
-    want_ops = (theirs.op_count if spec["ops"] == "dynamo"
-                else spec["ops"](theirs.op_count) if callable(spec["ops"]) else spec["ops"])
-    assert (ours.frame_count, ours.op_count) == (want_graphs, want_ops)
+    check_case(fn, make, spec)

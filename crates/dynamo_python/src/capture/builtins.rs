@@ -7,6 +7,7 @@ use crate::imports::ImportModule;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
+use super::graph::Op;
 use super::ops_call::{describe, function_name};
 use super::translator::{kind_name, unsupported, CResult, CaptureError, Tracer};
 use super::vars::{VarId, VarKind};
@@ -339,6 +340,11 @@ impl<'py> Tracer<'py> {
             }
             return Ok(total);
         }
+        if (is("max") || is("min")) && kwargs.is_empty() && self.any_tensor(&args, &kwargs) {
+            if let Some(best) = self.min_max_of_scalars(is("max"), &args)? {
+                return Ok(best);
+            }
+        }
         if self.any_tensor(&args, &kwargs) {
             return unsupported(
                 BreakKind::UnsupportedCall,
@@ -373,5 +379,100 @@ impl<'py> Tracer<'py> {
             }
             other => Err(other),
         })
+    }
+
+    /// `max(a, b, ...)` / `min(...)` (or over one list/tuple) where the items are one-element
+    /// tensors and numbers, in the graph instead of a break on `bool(b > a)`, as TorchDynamo
+    /// does. Python keeps the first item and replaces it by each later one that compares
+    /// greater (`max`) or less (`min`); each step here is that choice as a graph operation:
+    /// `clamp(best, min=item)` when the kept item is a tensor and the new one a number (the
+    /// same value for every input, NaN and ties included: clamp keeps `best` on a tie and
+    /// propagates its NaN, as the comparison does), otherwise `where(item > best, item,
+    /// best)`. Values and gradients are eager's; the one difference is that the result is a
+    /// tensor even when eager would return the number. None (break as before) for
+    /// multi-element tensors (eager raises on their truth), tensors of different shapes or
+    /// dtypes (the choice would change the result's shape or dtype), symbolic sizes and
+    /// anything but numbers beside the tensors.
+    fn min_max_of_scalars(&mut self, is_max: bool, args: &[VarId]) -> CResult<Option<VarId>> {
+        let py = self.py;
+        let items = match args {
+            [one] => match self.kind(*one) {
+                VarKind::List(_) | VarKind::Tuple(_) => self.items_of(*one)?,
+                _ => return Ok(None),
+            },
+            _ => args.to_vec(),
+        };
+        if items.len() < 2 {
+            return Ok(None);
+        }
+        // (shape, dtype) shared by every tensor item.
+        let mut layout: Option<(Bound<'py, PyAny>, Bound<'py, PyAny>)> = None;
+        for &item in &items {
+            match self.kind(item) {
+                VarKind::Tensor { fake, .. } => {
+                    let fake = fake.bind(py).clone();
+                    let shape = fake.getattr("shape")?;
+                    let mut numel = 1i64;
+                    for dim in shape.try_iter()? {
+                        let dim = dim?;
+                        if !dim.is_exact_instance_of::<pyo3::types::PyInt>() {
+                            return Ok(None);
+                        }
+                        numel *= dim.extract::<i64>()?;
+                    }
+                    if numel != 1 {
+                        return Ok(None);
+                    }
+                    let dtype = fake.getattr("dtype")?;
+                    match &layout {
+                        Some((s, d)) if !(s.eq(&shape)? && d.is(&dtype)) => return Ok(None),
+                        _ => layout = Some((shape, dtype)),
+                    }
+                }
+                VarKind::Const(n) => {
+                    let n = n.bind(py);
+                    let number = n.is_instance_of::<pyo3::types::PyInt>()
+                        || n.is_instance_of::<pyo3::types::PyFloat>();
+                    if !number {
+                        return Ok(None);
+                    }
+                }
+                _ => return Ok(None),
+            }
+        }
+        let is_tensor = |t: &Self, id: VarId| matches!(t.kind(id), VarKind::Tensor { .. });
+        let torch = self.h.torch.clone();
+        let better = self.h.operator.getattr(if is_max { "gt" } else { "lt" })?;
+        let mut best = items[0];
+        for &item in &items[1..] {
+            best = if is_tensor(self, best) && !is_tensor(self, item) {
+                let bound = if is_max { "min" } else { "max" };
+                let clamp = torch.getattr("clamp")?;
+                self.graph_call(
+                    Op::CallFunction(OwnedRef::from_bound(&clamp)),
+                    "clamp",
+                    vec![best],
+                    vec![(bound.to_string(), item)],
+                )?
+            } else if !is_tensor(self, best) && !is_tensor(self, item) {
+                let replaces = self.apply_operator(&better, vec![item, best])?;
+                let keep_new = self.python_value(replaces)?.is_truthy()?;
+                if keep_new {
+                    item
+                } else {
+                    best
+                }
+            } else {
+                let replaces = self.apply_operator(&better, vec![item, best])?;
+                let choose = torch.getattr("where")?;
+                self.graph_call(
+                    Op::CallFunction(OwnedRef::from_bound(&choose)),
+                    "where",
+                    vec![replaces, item, best],
+                    Vec::new(),
+                )?
+            };
+        }
+        Ok(Some(best))
     }
 }

@@ -388,6 +388,23 @@ impl<'py> Tracer<'py> {
             }
             return Ok(out);
         }
+        if obj.is_exact_instance_of::<pyo3::types::PyFrozenSet>() {
+            // A frozenset (a constant of the code, or reached by a guarded source) never
+            // changes; its order is fixed for the life of the process. Only constants are
+            // taken as items: anything else would need a source of its own.
+            let mut out = Vec::new();
+            for item in obj.try_iter()? {
+                let item = item?;
+                if !self.h.is_constant(&item)? {
+                    return unsupported(
+                        BreakKind::UnsupportedOperation,
+                        format!("iterating over a frozenset holding {}", describe(&item)),
+                    );
+                }
+                out.push(self.constant(&item));
+            }
+            return Ok(out);
+        }
         let _ = py;
         if let Some(items) = self.sequence_items(id, &obj.get_type().into_any())? {
             return Ok(items);

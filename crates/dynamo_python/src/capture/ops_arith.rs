@@ -133,6 +133,12 @@ impl<'py> Tracer<'py> {
     pub(super) fn op_contains(&mut self, f: &mut FrameState<'py>, invert: u32) -> CResult<Flow> {
         let container = self.pop(f)?;
         let item = self.pop(f)?;
+        if let Some(found) = self.tensor_in_fresh_set(item, container)? {
+            let answer = (found != (invert == 1)).into_pyobject(self.py)?;
+            let id = self.constant(&answer.to_owned().into_any());
+            f.stack.push(id);
+            return Ok(Flow::Continue);
+        }
         if self.contains_tensor(item) {
             return unsupported(BreakKind::UnsupportedOperation, "`in` with a tensor");
         }
@@ -271,6 +277,20 @@ impl<'py> Tracer<'py> {
                     VarKind::List(items)
                 };
                 return Ok(self.add(kind, None));
+            }
+        }
+        // `a | b` of two traced dicts: a new dict of a's class, b's entries last.
+        if args.len() == 2 && name == "or_" {
+            if let (VarKind::Dict(a), VarKind::Dict(b)) = (self.kind(args[0]), self.kind(args[1])) {
+                let mut entries = a.clone();
+                for (key, value) in b.clone() {
+                    super::vars::dict_set(self.py, &mut entries, key, value);
+                }
+                let merged = self.add(VarKind::Dict(entries), None);
+                if let Some(cls) = self.dict_classes.get(&args[0]).cloned() {
+                    self.dict_classes.insert(merged, cls);
+                }
+                return Ok(merged);
             }
         }
         // `[x] * n`, `n * (a, b)`: the same trackers repeated (the same objects, as in Python).
@@ -613,6 +633,15 @@ impl<'py> Tracer<'py> {
                         return Ok(*v);
                     }
                 }
+                // A defaultdict the trace made: the factory's value, stored under the key.
+                if let Some(&factory) = self.dict_defaults.get(&container) {
+                    let value = self.call_function(factory, Vec::new(), Vec::new())?;
+                    let key = OwnedRef::from_bound(&key);
+                    if let VarKind::Dict(entries) = &mut self.vars[container.0 as usize].kind {
+                        super::vars::dict_set(py, entries, key, value);
+                    }
+                    return Ok(value);
+                }
                 // The keys of a dict tracker are guarded (or made here): missing on every call.
                 self.raise_builtin("KeyError", key)
             }
@@ -671,6 +700,34 @@ impl<'py> Tracer<'py> {
                 let py = self.py;
                 if let VarKind::Dict(entries) = &mut self.vars[container.0 as usize].kind {
                     super::vars::dict_set(py, entries, OwnedRef::from_bound(&key), value);
+                }
+                Ok(Flow::Continue)
+            }
+            VarKind::List(items)
+                if self.changeable_container(container)
+                    && matches!(self.kind(index), VarKind::Const(k)
+                        if k.bind(self.py).is_instance_of::<pyo3::types::PySlice>()) =>
+            {
+                // `items[a:b] = values`: Python's own slice assignment on the positions
+                // decides where the new items go (steps, negative bounds) and what it raises;
+                // positions n.. stand for the new items.
+                let py = self.py;
+                let n = items.len();
+                let key = self.python_value(index)?;
+                let new_items = self.items_of(value)?;
+                let positions = pyo3::types::PyList::new(py, 0..n)?;
+                let replacement = pyo3::types::PyList::new(py, n..n + new_items.len())?;
+                if let Err(err) = positions.as_any().set_item(&key, replacement) {
+                    return self.raised(err, "slice assignment on a list raised while tracing");
+                }
+                let order: Vec<usize> = positions.extract()?;
+                self.may_change_container(container, "item assignment")?;
+                if let VarKind::List(items) = &mut self.vars[container.0 as usize].kind {
+                    let old = std::mem::take(items);
+                    *items = order
+                        .into_iter()
+                        .map(|i| if i < n { old[i] } else { new_items[i - n] })
+                        .collect();
                 }
                 Ok(Flow::Continue)
             }

@@ -492,6 +492,9 @@ impl<'py> Tracer<'py> {
                 return Ok(result);
             }
         }
+        if let Some(dict) = self.construct_defaultdict(obj, &args, &kwargs)? {
+            return Ok(dict);
+        }
         if obj.is(&h.dict_type) || obj.is(&h.ordered_dict_type) {
             if let Some(dict) = self.construct_dict(obj, &args, &kwargs)? {
                 return Ok(dict);
@@ -504,7 +507,7 @@ impl<'py> Tracer<'py> {
             let source = self.source(callee);
             return self.call_python_from(obj, source, args, kwargs);
         }
-        if let Some(context) = self.grad_mode_context(obj, &args)? {
+        if let Some(context) = self.grad_mode_context(obj, &args, &kwargs)? {
             return Ok(context);
         }
         if let Some(context) = self.autocast_context(obj, &args, &kwargs)? {
@@ -639,7 +642,14 @@ impl<'py> Tracer<'py> {
                 ),
             );
         }
-        let mut all = vec![module_var];
+        // A `@staticmethod` forward takes no module.
+        let is_static = py_getattr_static(module.get_type().as_any(), "forward")?
+            .is_some_and(|f| f.get_type().name().is_ok_and(|n| n == "staticmethod"));
+        let mut all = if is_static {
+            Vec::new()
+        } else {
+            vec![module_var]
+        };
         all.extend(args);
         self.call_python(&forward, all, kwargs)
     }
@@ -1069,4 +1079,13 @@ pub fn describe(obj: &Bound<'_, PyAny>) -> String {
         Ok(name) => format!("{name} ({type_name})"),
         Err(_) => format!("a {type_name} object"),
     }
+}
+
+/// `inspect.getattr_static(obj, name)`, or None when there is no such attribute.
+fn py_getattr_static<'py>(
+    obj: &Bound<'py, PyAny>,
+    name: &str,
+) -> PyResult<Option<Bound<'py, PyAny>>> {
+    let inspect = obj.py().import_module("inspect")?;
+    Ok(inspect.call_method1("getattr_static", (obj, name)).ok())
 }

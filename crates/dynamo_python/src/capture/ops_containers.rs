@@ -121,6 +121,45 @@ impl<'py> Tracer<'py> {
         Ok(Some(id))
     }
 
+    /// `collections.defaultdict(factory, ...)`: a traced dict (see `construct_dict`) whose
+    /// missing keys get `factory()` when read (`subscript`). None for other classes.
+    pub(super) fn construct_defaultdict(
+        &mut self,
+        cls: &Bound<'py, PyAny>,
+        args: &[VarId],
+        kwargs: &[(String, VarId)],
+    ) -> CResult<Option<VarId>> {
+        let defaultdict = self
+            .py
+            .import_module("collections")?
+            .getattr("defaultdict")?;
+        if !cls.is(&defaultdict) {
+            return Ok(None);
+        }
+        let Some((&factory, rest)) = args.split_first() else {
+            return unsupported(
+                BreakKind::UnsupportedOperation,
+                "collections.defaultdict() without a factory",
+            );
+        };
+        let no_factory =
+            matches!(self.kind(factory), VarKind::Const(c) if c.bind(self.py).is_none());
+        if !no_factory && !self.is_callable(factory)? {
+            return self.raise_builtin(
+                "TypeError",
+                pyo3::types::PyString::new(self.py, "first argument must be callable or None")
+                    .into_any(),
+            );
+        }
+        let Some(dict) = self.construct_dict(cls, rest, kwargs)? else {
+            return Ok(None);
+        };
+        if !no_factory {
+            self.dict_defaults.insert(dict, factory);
+        }
+        Ok(Some(dict))
+    }
+
     /// The key a traced dict can hold for `key`: a hashable constant.
     fn constant_key(&self, key: VarId, cls: &Bound<'py, PyAny>) -> CResult<OwnedRef> {
         match self.kind(key) {
@@ -147,6 +186,9 @@ impl<'py> Tracer<'py> {
         kwargs: Vec<(String, VarId)>,
     ) -> CResult<VarId> {
         let py = self.py;
+        if let Some(result) = self.named_tuple_method(receiver, name, &args, &kwargs)? {
+            return Ok(result);
+        }
         let dict_update = name == "update" && matches!(self.kind(receiver), VarKind::Dict(_));
         if name == "sort" && args.is_empty() && matches!(self.kind(receiver), VarKind::List(_)) {
             // `list.sort(*, key=None, reverse=False)`, in place.
@@ -217,6 +259,9 @@ impl<'py> Tracer<'py> {
             (VarKind::Dict(entries), "copy") => {
                 let entries = entries.clone();
                 let copy = self.add(VarKind::Dict(entries), None);
+                if let Some(factory) = self.dict_defaults.get(&receiver).copied() {
+                    self.dict_defaults.insert(copy, factory);
+                }
                 if let Some(cls) = self.dict_classes.get(&receiver).cloned() {
                     self.dict_classes.insert(copy, cls);
                 }
@@ -391,6 +436,40 @@ impl<'py> Tracer<'py> {
                 format!("the method {name}() of {}", kind_name(other)),
             ),
         }
+    }
+
+    /// A method a subclass of a named tuple defines in Python (`class Pair(namedtuple(...)):
+    /// def total(self): ...`), inlined with the tuple as `self`; None for other methods (the
+    /// tuple's own, and those `namedtuple` writes).
+    fn named_tuple_method(
+        &mut self,
+        receiver: VarId,
+        name: &str,
+        args: &[VarId],
+        kwargs: &[(String, VarId)],
+    ) -> CResult<Option<VarId>> {
+        let py = self.py;
+        let Some(cls) = self.tuple_classes.get(&receiver).cloned() else {
+            return Ok(None);
+        };
+        let cls = cls.bind(py).clone();
+        let Ok(attr) = py
+            .import_module("inspect")?
+            .call_method1("getattr_static", (&cls, name))
+        else {
+            return Ok(None);
+        };
+        let own = attr.is_instance(&self.h.function_type)?
+            && attr
+                .getattr("__module__")
+                .is_ok_and(|m| m.to_string() != "collections");
+        if !own {
+            return Ok(None);
+        }
+        self.guard_class(&cls, name)?;
+        let mut all = vec![receiver];
+        all.extend_from_slice(args);
+        self.call_python(&attr, all, kwargs.to_vec()).map(Some)
     }
 
     /// `os.environ.get(k)`, `os.environ[k]`, `k in os.environ`: the answer is guarded (the

@@ -66,8 +66,8 @@ impl<'py> Tracer<'py> {
         Ok(Some(self.private_object(&copy)))
     }
 
-    /// `nn.Softmax(dim=-1)` and other `torch.nn` modules without parameters or buffers,
-    /// made in `forward` from constants: made now, private to the trace like a copy (their
+    /// `nn.Softmax(dim=-1)` and other `torch.nn` modules without parameters or buffers (or a
+    /// subclass keeping torch's `__init__`), made in `forward` from constants: made now, private to the trace like a copy (their
     /// `__init__` only stores its arguments). None for other calls.
     pub(super) fn construct_stateless_module(
         &mut self,
@@ -79,9 +79,17 @@ impl<'py> Tracer<'py> {
         let Ok(ty) = cls.cast::<pyo3::types::PyType>() else {
             return Ok(None);
         };
+        // Torch's own modules, and subclasses that keep an `__init__` of torch's (whose only
+        // effect is on the new module).
+        let init_module = ty
+            .getattr("__init__")?
+            .getattr("__module__")
+            .map(|m| m.to_string())
+            .unwrap_or_default();
         let module_name = ty.getattr("__module__")?.to_string();
         if !ty.is_subclass(&self.h.module_type)?
-            || !module_name.starts_with("torch.nn.modules.")
+            || !(module_name.starts_with("torch.nn.modules.")
+                || init_module.starts_with("torch.nn.modules."))
             || !self.all_constant(args, kwargs)
         {
             return Ok(None);

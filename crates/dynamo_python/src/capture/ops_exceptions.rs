@@ -210,6 +210,28 @@ impl<'py> Tracer<'py> {
         Ok(Flow::Continue)
     }
 
+    /// `WITH_EXCEPT_START`: an exception raised while tracing a `with` block reaches its
+    /// cleanup; the bound `__exit__` below it (an entered user context manager's, traced as
+    /// any call) is called with `(type, exception, traceback)` and its answer pushed: true
+    /// swallows the exception (`contextlib.suppress`), false raises it again.
+    pub(super) fn op_with_except_start(&mut self, f: &mut FrameState<'py>) -> CResult<Flow> {
+        let n = f.stack.len();
+        if n < 4 || !self.with_exits.contains(&f.stack[n - 4]) {
+            return unsupported(
+                BreakKind::UnsupportedInstruction,
+                "the WITH_EXCEPT_START instruction (an exception leaving a with block that is not a traced context manager)",
+            );
+        }
+        let (exit, exception) = (f.stack[n - 4], f.stack[n - 1]);
+        let value = self.python_value(exception)?;
+        let class = self.constant(&value.get_type().into_any());
+        let traceback = value.getattr("__traceback__")?;
+        let traceback = self.add(VarKind::Object(OwnedRef::from_bound(&traceback)), None);
+        let answer = self.call_function(exit, vec![class, exception, traceback], Vec::new())?;
+        f.stack.push(answer);
+        Ok(Flow::Continue)
+    }
+
     /// `RERAISE`: the exception on top raised again.
     pub(super) fn op_reraise(&mut self, f: &mut FrameState<'py>) -> CResult<Flow> {
         let exception = self.pop(f)?;

@@ -1,7 +1,9 @@
 //! Lazy iteration made eager: `map`, `filter`, and `itertools` (`chain`,
 //! `chain.from_iterable`, `islice`, `product`, `combinations`, `permutations`,
-//! `combinations_with_replacement`, `accumulate`, `zip_longest`) over items the trace holds,
-//! handed on as iterators over their results.
+//! `combinations_with_replacement`, `accumulate`, `zip_longest`, `pairwise`, `starmap`,
+//! `takewhile`, `dropwhile`, `compress`, `repeat(x, n)`) over items the trace holds, handed
+//! on as iterators over their results. Infinite ones (`count`, `cycle`, `repeat(x)`) and
+//! `groupby` (whose groups Python empties as the outer iterator moves on) are not.
 //!
 //! Python computes these one item at a time as they are consumed; here every item is
 //! computed when the iterator is made. The two agree when computing an item changes nothing
@@ -150,6 +152,70 @@ impl<'py> Tracer<'py> {
         if is(&itertools_any, "accumulate") && (1..=2).contains(&args.len()) {
             return self.accumulate(args, kwargs).map(Some);
         }
+        if is(&itertools_any, "pairwise") && args.len() == 1 && kwargs.is_empty() {
+            let items = self.items_of(args[0])?;
+            let pairs = items
+                .windows(2)
+                .map(|w| self.add(VarKind::Tuple(w.to_vec()), None))
+                .collect();
+            return Ok(Some(self.new_iter(pairs, args)));
+        }
+        if is(&itertools_any, "starmap") && args.len() == 2 && kwargs.is_empty() {
+            let f = args[0];
+            let argument_tuples = self.items_of(args[1])?;
+            let results = self.without_effects("a function mapped", |t| {
+                argument_tuples
+                    .into_iter()
+                    .map(|tuple| {
+                        let arguments = t.items_of(tuple)?;
+                        t.call_function(f, arguments, Vec::new())
+                    })
+                    .collect::<CResult<Vec<_>>>()
+            })?;
+            return Ok(Some(self.new_iter(results, &args[1..])));
+        }
+        let take = is(&itertools_any, "takewhile");
+        if (take || is(&itertools_any, "dropwhile")) && args.len() == 2 && kwargs.is_empty() {
+            // The predicate is asked until it first answers false, as Python asks it.
+            let f = args[0];
+            let items = self.items_of(args[1])?;
+            let split = self.without_effects("a predicate", |t| {
+                for (i, &item) in items.iter().enumerate() {
+                    let test = t.call_function(f, vec![item], Vec::new())?;
+                    if !t.truth(test)? {
+                        return Ok(i);
+                    }
+                }
+                Ok(items.len())
+            })?;
+            let kept = if take {
+                items[..split].to_vec()
+            } else {
+                items[split..].to_vec()
+            };
+            return Ok(Some(self.new_iter(kept, &args[1..])));
+        }
+        if is(&itertools_any, "compress") && args.len() == 2 && kwargs.is_empty() {
+            let lists = [self.items_of(args[0])?, self.items_of(args[1])?];
+            let mut kept = Vec::new();
+            for (&item, &selector) in lists[0].iter().zip(&lists[1]) {
+                if self.truth(selector)? {
+                    kept.push(item);
+                }
+            }
+            return Ok(Some(self.new_iter(kept, args)));
+        }
+        if is(&itertools_any, "repeat") && args.len() == 2 && kwargs.is_empty() {
+            // `repeat(x, n)` (without `n` it never ends: not made eager).
+            let VarKind::Const(times) = self.kind(args[1]) else {
+                return Ok(None);
+            };
+            let Ok(times) = times.bind(py).extract::<i64>() else {
+                return Ok(None);
+            };
+            let copies = vec![args[0]; times.max(0) as usize];
+            return Ok(Some(self.new_iter(copies, &[])));
+        }
         if is(&itertools_any, "zip_longest") {
             let fill = match kwargs {
                 [] => self.constant(&py.None().into_bound(py)),
@@ -209,6 +275,14 @@ impl<'py> Tracer<'py> {
         };
         let mut values = Vec::with_capacity(keys.len());
         for &k in &keys {
+            // Tuples of constants too (`sorted(d.items())`): compared as Python compares them.
+            if matches!(self.kind(k), VarKind::Tuple(_)) && !self.contains_tensor(k) {
+                let value = self.python_value(k)?;
+                if self.h.is_constant(&value)? {
+                    values.push(value);
+                    continue;
+                }
+            }
             match self.kind(k) {
                 VarKind::Const(v) => values.push(v.bind(py).clone()),
                 other => {

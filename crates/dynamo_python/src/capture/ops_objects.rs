@@ -439,13 +439,32 @@ impl<'py> Tracer<'py> {
         {
             Ok(a) => a,
             Err(_) => {
-                return unsupported(
-                    BreakKind::ExceptionWhileTracing,
-                    format!(
-                        "{} has no attribute {name:?}",
-                        super::ops_call::describe(&cls)
-                    ),
-                )
+                // Python's fallback: the class's `__getattr__` (inlined), else AttributeError
+                // (which the traced code may catch).
+                let fallback = cls.getattr("__getattr__").ok();
+                if fallback
+                    .as_ref()
+                    .is_some_and(|f| f.is_instance(&self.h.function_type).unwrap_or(false))
+                {
+                    let fallback = fallback.expect("checked");
+                    let name = self.constant(pyo3::types::PyString::new(py, name).as_any());
+                    return self.call_python(&fallback, vec![obj, name], Vec::new());
+                }
+                if fallback.is_some() {
+                    return unsupported(
+                        BreakKind::ExceptionWhileTracing,
+                        format!(
+                            "{} has no attribute {name:?} (and a __getattr__ that is not Python code)",
+                            super::ops_call::describe(&cls)
+                        ),
+                    );
+                }
+                let type_name = cls.getattr("__name__")?;
+                let message = format!("'{type_name}' object has no attribute '{name}'");
+                return self.raise_builtin(
+                    "AttributeError",
+                    pyo3::types::PyString::new(py, &message).into_any(),
+                );
             }
         };
         let builtins = py.import_module("builtins")?;

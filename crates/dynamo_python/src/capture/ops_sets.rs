@@ -2,7 +2,9 @@
 //! their methods and operators return. Their elements are constants (hashable values known
 //! while tracing; a set of tensors would hash by identity), so such a set is a real `set`
 //! object that belongs to the trace alone: its methods run on it while tracing, changes
-//! included, and the generated code builds a new one with its final elements wherever the
+//! included (a tensor is held by identity, as Python holds it, through a stand-in key object
+//! per tensor tracker — `memo = set(); if p not in memo: memo.add(p)` in
+//! `Module.parameters()`), and the generated code builds a new one with its final elements wherever the
 //! set must exist (returned, stored, live at a graph break). Sets that existed before the
 //! call are read (membership, operators, non-mutating methods) but not changed.
 
@@ -62,17 +64,40 @@ impl<'py> Tracer<'py> {
         }
     }
 
-    /// The values of `ids` as set elements: constants only.
-    fn set_elements(&self, ids: &[VarId]) -> CResult<Vec<Bound<'py, PyAny>>> {
+    /// The values of `ids` as set elements: constants, and tensors by their stand-in keys.
+    fn set_elements(&mut self, ids: &[VarId]) -> CResult<Vec<Bound<'py, PyAny>>> {
         ids.iter()
             .map(|&id| match self.kind(id) {
                 VarKind::Const(v) => Ok(v.bind(self.py).clone()),
+                VarKind::Tensor { .. } => self.tensor_key(id),
                 other => unsupported(
                     BreakKind::UnsupportedOperation,
                     format!("a set element that is {}", kind_name(other)),
                 ),
             })
             .collect()
+    }
+
+    /// The stand-in key of a tensor tracker in sets the trace made: one object per tracker,
+    /// hashed by identity as the tensor is.
+    pub(super) fn tensor_key(&mut self, id: VarId) -> CResult<Bound<'py, PyAny>> {
+        if let Some(key) = self.tensor_keys.get(&id) {
+            return Ok(key.bind(self.py).clone());
+        }
+        let key = self.h.builtins.getattr("object")?.call0()?;
+        self.key_tensors.insert(key.as_ptr() as usize, id);
+        self.tensor_keys.insert(id, OwnedRef::from_bound(&key));
+        Ok(key)
+    }
+
+    /// Whether a tensor tracker is in a set the trace made (None for other containers).
+    pub(super) fn tensor_in_fresh_set(&mut self, item: VarId, set: VarId) -> CResult<Option<bool>> {
+        if !self.is_fresh_set(set) || !matches!(self.kind(item), VarKind::Tensor { .. }) {
+            return Ok(None);
+        }
+        let key = self.tensor_key(item)?;
+        let set = self.real(set).expect("a fresh set is an object");
+        Ok(Some(set.contains(key)?))
     }
 
     pub(super) fn op_build_set(&mut self, f: &mut FrameState<'py>, n: u32) -> CResult<Flow> {
@@ -158,9 +183,14 @@ impl<'py> Tracer<'py> {
                 .map(|(id, _)| *id);
             self.note_effect(set);
         }
-        // Arguments are iterables of constants (or constants): their Python values.
+        // Arguments are iterables of constants (or constants): their Python values; a
+        // tensor (`add`, `discard`, `remove`) by its stand-in key.
         let mut values = Vec::with_capacity(args.len());
         for &arg in args {
+            if matches!(self.kind(arg), VarKind::Tensor { .. }) {
+                values.push(self.tensor_key(arg)?);
+                continue;
+            }
             if self.contains_tensor(arg) {
                 return unsupported(
                     BreakKind::UnsupportedOperation,
@@ -180,6 +210,13 @@ impl<'py> Tracer<'py> {
         };
         if result.is_exact_instance_of::<PySet>() {
             return Ok(Some(self.fresh_set(&result)));
+        }
+        if self.key_tensors.contains_key(&(result.as_ptr() as usize)) {
+            // `pop()` took a tensor: which one follows the tensors' addresses.
+            return unsupported(
+                BreakKind::UnsupportedOperation,
+                "set.pop() on a set holding tensors (which one follows their addresses)",
+            );
         }
         Ok(Some(self.wrap(&result, None)?))
     }
@@ -213,7 +250,17 @@ impl<'py> Tracer<'py> {
         }
         let py = self.py;
         let set = self.real(id).expect("a fresh set is an object");
-        let frozen = PyFrozenSet::new(py, set.try_iter()?.collect::<PyResult<Vec<_>>>()?)?;
+        let elements = set.try_iter()?.collect::<PyResult<Vec<_>>>()?;
+        if elements
+            .iter()
+            .any(|e| self.key_tensors.contains_key(&(e.as_ptr() as usize)))
+        {
+            return unsupported(
+                BreakKind::UnsupportedOperation,
+                "a set of tensors made while tracing, kept after the graph",
+            );
+        }
+        let frozen = PyFrozenSet::new(py, elements)?;
         Ok(Some(Rebuild::Converted {
             into: OwnedRef::from_bound(&self.h.builtins.getattr("set")?),
             value: Box::new(Rebuild::Const(OwnedRef::from_bound(frozen.as_any()))),
@@ -228,7 +275,16 @@ impl<'py> Tracer<'py> {
         let set = self.real(id).expect("a fresh set is an object");
         let mut items = Vec::new();
         for element in set.try_iter()? {
-            items.push(self.constant(&element?));
+            let element = element?;
+            if self.key_tensors.contains_key(&(element.as_ptr() as usize)) {
+                // Python orders such a set by the tensors' addresses, which the trace cannot
+                // know.
+                return unsupported(
+                    BreakKind::UnsupportedOperation,
+                    "iterating over a set holding tensors (its order follows their addresses)",
+                );
+            }
+            items.push(self.constant(&element));
         }
         Ok(Some(items))
     }

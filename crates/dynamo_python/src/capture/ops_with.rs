@@ -1,5 +1,7 @@
-//! `with` blocks. Only grad-mode context managers (`torch.no_grad()`, `torch.enable_grad()`)
-//! are traced: entering records `torch._C._set_grad_enabled(mode)` in the graph and flips
+//! `with` blocks. Context managers of user classes with Python `__enter__`/`__exit__` are
+//! inlined (`user_context_enter`). Grad-mode context managers (`torch.no_grad()`,
+//! `torch.enable_grad()`, `set_grad_enabled`, and `nullcontext()` as one that keeps the
+//! mode) are modelled: entering records `torch._C._set_grad_enabled(mode)` in the graph and flips
 //! the real mode while tracing (so fake propagation sees it); the normal exit records the
 //! restore. The Converter puts the real mode back after tracing, whatever happened.
 //!
@@ -11,8 +13,9 @@ use crate::imports::ImportModule;
 use pyo3::prelude::*;
 
 use super::graph::Op;
+use super::ops_call::describe;
 use super::translator::{kind_name, unsupported, CResult, Flow, FrameState, Tracer};
-use super::vars::{VarId, VarKind};
+use super::vars::{GradModeEntry, VarId, VarKind};
 use crate::eval_frame::owned::OwnedRef;
 
 impl<'py> Tracer<'py> {
@@ -20,14 +23,21 @@ impl<'py> Tracer<'py> {
     /// returned.
     pub(super) fn op_before_with(&mut self, f: &mut FrameState<'py>) -> CResult<Flow> {
         let context = self.pop(f)?;
-        let VarKind::GradModeContext { enabled } = *self.kind(context) else {
-            return unsupported(
-                BreakKind::ContextManager,
-                format!("a with statement on {}", kind_name(self.kind(context))),
-            );
+        let VarKind::GradModeContext { on_enter } = *self.kind(context) else {
+            let (exit, entered) = self.user_context_enter(context)?;
+            f.stack.push(exit);
+            f.stack.push(entered);
+            return Ok(Flow::Continue);
         };
-        let previous = self.grad_enabled;
-        self.set_grad_enabled(enabled)?;
+        let previous = match on_enter {
+            GradModeEntry::Set(enabled) => {
+                let previous = self.grad_enabled;
+                self.set_grad_enabled(enabled)?;
+                previous
+            }
+            GradModeEntry::Keep => self.grad_enabled,
+            GradModeEntry::AlreadySet { previous } => previous,
+        };
         let exit = self.add(VarKind::GradModeExit { previous }, None);
         let entered = self.constant(&self.py.None().into_bound(self.py));
         f.stack.push(exit);
@@ -35,9 +45,51 @@ impl<'py> Tracer<'py> {
         Ok(Flow::Continue)
     }
 
+    /// `with obj:` on an object of a class whose `__enter__` and `__exit__` are Python
+    /// functions: `__enter__` is inlined now, and its bound `__exit__` goes on the stack,
+    /// where the normal end of the block calls it (inlined too) with three Nones. The block's
+    /// body is traced as any code: the handler that would call `__exit__` with an exception
+    /// runs only if something raises, and what raises while tracing is refused there
+    /// (`WITH_EXCEPT_START`). An operation of the graph raising at run time leaves the
+    /// block without `__exit__`, as under TorchDynamo — and without the stores of the trace,
+    /// which are replayed after the graph, so `__enter__`'s changes are not left behind.
+    fn user_context_enter(&mut self, context: VarId) -> CResult<(VarId, VarId)> {
+        let py = self.py;
+        let cls = match self.kind(context) {
+            VarKind::Instance { cls, .. } => cls.bind(py).clone(),
+            VarKind::Object(o) => o.bind(py).get_type().into_any(),
+            other => {
+                return unsupported(
+                    BreakKind::ContextManager,
+                    format!("a with statement on {}", kind_name(other)),
+                )
+            }
+        };
+        for name in ["__enter__", "__exit__"] {
+            let traceable = cls
+                .getattr(name)
+                .is_ok_and(|m| m.is_instance(&self.h.function_type).unwrap_or(false));
+            if !traceable {
+                return unsupported(
+                    BreakKind::ContextManager,
+                    format!(
+                        "a with statement on {} (its {name} is not Python code)",
+                        describe(&cls)
+                    ),
+                );
+            }
+        }
+        let enter = self.get_attr(context, "__enter__")?;
+        let entered = self.call_function(enter, Vec::new(), Vec::new())?;
+        let exit = self.get_attr(context, "__exit__")?;
+        self.with_exits.insert(exit);
+        Ok((exit, entered))
+    }
+
     /// Whether an instruction with `handler` is covered only by the cleanup of a grad-mode
-    /// `with` block: the handler keeps the block's `__exit__` as its bottom-most value above
-    /// the depth it unwinds to, and pushes the raising offset (`lasti`).
+    /// `with` block (or of a user context manager's, see `user_context_enter`): the handler
+    /// keeps the block's `__exit__` as its bottom-most value above the depth it unwinds to,
+    /// and pushes the raising offset (`lasti`).
     pub(super) fn is_grad_mode_cleanup(
         &self,
         f: &FrameState<'py>,
@@ -46,9 +98,10 @@ impl<'py> Tracer<'py> {
         let depth = handler.depth as usize;
         handler.lasti
             && depth >= 1
-            && f.stack
-                .get(depth - 1)
-                .is_some_and(|&id| matches!(self.kind(id), VarKind::GradModeExit { .. }))
+            && f.stack.get(depth - 1).is_some_and(|&id| {
+                matches!(self.kind(id), VarKind::GradModeExit { .. })
+                    || self.with_exits.contains(&id)
+            })
     }
 
     /// Records `torch._C._set_grad_enabled(enabled)` and sets it for the rest of the trace.
@@ -132,33 +185,64 @@ impl<'py> Tracer<'py> {
                 "torch.autocast that turns autocast on (only enabled=False while it is off is traced)",
             );
         }
-        let current = self.grad_enabled;
-        Ok(Some(
-            self.add(VarKind::GradModeContext { enabled: current }, None),
-        ))
+        let on_enter = GradModeEntry::Keep;
+        Ok(Some(self.add(VarKind::GradModeContext { on_enter }, None)))
     }
 
-    /// `torch.no_grad()` / `torch.enable_grad()`, or None for any other class.
+    /// `torch.no_grad()`, `torch.enable_grad()`, `torch.set_grad_enabled(mode)` with a
+    /// constant mode, `contextlib.nullcontext()`; None for any other class.
     pub fn grad_mode_context(
         &mut self,
         cls: &Bound<'py, PyAny>,
         args: &[VarId],
+        kwargs: &[(String, VarId)],
     ) -> CResult<Option<VarId>> {
-        let torch = self.py.import_module("torch")?;
-        let enabled = if cls.is(&torch.getattr("no_grad")?) {
-            false
+        let py = self.py;
+        let torch = py.import_module("torch")?;
+        let on_enter = if cls.is(&torch.getattr("no_grad")?) {
+            GradModeEntry::Set(false)
         } else if cls.is(&torch.getattr("enable_grad")?) {
-            true
+            GradModeEntry::Set(true)
+        } else if cls.is(&torch.getattr("set_grad_enabled")?) {
+            let mode = match (args, kwargs) {
+                ([mode], []) => *mode,
+                ([], [(name, mode)]) if name == "mode" => *mode,
+                _ => return Ok(None),
+            };
+            let VarKind::Const(mode) = self.kind(mode) else {
+                return unsupported(
+                    BreakKind::ContextManager,
+                    "torch.set_grad_enabled with a mode that is not a constant",
+                );
+            };
+            let mode = mode.bind(py).is_truthy()?;
+            // As in eager, the call alone switches the mode.
+            let previous = self.grad_enabled;
+            self.set_grad_enabled(mode)?;
+            let on_enter = GradModeEntry::AlreadySet { previous };
+            return Ok(Some(self.add(VarKind::GradModeContext { on_enter }, None)));
+        } else if cls.is(&py.import_module("contextlib")?.getattr("nullcontext")?) {
+            let no_result = match (args, kwargs) {
+                ([], []) => true,
+                ([r], []) | ([], [(_, r)]) => {
+                    matches!(self.kind(*r), VarKind::Const(v) if v.bind(py).is_none())
+                }
+                _ => false,
+            };
+            if !no_result {
+                return Ok(None);
+            }
+            GradModeEntry::Keep
         } else {
             return Ok(None);
         };
-        if !args.is_empty() {
+        if !args.is_empty() || !kwargs.is_empty() {
             return unsupported(
                 BreakKind::ContextManager,
                 "arguments to a grad-mode context manager",
             );
         }
-        Ok(Some(self.add(VarKind::GradModeContext { enabled }, None)))
+        Ok(Some(self.add(VarKind::GradModeContext { on_enter }, None)))
     }
 }
 

@@ -280,6 +280,16 @@ fn rebuild_inline(tracer: &Tracer<'_>, id: VarId, r: &mut Rebuilder) -> CResult<
         VarKind::List(_) => contents_plan(tracer, id, r)?,
         VarKind::Dict(_) => {
             let plain = contents_plan(tracer, id, r)?;
+            if let Some(&factory) = tracer.dict_defaults.get(&id) {
+                // `defaultdict(factory, entries)`.
+                let cls = tracer.dict_classes[&id].clone();
+                let factory = rebuild_plan(tracer, factory, r)?;
+                return Ok(Rebuild::Call {
+                    func: Box::new(Rebuild::Const(cls)),
+                    args: vec![factory, plain],
+                    kwargs: Vec::new(),
+                });
+            }
             match tracer.dict_classes.get(&id) {
                 Some(cls) => Rebuild::Converted {
                     into: cls.clone(),

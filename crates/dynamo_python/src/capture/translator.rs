@@ -135,6 +135,9 @@ pub struct Tracer<'py> {
     /// (`collections.OrderedDict`): it behaves as a dict while tracing and is rebuilt, compared
     /// and type-checked as its class.
     pub dict_classes: HashMap<VarId, OwnedRef>,
+    /// The default factory of each `collections.defaultdict` the trace made (its class is
+    /// in `dict_classes`).
+    pub dict_defaults: HashMap<VarId, VarId>,
     /// Lists and dicts that existed before the call (read from a source), by object address:
     /// one tracker per object however it is reached, so a change made through one name
     /// shows through every other. The trace may change them; the generated code then
@@ -152,6 +155,13 @@ pub struct Tracer<'py> {
     pub written_containers: Vec<VarId>,
     /// Sets the trace made, by object address (kept alive): see `ops_sets`.
     pub fresh_sets: HashMap<usize, (VarId, OwnedRef)>,
+    /// Stand-ins for tensors held by sets the trace made (a set holds a tensor by identity,
+    /// as Python's does): the key object of each tensor tracker, and back.
+    pub tensor_keys: HashMap<VarId, OwnedRef>,
+    /// The bound `__exit__` of each user context manager entered by the trace: see
+    /// `ops_with::user_context_enter`.
+    pub with_exits: std::collections::HashSet<VarId>,
+    pub key_tensors: HashMap<usize, VarId>,
     /// Objects only the trace can reach (deep copies made while tracing), by address (kept
     /// alive): see `ops_copy`.
     pub private_objects: HashMap<usize, OwnedRef>,
@@ -240,11 +250,15 @@ impl<'py> Tracer<'py> {
             pins: std::cell::RefCell::new(Vec::new()),
             stop_at: None,
             dict_classes: HashMap::new(),
+            dict_defaults: HashMap::new(),
             container_by_object: HashMap::new(),
             container_sources: Vec::new(),
             containers_shared: false,
             written_containers: Vec::new(),
             fresh_sets: HashMap::new(),
+            tensor_keys: HashMap::new(),
+            with_exits: std::collections::HashSet::new(),
+            key_tensors: HashMap::new(),
             private_objects: HashMap::new(),
             raised: None,
             caught_in_root: false,
@@ -1299,6 +1313,7 @@ impl<'py> Tracer<'py> {
             CheckExcMatch if self.tracing_handler(f) => self.op_check_exc_match(f),
             PopExcept if self.tracing_handler(f) => self.pop(f).map(|_| Flow::Continue),
             Reraise if self.tracing_handler(f) => self.op_reraise(f),
+            WithExceptStart if self.tracing_handler(f) => self.op_with_except_start(f),
             RaiseVarargs => self.op_raise(f, arg),
             GetYieldFromIter if f.yields.is_some() => self.op_get_yield_from_iter(f),
             Send if f.yields.is_some() => self.op_send(f, ins),

@@ -114,9 +114,11 @@ pub enum VarKind {
         attrs: Vec<(String, VarId)>,
         model_output: bool,
     },
-    /// `torch.no_grad()` / `torch.enable_grad()`: entering sets grad mode to `enabled`.
+    /// A context manager modelled through grad mode (`torch.no_grad()`, `enable_grad()`,
+    /// `set_grad_enabled(mode)`, `contextlib.nullcontext()`, a disabled autocast): what
+    /// entering it does to the mode.
     GradModeContext {
-        enabled: bool,
+        on_enter: GradModeEntry,
     },
     /// The `__exit__` of an entered grad-mode context: restores `previous`.
     GradModeExit {
@@ -179,4 +181,17 @@ pub struct Var {
     /// depends on which object it is (`is`, a trace-time call given the object), its identity
     /// is guarded after all (`Tracer::pin_identity`).
     pub identity_pending: bool,
+}
+
+/// What entering a [`VarKind::GradModeContext`] does; leaving restores the mode it found
+/// (or, for `AlreadySet`, the mode before the context was made).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GradModeEntry {
+    /// `torch.no_grad()` / `torch.enable_grad()`: sets the mode.
+    Set(bool),
+    /// `contextlib.nullcontext()`, a disabled autocast: changes nothing.
+    Keep,
+    /// `torch.set_grad_enabled(mode)`: making it already set the mode (as in eager, where
+    /// the call alone switches it); `previous` is what leaving the block restores.
+    AlreadySet { previous: bool },
 }

@@ -1,0 +1,922 @@
+"""Everyday Python around tensors, by family, side by side with TorchDynamo (the harness is
+`language_harness.check_case`): builtins over tensors, sets, functools, itertools,
+collections, dict construction, functions as values, objects and modules made in the frame,
+context managers, exceptions, strings. Each family is covered several ways, since a user's
+next model will spell it differently."""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import functools
+import itertools
+import operator
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from language_harness import case_registrar, check_case, params, reset_all, t
+
+CASES: list = []
+case = case_registrar(CASES)
+
+T34 = t(3, 4)
+T4 = t(4)
+V3 = lambda: torch.tensor([-1.5, 3.0, 0.25])  # noqa: E731
+I3 = lambda: torch.tensor([-2, 7, 0])  # noqa: E731
+
+
+# --- min/max of one-element tensors and numbers: in the graph (clamp/where), not a break -------
+# TorchDynamo turns every such step into clamp/maximum/minimum. Ours is clamp only when the
+# kept item is the tensor (the same value as Python's choice, NaN and ties included) and
+# gt/lt + where otherwise: clamp with the number first, maximum and minimum differ from
+# Python's choice on NaN, and maximum/minimum split the gradient at ties. One op more there.
+ONE_WHERE = dict(ops=lambda theirs: theirs + 1)
+TWO_WHERES = dict(ops=lambda theirs: theirs + 2)
+
+@case(V3)
+def max_tensor_number(v): return max(v[0], 0) + max(v[1], 0)
+@case(V3)
+def min_tensor_number(v): return min(v[1] + 1, 2) * v
+@case(V3, **ONE_WHERE)
+def max_number_tensor(v): return max(0.5, v[2]) * v
+@case(V3, **ONE_WHERE)
+def max_two_tensors(v): return max(v[0], v[1]) - v
+@case(V3, **ONE_WHERE)
+def min_two_tensors(v): return min(v[0], v[2]) + v
+@case(V3, **ONE_WHERE)
+def max_of_list(v): return max([v[0], v[1], 1.0]) * 2
+@case(V3, **TWO_WHERES)
+def min_of_tuple_with_numbers(v): return min((3, v[1], v[2], 0.1)) + v
+@case(I3)
+def max_int_tensor_used_as_bounds(v):
+    lo = max(v[0], 0)
+    hi = min(v[1], 3)
+    return torch.arange(4)[lo:hi] if False else (hi - lo) * v
+@case(V3)
+def max_clamp_chain(v): return max(min(v[1], 1.0), -1.0) + v
+@case(t(1, 1))
+def max_one_element_2d(x): return max(x, 0.0) * 2
+@case(T34, graphs=0, ops=0)
+def max_multi_element_breaks(x):
+    # Eager raises "Boolean value of Tensor with more than one value is ambiguous" and
+    # returns x + 1; TorchDynamo's clamp returns something else (1 graph). Ours breaks and
+    # the frame runs eagerly, as the comparison must.
+    try:
+        return max(x, 0)
+    except RuntimeError:
+        return x + 1
+
+
+# --- sum/any/all/len over containers of tensors ----------------------------------------------
+
+@case(T34, T34)
+def sum_of_list(x, y): return sum([x, y, x * y])
+@case(T34)
+def sum_with_start(x): return sum((x, x.sin()), x.cos())
+@case(T34)
+def sum_of_generator(x): return sum(x * i for i in range(4))
+@case(T34)
+def sum_of_map(x): return sum(map(torch.sin, [x, x + 1]))
+@case(T34)
+def len_of_tensor(x): return x * len(x)
+@case(T34)
+def len_of_list_of_tensors(x): return x / len([x, x, x])
+@case(T34)
+def any_of_constants_guides_branch(x):
+    flags = [False, x.dim() == 2, False]
+    return x + 1 if any(flags) else x - 1
+@case(T34)
+def all_over_shapes(x): return x * 2 if all(s > 1 for s in x.shape) else x
+
+
+# --- sets and frozensets --------------------------------------------------------------------
+
+@case(T34)
+def set_literal_membership(x):
+    names = {"relu", "gelu"}
+    return F.relu(x) if "relu" in names else x
+@case(T34)
+def set_comprehension(x):
+    dims = {d % 2 for d in range(5)}
+    return x * len(dims)
+@case(T34)
+def set_add_and_discard(x):
+    s = set()
+    s.add(1)
+    s.add(2)
+    s.discard(1)
+    return x + sum(s)
+@case(T34)
+def set_union_intersection(x):
+    a, b = {1, 2, 3}, {2, 3, 4}
+    return x * len(a | b) + len(a & b) - len(a - b) + len(a ^ b)
+@case(T34)
+def frozenset_literal(x):
+    allowed = frozenset(["a", "b"])
+    return x.sin() if "a" in allowed and "c" not in allowed else x
+@case(T34)
+def set_of_shape(x):
+    return x * 2 if len(set(x.shape)) == 2 else x
+@case(T34)
+def set_issubset(x):
+    return x + 1 if {1, 2}.issubset({1, 2, 3}) and {5}.isdisjoint({1}) else x
+@case(T34)
+def set_update_from_list(x):
+    s = {0}
+    s.update([1, 2], (3,))
+    return x * max(s)
+@case(T34)
+def sorted_set(x):
+    return x + sorted({3, 1, 2})[0]
+@case(T34)
+def set_iteration_sum(x):
+    total = 0
+    for k in {4, 5}:
+        total += k
+    return x * total
+@case(T34)
+def set_pop_remove(x):
+    s = {7, 8}
+    s.remove(7)
+    return x + s.pop()
+@case(T34)
+def set_from_dict_keys(x):
+    d = {"a": 1, "b": 2}
+    return x * 3 if set(d) == {"a", "b"} else x
+
+
+# --- functools ------------------------------------------------------------------------------
+
+@case(T34)
+def partial_of_torch_function(x):
+    act = functools.partial(F.leaky_relu, negative_slope=0.2)
+    return act(x)
+@case(T34)
+def partial_of_user_function(x):
+    def scale(a, k, shift=0.0):
+        return a * k + shift
+    f = functools.partial(scale, k=3.0)
+    return f(x, shift=1.0)
+@case(T34)
+def partial_positional(x):
+    return functools.partial(torch.add, x)(x, alpha=2)
+@case(T34)
+def partial_of_partial(x):
+    f = functools.partial(torch.clamp, min=-0.5)
+    g = functools.partial(f, max=0.5)
+    return g(x)
+@case(T34)
+def reduce_add(x): return functools.reduce(operator.add, [x, x * 2, x * 3])
+@case(T34)
+def reduce_with_initial(x): return functools.reduce(lambda a, b: a * b, [x, x], torch.ones_like(x))
+@case(T34)
+def reduce_matmul(x): return functools.reduce(torch.matmul, [x, x.t(), x])
+
+
+@functools.lru_cache(maxsize=None)
+def _cached_scale(n):
+    return n * 0.5
+
+
+@functools.lru_cache(maxsize=8)
+def _cached_sizes(n):
+    return tuple(range(n))
+
+
+@case(T34)
+def lru_cached_helper(x): return x * _cached_scale(4)
+@case(T34)
+def lru_cached_tuple(x): return x + len(_cached_sizes(3))
+
+
+@functools.wraps(torch.relu)
+def _wrapped_relu(x):
+    return torch.relu(x)
+
+
+def _decorator(fn):
+    @functools.wraps(fn)
+    def inner(*args, **kwargs):
+        return fn(*args, **kwargs) * 2
+    return inner
+
+
+@_decorator
+def _decorated(x):
+    return x + 1
+
+
+@case(T34)
+def functools_wraps_function(x): return _wrapped_relu(x)
+@case(T34)
+def decorated_function(x): return _decorated(x)
+
+
+# --- itertools ------------------------------------------------------------------------------
+
+@case(T34, T34)
+def chain_lists(x, y): return torch.stack(list(itertools.chain([x], [y], (x + y,))))
+@case(T34)
+def chain_from_iterable(x):
+    parts = [[x, x + 1], [x * 2]]
+    return sum(itertools.chain.from_iterable(parts))
+@case(T34)
+def product_of_ranges(x):
+    out = x
+    for i, j in itertools.product(range(2), range(3)):
+        out = out + i * j
+    return out
+@case(T34)
+def combinations_of_tensors(x):
+    ts = [x, x.sin(), x.cos()]
+    return sum(a * b for a, b in itertools.combinations(ts, 2))
+@case(T34)
+def permutations_count(x):
+    return x * len(list(itertools.permutations(range(3), 2)))
+@case(T34)
+def islice_of_list(x):
+    return sum(itertools.islice([x, x * 2, x * 3, x * 4], 1, 3))
+@case(T34)
+def zip_longest_fill(x):
+    out = []
+    for a, b in itertools.zip_longest([x, x], [1.0], fillvalue=2.0):
+        out.append(a * b)
+    return torch.stack(out)
+@case(T34)
+def accumulate_tensors(x):
+    return torch.stack(list(itertools.accumulate([x, x, x])))
+@case(T34)
+def accumulate_with_function(x):
+    return list(itertools.accumulate([x, x + 1], torch.maximum))[-1]
+@case(T34, gap='infinite itertools.count is not made eager (needs a lazy iterator)')
+def count_with_zip(x):
+    return sum(x * i for i, _ in zip(itertools.count(1), range(3)))
+@case(T34, gap='infinite itertools.repeat is not made eager (needs a lazy iterator)')
+def repeat_in_zip(x):
+    return sum(a * b for a, b in zip([x, x], itertools.repeat(3.0)))
+@case(T34)
+def pairwise_differences(x):
+    ts = [x, x * 2, x * 4]
+    return sum(b - a for a, b in itertools.pairwise(ts))
+@case(T34)
+def starmap_add(x):
+    return sum(itertools.starmap(torch.add, [(x, x), (x, 1.0)]))
+@case(T34)
+def takewhile_constants(x):
+    return x * sum(itertools.takewhile(lambda n: n < 3, [1, 2, 3, 1]))
+@case(T34, gap='itertools.groupby: Python empties earlier groups as it advances')
+def groupby_constants(x):
+    groups = [(k, len(list(g))) for k, g in itertools.groupby("aabccc")]
+    return x * groups[-1][1]
+
+
+# --- collections ----------------------------------------------------------------------------
+
+@case(T34)
+def ordered_dict_built_in_frame(x):
+    d = collections.OrderedDict()
+    d["a"] = x
+    d["b"] = x * 2
+    return d["a"] + d["b"]
+@case(T34, gap="OrderedDict.move_to_end and iteration over a made OrderedDict's views")
+def ordered_dict_move_to_end(x):
+    d = collections.OrderedDict(a=1, b=2)
+    d.move_to_end("a")
+    return x * list(d)[0].__len__() + next(iter(d.values()))
+@case(T34)
+def defaultdict_of_lists(x):
+    d = collections.defaultdict(list)
+    d["a"].append(x)
+    d["a"].append(x * 2)
+    d["b"].append(x + 1)
+    return torch.cat(d["a"]) + torch.cat([d["b"][0], d["b"][0]])
+@case(T34)
+def defaultdict_of_ints(x):
+    counts = collections.defaultdict(int)
+    for k in "abca":
+        counts[k] += 1
+    return x * counts["a"]
+@case(T34, gap='collections.deque is not modelled')
+def deque_append_popleft(x):
+    q = collections.deque([x])
+    q.append(x + 1)
+    q.appendleft(x - 1)
+    first = q.popleft()
+    return first + q.pop()
+@case(T34, gap='collections.deque is not modelled')
+def deque_maxlen(x):
+    q = collections.deque(maxlen=2)
+    for i in range(4):
+        q.append(x * i)
+    return sum(q)
+@case(T34, gap='collections.deque is not modelled')
+def deque_rotate_len(x):
+    q = collections.deque([1, 2, 3])
+    q.rotate(1)
+    return x * q[0] + len(q)
+@case(T34, gap='collections.Counter breaks; the new Counter handed to the resume function is guarded by identity (recompiles each call)')
+def counter_of_constants(x):
+    c = collections.Counter("hello")
+    return x * c["l"]
+
+
+_Point = collections.namedtuple("_Point", ["x", "y"], defaults=[1.0])
+
+
+class _Pair(collections.namedtuple("_PairBase", ["a", "b"])):
+    def total(self):
+        return self.a + self.b
+
+
+@case(T34)
+def namedtuple_with_default(x):
+    p = _Point(x)
+    return p.x * p.y
+@case(T34)
+def namedtuple_subclass_method(x):
+    return _Pair(x, x * 2).total()
+@case(T34)
+def namedtuple_replace(x):
+    p = _Point(x, 2.0)._replace(y=3.0)
+    return p.x * p.y
+@case(T34)
+def namedtuple_unpack_and_index(x):
+    a, b = _Pair(x, x + 1)
+    return a * _Pair(x, 2)[1] + b
+@case(T34)
+def namedtuple_asdict(x):
+    d = _Point(x, 4.0)._asdict()
+    return d["x"] * d["y"]
+
+
+class _AttrDict(dict):
+    def __getattr__(self, name):
+        return self[name]
+
+
+@case(T34, gap='a dict subclass made in the frame breaks; the new object handed to the resume function is guarded by identity (recompiles each call)')
+def dict_subclass_attribute_access(x):
+    d = _AttrDict(scale=2.0, shift=1.0)
+    return x * d.scale + d.shift
+
+
+# --- dict construction and methods ------------------------------------------------------------
+
+@case(T34)
+def dict_from_pairs(x): return dict([("a", x), ("b", x + 1)])["b"]
+@case(T34)
+def dict_from_kwargs(x): return dict(a=x, b=2)["a"] * dict(a=x, b=2)["b"]
+@case(T34)
+def dict_from_zip(x):
+    d = dict(zip(["a", "b"], [x, x * 3]))
+    return d["a"] + d["b"]
+@case(T34)
+def dict_fromkeys(x):
+    d = dict.fromkeys(["a", "b"], 2)
+    return x * sum(d.values())
+@case(T34)
+def dict_update_from_dict_and_kwargs(x):
+    d = {"a": x}
+    d.update({"b": x * 2}, c=x * 3)
+    return d["a"] + d["b"] + d["c"]
+@case(T34)
+def dict_comprehension_over_items(x):
+    d = {"a": x, "b": x + 1}
+    e = {k: v * 2 for k, v in d.items()}
+    return e["a"] + e["b"]
+@case(T34)
+def dict_get_setdefault_pop(x):
+    d = {"a": x}
+    y = d.get("missing", 1.0)
+    d.setdefault("b", x * 2)
+    z = d.pop("a")
+    return z * y + d["b"]
+@case(T34)
+def dict_merge_operator(x):
+    d = {"a": x} | {"b": x * 2}
+    d |= {"c": 3}
+    return d["a"] + d["b"] * d["c"]
+@case(T34)
+def dict_unpack_into_call(x):
+    kwargs = {"dim": 1, "keepdim": True}
+    return x.sum(**kwargs)
+@case(T34)
+def dict_double_star_literal(x):
+    base = {"a": 1}
+    d = {**base, "b": 2}
+    return x * (d["a"] + d["b"])
+@case(T34)
+def dict_items_sorted(x):
+    d = {"b": 2, "a": 1}
+    return x * [k for k, _ in sorted(d.items())].index("b")
+@case(T34)
+def dict_keys_set_ops(x):
+    d = {"a": 1, "b": 2}
+    return x * len(d.keys() & {"a", "z"})
+
+
+# --- map/filter/reversed/sorted/enumerate ---------------------------------------------------
+
+@case(T34, T34)
+def map_two_iterables(x, y): return list(map(torch.add, [x, y], [y, x]))[1]
+@case(T34)
+def map_lambda(x): return torch.stack(list(map(lambda a: a * 2, [x, x + 1])))
+@case(T34)
+def filter_not_none(x): return torch.cat(list(filter(lambda a: a is not None, [x, None, x + 1])))
+@case(T34)
+def filter_lambda_on_constants(x): return x * len(list(filter(lambda n: n % 2, range(7))))
+@case(T34)
+def reversed_list(x): return torch.cat(list(reversed([x, x * 2])))
+@case(T34)
+def reversed_range(x):
+    for i in reversed(range(3)):
+        x = x * (i + 1)
+    return x
+@case(T34)
+def sorted_with_key(x):
+    names = sorted(["bb", "a", "ccc"], key=len, reverse=True)
+    return x * len(names[0])
+@case(T34)
+def enumerate_start(x):
+    out = x
+    for i, y in enumerate([x, x], start=2):
+        out = out + i * y
+    return out
+@case(T34)
+def zip_three(x):
+    return sum(a * b * c for a, b, c in zip([x, x], [1, 2], (3, 4)))
+
+
+# --- containers holding tensors: in, +, * ---------------------------------------------------
+
+@case(T34)
+def tuple_concat_tensors(x): return torch.stack(() + (x, x * 2) + (x.sin(),))
+@case(T34)
+def list_repeat_tensors(x): return torch.cat([x] * 3)
+@case(T34)
+def list_extend_and_insert(x):
+    out = [x]
+    out.extend([x * 2, x * 3])
+    out.insert(0, x - 1)
+    return torch.stack(out)
+@case(T34)
+def tensor_identity_in_list(x):
+    y = x + 1
+    items = [x, y]
+    return y * 2 if any(v is y for v in items) else y
+@case(T34)
+def list_index_of_constant(x): return x * ["a", "b", "c"].index("c")
+@case(T34)
+def list_slice_assignment(x):
+    out = [x, x, x, x]
+    out[1:3] = [x * 2]
+    return torch.stack(out)
+@case(T34)
+def list_sort_constants(x):
+    sizes = [3, 1, 2]
+    sizes.sort()
+    return x * sizes[-1]
+@case(T34)
+def list_reverse_and_pop(x):
+    out = [x, x + 1, x + 2]
+    out.reverse()
+    return out.pop() * out.pop(0)
+@case(T34)
+def nested_list_comprehension(x):
+    rows = [[x * i + j for j in range(2)] for i in range(2)]
+    return torch.stack([torch.stack(r) for r in rows])
+@case(T34)
+def star_unpack_middle(x):
+    first, *mid, last = [x, x * 2, x * 3, x * 4]
+    return first + sum(mid) + last
+@case(T34)
+def tuple_count_and_index(x):
+    dims = (1, 2, 2, 3)
+    return x * dims.count(2) + dims.index(3)
+
+
+# --- functions and lambdas as values --------------------------------------------------------
+
+_ACTIVATIONS = {"relu": torch.relu, "tanh": torch.tanh, "gelu": F.gelu}
+
+
+@case(T34)
+def function_from_table(x): return _ACTIVATIONS["tanh"](x)
+@case(T34)
+def functions_in_list(x):
+    fns = [torch.sin, lambda a: a * 2, F.relu]
+    for fn in fns:
+        x = fn(x)
+    return x
+@case(T34)
+def function_passed_and_called(x):
+    def apply(fn, a):
+        return fn(a) + 1
+    return apply(torch.cos, x) + apply(lambda a: a.abs(), x)
+@case(T34)
+def closure_returned_and_called(x):
+    def make(k):
+        def scale(a):
+            return a * k
+        return scale
+    double, triple = make(2), make(3)
+    return double(x) + triple(x)
+@case(T34)
+def lambda_default_argument(x):
+    fns = [lambda a, k=k: a + k for k in range(3)]
+    return fns[2](x)
+@case(T34)
+def function_attribute_name(x):
+    return x * 2 if torch.relu.__name__ == "relu" else x
+@case(T34)
+def nonlocal_counter(x):
+    count = 0
+
+    def bump(a):
+        nonlocal count
+        count += 1
+        return a * count
+    return bump(x) + bump(x)
+@case(T34)
+def callable_check(x):
+    return x + 1 if callable(torch.sin) and not callable(3) else x
+
+
+# --- objects: user classes made in the frame ---------------------------------------------------
+
+class _Box:
+    def __init__(self):
+        self.items = {}
+
+    def __setitem__(self, key, value):
+        self.items[key] = value
+
+    def __getitem__(self, key):
+        return self.items[key]
+
+    def __contains__(self, key):
+        return key in self.items
+
+    def __len__(self):
+        return len(self.items)
+
+
+@dataclasses.dataclass
+class _Config:
+    scale: float = 2.0
+    layers: tuple = (1, 2)
+
+
+@dataclasses.dataclass
+class _Output:
+    value: torch.Tensor
+    extra: torch.Tensor = None
+
+
+@case(T34, gap='__setitem__ of a user object made in the frame')
+def object_item_assignment(x):
+    b = _Box()
+    b["a"] = x
+    b["b"] = x * 2
+    return b["a"] + b["b"] * len(b) if "a" in b else x
+@case(T34)
+def dataclass_made_in_frame(x):
+    c = _Config(scale=3.0)
+    return x * c.scale + len(c.layers)
+@case(T34)
+def dataclass_holding_tensors(x):
+    out = _Output(x.sin())
+    out.extra = x.cos()
+    return out.value + out.extra
+@case(T34)
+def dataclass_replace(x):
+    c = dataclasses.replace(_Config(), scale=5.0)
+    return x * c.scale
+@case(T34)
+def dataclass_fields(x):
+    return x * len(dataclasses.fields(_Config))
+
+
+class _Scaler:
+    factor = 2.0
+
+    def __init__(self, shift):
+        self.shift = shift
+
+    def __call__(self, x):
+        return x * self.factor + self.shift
+
+    @property
+    def double_shift(self):
+        return self.shift * 2
+
+    @staticmethod
+    def static(x):
+        return x - 1
+
+    @classmethod
+    def make(cls, shift):
+        return cls(shift)
+
+
+@case(T34)
+def callable_object(x): return _Scaler(1.0)(x)
+@case(T34)
+def property_on_object(x): return x + _Scaler(3.0).double_shift
+@case(T34)
+def staticmethod_and_classmethod(x): return _Scaler.static(x) + _Scaler.make(2.0)(x)
+@case(T34)
+def hasattr_getattr_default(x):
+    s = _Scaler(1.0)
+    k = getattr(s, "missing", 4.0)
+    return x * k if hasattr(s, "shift") else x
+@case(T34)
+def setattr_on_object(x):
+    s = _Scaler(0.0)
+    setattr(s, "shift", 5.0)
+    return s(x)
+@case(T34)
+def isinstance_of_user_class(x):
+    s = _Scaler(0.0)
+    return x * 2 if isinstance(s, _Scaler) and not isinstance(s, dict) else x
+@case(T34)
+def type_of_object(x):
+    return x + 1 if type(_Scaler(0.0)) is _Scaler else x
+
+
+# --- modules: made in forward, their generator methods, static forward ---------------------
+
+class _Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+        self.b = nn.Sequential(nn.ReLU(), nn.Linear(4, 4))
+
+    def forward(self, x):
+        return self.b(self.a(x))
+
+
+_BLOCK = _Block()
+
+
+# TorchDynamo's graphs also hold one torch._C._log_api_usage_once node per module made.
+@case(T34, ops=lambda theirs: theirs - 1)
+def module_made_in_frame(x): return nn.Softmax(dim=-1)(x)
+@case(T34, ops=lambda theirs: theirs - 2)
+def activation_module_made_in_frame(x): return nn.GELU()(x) + nn.LeakyReLU(0.1)(x)
+@case(T34)
+def module_children(x):
+    for child in _BLOCK.children():
+        x = child(x)
+    return x
+@case(T34)
+def module_named_children(x):
+    names = [n for n, _ in _BLOCK.named_children()]
+    return _BLOCK(x) * len(names)
+@case(T34)
+def module_parameters_sum(x):
+    return x + sum(p.sum() for p in _BLOCK.parameters())
+@case(T34)
+def module_named_parameters(x):
+    return x * len([n for n, _ in _BLOCK.named_parameters() if n.endswith("weight")])
+@case(T34)
+def module_modules_count(x):
+    return x * sum(1 for m in _BLOCK.modules() if isinstance(m, nn.Linear))
+@case(T34)
+def module_buffers_none(x):
+    return x + len(list(_BLOCK.buffers()))
+@case(T34)
+def module_state_flags(x):
+    return _BLOCK(x) if _BLOCK.training else x
+
+
+class _StaticForward(nn.Module):
+    @staticmethod
+    def forward(x):
+        return x * 3
+
+
+@case(T34, ops=lambda theirs: theirs - 1)  # TorchDynamo's _log_api_usage_once node
+def module_with_static_forward(x): return _StaticForward()(x) + 1
+
+
+# --- tensor attributes ------------------------------------------------------------------------
+
+@case(T34)
+def tensor_T(x): return x.T @ x
+@case(t(2, 3, 4))
+def tensor_mT(x): return x.mT.sum(-1)
+@case(T34)
+def tensor_H(x): return x.H + 1
+@case(T34)
+def tensor_ndim_shape(x): return x * (x.ndim + x.shape[-1])
+@case(T34)
+def tensor_dtype_checks(x):
+    return x.float() * 2 if x.dtype == torch.float32 and x.is_floating_point() else x
+@case(T34)
+def tensor_device_type(x): return x + 1 if x.device.type == "cpu" else x
+@case(T34)
+def tensor_size_method(x): return x.view(x.size(0) * x.size(1))
+@case(T34)
+def tensor_numel_element_size(x): return x * (x.numel() // x.element_size())
+
+
+# --- context managers -------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def _scaled(box, k):
+    box.append(k)
+    try:
+        yield k * 2
+    finally:
+        box.pop()
+
+
+class _Tracker:
+    def __init__(self):
+        self.depth = 0
+
+    def __enter__(self):
+        self.depth += 1
+        return self
+
+    def __exit__(self, *exc):
+        self.depth -= 1
+        return False
+
+
+@case(T34)
+def user_context_manager_class(x):
+    tr = _Tracker()
+    with tr as t_:
+        y = x * (t_.depth + 1)
+    return y + tr.depth
+@case(T34, gap='contextlib.contextmanager needs generators suspended at a yield')
+def contextmanager_decorator(x):
+    box = []
+    with _scaled(box, 3) as k:
+        y = x * k * len(box)
+    return y + len(box)
+@case(T34)
+def no_grad_block(x):
+    with torch.no_grad():
+        y = x * 2
+    return y + 1
+@case(T34)
+def enable_grad_inside_no_grad(x):
+    with torch.no_grad():
+        with torch.enable_grad():
+            y = x * 2
+    return y
+@case(T34)
+def set_grad_enabled_false(x):
+    with torch.set_grad_enabled(False):
+        return x.sin()
+@case(T34)
+def nullcontext_block(x):
+    with contextlib.nullcontext():
+        return x + 1
+@case(T34)
+def suppress_constant_error(x):
+    with contextlib.suppress(KeyError):
+        {}["missing"]
+    return x * 2
+
+
+# --- exceptions inside traced code ----------------------------------------------------------
+
+@case(T34)
+def try_except_constant(x):
+    try:
+        k = {"a": 1}["b"]
+    except KeyError:
+        k = 2
+    return x * k
+@case(T34)
+def try_finally_runs(x):
+    out = []
+    try:
+        out.append(1)
+    finally:
+        out.append(2)
+    return x * len(out)
+@case(T34, gap='a class statement inside the traced function (LOAD_BUILD_CLASS)')
+def raise_and_catch_custom(x):
+    class Stop(Exception):
+        pass
+    try:
+        raise Stop("done")
+    except Stop:
+        return x + 1
+@case(T34)
+def exception_in_inlined_function(x):
+    def check(n):
+        if n > 2:
+            raise ValueError("too big")
+        return n
+    try:
+        check(3)
+    except ValueError as e:
+        return x * len(str(e))
+@case(T34)
+def try_else_branch(x):
+    try:
+        n = int("3")
+    except ValueError:
+        n = 0
+    else:
+        n += 1
+    return x * n
+@case(T34)
+def getattr_missing_caught(x):
+    try:
+        return x * _Scaler(1.0).nope
+    except AttributeError:
+        return x - 1
+
+
+# --- strings --------------------------------------------------------------------------------
+
+@case(T34)
+def fstring_on_constants(x):
+    name = f"layer_{2}.{'w'}"
+    return x * len(name)
+@case(T34)
+def str_format_and_join(x):
+    s = "{}-{}".format("a", 3) + ",".join(["x", "y"])
+    return x * len(s)
+@case(T34)
+def string_methods(x):
+    s = "Conv2d_Block"
+    ok = s.lower().startswith("conv") and s.split("_")[1] == "Block" and s.endswith("k")
+    return x + 1 if ok else x
+@case(T34)
+def fstring_of_shape(x):
+    return x * 2 if f"{x.shape[0]}x{x.shape[1]}" == "3x4" else x
+@case(T34)
+def percent_format(x):
+    return x * len("%s=%d" % ("k", 10))
+
+
+# --- generators consumed inside the frame ------------------------------------------------------
+
+@case(T34)
+def generator_function_consumed(x):
+    def layers(a):
+        for k in range(3):
+            yield a * k
+    return sum(layers(x))
+@case(T34, gap='a generator expression runs ahead: one unused item more is computed (a dead node)')
+def generator_with_next(x):
+    gen = (x * k for k in range(1, 4))
+    first = next(gen)
+    return first + next(gen)
+@case(T34)
+def yield_from_generator(x):
+    def inner(a):
+        yield a
+        yield a + 1
+
+    def outer(a):
+        yield from inner(a)
+        yield a * 2
+    return torch.stack(list(outer(x)))
+
+
+# --- math and numbers --------------------------------------------------------------------------
+
+@case(T34)
+def math_functions_on_constants(x):
+    import math
+    return x * math.sqrt(16) + math.floor(2.7) + math.log2(8)
+@case(T34)
+def divmod_and_abs(x):
+    q, r = divmod(17, 5)
+    return x * q + abs(-r)
+@case(T34)
+def round_and_pow(x): return x * round(2.567, 1) + pow(2, 3)
+@case(T34)
+def int_float_bool_conversions(x): return x * int(3.9) + float("1.5") + bool([])
+@case(T34)
+def shape_arithmetic_in_python(x):
+    n, m = x.shape
+    return x.reshape(m * n // 2, 2)
+
+
+@pytest.fixture(autouse=True)
+def fresh_caches():
+    reset_all()
+    yield
+
+
+def test_enough_cases() -> None:
+    assert len(CASES) >= 150, len(CASES)
+
+
+@pytest.mark.parametrize(("name", "fn", "make", "spec"), params(CASES))
+def test_case(name, fn, make, spec) -> None:
+    check_case(fn, make, spec)
