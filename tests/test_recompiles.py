@@ -111,6 +111,103 @@ def test_an_object_of_another_class_recompiles() -> None:
     assert counter.frame_count == 2
 
 
+class CallableBox:
+    def __init__(self, scale):
+        self.scale = scale
+
+    def __call__(self, x):
+        return x * self.scale
+
+
+class OtherCallableBox(CallableBox):
+    def __call__(self, x):
+        return x - self.scale
+
+
+class Table(dict):
+    """A dict subclass that leaves dict's lookups alone."""
+
+    def total(self):
+        return sum(self.values())
+
+
+class DefaultingTable(dict):
+    """A dict subclass that overrides a lookup: read by identity."""
+
+    def __getitem__(self, key):
+        return dict.get(self, key, 10)
+
+
+def call_box(x, box):
+    return box(x) + 1
+
+
+def read_table(x, table):
+    return x * table["a"] + len(table)
+
+
+@pytest.mark.parametrize(("make", "other"), [
+    (CallableBox, OtherCallableBox),
+])
+def test_a_new_callable_object_reuses_the_code(make, other) -> None:
+    """A callable instance of a Python class is guarded by its type and what its `__call__`
+    reads, not by identity; another value or another class recompiles."""
+    cfn, counter = compiled(call_box)
+    x = torch.randn(3)
+    for _ in range(3):
+        torch.testing.assert_close(cfn(x, make(2.0)), call_box(x, make(2.0)))
+    assert counter.frame_count == 1
+    torch.testing.assert_close(cfn(x, make(5.0)), call_box(x, make(5.0)))
+    torch.testing.assert_close(cfn(x, other(5.0)), call_box(x, other(5.0)))
+    assert counter.frame_count == 3
+
+
+def test_a_new_dict_subclass_object_reuses_the_code() -> None:
+    cfn, counter = compiled(read_table)
+    x = torch.randn(3)
+    for _ in range(3):
+        torch.testing.assert_close(cfn(x, Table(a=2.0)), read_table(x, Table(a=2.0)))
+    assert counter.frame_count == 1
+    # Another value, other keys, a plain dict, a subclass overriding a lookup: each recompiles
+    # (or is read anew) and gives eager's answer.
+    for table in (Table(a=3.0), Table(a=3.0, b=1.0), {"a": 4.0}, DefaultingTable(b=1.0)):
+        torch.testing.assert_close(cfn(x, table), read_table(x, table))
+    assert counter.frame_count >= 4
+
+
+def _object_across_a_break(x):
+    box = CallableBox(2.0)
+    print("between two graphs")
+    return box(x)
+
+
+def _counter_across_a_break(x):
+    import collections
+
+    counts = collections.Counter("hello")
+    return x * counts["l"]
+
+
+def _dict_subclass_across_a_break(x):
+    table = Table(a=3.0)
+    return x * table["a"]
+
+
+@pytest.mark.parametrize("fn", [_object_across_a_break, _counter_across_a_break,
+                                _dict_subclass_across_a_break])
+def test_objects_made_before_a_break_do_not_recompile(fn, capsys) -> None:
+    """An object made anew on every call and handed to the resume function (rebuilt after
+    the graph, or made by the instruction that broke the graph) is not guarded by identity:
+    the second call reuses the resume function's code."""
+    cfn, counter = compiled(fn)
+    x = torch.randn(3)
+    torch.testing.assert_close(cfn(x), fn(x))
+    graphs = counter.frame_count
+    for _ in range(3):
+        torch.testing.assert_close(cfn(x), fn(x))
+    assert counter.frame_count == graphs
+
+
 def make_scaler(k):
     def scale(x):
         return x * k

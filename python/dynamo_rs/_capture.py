@@ -211,7 +211,21 @@ def _foldable() -> set:
             torch.is_autocast_enabled, torch.get_autocast_dtype,
             # 0 while tracing, as when the graph runs: frames are compiled, and their
             # entries used, only with no torch-dispatch mode active (the guard checks).
-            torch._C._len_torch_dispatch_stack}
+            torch._C._len_torch_dispatch_stack,
+            # Type promotion: a function of dtypes alone.
+            torch.promote_types, torch.can_cast}
+    try:
+        import numpy as np
+    except ImportError:
+        return out
+    # NumPy's elementwise math and reductions, on constants (`np.sqrt(2.0)`, `np.prod(shape)`):
+    # pure. Arrays are not constants, so a call with one is not folded.
+    numpy_names = ["sqrt", "exp", "log", "log2", "log10", "log1p", "expm1", "sin", "cos", "tan",
+                   "tanh", "arctan", "arctan2", "abs", "absolute", "floor", "ceil", "round",
+                   "power", "prod", "sum", "mean", "maximum", "minimum", "clip", "isclose",
+                   "isfinite", "isnan", "isinf", "sign", "hypot", "floor_divide", "mod",
+                   "float32", "float64", "int32", "int64"]
+    out |= {getattr(np, n) for n in numpy_names if hasattr(np, n)}
     return out
 
 

@@ -24,10 +24,17 @@ impl<'py> Tracer<'py> {
     ) -> CResult<Option<VarId>> {
         let py = self.py;
         let b = &self.h.builtins;
-        let (store, arity) = if b.getattr("setattr")?.is(func) {
-            (true, 3)
+        // `object.__setattr__(obj, ...)` stores whatever the class's own `__setattr__` does
+        // (a frozen dataclass's `__init__` uses it); `setattr` goes through the class.
+        let object = b.getattr("object")?;
+        let (store, arity, through_class) = if b.getattr("setattr")?.is(func) {
+            (true, 3, true)
         } else if b.getattr("delattr")?.is(func) {
-            (false, 2)
+            (false, 2, true)
+        } else if object.getattr("__setattr__")?.is(func) {
+            (true, 3, false)
+        } else if object.getattr("__delattr__")?.is(func) {
+            (false, 2, false)
         } else {
             return Ok(None);
         };
@@ -42,7 +49,11 @@ impl<'py> Tracer<'py> {
             _ => return Ok(None),
         };
         let value = store.then(|| args[2]);
-        self.store_attr(args[0], &name, value)?;
+        if through_class {
+            self.set_attribute(args[0], &name, value)?;
+        } else {
+            self.store_attr(args[0], &name, value)?;
+        }
         Ok(Some(self.constant(&py.None().into_bound(py))))
     }
 

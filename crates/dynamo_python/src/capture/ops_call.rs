@@ -42,8 +42,8 @@ type LibraryModel<'py> = fn(
 
 /// Models of library and builtin calls tried in order by `call_object`, each in the file of
 /// its family (`ops_autograd`, `ops_copy`, `builtins`, `ops_exceptions`, `ops_build`,
-/// `ops_itertools`).
-fn library_models<'py>() -> [LibraryModel<'py>; 7] {
+/// `ops_itertools`, `ops_operator_getters`).
+fn library_models<'py>() -> [LibraryModel<'py>; 8] {
     [
         Tracer::autograd_function_apply,
         Tracer::deepcopy_call,
@@ -52,6 +52,7 @@ fn library_models<'py>() -> [LibraryModel<'py>; 7] {
         Tracer::construct_named_tuple,
         Tracer::construct_stateless_module,
         Tracer::lazy_iteration_call,
+        Tracer::operator_getter_call,
     ]
 }
 
@@ -374,8 +375,14 @@ impl<'py> Tracer<'py> {
             && !h.always_false.iter().any(|f| f.is(obj))
             && !h.foldable.contains(obj).unwrap_or(true)
             && !h.is_graph_function.call1((obj,))?.is_truthy()?;
-        // A module call reads what it needs through the module's source (`call_module`).
-        if !user_function && !obj.is_instance(&h.module_type)? {
+        // A module call reads what it needs through the module's source (`call_module`); an
+        // instance's Python `__call__` is found through its guarded class.
+        let python_call = !obj.is_instance_of::<pyo3::types::PyType>()
+            && obj
+                .get_type()
+                .getattr("__call__")
+                .is_ok_and(|c| c.is_instance_of::<pyo3::types::PyFunction>());
+        if !user_function && !python_call && !obj.is_instance(&h.module_type)? {
             self.pin_identity(callee);
         }
         if h.is_compiling.iter().any(|f| f.is(obj)) {

@@ -21,15 +21,93 @@ impl<'py> Tracer<'py> {
         let name = f.names.get_item(i as usize)?.to_string();
         let obj = self.pop(f)?;
         let value = self.pop(f)?;
-        self.store_attr(obj, &name, Some(value))?;
-        Ok(Flow::Continue)
+        self.set_attribute(obj, &name, Some(value))
+            .map(|_| Flow::Continue)
+    }
+
+    /// `obj.name = value` (or `del obj.name` with None) as the statement or `setattr`
+    /// does it: through the class's own `__setattr__`/`__delattr__` when a traced instance's
+    /// class has one (a frozen dataclass's, which raises), else a plain store.
+    pub(super) fn set_attribute(
+        &mut self,
+        obj: VarId,
+        name: &str,
+        value: Option<VarId>,
+    ) -> CResult<()> {
+        let py = self.py;
+        if let Some(cls) = self.instance_class(obj) {
+            let slot = if value.is_some() {
+                "__setattr__"
+            } else {
+                "__delattr__"
+            };
+            let own = cls.getattr(slot)?;
+            if !own.is(&self.h.builtins.getattr("object")?.getattr(slot)?) {
+                let name = self.constant(pyo3::types::PyString::new(py, name).as_any());
+                let mut args = vec![obj, name];
+                args.extend(value);
+                self.call_python(&own, args, Vec::new())?;
+                return Ok(());
+            }
+        }
+        self.store_attr(obj, name, value)
     }
 
     pub(super) fn op_delete_attr(&mut self, f: &mut FrameState<'py>, i: u32) -> CResult<Flow> {
         let name = f.names.get_item(i as usize)?.to_string();
         let obj = self.pop(f)?;
-        self.store_attr(obj, &name, None)?;
+        self.set_attribute(obj, &name, None)?;
         Ok(Flow::Continue)
+    }
+
+    /// A store to (or delete of) `name` that a data descriptor on the class takes, as
+    /// `object.__setattr__` lets it: a property's setter or deleter inlined (AttributeError
+    /// without one); other data descriptors refused, `__slots__` members left to the plain
+    /// store. False when no descriptor is involved.
+    fn descriptor_store(&mut self, obj: VarId, name: &str, value: Option<VarId>) -> CResult<bool> {
+        let py = self.py;
+        let cls = match self.kind(obj) {
+            VarKind::Instance { cls, .. } => cls.bind(py).clone(),
+            VarKind::Object(o) => o.bind(py).get_type().into_any(),
+            _ => return Ok(false),
+        };
+        let Ok(attr) = py
+            .import_module("inspect")?
+            .call_method1("getattr_static", (&cls, name))
+        else {
+            return Ok(false);
+        };
+        let types = py.import_module("types")?;
+        if attr.is_instance(&types.getattr("MemberDescriptorType")?)? {
+            return Ok(false);
+        }
+        if attr.is_instance(&self.h.builtins.getattr("property")?)? {
+            self.guard_class(&cls, name)?;
+            let accessor = attr.getattr(if value.is_some() { "fset" } else { "fdel" })?;
+            if accessor.is_none() {
+                let verb = if value.is_some() { "setter" } else { "deleter" };
+                let message = format!(
+                    "property '{name}' of '{}' object has no {verb}",
+                    cls.getattr("__name__")?
+                );
+                return self.raise_builtin(
+                    "AttributeError",
+                    pyo3::types::PyString::new(py, &message).into_any(),
+                );
+            }
+            let mut args = vec![obj];
+            args.extend(value);
+            self.call_python(&accessor, args, Vec::new())?;
+            return Ok(true);
+        }
+        let attr_type = attr.get_type();
+        if attr_type.hasattr("__set__")? || attr_type.hasattr("__delete__")? {
+            return unsupported(
+                BreakKind::UnreplayableSideEffect,
+                format!("a store to {name}, which a data descriptor of the class handles"),
+            );
+        }
+        Ok(false)
     }
 
     pub(super) fn store_attr(
@@ -39,6 +117,9 @@ impl<'py> Tracer<'py> {
         value: Option<VarId>,
     ) -> CResult<()> {
         let py = self.py;
+        if self.descriptor_store(obj, name, value)? {
+            return Ok(());
+        }
         self.note_effect(Some(obj));
         match &mut self.vars[obj.0 as usize].kind {
             VarKind::Instance {
@@ -280,10 +361,23 @@ impl<'py> Tracer<'py> {
                 return Ok(false);
             }
         }
+        // A frozen dataclass's generated `__setattr__`/`__delattr__` (they raise; `__init__`
+        // stores through `object.__setattr__`) are traced as any Python method.
+        let frozen_dataclass = cls
+            .getattr("__dataclass_params__")
+            .and_then(|p| p.getattr("frozen"))
+            .is_ok_and(|f| f.is_truthy().unwrap_or(false));
+        let generated = |slot: &str| -> PyResult<bool> {
+            let own = cls.getattr(slot)?;
+            Ok(own.is_instance(&self.h.function_type)?
+                && own.getattr("__code__")?.getattr("co_filename")?.to_string() == "<string>")
+        };
+        let plain_setattr = cls
+            .getattr("__setattr__")?
+            .is(&object.getattr("__setattr__")?)
+            || (frozen_dataclass && generated("__setattr__")? && generated("__delattr__")?);
         Ok(cls.getattr("__new__")?.is(&object.getattr("__new__")?)
-            && cls
-                .getattr("__setattr__")?
-                .is(&object.getattr("__setattr__")?)
+            && plain_setattr
             && cls
                 .getattr("__getattribute__")?
                 .is(&object.getattr("__getattribute__")?))

@@ -226,6 +226,19 @@ impl std::fmt::Debug for Tracer<'_> {
     }
 }
 
+/// The methods through which the trace reads a dict's entries; a dict subclass overriding
+/// none of them is read like a dict (see `guard_by_contents`).
+const DICT_LOOKUPS: &[&str] = &[
+    "__getitem__",
+    "get",
+    "__contains__",
+    "keys",
+    "items",
+    "values",
+    "__iter__",
+    "__len__",
+];
+
 impl<'py> Tracer<'py> {
     pub fn new(py: Python<'py>, h: Helpers<'py>) -> PyResult<Tracer<'py>> {
         let h = Rc::new(h);
@@ -919,9 +932,15 @@ impl<'py> Tracer<'py> {
             return Ok(true);
         }
         // A plain instance: a Python class all the way up (no builtin base with state of its
-        // own, like a dict subclass), an instance dict, not callable, not a module.
+        // own), an instance dict, not a module, callable only through a Python `__call__`
+        // (looked up on the class, guarded there). Or a dict subclass of such classes that
+        // leaves dict's lookups alone: its entries are read only through guarded lookups
+        // (`dict_object_lookup`: its type and keys), as an OrderedDict's above.
         const HEAP_TYPE: u64 = 1 << 9;
-        if value.is_callable()
+        let python_call = ty
+            .getattr("__call__")
+            .is_ok_and(|c| c.is_instance(&self.h.function_type).unwrap_or(false));
+        if (value.is_callable() && !python_call)
             || value.is_instance(&self.h.module_type)?
             || value.is_instance_of::<pyo3::types::PyType>()
             || value.is_instance_of::<pyo3::types::PyModule>()
@@ -929,14 +948,23 @@ impl<'py> Tracer<'py> {
             return Ok(false);
         }
         let object = py.import_module("builtins")?.getattr("object")?;
+        let is_dict = value.is_instance(&self.h.dict_type)?;
         for klass in ty.getattr("__mro__")?.try_iter()? {
             let klass = klass?;
-            if klass.is(&object) {
+            if klass.is(&object) || (is_dict && klass.is(&self.h.dict_type)) {
                 continue;
             }
             let flags: u64 = klass.getattr("__flags__")?.extract()?;
             if flags & HEAP_TYPE == 0 {
                 return Ok(false);
+            }
+            if is_dict {
+                let own = klass.getattr("__dict__")?;
+                for lookup in DICT_LOOKUPS {
+                    if own.contains(*lookup)? {
+                        return Ok(false);
+                    }
+                }
             }
         }
         // SAFETY: `value` is live and the GIL is held; PyObject_GenericGetDict returns a new
@@ -945,10 +973,20 @@ impl<'py> Tracer<'py> {
             unsafe { pyo3::ffi::PyObject_GenericGetDict(value.as_ptr(), std::ptr::null_mut()) };
         if dict.is_null() {
             let _ = PyErr::take(py);
-            return Ok(false);
+            // No instance dict: only `__slots__` members, read through guarded sources.
+            let slotted = ty.getattr("__mro__")?.try_iter()?.any(|k| {
+                k.is_ok_and(|k| {
+                    k.getattr("__dict__")
+                        .is_ok_and(|d| d.contains("__slots__").unwrap_or(false))
+                })
+            });
+            if !slotted {
+                return Ok(false);
+            }
+        } else {
+            // SAFETY: the new reference just returned; dropped at once.
+            drop(unsafe { Bound::from_owned_ptr(py, dict) });
         }
-        // SAFETY: the new reference just returned; dropped at once.
-        drop(unsafe { Bound::from_owned_ptr(py, dict) });
         self.guards.add(
             source.clone(),
             GuardKind::Type(OwnedRef::from_bound(ty.as_any())),
@@ -1314,16 +1352,20 @@ impl<'py> Tracer<'py> {
             PopExcept if self.tracing_handler(f) => self.pop(f).map(|_| Flow::Continue),
             Reraise if self.tracing_handler(f) => self.op_reraise(f),
             WithExceptStart if self.tracing_handler(f) => self.op_with_except_start(f),
+            GetLen => self.op_get_len(f),
+            MatchSequence => self.op_match_sequence(f),
+            MatchMapping => self.op_match_mapping(f),
+            MatchKeys => self.op_match_keys(f),
+            MatchClass => self.op_match_class(f, arg),
             RaiseVarargs => self.op_raise(f, arg),
             GetYieldFromIter if f.yields.is_some() => self.op_get_yield_from_iter(f),
             Send if f.yields.is_some() => self.op_send(f, ins),
             DeleteSubscr => self.op_delete_subscr(f),
-            GetLen | MatchMapping | MatchSequence | MatchKeys | PushExcInfo | CheckExcMatch
-            | CheckEgMatch | WithExceptStart | GetAiter | GetAnext | BeforeAsyncWith
-            | EndAsyncFor | GetYieldFromIter | PrintExpr | LoadBuildClass | ReturnGenerator
-            | ImportStar | SetupAnnotations | YieldValue | AsyncGenWrap | PrepReraiseStar
-            | PopExcept | StoreName | DeleteName | DeleteGlobal | LoadName | Reraise | Send
-            | GetAwaitable | DeleteDeref | LoadClassderef | MatchClass => unsupported(
+            PushExcInfo | CheckExcMatch | CheckEgMatch | WithExceptStart | GetAiter | GetAnext
+            | BeforeAsyncWith | EndAsyncFor | GetYieldFromIter | PrintExpr | LoadBuildClass
+            | ReturnGenerator | ImportStar | SetupAnnotations | YieldValue | AsyncGenWrap
+            | PrepReraiseStar | PopExcept | StoreName | DeleteName | DeleteGlobal | LoadName
+            | Reraise | Send | GetAwaitable | DeleteDeref | LoadClassderef => unsupported(
                 BreakKind::UnsupportedInstruction,
                 format!("the {} instruction", ins.opcode.name()),
             ),

@@ -1,0 +1,133 @@
+"""Attribute stores on Python objects, answered as Python answers them: a property's setter
+runs (on objects made in the frame and on the frame's inputs), a frozen dataclass refuses the
+store, `__slots__` members change and are read back. Each case runs eagerly and compiled on
+equal fresh objects and compares results and the objects' state afterwards."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+import pytest
+import torch
+
+import dynamo_rs
+from dynamo_rs.testing import CompileCounter
+
+
+@pytest.fixture(autouse=True)
+def fresh():
+    dynamo_rs.reset()
+    yield
+    dynamo_rs.reset()
+
+
+class Doubling:
+    def __init__(self):
+        self._k = 1.0
+
+    @property
+    def k(self):
+        return self._k
+
+    @k.setter
+    def k(self, value):
+        self._k = value * 2
+
+    @k.deleter
+    def k(self):
+        self._k = -1.0
+
+
+class ReadOnly:
+    @property
+    def k(self):
+        return 4.0
+
+
+class Slotted:
+    __slots__ = ("k",)
+
+    def __init__(self, k):
+        self.k = k
+
+
+@dataclasses.dataclass(frozen=True)
+class Frozen:
+    k: float = 2.0
+
+
+def set_through_property(x, obj):
+    obj.k = 3.0
+    return x * obj.k
+
+
+def delete_through_property(x, obj):
+    del obj.k
+    return x * obj.k
+
+
+def set_property_of_new_object(x):
+    obj = Doubling()
+    obj.k = 3.0
+    return x * obj.k
+
+
+def setattr_through_property(x, obj):
+    setattr(obj, "k", 5.0)
+    return x + obj.k
+
+
+def set_read_only_property(x, obj):
+    try:
+        obj.k = 1.0
+    except AttributeError:
+        return x - obj.k
+    return x
+
+
+def bump_slot(x, obj):
+    obj.k = obj.k + 1
+    return x * obj.k
+
+
+def assign_frozen(x):
+    f = Frozen(3.0)
+    try:
+        f.k = 5.0
+    except dataclasses.FrozenInstanceError:
+        return x * f.k
+    return x
+
+
+CASES = [
+    (set_through_property, Doubling),
+    (delete_through_property, Doubling),
+    (set_property_of_new_object, None),
+    (setattr_through_property, Doubling),
+    (set_read_only_property, ReadOnly),
+    (bump_slot, lambda: Slotted(1.0)),
+    (assign_frozen, None),
+]
+
+
+def _state(obj):
+    if obj is None:
+        return None
+    if hasattr(obj, "__slots__"):
+        return {name: getattr(obj, name) for name in obj.__slots__}
+    return dict(vars(obj))
+
+
+@pytest.mark.parametrize(("fn", "make"), CASES, ids=[c[0].__name__ for c in CASES])
+def test_attribute_store_matches_eager(fn, make) -> None:
+    x = torch.randn(3)
+    counter = CompileCounter()
+    compiled = dynamo_rs.compile(fn, backend=counter)
+    for _ in range(2):
+        eager_obj = make() if make else None
+        compiled_obj = copy.copy(eager_obj) if make else None
+        eager_args = (x, eager_obj) if make else (x,)
+        compiled_args = (x, compiled_obj) if make else (x,)
+        torch.testing.assert_close(compiled(*compiled_args), fn(*eager_args))
+        assert _state(compiled_obj) == _state(eager_obj)
