@@ -730,6 +730,68 @@ pub(crate) fn node_calls_in_place(py: Python<'_>, node: &graph::Node) -> bool {
         || node_has_out_argument(py, node)
 }
 
+/// Whether a node draws from torch's random number generator (`randn`, `dropout`,
+/// `bernoulli_`, ...): computing it ahead of when Python would (a generator run to its end)
+/// would shift every later random draw. Dropout with a constant `training=False` (third
+/// argument) draws nothing.
+pub(crate) fn node_draws_random(py: Python<'_>, node: &graph::Node) -> bool {
+    let training = node
+        .kwargs
+        .iter()
+        .find(|(k, _)| k == "training")
+        .map(|(_, v)| v)
+        .or(node.args.get(2));
+    if let Some(Arg::Const(flag)) = training {
+        let flag = flag.bind(py);
+        if flag.is_instance_of::<pyo3::types::PyBool>() && !flag.is_truthy().unwrap_or(true) {
+            return false;
+        }
+    }
+    let target = match &node.op {
+        graph::Op::Placeholder => return false,
+        graph::Op::CallMethod(name) => name.clone(),
+        graph::Op::CallFunction(f) => f
+            .bind(py)
+            .getattr("__name__")
+            .map(|n| n.to_string())
+            .unwrap_or_default(),
+    };
+    RANDOM_TARGETS.contains(&target.as_str())
+}
+
+/// Names of torch functions and tensor methods that draw random numbers.
+const RANDOM_TARGETS: &[&str] = &[
+    "rand",
+    "rand_like",
+    "randn",
+    "randn_like",
+    "randint",
+    "randint_like",
+    "randperm",
+    "bernoulli",
+    "bernoulli_",
+    "multinomial",
+    "normal",
+    "normal_",
+    "poisson",
+    "uniform_",
+    "exponential_",
+    "geometric_",
+    "log_normal_",
+    "cauchy_",
+    "random_",
+    "dropout",
+    "dropout_",
+    "dropout1d",
+    "dropout2d",
+    "dropout3d",
+    "alpha_dropout",
+    "feature_alpha_dropout",
+    "rrelu",
+    "rrelu_",
+    "native_dropout",
+];
+
 /// `out=` or `inplace=True` among a node's keyword arguments.
 fn node_has_out_argument(py: Python<'_>, node: &graph::Node) -> bool {
     node.kwargs.iter().any(|(k, v)| {

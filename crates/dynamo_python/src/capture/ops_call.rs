@@ -787,9 +787,17 @@ impl<'py> Tracer<'py> {
             return self.run_generator(&mut state);
         }
         if is_genexpr {
-            // Consumed right away by its caller (`all(...)`, `sum(...)`, a loop): run it to
-            // the end and hand back the items.
+            // Usually consumed right away by its caller (`sum(...)`, a loop): run it to the
+            // end and hand back the items — if that changes nothing and draws no random
+            // numbers, as for any generator run ahead (`gen = (...); next(gen)` or `all(...)`
+            // stopping early would not have computed the rest).
             state.yields = Some(Vec::new());
+            return self.without_effects("a generator expression", |t| {
+                t.enter_depth()?;
+                let result = t.run(&mut state);
+                t.depth -= 1;
+                result
+            });
         }
         self.enter_depth()?;
         let result = self.run(&mut state);

@@ -43,6 +43,16 @@ impl<'py> Tracer<'py> {
                 format!("{what} that changes state (it cannot run ahead of its consumer)"),
             );
         }
+        // Random draws made ahead of their turn would shift every later draw.
+        if self.graph.nodes[nodes..]
+            .iter()
+            .any(|node| super::node_draws_random(self.py, node))
+        {
+            return unsupported(
+                BreakKind::Generator,
+                format!("{what} that draws random numbers (it cannot run ahead of its consumer)"),
+            );
+        }
         Ok(result)
     }
 
