@@ -1366,6 +1366,200 @@ def id_equality_of_constants(x):
     return x * 2 if a is b else x
 
 
+# --- idioms of transformer and vision model code -------------------------------------------------
+
+class _Cfg:
+    hidden = 4
+    heads = 2
+    use_bias = True
+    act = "gelu"
+
+
+_CFG = _Cfg()
+
+
+def _attention(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(mask, float("-inf"))
+    return scores.softmax(-1) @ v
+
+
+import math  # noqa: E402
+
+
+@case(t(2, 5, 4))
+def causal_mask_from_triu(x):
+    n = x.shape[1]
+    mask = torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1)
+    return _attention(x, x, x, mask)
+@case(t(2, 5, 4))
+def sdpa_with_causal_flag(x):
+    q = x.unsqueeze(1)
+    return F.scaled_dot_product_attention(q, q, q, is_causal=True).squeeze(1)
+@case(t(2, 5, 4))
+def qkv_chunk_unpack(x):
+    q, k, v = torch.cat([x, x * 2, x * 3], dim=-1).chunk(3, dim=-1)
+    return _attention(q, k, v)
+@case(t(2, 5, 4))
+def heads_split_and_merge(x):
+    b, n, d = x.shape
+    h = _CFG.heads
+    y = x.view(b, n, h, d // h).transpose(1, 2)
+    return y.transpose(1, 2).reshape(b, n, -1)
+@case(t(2, 5, 4))
+def rotary_halves(x):
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat((-x2, x1), dim=-1) * 0.5 + x
+@case(t(2, 5, 4))
+def position_ids_expand(x):
+    b, n, _ = x.shape
+    pos = torch.arange(n).unsqueeze(0).expand(b, -1)
+    return x + pos.unsqueeze(-1).to(x.dtype)
+@case(t(2, 5, 4))
+def finfo_min_mask(x):
+    mask = x[..., 0] > 0
+    return x.masked_fill(~mask.unsqueeze(-1), torch.finfo(x.dtype).min).amax(-1)
+@case(t(2, 5, 4))
+def getattr_config_default(x):
+    eps = getattr(_CFG, "layer_norm_eps", 1e-5)
+    return F.layer_norm(x, (getattr(_CFG, "hidden"),), eps=eps)
+@case(t(2, 5, 4))
+def activation_by_config_name(x):
+    acts = {"gelu": F.gelu, "relu": F.relu}
+    return acts[_CFG.act](x)
+@case(t(2, 5, 4))
+def kwargs_pop_and_forward(x):
+    def inner(a, **kwargs):
+        scale = kwargs.pop("scale", 1.0)
+        return a * scale + len(kwargs)
+    return inner(x, scale=2.0, extra=None)
+@case(t(2, 5, 4))
+def isinstance_list_or_tuple(x):
+    sizes = (2, 3)
+    return x * 2 if isinstance(sizes, (list, tuple)) else x
+@case(t(2, 5, 4))
+def jit_queries(x):
+    if torch.jit.is_scripting() or torch.jit.is_tracing():
+        return x
+    return x + 1
+@case(t(2, 5, 4))
+def pad_with_computed_amounts(x):
+    pad = (4 - x.shape[-1] % 4) % 4 + 1
+    return F.pad(x, (0, pad))
+@case(t(2, 6, 4))
+def unflatten_and_flatten(x): return x.unflatten(1, (2, 3)).flatten(1, 2)
+@case(t(2, 5, 4))
+def softmax_with_dtype(x): return x.softmax(-1, dtype=torch.float32)
+@case(t(2, 5, 4))
+def to_dtype_of_other(x):
+    other = torch.zeros(1, dtype=torch.float64)
+    return x.to(dtype=other.dtype).type(torch.float32)
+@case(t(2, 5, 4))
+def baddbmm_scores(x): return torch.baddbmm(torch.zeros(2, 5, 5), x, x.transpose(1, 2), alpha=0.5)
+@case(t(2, 5, 4))
+def split_by_sizes_list(x):
+    a, b = torch.split(x, [1, 3], dim=-1)
+    return a.expand_as(b) * b
+@case(t(2, 5, 4))
+def einsum_heads(x):
+    q = x.view(2, 5, 2, 2)
+    return torch.einsum("bqhd,bkhd->bhqk", q, q)
+@case(t(2, 5, 4))
+def mask_to_additive_bias(x):
+    mask = torch.ones(2, 5)
+    mask[:, -2:] = 0
+    bias = (1.0 - mask[:, None, None, :]) * torch.finfo(x.dtype).min
+    return bias.expand(2, 1, 5, 5).sum()
+# Our graph keeps the two grad-mode switches around the decorated call (enable, then back to
+# no_grad); TorchDynamo's has none here.
+@case(t(2, 5, 4), ops=lambda theirs: theirs + 2)
+def inner_enable_grad_decorator_under_no_grad(x):
+    @torch.enable_grad()
+    def grad_mode(a):
+        return a * 2 if torch.is_grad_enabled() else a
+    with torch.no_grad():
+        return grad_mode(x) + torch.is_grad_enabled()
+@case(t(2, 5, 4))
+def inner_no_grad_decorator(x):
+    @torch.no_grad()
+    def stats(a):
+        return a.mean()
+    return x - stats(x)
+@case(t(2, 5, 4))
+def math_ceil_of_shape(x): return x[:, : math.ceil(x.shape[1] / 2)]
+@case(t(2, 5, 4))
+def full_and_arange_from_shape(x):
+    return x + torch.full((x.shape[-1],), 0.5) + torch.arange(x.shape[-1], dtype=x.dtype)
+@case(t(2, 5, 4))
+def where_with_tensor_scalar(x): return torch.where(x > 0, x, torch.tensor(0.0))
+@case(t(2, 5, 4))
+def masked_fill_inplace_on_clone(x):
+    y = x.clone()
+    y.masked_fill_(y < 0, 0.0)
+    return y
+@case(t(2, 5, 4), ops=lambda theirs: theirs - 2)  # TorchDynamo logs each nn.Identity made
+def layers_zip_norms(x):
+    layers = [nn.Identity(), nn.Identity()]
+    norms = [lambda a: a * 2, lambda a: a + 1]
+    for layer, norm in zip(layers, norms):
+        x = norm(layer(x))
+    return x
+@case(t(2, 5, 4))
+def getattr_of_numbered_layers(x):
+    for i in range(2):
+        x = getattr(_STACK.layers, str(i))(x)
+    return x
+@case(t(2, 5, 4))
+def bias_is_not_none(x):
+    layer = _STACK.layers[0]
+    out = x @ layer.weight.t()
+    if hasattr(layer, "bias") and layer.bias is not None:
+        out = out + layer.bias
+    return out
+@case(t(2, 5, 4))
+def linear_functional_with_module_params(x):
+    layer = _STACK.layers[1]
+    return F.linear(x, layer.weight, layer.bias if _CFG.use_bias else None)
+@case(t(2, 5, 4))
+def interpolate_scale(x): return F.interpolate(x.unsqueeze(1), scale_factor=2, mode="nearest").squeeze(1)
+@case(t(2, 3, 8, 8))
+def adaptive_pool_and_flatten(x): return torch.flatten(F.adaptive_avg_pool2d(x, 1), 1)
+@case(t(2, 3, 8, 8))
+def conv_functional_same_padding(x):
+    w = torch.ones(4, 3, 3, 3) / 27
+    return F.conv2d(x, w, padding="same")
+@case(t(2, 3, 8, 8))
+def channels_last_roundtrip(x):
+    return x.contiguous(memory_format=torch.channels_last).relu().contiguous()
+@case(t(2, 3, 8, 8))
+def patchify(x):
+    b, c, h, w = x.shape
+    p = 4
+    return x.reshape(b, c, h // p, p, w // p, p).permute(0, 2, 4, 3, 5, 1).reshape(b, -1, p * p * c)
+@case(t(2, 5, 4))
+def cumsum_positions_from_mask(x):
+    mask = (x[..., 0] > -10).long()
+    pos = mask.cumsum(-1) * mask - 1
+    return x + pos.unsqueeze(-1)
+@case(t(2, 5, 4))
+def gather_last_token(x):
+    idx = torch.full((2,), 4, dtype=torch.long)
+    return x[torch.arange(2), idx]
+@case(t(2, 5, 4))
+def cross_entropy_loss(x):
+    target = torch.zeros(10, dtype=torch.long)
+    return F.cross_entropy(x.reshape(10, 4), target, ignore_index=-100)
+@case(t(2, 5, 4))
+def label_smoothing_loss(x):
+    return F.cross_entropy(x.reshape(10, 4), torch.ones(10, dtype=torch.long), label_smoothing=0.1)
+@case(t(2, 5, 4))
+def one_hot_and_sum(x): return F.one_hot(torch.tensor([0, 3, 1]), num_classes=4).float() @ x[0].t()
+@case(t(2, 5, 4))
+def normalize_and_cosine(x): return F.cosine_similarity(F.normalize(x, dim=-1), x, dim=-1)
+
+
 @pytest.fixture(autouse=True)
 def fresh_caches():
     reset_all()
@@ -1373,7 +1567,7 @@ def fresh_caches():
 
 
 def test_enough_cases() -> None:
-    assert len(CASES) >= 250, len(CASES)
+    assert len(CASES) >= 300, len(CASES)
 
 
 @pytest.mark.parametrize(("name", "fn", "make", "spec"), params(CASES))

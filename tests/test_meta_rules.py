@@ -332,6 +332,42 @@ def test_layers(mode, seed):
     assert tally.answered > 700
 
 
+@SEEDS
+def test_batch_statistics_normalize_and_reshape_as(mode, seed):
+    """Batch norm over the batch's own statistics (no running stats: NFNets' weight
+    standardisation), F.normalize, `reshape_as`/`view_as`, in random layouts and sizes."""
+    rng = random.Random(11 + 1000 * seed)
+    tally = Tally()
+    with torch.no_grad():
+        for _ in range(150):
+            with mode:
+                c = rng.randint(1, 5)
+                x = strided(rng, [rng.randint(1, 3), c] + random_shape(rng, ndim=rng.randint(0, 2)))
+                affine = [torch.empty(c), torch.empty(c)] if rng.random() < 0.5 else [None, None]
+            args = (x, None, None, *affine, True, 0.0, 1e-5)
+            try:
+                tally.run(mode, F.batch_norm, args)
+            except (RuntimeError, ValueError):
+                assert _meta_rules.infer(mode, F.batch_norm, args, {}) is None
+            with mode:
+                x = strided(rng, random_shape(rng, ndim=rng.randint(1, 4)))
+            dim = rng.randrange(-x.dim(), x.dim())
+            tally.run(mode, F.normalize, (x,), {"p": rng.choice([1.0, 2.0]), "dim": dim})
+            with mode:
+                shape = random_shape(rng, ndim=rng.randint(1, 4))
+                x = strided(rng, shape)
+                numel = 1
+                for size in shape:
+                    numel *= size
+                other = torch.empty(rng.choice([[numel], [1, numel], [numel, 1]]))
+            tally.run(mode, "reshape_as", (x, other))
+            try:
+                tally.run(mode, "view_as", (x, other))
+            except RuntimeError:
+                assert _meta_rules.infer(mode, "view_as", (x, other), {}) is None
+    assert tally.answered > 150, (tally.answered, tally.declined)
+
+
 def test_rules_decline_what_they_do_not_model(mode):
     with mode:
         x = torch.empty(3, 4)

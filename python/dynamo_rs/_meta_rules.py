@@ -344,7 +344,18 @@ def _batch_norm(mode, args, kwargs):
     if bound is None:
         return None
     x, mean, var, w, b, training = bound
-    # Training updates the running statistics: FakeTensorMode's business.
+    # Training updates the running statistics (FakeTensorMode's business) — unless there
+    # are none (`F.batch_norm(w, None, None, training=True)`: weight standardisation in
+    # NFNets), which only normalises by the batch's own statistics.
+    if training is True and mean is None and var is None:
+        if not _ready(mode, x) or not _same_float(x) or x.dim() < 2 or not _canonical(x):
+            return None
+        if x.numel() // x.shape[1] <= 1:
+            return None  # F.batch_norm raises on one value per channel: torch says so
+        if any(t is not None and (not _ready(mode, x, t) or tuple(t.shape) != (x.shape[1],)
+                                  or t.dtype != x.dtype) for t in (w, b)):
+            return None
+        return _contiguous(mode, x, tuple(x.shape))
     if training is not False or mean is None or var is None:
         return None
     tensors = [t for t in (x, mean, var, w, b) if t is not None]
@@ -544,6 +555,31 @@ def _reshaping(copy_allowed: bool):
             return None
         return _view(mode, x, sizes, strides)
     return rule
+
+
+def _reshaping_as(copy_allowed: bool):
+    """`x.reshape_as(other)` / `x.view_as(other)`: `reshape`/`view` to `other`'s sizes."""
+    def rule(mode, args, kwargs):
+        if len(args) != 2 or kwargs or type(args[1]) is not FakeTensor or not _plain(mode, args[1]):
+            return None
+        return _reshaping(copy_allowed)(mode, (args[0], tuple(args[1].shape)), {})
+    return rule
+
+
+def _normalize(mode, args, kwargs):
+    """`F.normalize(x, p, dim, eps)`: `x / max(norm, eps)` expanded over `dim`; a canonical
+    floating-point input gives a canonical result of its sizes."""
+    bound = _bind(lambda input, p=2.0, dim=1, eps=1e-12, out=None: (input, p, dim, eps, out), args, kwargs)
+    if bound is None:
+        return None
+    x, p, dim, eps, out = bound
+    if out is not None or type(dim) is not int or not isinstance(p, _NUMBERS) or not isinstance(eps, _NUMBERS):
+        return None
+    if not _ready(mode, x) or not _same_float(x) or not _canonical(x) or x.dim() == 0:
+        return None
+    if _native.wrap_dim(dim, x.dim()) is None:
+        return None
+    return _contiguous(mode, x, tuple(x.shape))
 
 
 def _torch_reshape(mode, args, kwargs):
@@ -783,6 +819,7 @@ RULES = {
     F.batch_norm: _batch_norm, F.layer_norm: _layer_norm,
     # views
     "view": _reshaping(False), "reshape": _reshaping(True), torch.reshape: _torch_reshape,
+    "view_as": _reshaping_as(False), "reshape_as": _reshaping_as(True), F.normalize: _normalize,
     "permute": _sized_view(_native.permute_layout), torch.permute: _sized_view(_native.permute_layout),
     "transpose": _transpose, torch.transpose: _transpose,
     "unsqueeze": _unsqueeze, torch.unsqueeze: _unsqueeze, "flatten": _flatten, torch.flatten: _flatten,

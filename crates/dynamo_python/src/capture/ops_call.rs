@@ -292,7 +292,7 @@ impl<'py> Tracer<'py> {
         args: Vec<VarId>,
         kwargs: Vec<(String, VarId)>,
     ) -> CResult<VarId> {
-        if let Some(result) = self.grad_mode_call(callee)? {
+        if let Some(result) = self.grad_mode_call(callee, &args, &kwargs)? {
             return Ok(result);
         }
         let py = self.py;

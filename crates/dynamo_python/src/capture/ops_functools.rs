@@ -197,7 +197,8 @@ impl<'py> Tracer<'py> {
             | VarKind::Method { .. }
             | VarKind::Partial { .. }
             | VarKind::GradModeContext { .. }
-            | VarKind::GradModeExit { .. } => true,
+            | VarKind::GradModeExit { .. }
+            | VarKind::GradModeWrapped { .. } => true,
             VarKind::Instance { cls, .. } => cls.bind(py).hasattr("__call__")?,
             VarKind::Const(v) | VarKind::Object(v) => v.bind(py).is_callable(),
             _ => false,

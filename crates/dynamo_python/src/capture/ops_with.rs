@@ -127,12 +127,49 @@ impl<'py> Tracer<'py> {
         Ok(())
     }
 
-    /// Calling a grad-mode context class or the `__exit__` of an entered one.
-    pub fn grad_mode_call(&mut self, callee: VarId) -> CResult<Option<VarId>> {
+    /// Calling the `__exit__` of an entered grad-mode context, a grad-mode context as a
+    /// decorator (`torch.no_grad()(fn)`), or a function it decorated.
+    pub fn grad_mode_call(
+        &mut self,
+        callee: VarId,
+        args: &[VarId],
+        kwargs: &[(String, VarId)],
+    ) -> CResult<Option<VarId>> {
         match *self.kind(callee) {
             VarKind::GradModeExit { previous } => {
                 self.set_grad_enabled(previous)?;
                 Ok(Some(self.constant(&self.py.None().into_bound(self.py))))
+            }
+            VarKind::GradModeContext { on_enter } => {
+                let ([func], []) = (args, kwargs) else {
+                    return unsupported(
+                        BreakKind::ContextManager,
+                        "calling a grad-mode context manager with other than one function",
+                    );
+                };
+                if matches!(on_enter, GradModeEntry::AlreadySet { .. })
+                    || !self.is_callable(*func)?
+                {
+                    return unsupported(
+                        BreakKind::ContextManager,
+                        "a grad-mode context manager as a decorator of this",
+                    );
+                }
+                let func = *func;
+                Ok(Some(
+                    self.add(VarKind::GradModeWrapped { on_enter, func }, None),
+                ))
+            }
+            VarKind::GradModeWrapped { on_enter, func } => {
+                let previous = self.grad_enabled;
+                if let GradModeEntry::Set(enabled) = on_enter {
+                    self.set_grad_enabled(enabled)?;
+                }
+                let result = self.call_function(func, args.to_vec(), kwargs.to_vec())?;
+                if self.grad_enabled != previous {
+                    self.set_grad_enabled(previous)?;
+                }
+                Ok(Some(result))
             }
             _ => Ok(None),
         }

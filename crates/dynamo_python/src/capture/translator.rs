@@ -1406,6 +1406,7 @@ pub fn kind_name(kind: &VarKind) -> &'static str {
         VarKind::Instance { .. } => "an object made while tracing",
         VarKind::GradModeContext { .. } => "a grad-mode context manager",
         VarKind::GradModeExit { .. } => "a grad-mode __exit__",
+        VarKind::GradModeWrapped { .. } => "a function decorated by a grad-mode context",
     }
 }
 

@@ -120,6 +120,13 @@ pub enum VarKind {
     GradModeContext {
         on_enter: GradModeEntry,
     },
+    /// A function decorated by a grad-mode context (`@torch.no_grad()` on a function made in
+    /// the trace): calling it calls `func` with the mode set as entering would, then restores
+    /// the mode.
+    GradModeWrapped {
+        on_enter: GradModeEntry,
+        func: VarId,
+    },
     /// The `__exit__` of an entered grad-mode context: restores `previous`.
     GradModeExit {
         previous: bool,
