@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+import dynamo_rs
 from dynamo_rs import _meta_rules
 
 # Each sweep runs once in the suite; `DYNAMO_RS_META_SEEDS=20 pytest tests/test_meta_rules.py`
@@ -498,3 +499,37 @@ def test_graphs_are_the_same_with_and_without_rules():
     finally:
         dynamo_rs.config.meta_rules = True
     assert with_rules == without
+
+
+def _repeated_blocks(x):
+    # F.normalize over a transposed (non-canonical) input: no shape rule answers it.
+    for _ in range(4):
+        x = F.normalize(x.transpose(0, 2), dim=0).transpose(0, 2) * 2
+    return x
+
+
+def _repeated_views(x):
+    return sum(torch.diagonal(x, 0, 1, 2) for _ in range(3))
+
+
+@pytest.mark.parametrize(("fn", "dispatches"), [(_repeated_blocks, 1), (_repeated_views, 3)])
+def test_repeated_calls_are_remembered_within_a_trace(monkeypatch, fn, dispatches):
+    """A call met again in one trace with inputs of the same metadata takes the fake result's
+    metadata from the first (checked against FakeTensorMode: verify_meta_rules is on in the
+    tests); views are never remembered (their result shares the input's storage)."""
+    from dynamo_rs import _capture
+
+    calls = []
+    real_call = _capture._call
+
+    def counting(target, args, kwargs):
+        calls.append(getattr(target, "__name__", target))
+        return real_call(target, args, kwargs)
+
+    monkeypatch.setattr(_capture, "_call", counting)
+    dynamo_rs.reset()
+    x = torch.randn(2, 3, 5)
+    with torch.no_grad():
+        torch.testing.assert_close(dynamo_rs.compile(fn, backend="eager")(x), fn(x))
+    name = "normalize" if fn is _repeated_blocks else "diagonal"
+    assert calls.count(name) == dispatches, calls

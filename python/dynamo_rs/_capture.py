@@ -18,7 +18,7 @@ import torch.fx
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.utils._mode_utils import no_dispatch
 
-from dynamo_rs import _meta_rules, config
+from dynamo_rs import _fake_memo, _meta_rules, config
 
 
 class NodeRef:
@@ -111,7 +111,8 @@ def _call(target, args, kwargs):
 
 def run_fake(mode: FakeTensorMode, target, args, kwargs):
     """Runs one traced operation on fake tensors, returning its fake result: by our own
-    shape rules where one applies (`_meta_rules`), else through FakeTensorMode."""
+    shape rules where one applies (`_meta_rules`), else by what the same call on inputs of
+    the same metadata gave earlier in this trace (`_fake_memo`), else through FakeTensorMode."""
     # Our rules compute static shapes only: with symbolic sizes in the trace, torch's own
     # meta functions (which record the guards they rely on) answer everything.
     symbolic = getattr(mode, "dynamo_rs_symbolic", False)
@@ -130,8 +131,16 @@ def run_fake(mode: FakeTensorMode, target, args, kwargs):
         with mode, enable_python_dispatcher():
             result = _call(target, args, kwargs)
     else:
+        remembered_key = (None, None)
+        if config.meta_rules:
+            remembered_key, remembered = _fake_memo.lookup(mode, target, args, kwargs)
+            if remembered is not None:
+                if config.verify_meta_rules:
+                    _meta_rules.check(mode, target, args, kwargs, remembered)
+                return remembered
         with mode:
             result = _call(target, args, kwargs)
+        _fake_memo.remember(mode, remembered_key, result)
     env = mode.shape_env
     if env is not None and env.pending_fresh_unbacked_symbols:
         # `.item()` under capture_scalar_outputs made an unbacked symbol: bind it to this
