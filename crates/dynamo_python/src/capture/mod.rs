@@ -715,14 +715,8 @@ fn node_mutates_in_place(py: Python<'_>, node: &graph::Node) -> bool {
 /// `torch.relu_`, an in-place operator or `setitem`) rather than by its unique name, which
 /// can end in `_` for other reasons (`mul_1` stripped of its digits).
 pub(crate) fn node_calls_in_place(py: Python<'_>, node: &graph::Node) -> bool {
-    let target = match &node.op {
-        graph::Op::Placeholder => return false,
-        graph::Op::CallMethod(name) => name.clone(),
-        graph::Op::CallFunction(f) => f
-            .bind(py)
-            .getattr("__name__")
-            .map(|n| n.to_string())
-            .unwrap_or_default(),
+    let Some(target) = node_target_name(py, node) else {
+        return false;
     };
     (target.ends_with('_') && !target.ends_with("__"))
         || target == "setitem"
@@ -747,16 +741,24 @@ pub(crate) fn node_draws_random(py: Python<'_>, node: &graph::Node) -> bool {
             return false;
         }
     }
-    let target = match &node.op {
-        graph::Op::Placeholder => return false,
-        graph::Op::CallMethod(name) => name.clone(),
-        graph::Op::CallFunction(f) => f
-            .bind(py)
-            .getattr("__name__")
-            .map(|n| n.to_string())
-            .unwrap_or_default(),
+    let Some(target) = node_target_name(py, node) else {
+        return false;
     };
     RANDOM_TARGETS.contains(&target.as_str())
+}
+
+/// The name a node calls: the method's, or the function's `__name__`; None for a placeholder.
+fn node_target_name(py: Python<'_>, node: &graph::Node) -> Option<String> {
+    match &node.op {
+        graph::Op::Placeholder => None,
+        graph::Op::CallMethod(name) => Some(name.clone()),
+        graph::Op::CallFunction(f) => Some(
+            f.bind(py)
+                .getattr("__name__")
+                .map(|n| n.to_string())
+                .unwrap_or_default(),
+        ),
+    }
 }
 
 /// Names of torch functions and tensor methods that draw random numbers.
