@@ -423,7 +423,16 @@ fn rebuild_inline(tracer: &Tracer<'_>, id: VarId, r: &mut Rebuilder) -> CResult<
         VarKind::GradModeExit { previous } => Rebuild::Const(OwnedRef::from_bound(
             ops_with::GradModeExit::get(py, *previous)?.as_any(),
         )),
-        other => {
+        // Kinds the generated code cannot make (listed, so that a new kind must be placed
+        // here or given a plan).
+        other @ (VarKind::Slice(_)
+        | VarKind::DictView { .. }
+        | VarKind::Null
+        | VarKind::Function(_)
+        | VarKind::CellRef(_)
+        | VarKind::Super { .. }
+        | VarKind::GradModeContext { .. }
+        | VarKind::GradModeWrapped { .. }) => {
             return unsupported(
                 BreakKind::ValueNotRebuildable,
                 format!("returning {}", translator::kind_name(other)),
