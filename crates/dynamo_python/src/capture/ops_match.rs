@@ -63,36 +63,29 @@ impl<'py> Tracer<'py> {
 
     /// `MATCH_SEQUENCE`: whether the subject is a sequence (not str, bytes or bytearray).
     pub(super) fn op_match_sequence(&mut self, f: &mut FrameState<'py>) -> CResult<Flow> {
-        let subject = self.subject(f)?;
-        let answer = match self.kind(subject) {
-            VarKind::Tuple(_) | VarKind::List(_) => true,
-            VarKind::Dict(_) | VarKind::Tensor { .. } | VarKind::Symbolic { .. } => false,
-            _ => match self.type_flag(subject, TPFLAGS_SEQUENCE)? {
-                Some(answer) => answer,
-                None => {
-                    return unsupported(
-                        BreakKind::UnsupportedOperation,
-                        format!("matching {} as a sequence", kind_name(self.kind(subject))),
-                    )
-                }
-            },
-        };
-        self.push_bool(f, answer)
+        self.match_kind(f, TPFLAGS_SEQUENCE, "a sequence")
     }
 
     /// `MATCH_MAPPING`: whether the subject is a mapping.
     pub(super) fn op_match_mapping(&mut self, f: &mut FrameState<'py>) -> CResult<Flow> {
+        self.match_kind(f, TPFLAGS_MAPPING, "a mapping")
+    }
+
+    /// Whether the subject is a sequence or a mapping (`flag`): tuple and list trackers are
+    /// sequences, dict trackers mappings, tensors and symbolic sizes neither; constants and
+    /// objects answer by their type's flags.
+    fn match_kind(&mut self, f: &mut FrameState<'py>, flag: u64, what: &str) -> CResult<Flow> {
         let subject = self.subject(f)?;
         let answer = match self.kind(subject) {
-            VarKind::Dict(_) => true,
-            VarKind::Tuple(_) | VarKind::List(_) | VarKind::Tensor { .. } => false,
-            VarKind::Symbolic { .. } => false,
-            _ => match self.type_flag(subject, TPFLAGS_MAPPING)? {
+            VarKind::Tuple(_) | VarKind::List(_) => flag == TPFLAGS_SEQUENCE,
+            VarKind::Dict(_) => flag == TPFLAGS_MAPPING,
+            VarKind::Tensor { .. } | VarKind::Symbolic { .. } => false,
+            _ => match self.type_flag(subject, flag)? {
                 Some(answer) => answer,
                 None => {
                     return unsupported(
                         BreakKind::UnsupportedOperation,
-                        format!("matching {} as a mapping", kind_name(self.kind(subject))),
+                        format!("matching {} as {what}", kind_name(self.kind(subject))),
                     )
                 }
             },
