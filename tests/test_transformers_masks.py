@@ -97,6 +97,28 @@ def test_longformer_breaks_on_its_data_dependent_code() -> None:
     assert not ours.eager_frames
 
 
+@pytest.mark.parametrize("name", ["xlm", "flaubert"])
+def test_xlm_family_breaks_on_its_length_check(name) -> None:
+    """XLM (and FlauBERT, built on it) checks `assert lengths.max().item() <= slen` on lengths
+    computed from the input: a data-dependent read that breaks the graph under TorchDynamo
+    too. Graph counts within ±20% of TorchDynamo's on the same call, the break where it has
+    it, no frame run eagerly, eager's outputs, nothing compiled again on an identical call."""
+    model = build(name)
+    with torch.no_grad():
+        theirs = torch._dynamo.explain(model)(**inputs(model))
+        torch._dynamo.reset()
+        ours = dynamo_rs.explain(model)(**inputs(model))
+    dynamo_rs.reset()
+    graphs, frames = compile_twice(model)
+    assert frames == graphs, "an identical call compiled again"
+    assert graphs > 1, "the data-dependent check splits the graph"
+    assert abs(graphs - theirs.graph_count) <= 0.2 * theirs.graph_count, (graphs, theirs.graph_count)
+    item_breaks = [r for r in theirs.break_reasons if "item()" in r.reason]
+    assert item_breaks, "TorchDynamo breaks at .item() here"
+    assert len([r for r in ours.break_reasons if "item()" in str(r)]) == len(item_breaks)
+    assert not ours.eager_frames
+
+
 TRAINING = {"gpt2": transformers.AutoModelForCausalLM, "llama": transformers.AutoModelForCausalLM,
             "bart": transformers.AutoModelForSeq2SeqLM}
 
