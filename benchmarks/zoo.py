@@ -15,6 +15,7 @@ are only comparable without a neighbour); a model that crashes its worker is rep
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -85,6 +86,11 @@ def measure(name: str) -> dict:
             reset()
             counter = counter_type()
             compiled = compile_(model, backend=counter)
+            # As benchmarks/run.py times every run: a full collection right before, so a
+            # collection of the whole heap (hundreds of ms with torch, timm and transformers
+            # imported and earlier models' leftovers) does not land in one side's window by
+            # chance; each side still pays for collecting what it allocates itself.
+            gc.collect()
             start = time.perf_counter()
             first = compiled(*args, **kwargs)
             capture = time.perf_counter() - start - eager

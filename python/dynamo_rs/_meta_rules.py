@@ -534,24 +534,25 @@ def _receiver_and_ints(mode, args, kwargs):
 
 
 def _reshaping(copy_allowed: bool):
-    """`view` (`copy_allowed=False`) and `reshape`. A canonical input gives a canonical view.
-    Otherwise the strides of the view's size-1 dimensions depend on which algorithm computes
-    them (ATen's and PrimTorch's differ there; the others are fixed by the elements' addresses),
-    so such views are left to FakeTensorMode."""
+    """`view` (`copy_allowed=False`) and `reshape`. FakeTensorMode views by PrimTorch's
+    algorithm (`_native.fake_view_layout`), whose strides for size-1 dimensions differ from
+    ATen's; `reshape` copies exactly when ATen's rule finds no view (`_native.view_layout`),
+    then views the contiguous copy the same way."""
     def rule(mode, args, kwargs):
         received = _receiver_and_ints(mode, args, kwargs)
         if received is None:
             return None
         x, shape = received
-        layout = _native.view_layout(x.shape, x.stride(), shape)
+        layout = _native.fake_view_layout(x.shape, x.stride(), shape)
         if layout is None:
             return None
         sizes, strides = layout
-        if _canonical(x):
-            return _view(mode, x, sizes, _native.contiguous_strides(sizes))
+        if copy_allowed and _native.view_layout(x.shape, x.stride(), shape)[1] is None:
+            copied = _native.fake_view_layout(x.shape, _native.contiguous_strides(x.shape), shape)
+            if copied is None or copied[1] is None:
+                return None
+            return _new(mode, x, sizes, copied[1])
         if strides is None:
-            return _contiguous(mode, x, sizes) if copy_allowed else None
-        if 1 in sizes:
             return None
         return _view(mode, x, sizes, strides)
     return rule
@@ -567,19 +568,31 @@ def _reshaping_as(copy_allowed: bool):
 
 
 def _normalize(mode, args, kwargs):
-    """`F.normalize(x, p, dim, eps)`: `x / max(norm, eps)` expanded over `dim`; a canonical
-    floating-point input gives a canonical result of its sizes."""
+    """`F.normalize(x, p, dim, eps)`: `x / norm(x, dim, keepdim).clamp_min(eps).expand_as(x)`.
+    The norm is a fresh reduction (row-major, `dim` of size 1), broadcast along `dim` (stride
+    0), so the result has the elementwise layout of `x` and that broadcast denominator."""
     bound = _bind(lambda input, p=2.0, dim=1, eps=1e-12, out=None: (input, p, dim, eps, out), args, kwargs)
     if bound is None:
         return None
     x, p, dim, eps, out = bound
     if out is not None or type(dim) is not int or not isinstance(p, _NUMBERS) or not isinstance(eps, _NUMBERS):
         return None
-    if not _ready(mode, x) or not _same_float(x) or not _canonical(x) or x.dim() == 0:
+    if not _ready(mode, x) or not _same_float(x) or x.dim() == 0:
         return None
-    if _native.wrap_dim(dim, x.dim()) is None:
+    d = _native.wrap_dim(dim, x.dim())
+    if d is None:
         return None
-    return _contiguous(mode, x, tuple(x.shape))
+    shape = tuple(x.shape)
+    if _canonical(x):
+        return _contiguous(mode, x, shape)
+    kept = list(shape)
+    kept[d] = 1
+    denominator = list(_native.contiguous_strides(kept))
+    denominator[d] = 0
+    layout = _native.elementwise_layout([(shape, x.stride()), (shape, tuple(denominator))])
+    if layout is None:
+        return None
+    return _new(mode, x, shape, layout[1])
 
 
 def _torch_reshape(mode, args, kwargs):

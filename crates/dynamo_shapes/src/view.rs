@@ -94,6 +94,109 @@ pub fn view_strides(old_sizes: &[i64], old_strides: &[i64], new_sizes: &[i64]) -
     (view_d == -1).then_some(strides)
 }
 
+/// The strides FakeTensorMode gives `view(new_sizes)`, or `None` when it cannot be a view.
+/// Fake (and meta) tensors view through PrimTorch's reshape algorithm, not ATen's chunk rule
+/// ([`view_strides`]): both agree on which views exist and on the strides of dimensions of
+/// size > 1, but not on those of size 1. The algorithm builds the new dimensions left to
+/// right: a dimension already of the right size is kept; otherwise old dimensions are merged
+/// (which must be possible without a copy) until their product is a multiple of the new
+/// size, which is then split off as the outer part; new trailing 1s split the last dimension,
+/// old trailing 1s are dropped. `new_sizes` has no -1 and the same element count.
+pub fn reference_view_strides(
+    old_sizes: &[i64],
+    old_strides: &[i64],
+    new_sizes: &[i64],
+) -> Option<Vec<i64>> {
+    if numel(old_sizes) == 0 {
+        return Some(crate::layout::contiguous_strides(new_sizes));
+    }
+    if old_sizes.is_empty() || new_sizes.is_empty() {
+        // To and from 0-d tensors: rare, left to FakeTensorMode.
+        return None;
+    }
+    if crate::layout::is_contiguous(old_sizes, old_strides) {
+        if new_sizes.len() == 1 && old_sizes.len() > 1 {
+            return Some(vec![1]);
+        }
+        if new_sizes.len() == 2 && old_sizes.len() == 1 {
+            return Some(vec![new_sizes[1], 1]);
+        }
+    }
+    let mut sizes = old_sizes.to_vec();
+    let mut strides = old_strides.to_vec();
+    let mut idx = 0;
+    for &length in new_sizes {
+        if idx >= sizes.len() {
+            if length != 1 {
+                return None;
+            }
+            let last = sizes.len() - 1;
+            let outer = sizes[last];
+            split_dim(&mut sizes, &mut strides, last, outer);
+            idx += 1;
+            continue;
+        }
+        if length == sizes[idx] {
+            idx += 1;
+            continue;
+        }
+        if length <= 0 {
+            return None;
+        }
+        let mut accum = sizes[idx];
+        let mut end = idx;
+        while accum % length != 0 {
+            end += 1;
+            accum *= *sizes.get(end)?;
+        }
+        if end != idx {
+            collapse(&mut sizes, &mut strides, idx, end)?;
+        }
+        if accum != length {
+            split_dim(&mut sizes, &mut strides, idx, length);
+        }
+        idx += 1;
+    }
+    while idx < sizes.len() {
+        if sizes[idx] != 1 {
+            return None;
+        }
+        sizes.remove(idx);
+        strides.remove(idx);
+    }
+    Some(strides)
+}
+
+/// Dimension `dim` split into `outer` × the rest, the rest inside.
+fn split_dim(sizes: &mut Vec<i64>, strides: &mut Vec<i64>, dim: usize, outer: i64) {
+    let inner = sizes[dim] / outer;
+    let stride = strides[dim];
+    sizes.splice(dim..=dim, [outer, inner]);
+    strides.splice(dim..=dim, [stride * inner, stride]);
+}
+
+/// Dimensions `start..=end` merged into one, or `None` when that needs a copy: every
+/// neighbouring pair must be adjacent in memory unless one of the two has size 1. The merged
+/// stride is the smallest among the dimensions not of size 1 (and the last).
+fn collapse(sizes: &mut Vec<i64>, strides: &mut Vec<i64>, start: usize, end: usize) -> Option<()> {
+    let viewable = (start..end).all(|d| {
+        sizes[d] == 1 || sizes[d + 1] == 1 || strides[d] == strides[d + 1] * sizes[d + 1]
+    });
+    if !viewable {
+        return None;
+    }
+    let mut stride = strides[end];
+    for d in start..end {
+        if sizes[d] != 1 {
+            stride = stride.min(strides[d]);
+        }
+    }
+    let length: i64 = sizes[start..=end].iter().product();
+    sizes.splice(start..=end, [length]);
+    strides.splice(start..=end, [stride]);
+    Some(())
+}
+
 /// A dimension index as Python writes it (negative from the end) made absolute, for a tensor
 /// of `ndim` dimensions (0-d tensors accept 0 and -1).
 pub fn wrap_dim(dim: i64, ndim: usize) -> Option<usize> {

@@ -39,6 +39,19 @@ fn view_layout(
     Some((new_sizes, new_strides))
 }
 
+/// `view_layout` as FakeTensorMode computes it: the sizes and the strides of the view (`None`
+/// when it cannot be one), see [`view::reference_view_strides`].
+#[pyfunction]
+fn fake_view_layout(
+    sizes: Vec<i64>,
+    strides: Vec<i64>,
+    shape: Vec<i64>,
+) -> Option<(Vec<i64>, Option<Vec<i64>>)> {
+    let new_sizes = view::infer_size(&shape, layout::numel(&sizes)).ok()?;
+    let new_strides = view::reference_view_strides(&sizes, &strides, &new_sizes);
+    Some((new_sizes, new_strides))
+}
+
 #[pyfunction]
 fn permute_layout(sizes: Vec<i64>, strides: Vec<i64>, dims: Vec<i64>) -> Option<Layout> {
     view::permute(&sizes, &strides, &dims)
@@ -143,6 +156,7 @@ fn split_layouts(
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(elementwise_layout, m)?)?;
     m.add_function(wrap_pyfunction!(view_layout, m)?)?;
+    m.add_function(wrap_pyfunction!(fake_view_layout, m)?)?;
     m.add_function(wrap_pyfunction!(permute_layout, m)?)?;
     m.add_function(wrap_pyfunction!(unsqueeze_layout, m)?)?;
     m.add_function(wrap_pyfunction!(expand_layout, m)?)?;
