@@ -179,9 +179,8 @@ fn split_dim(sizes: &mut Vec<i64>, strides: &mut Vec<i64>, dim: usize, outer: i6
 /// neighbouring pair must be adjacent in memory unless one of the two has size 1. The merged
 /// stride is the smallest among the dimensions not of size 1 (and the last).
 fn collapse(sizes: &mut Vec<i64>, strides: &mut Vec<i64>, start: usize, end: usize) -> Option<()> {
-    let viewable = (start..end).all(|d| {
-        sizes[d] == 1 || sizes[d + 1] == 1 || strides[d] == strides[d + 1] * sizes[d + 1]
-    });
+    let viewable = (start..end)
+        .all(|d| sizes[d] == 1 || sizes[d + 1] == 1 || strides[d] == strides[d + 1] * sizes[d + 1]);
     if !viewable {
         return None;
     }

@@ -162,7 +162,20 @@ pub unsafe fn frame_object<'py>(
 /// Checks the restated layouts against the running interpreter, using the caller's frame:
 /// its frame object must point at an interpreter frame whose code, globals and function are
 /// the ones Python reports.
+/// Whether [`check_layouts`] has passed in this process (the layouts are the interpreter's, so
+/// once is enough; `set_eval_frame` runs on every call of a compiled function).
+static LAYOUTS_CHECKED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 pub fn check_layouts(py: Python<'_>) -> PyResult<()> {
+    if LAYOUTS_CHECKED.load(std::sync::atomic::Ordering::Relaxed) {
+        return Ok(());
+    }
+    check_layouts_now(py)?;
+    LAYOUTS_CHECKED.store(true, std::sync::atomic::Ordering::Relaxed);
+    Ok(())
+}
+
+fn check_layouts_now(py: Python<'_>) -> PyResult<()> {
     let sys = py.import_module("sys")?;
     if sys
         .getattr("version_info")?
