@@ -415,3 +415,41 @@ def test_failed_compile_keeps_earlier_entries(capsys) -> None:
         torch.testing.assert_close(cfn(x, verbose), maybe_print(x, verbose))
     assert len(runs) == 3  # every quiet call ran the graph, the first one's entry
     assert capsys.readouterr().out.count("verbose") == 4
+
+
+def _through_wrapper(fn):
+    # As decorators do (transformers' `can_return_tuple`, `functools.wraps` wrappers): the
+    # tensors reach the compiled frame inside `*args` and `**kwargs`.
+    def wrapper(*args, **kwargs):
+        return fn(*args, **kwargs)
+    return wrapper
+
+
+@_through_wrapper
+def _scaled_sum(x, pair, *, bias):
+    return x * 2 + pair[0] - pair[1] * bias
+
+
+def test_tensors_in_args_kwargs_and_tuples_are_checked_first_and_still_guard() -> None:
+    """Tensors inside `*args`, `**kwargs` and a tuple argument are read before the rest of the
+    guard (a call with other shapes fails there first); a change in any of their shapes, a
+    tuple given as a list, or a missing item still recompiles, with eager's results."""
+    fn, counter = compiled(_scaled_sum)
+    a, b, c, bias = (torch.randn(4) for _ in range(4))
+
+    def call(*args, **kwargs):
+        torch.testing.assert_close(fn(*args, **kwargs), _scaled_sum(*args, **kwargs))
+
+    call(a, (b, c), bias=bias)
+    call(a, (b, c), bias=bias)
+    assert counter.frame_count == 1
+    call(torch.randn(3), (torch.randn(3), torch.randn(3)), bias=torch.randn(3))
+    assert counter.frame_count == 2
+    call(a, (b, torch.randn(1)), bias=bias)  # broadcasts: a new shape in the tuple
+    assert counter.frame_count == 3
+    call(a, [b, c], bias=bias)  # a list where a tuple was
+    assert counter.frame_count == 4
+    call(a, (b, c), bias=torch.randn(1))  # a new shape under **kwargs
+    assert counter.frame_count == 5
+    call(a, (b, c), bias=bias)  # the first entry again
+    assert counter.frame_count == 5

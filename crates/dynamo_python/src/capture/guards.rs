@@ -227,6 +227,20 @@ struct Step {
     label: PathPart,
     /// For item and instance-attribute reads: what the dict held at the last read.
     read_cache: DictReadCache,
+    /// A tensor in the `arguments` group (checked before the walk), not `reached`.
+    is_argument: bool,
+}
+
+/// How an argument tensor is read before the walk: a local, or an item of a local tuple, list
+/// or dict (`*args`, `**kwargs`, a pair passed in) whose type the guard checks anyway — when
+/// the local has another type the guard fails there too.
+enum ArgumentRead {
+    Local(usize),
+    Item {
+        local: usize,
+        container: OwnedRef,
+        key: OwnedRef,
+    },
 }
 
 /// The compiled guard of one cache entry.
@@ -236,6 +250,8 @@ pub struct NativeGuard {
     /// Tensors that are the frame's own arguments, checked before anything else: a call with
     /// other shapes (another cache entry's) fails there without walking the sources.
     arguments: TensorGroup,
+    /// How each of `arguments` is read, in its order.
+    argument_reads: Vec<ArgumentRead>,
     /// Every other tensor (parameters, buffers, ...), checked after the walk.
     reached: TensorGroup,
     grad_mode: Option<bool>,
@@ -391,10 +407,10 @@ impl NativeGuard {
                 checks: Vec::new(),
                 label: source.part(),
                 read_cache: DictReadCache::default(),
+                is_argument: false,
             });
         }
-        let mut argument_examples = Vec::new();
-        let mut reached_examples = Vec::new();
+        let mut tensor_examples = Vec::new();
         let mut first_step_of_tensor: HashMap<usize, usize> = HashMap::new();
         let mut first_step_of_class: HashMap<usize, usize> = HashMap::new();
         for (id, kind) in &set.guards {
@@ -406,11 +422,7 @@ impl NativeGuard {
                         None => {
                             first_step_of_tensor.insert(example.as_ptr() as usize, step);
                             let dynamic = set.dynamic_dims.get(id).cloned();
-                            if matches!(steps[step].access, Access::Local(_)) {
-                                argument_examples.push((step, example.clone(), dynamic));
-                            } else {
-                                reached_examples.push((step, example.clone(), dynamic));
-                            }
+                            tensor_examples.push((step, example.clone(), dynamic));
                             Check::Tensor
                         }
                     }
@@ -436,6 +448,19 @@ impl NativeGuard {
                 },
             };
             steps[step].checks.push(check);
+        }
+        let mut argument_examples = Vec::new();
+        let mut argument_reads = Vec::new();
+        let mut reached_examples = Vec::new();
+        for example in tensor_examples {
+            match argument_read(py, &steps, example.0) {
+                Some(read) => {
+                    steps[example.0].is_argument = true;
+                    argument_reads.push(read);
+                    argument_examples.push(example);
+                }
+                None => reached_examples.push(example),
+            }
         }
         // Attributes of objects known by identity (modules, mostly) that live in the
         // instance dict are read from it directly (see `Access::InstanceAttr`).
@@ -492,6 +517,7 @@ impl NativeGuard {
         Ok(NativeGuard {
             steps,
             arguments: TensorGroup::new(py, argument_examples)?,
+            argument_reads,
             reached: TensorGroup::new(py, reached_examples)?,
             grad_mode: set.grad_mode,
             global_state: set.global_state.clone(),
@@ -768,14 +794,24 @@ impl NativeGuard {
         // The frame's own tensor arguments first.
         let mut arguments = Vec::with_capacity(self.arguments.examples.len());
         if !self.arguments.examples.is_empty() {
-            for example in &self.arguments.examples {
-                let step = &example.step;
-                let Access::Local(i) = self.steps[*step].access else {
-                    unreachable!("argument tensors are locals");
+            for (example, read) in self.arguments.examples.iter().zip(&self.argument_reads) {
+                let value = match read {
+                    ArgumentRead::Local(i) => locals(*i),
+                    ArgumentRead::Item {
+                        local,
+                        container,
+                        key,
+                    } => match locals(*local) {
+                        // Exact tuples, lists and dicts read items without running user code.
+                        Some(base) if base.get_type().as_ptr() == container.as_ptr() => {
+                            base.get_item(key.bind(py)).ok()
+                        }
+                        _ => None,
+                    },
                 };
-                match locals(i) {
+                match value {
                     Some(value) => arguments.push(value),
-                    None => return Ok(Some(format!("{}: missing", self.path(*step)))),
+                    None => return Ok(Some(format!("{}: missing", self.path(example.step)))),
                 }
             }
             if let Some(failure) = self.check_tensors(py, &self.arguments, &arguments, describe)? {
@@ -887,7 +923,7 @@ impl NativeGuard {
                         Err(_) => false,
                     },
                     Check::Tensor => {
-                        if !matches!(step.access, Access::Local(_)) {
+                        if !step.is_argument {
                             tensors.push(value.clone()); // checked after the walk
                         }
                         true
@@ -1105,4 +1141,37 @@ fn dict_check(memo: &DictTagMemo, value: &Bound<'_, PyAny>, passed: bool) -> boo
         memo.passed(value);
     }
     passed
+}
+
+/// How the tensor at `step` can be read before the walk, if it is an argument: a local, or an
+/// item (int or str key) of a local whose exact type — tuple, list or dict — the guard checks.
+fn argument_read(py: Python<'_>, steps: &[Step], step: usize) -> Option<ArgumentRead> {
+    match &steps[step].access {
+        Access::Local(i) => Some(ArgumentRead::Local(*i)),
+        Access::Item(parent, key) => {
+            let Access::Local(local) = steps[*parent].access else {
+                return None;
+            };
+            let container = steps[*parent].checks.iter().find_map(|c| match c {
+                Check::Type(t) => Some(t),
+                _ => None,
+            })?;
+            let ty = container.bind(py);
+            let key_bound = key.bind(py);
+            let fits =
+                if ty.is(py.get_type::<PyTuple>()) || ty.is(py.get_type::<pyo3::types::PyList>()) {
+                    key_bound.is_exact_instance_of::<pyo3::types::PyInt>()
+                } else if ty.is(py.get_type::<PyDict>()) {
+                    key_bound.is_exact_instance_of::<PyString>()
+                } else {
+                    false
+                };
+            fits.then(|| ArgumentRead::Item {
+                local,
+                container: container.clone(),
+                key: key.clone(),
+            })
+        }
+        _ => None,
+    }
 }
