@@ -63,7 +63,9 @@ def table(results: dict) -> str:
             "against FakeTensorMode by the tests), so it can be below the floor. FakeTensorMode's",
             "process-wide dispatch cache makes repeated ops several times cheaper, so both cache states",
             "are measured for every side: *cold* (cache cleared before the run, as in the first compile",
-            "of a fresh process) and *warm* (the side's own previous entries kept).",
+            "of a fresh process) and *warm* (the side's own previous entries kept)."
+            + (f" Measured {capture['date']}, apart from the rest of this table (a machine's speed drifts "
+               "between runs: compare ratios, not times across sections)." if capture.get("date") else ""),
             "",
             "| model | cache | dynamo-rs | TorchDynamo | speed-up | floor | ceiling | graphs (ours/theirs) | ops (ours/theirs) |",
             "|---|---|---|---|---|---|---|---|---|",
@@ -98,12 +100,13 @@ def table(results: dict) -> str:
                 )
         lines.append("")
         lines.append("⚠ on a speed-up = below the 10× target; on graphs = dynamo-rs captures a different number "
-                     "of graphs than TorchDynamo (the `break:` examples need graph breaks, which dynamo-rs does "
-                     "not do yet: such a frame runs eagerly as a whole). Capture times are medians "
-                     "[min–max].")
+                     "of graphs than TorchDynamo (`break:` rows are functions and models that need graph "
+                     "breaks). Capture times are medians [min–max]; a row's date is given when it was "
+                     "measured apart from the rest.")
     per_call = results["sections"].get("per_call")
     if per_call:
-        lines += ["", "Per-call overhead with a backend that does no work (guards + dispatch):", "",
+        when = f" — measured {per_call['date']}, with the capture rows" if per_call.get("date") else ""
+        lines += ["", f"Per-call overhead with a backend that does no work (guards + dispatch){when}:", "",
                   "| model | cache entries | dynamo-rs | TorchDynamo | ratio |", "|---|---|---|---|---|"]
         for name, rows in per_call["models"].items():
             for entries, r in rows.items():

@@ -616,11 +616,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small samples, 3 repetitions")
     parser.add_argument("--only", help="comma-separated sections: " + ", ".join(SECTIONS))
+    parser.add_argument("--merge", action="store_true",
+                        help="with --only: replace those sections of benchmarks/results.json (each "
+                        "marked with its date) and regenerate the README's table")
     parser.add_argument("--out", help="default: benchmarks/results.json, or "
                         "benchmarks/out/quick.json with --quick (not committed)")
     args = parser.parse_args()
     if args.out is None:
+        # A partial run (--only) never overwrites the full results; --merge folds it in.
         args.out = os.path.join(ROOT, "benchmarks", *(("out", "quick.json") if args.quick
+                                                      else ("out", "only.json") if args.only
                                                       else ("results.json",)))
     names = args.only.split(",") if args.only else list(SECTIONS)
     results = {"machine": machine(), "quick": args.quick,
@@ -642,6 +647,17 @@ def main() -> int:
         from report import update_readme
 
         update_readme(results)
+    elif args.merge and args.only and not args.quick:
+        from report import update_readme
+
+        path = os.path.join(ROOT, "benchmarks", "results.json")
+        with open(path) as f:
+            merged = json.load(f)
+        for name, section in results["sections"].items():
+            merged["sections"][name] = {**section, "date": results["date"]}
+        with open(path, "w") as f:
+            json.dump(merged, f, indent=2, default=str)
+        update_readme(merged)
     return 0
 
 
