@@ -190,6 +190,41 @@ def test_views_into_shapes_with_size_one_dimensions(mode, seed):
     assert tally.answered > 300, (tally.answered, tally.declined)
 
 
+@SEEDS
+def test_chunk_and_cat_of_image_layouts(mode, seed):
+    """`chunk` (split by `ceil(size / n)`) and `cat` of 4-d tensors in channels-last and
+    row-major layouts, batches of 1 included: a channels-last result when every input suggests
+    it (c10's rule), row-major otherwise."""
+    rng = random.Random(23 + 1000 * seed)
+    tally = Tally()
+    with torch.no_grad():
+        for _ in range(300):
+            shape = [rng.choice([1, 1, 2]), rng.randint(1, 6), rng.randint(1, 4), rng.randint(1, 4)]
+            dim = rng.randrange(-4, 4)
+            with mode:
+                x = strided(rng, shape)
+                if rng.random() < 0.5:
+                    x = torch.empty(shape).to(memory_format=torch.channels_last)
+            target = rng.choice(["chunk", torch.chunk])
+            tally.run(mode, target, (x, rng.randint(1, 4), dim))
+            with mode:
+                parts = []
+                for _ in range(rng.randint(1, 3)):
+                    s = list(shape)
+                    s[dim] = rng.randint(1, 3)
+                    if rng.random() < 0.6:
+                        part = torch.empty(s).to(memory_format=torch.channels_last)
+                        if rng.random() < 0.3:  # a channel slice of a wider channels-last tensor
+                            wide = list(s)
+                            wide[1] *= 2
+                            part = torch.empty(wide).to(memory_format=torch.channels_last)[:, :s[1]]
+                    else:
+                        part = strided(rng, s)
+                    parts.append(part)
+            tally.run(mode, torch.cat, (parts, dim))
+    assert tally.answered > 400, (tally.answered, tally.declined)
+
+
 def test_dropout_and_inplace_relu_return_the_input(mode):
     with torch.no_grad(), mode:
         x = torch.empty(3, 4)

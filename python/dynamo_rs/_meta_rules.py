@@ -423,15 +423,19 @@ def _cat(mode, args, kwargs):
     if not all(t.dim() == first.dim() for t in tensors) or first.dim() == 5:
         return None
     # The output is channels-last when every input suggests it, else row-major (c10's
-    # `cat_compute_output_memory_format`); only the row-major case is modelled.
-    if all(_native.suggests_channels_last(t.shape, t.stride()) for t in tensors):
+    # `cat_compute_output_memory_format`).
+    channels_last = all(_native.suggests_channels_last(t.shape, t.stride()) for t in tensors)
+    if channels_last and first.dim() != 4:
         return None
     if any(tuple(t.shape[:d]) != tuple(first.shape[:d]) or tuple(t.shape[d + 1:]) != tuple(first.shape[d + 1:])
            for t in tensors):
         return None
     sizes = list(first.shape)
     sizes[d] = sum(t.shape[d] for t in tensors)
-    return _contiguous(mode, first, tuple(sizes))
+    strides = _native.strides_in_format(sizes, channels_last)
+    if strides is None:
+        return None
+    return _new(mode, first, tuple(sizes), strides)
 
 
 def _adaptive_avg_pool2d(mode, args, kwargs):
@@ -713,6 +717,21 @@ def _split(mode, args, kwargs):
     return tuple(_view(mode, x, *layout) for layout in layouts)
 
 
+def _chunk(mode, args, kwargs):
+    """`x.chunk(n, dim)`: ATen's `split` by `ceil(size / n)` (fewer than n parts when that
+    divides unevenly); an empty dimension (split into n empty parts) is left to torch."""
+    bound = _bind(lambda input, chunks, dim=0: (input, chunks, dim), args, kwargs)
+    if bound is None:
+        return None
+    x, chunks, dim = bound
+    if type(chunks) is not int or chunks <= 0 or type(dim) is not int or not _ready(mode, x) or x.dim() == 0:
+        return None
+    d = _native.wrap_dim(dim, x.dim())
+    if d is None or x.shape[d] == 0:
+        return None
+    return _split(mode, (x, -(-x.shape[d] // chunks), d), {})
+
+
 def _unbind(mode, args, kwargs):
     bound = _bind(lambda input, dim=0: (input, dim), args, kwargs)
     if bound is None:
@@ -837,7 +856,7 @@ RULES = {
     "transpose": _transpose, torch.transpose: _transpose,
     "unsqueeze": _unsqueeze, torch.unsqueeze: _unsqueeze, "flatten": _flatten, torch.flatten: _flatten,
     "expand": _sized_view(_native.expand_layout), "contiguous": _contiguous_method,
-    operator.getitem: _getitem, "split": _split, torch.split: _split, "unbind": _unbind, torch.unbind: _unbind,
+    operator.getitem: _getitem, "split": _split, torch.split: _split, "chunk": _chunk, torch.chunk: _chunk, "unbind": _unbind, torch.unbind: _unbind,
     # layers, continued
     F.embedding: _embedding, torch.cat: _cat, F.adaptive_avg_pool2d: _adaptive_avg_pool2d,
     F.max_pool2d: _max_pool2d, F.scaled_dot_product_attention: _sdpa,
