@@ -78,23 +78,34 @@ def test_model_with_attention_mask(name) -> None:
     assert frames == graphs, "an identical call compiled again"
 
 
-def test_longformer_breaks_on_its_data_dependent_code() -> None:
-    """Longformer reads `.item()` of a tensor to decide on global attention: TorchDynamo
-    breaks there (twice) and at `logger.warning_once` (6 graphs). The `lru_cache`d warning
-    is evaluated once while tracing here, as eagerly it runs once, so fewer graphs — but
-    never more than TorchDynamo's, and the data-dependent breaks are where it has them."""
-    model = build("longformer")
+def _explained_and_compiled(model):
+    """TorchDynamo's and our `explain` of one call, then our graphs and frames over two."""
     with torch.no_grad():
         theirs = torch._dynamo.explain(model)(**inputs(model))
         torch._dynamo.reset()
         ours = dynamo_rs.explain(model)(**inputs(model))
     dynamo_rs.reset()
     graphs, frames = compile_twice(model)
-    assert frames == graphs
-    assert 1 < graphs <= theirs.graph_count
+    return theirs, ours, graphs, frames
+
+
+def _assert_item_breaks_where_torchdynamo_has_them(theirs, ours) -> int:
+    """As many `.item()` breaks as TorchDynamo, and no frame run eagerly; their number."""
     item_breaks = [r for r in theirs.break_reasons if "item()" in r.reason]
     assert len([r for r in ours.break_reasons if "item()" in str(r)]) == len(item_breaks)
     assert not ours.eager_frames
+    return len(item_breaks)
+
+
+def test_longformer_breaks_on_its_data_dependent_code() -> None:
+    """Longformer reads `.item()` of a tensor to decide on global attention: TorchDynamo
+    breaks there (twice) and at `logger.warning_once` (6 graphs). The `lru_cache`d warning
+    is evaluated once while tracing here, as eagerly it runs once, so fewer graphs — but
+    never more than TorchDynamo's, and the data-dependent breaks are where it has them."""
+    theirs, ours, graphs, frames = _explained_and_compiled(build("longformer"))
+    assert frames == graphs
+    assert 1 < graphs <= theirs.graph_count
+    _assert_item_breaks_where_torchdynamo_has_them(theirs, ours)
 
 
 @pytest.mark.parametrize("name", ["xlm", "flaubert"])
@@ -103,20 +114,11 @@ def test_xlm_family_breaks_on_its_length_check(name) -> None:
     computed from the input: a data-dependent read that breaks the graph under TorchDynamo
     too. Graph counts within ±20% of TorchDynamo's on the same call, the break where it has
     it, no frame run eagerly, eager's outputs, nothing compiled again on an identical call."""
-    model = build(name)
-    with torch.no_grad():
-        theirs = torch._dynamo.explain(model)(**inputs(model))
-        torch._dynamo.reset()
-        ours = dynamo_rs.explain(model)(**inputs(model))
-    dynamo_rs.reset()
-    graphs, frames = compile_twice(model)
+    theirs, ours, graphs, frames = _explained_and_compiled(build(name))
     assert frames == graphs, "an identical call compiled again"
     assert graphs > 1, "the data-dependent check splits the graph"
     assert abs(graphs - theirs.graph_count) <= 0.2 * theirs.graph_count, (graphs, theirs.graph_count)
-    item_breaks = [r for r in theirs.break_reasons if "item()" in r.reason]
-    assert item_breaks, "TorchDynamo breaks at .item() here"
-    assert len([r for r in ours.break_reasons if "item()" in str(r)]) == len(item_breaks)
-    assert not ours.eager_frames
+    assert _assert_item_breaks_where_torchdynamo_has_them(theirs, ours), "TorchDynamo breaks at .item() here"
 
 
 TRAINING = {"gpt2": transformers.AutoModelForCausalLM, "llama": transformers.AutoModelForCausalLM,

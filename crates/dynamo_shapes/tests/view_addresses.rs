@@ -5,7 +5,7 @@
 
 use dynamo_shapes::index::{index, split, Index};
 use dynamo_shapes::layout::contiguous_strides;
-use dynamo_shapes::view::{expand, permute, view_strides};
+use dynamo_shapes::view::{expand, permute, reference_view_strides, view_strides};
 use proptest::prelude::*;
 
 fn address(strides: &[i64], offset: i64, position: &[i64]) -> i64 {
@@ -107,6 +107,35 @@ proptest! {
             // No view exists only when the regrouped dimensions are not contiguous among
             // themselves; a contiguous tensor always has one.
             prop_assert!(strides != contiguous_strides(&sizes));
+        }
+    }
+
+    #[test]
+    fn fake_views_exist_where_aten_views_do_at_the_same_addresses(
+        (sizes, strides, offset) in layout(),
+        split_at in 0usize..4,
+        ones in proptest::collection::vec(0usize..5, 0..=2),
+    ) {
+        // Where ATen's rule (real tensors) finds a view, PrimTorch's (fake tensors) finds one
+        // too, differing only in the strides of size-1 dimensions, which address nothing:
+        // every element is at the same address. (The converse does not hold, in torch itself:
+        // PrimTorch merges `[2, 1, 2]` with strides `[1, 1, 2]` into one dimension, which a
+        // real tensor refuses to view; we follow the fake tensors, as the graph's metadata
+        // must.) Targets regroup a prefix and sprinkle in size-1 dimensions.
+        let cut = split_at.min(sizes.len());
+        let mut target: Vec<i64> = vec![sizes[..cut].iter().product()];
+        target.extend_from_slice(&sizes[cut..]);
+        for &at in &ones {
+            target.insert(at.min(target.len()), 1);
+        }
+        let aten = view_strides(&sizes, &strides, &target);
+        let reference = reference_view_strides(&sizes, &strides, &target);
+        if let Some(aten) = aten {
+            prop_assert!(reference.is_some());
+            let reference = reference.unwrap();
+            for p in positions(&target) {
+                prop_assert_eq!(address(&reference, offset, &p), address(&aten, offset, &p));
+            }
         }
     }
 

@@ -25,31 +25,41 @@ fn elementwise_layout(operands: Vec<Layout>) -> Option<Layout> {
     Some((shape, strides))
 }
 
-/// `(sizes, strides or None)` of `view`/`reshape` to `shape` (may hold one -1): strides when
-/// the result can share storage, `None` when `reshape` has to copy. `None` overall for a
-/// shape that does not fit.
+/// A rule for the strides of a view: `(old sizes, old strides, new sizes)` to new strides.
+type ViewStrides = fn(&[i64], &[i64], &[i64]) -> Option<Vec<i64>>;
+
+/// The sizes `shape` (may hold one -1) stands for, with `strides_of(sizes, strides, new
+/// sizes)`; `None` for a shape that does not fit.
+fn view_layout_by(
+    sizes: &[i64],
+    strides: &[i64],
+    shape: &[i64],
+    strides_of: ViewStrides,
+) -> Option<(Vec<i64>, Option<Vec<i64>>)> {
+    let new_sizes = view::infer_size(shape, layout::numel(sizes)).ok()?;
+    let new_strides = strides_of(sizes, strides, &new_sizes);
+    Some((new_sizes, new_strides))
+}
+
+/// `(sizes, strides or None)` of `view`/`reshape` to `shape` by ATen's rule: strides when
+/// the result can share storage, `None` when `reshape` has to copy.
 #[pyfunction]
 fn view_layout(
     sizes: Vec<i64>,
     strides: Vec<i64>,
     shape: Vec<i64>,
 ) -> Option<(Vec<i64>, Option<Vec<i64>>)> {
-    let new_sizes = view::infer_size(&shape, layout::numel(&sizes)).ok()?;
-    let new_strides = view::view_strides(&sizes, &strides, &new_sizes);
-    Some((new_sizes, new_strides))
+    view_layout_by(&sizes, &strides, &shape, view::view_strides)
 }
 
-/// `view_layout` as FakeTensorMode computes it: the sizes and the strides of the view (`None`
-/// when it cannot be one), see [`view::reference_view_strides`].
+/// `view_layout` as FakeTensorMode computes it (see [`view::reference_view_strides`]).
 #[pyfunction]
 fn fake_view_layout(
     sizes: Vec<i64>,
     strides: Vec<i64>,
     shape: Vec<i64>,
 ) -> Option<(Vec<i64>, Option<Vec<i64>>)> {
-    let new_sizes = view::infer_size(&shape, layout::numel(&sizes)).ok()?;
-    let new_strides = view::reference_view_strides(&sizes, &strides, &new_sizes);
-    Some((new_sizes, new_strides))
+    view_layout_by(&sizes, &strides, &shape, view::reference_view_strides)
 }
 
 #[pyfunction]
