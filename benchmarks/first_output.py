@@ -4,7 +4,9 @@ directories of its own (TORCHINDUCTOR_CACHE_DIR: Inductor's FX-graph cache and A
 cache), first empty, then warm (the best of two later processes). The clock starts before
 `import dynamo_rs` / `torch.compile(...)` (TorchDynamo imports itself lazily on the first call;
 both pay their own imports) and stops when the first call returns; outputs are checked against
-eager afterwards."""
+eager afterwards. "dynamo_rs+capture cache" is dynamo_rs with its persistent capture cache on
+(`DYNAMO_RS_CAPTURE_CACHE=1`, a directory of its own): warm processes bind the stored capture
+instead of tracing."""
 
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ PROGRAM = textwrap.dedent(
     from models import build, tensors_of
     model, inputs = build({name!r})
     start = time.perf_counter()
-    if {front!r} == "dynamo_rs":
+    if {front!r}.startswith("dynamo_rs"):
         import dynamo_rs
         compiled = dynamo_rs.compile(model, backend={backend!r})
     else:
@@ -43,11 +45,15 @@ PROGRAM = textwrap.dedent(
     """
 )
 
-FRONTS = ("dynamo_rs", "torch.compile")
+FRONTS = ("dynamo_rs", "dynamo_rs+capture cache", "torch.compile")
 
 
 def first_output(name: str, front: str, backend: str, cache_dir: str) -> dict:
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache_dir)
+    # As a user's machine runs it: the imported modules' bytecode cached on disk.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    if front == "dynamo_rs+capture cache":
+        env.update(DYNAMO_RS_CAPTURE_CACHE="1", DYNAMO_RS_CACHE_DIR=os.path.join(cache_dir, "capture"))
     code = PROGRAM.format(tests=os.path.join(ROOT, "tests"), name=name, front=front, backend=backend)
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                           timeout=1800, cwd=ROOT)
@@ -74,20 +80,23 @@ def bench_first_output(quick: bool) -> dict:
                     row[front] = {"empty_s": empty.get("seconds"), "warm_s": min(times) if times else None,
                                   "correct": all(r.get("correct") for r in [empty, *warm]),
                                   "errors": [r["error"] for r in [empty, *warm] if "error" in r]}
-                ours, theirs = row["dynamo_rs"], row["torch.compile"]
-                for state in ("empty", "warm"):
-                    a, b = ours[f"{state}_s"], theirs[f"{state}_s"]
-                    row[f"{state}_ratio"] = a / b if a and b else None
+                theirs = row["torch.compile"]
+                for front in FRONTS[:2]:
+                    ours = row[front]
+                    for state in ("empty", "warm"):
+                        a, b = ours[f"{state}_s"], theirs[f"{state}_s"]
+                        ours[f"{state}_ratio"] = a / b if a and b else None
+
+                    def fmt(state, ours=ours):
+                        a, b, r = ours[f"{state}_s"], theirs[f"{state}_s"], ours[f"{state}_ratio"]
+                        if r is None:
+                            return f"{state} failed ({(ours['errors'] + theirs['errors'])[:1]})"
+                        return f"{state} {a:6.2f} s vs {b:6.2f} s ({r:.2f} of torch.compile's)"
+
+                    flag = "" if ours["correct"] and theirs["correct"] else "  WRONG OUTPUT"
+                    print(f"  {name:22s} {backend:9s} {front:24s} {fmt('empty')}; {fmt('warm')}{flag}",
+                          flush=True)
                 out[f"{name} {backend}"] = row
-
-                def fmt(state):
-                    a, b, r = ours[f"{state}_s"], theirs[f"{state}_s"], row[f"{state}_ratio"]
-                    if r is None:
-                        return f"{state} failed ({(ours['errors'] + theirs['errors'])[:1]})"
-                    return f"{state} {a:6.2f} s vs {b:6.2f} s ({r:.2f} of torch.compile's)"
-
-                flag = "" if ours["correct"] and theirs["correct"] else "  WRONG OUTPUT"
-                print(f"  {name:22s} {backend:9s} {fmt('empty')}; {fmt('warm')}{flag}", flush=True)
     return {"what": "time to first output in a fresh process (compile call to first output), each "
                     "front end with its own cache directory, empty and warm",
             "figures": {}, "models": out}

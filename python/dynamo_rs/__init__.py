@@ -4,7 +4,7 @@
 `dynamo_rs.eval_frame` expose the layers below it.
 """
 
-from dynamo_rs import bytecode, config
+from dynamo_rs import bytecode, cache, config
 from dynamo_rs._native import (
     BackendCompilerFailed,
     CompileError,
@@ -73,6 +73,7 @@ __all__ = [
     "OptimizedModule",
     "Unsupported",
     "bytecode",
+    "cache",
     "compile",
     "config",
     "disable",

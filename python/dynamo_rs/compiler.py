@@ -37,10 +37,25 @@ def compile(  # noqa: A001 - the name mirrors torch.compile
         compiler = torch._TorchCompileInductorWrapper(mode, options, dynamic)
     else:
         compiler = resolve_backend(backend)
-    converter = _native.Converter(compiler, fullgraph=fullgraph, dynamic=dynamic)
+    converter = _native.Converter(compiler, fullgraph=fullgraph, dynamic=dynamic,
+                                  cache_key=_cache_key(backend, mode, options, fullgraph, dynamic))
     if isinstance(model, torch.nn.Module):
         return OptimizedModule(model, converter)
     return _compiled_function(model, converter)
+
+
+def _cache_key(backend, mode, options, fullgraph, dynamic) -> str | None:
+    """How the persistent capture cache names this compile's backend and options; None when
+    the backend is a callable (no later process can be known to have the same one) or the
+    options are not plain data."""
+    import json
+
+    if not isinstance(backend, str):
+        return None
+    try:
+        return json.dumps([backend, mode, options, fullgraph, dynamic], sort_keys=True)
+    except (TypeError, ValueError):
+        return None
 
 
 # `_run(converter, fn, args, kwargs)`: `fn(*args, **kwargs)` with the converter installed as

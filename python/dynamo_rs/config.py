@@ -27,6 +27,11 @@
   "debug" also evaluates every guard check by a slow reference that resolves each guarded
   source on its own with plain getattr/[] and compares tensors field by field, and raises
   `dynamo_rs.InternalCheckFailed` if the two disagree. The test suite turns it on.
+- capture_cache (False, or the environment variable DYNAMO_RS_CAPTURE_CACHE=1): keep what
+  is captured in a directory and, in a later process, bind it to the frame being called
+  instead of tracing (see `dynamo_rs.cache`). Only for backends named by a string.
+- capture_cache_dir (None: the environment variable DYNAMO_RS_CACHE_DIR, else
+  `$XDG_CACHE_HOME/dynamo_rs/capture` or `~/.cache/dynamo_rs/capture`): where.
 """
 
 from __future__ import annotations
@@ -58,6 +63,8 @@ class _Config(types.ModuleType):
         self.verify_meta_rules = os.environ.get("DYNAMO_RS_VERIFY_META_RULES", "") not in ("", "0")
         self.guard_self_check = os.environ.get("DYNAMO_RS_GUARD_SELF_CHECK", "") not in ("", "0")
         self.guard_check_mode = os.environ.get("DYNAMO_RS_GUARD_CHECK_MODE", "") or "fast"
+        self.capture_cache = os.environ.get("DYNAMO_RS_CAPTURE_CACHE", "") not in ("", "0")
+        self.capture_cache_dir = os.environ.get("DYNAMO_RS_CACHE_DIR") or None
 
     def __getattr__(self, name: str):
         values = object.__getattribute__(self, "_values")
@@ -87,8 +94,10 @@ class _Config(types.ModuleType):
             if value not in ("fast", "debug"):
                 raise ValueError(f"guard_check_mode must be 'fast' or 'debug', not {value!r}")
             _native.configure_capture(guard_check_debug=value == "debug")
-        elif name in ("meta_rules", "verify_meta_rules", "guard_self_check"):
+        elif name in ("meta_rules", "verify_meta_rules", "guard_self_check", "capture_cache"):
             value = bool(value)
+        elif name == "capture_cache_dir":
+            value = None if value is None else os.fspath(value)
         else:
             raise AttributeError(f"dynamo_rs.config has no setting {name!r}")
         values[name] = value

@@ -135,6 +135,11 @@ pub struct SourceTable {
 }
 
 impl SourceTable {
+    /// Every source with its parent's id, by id.
+    pub fn nodes(&self) -> &[(Rc<Source>, Option<u32>)] {
+        &self.nodes
+    }
+
     pub fn intern(&mut self, source: &Rc<Source>) -> u32 {
         let address = Rc::as_ptr(source) as usize;
         if let Some((_, id)) = self.by_address.get(&address) {
@@ -1056,6 +1061,11 @@ impl NativeGuard {
         }
         out.push("no torch-function mode active".into());
         out
+    }
+
+    /// Sets the compiled graph the entry's code calls (see `persist::restore_guard`).
+    fn set_graph_token(&mut self, token: &Bound<'_, PyAny>) {
+        self.graph_token = Some(OwnedRef::from_bound(token));
     }
 
     fn __len__(&self) -> usize {

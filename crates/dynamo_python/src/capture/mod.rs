@@ -41,6 +41,7 @@ mod ops_operator_getters;
 mod ops_sets;
 mod ops_symbolic;
 mod ops_with;
+mod persist;
 mod rebuild;
 pub mod shape_guard;
 pub mod source;
@@ -79,6 +80,10 @@ pub struct Converter {
     /// `dynamic=` of `dynamo_rs.compile`: None automatic, True all dimensions symbolic from
     /// the start, False static (see `_shapes.dynamic_dims`).
     dynamic: Option<bool>,
+    /// What names the backend and the compile options in the persistent capture cache's
+    /// keys (`dynamo_rs/_persist.py`); None: entries of this converter are never persisted
+    /// (a backend given as a callable, which no later process can be known to share).
+    cache_key: Option<String>,
     stats: std::sync::Mutex<ConverterStats>,
 }
 
@@ -94,6 +99,10 @@ struct ConverterStats {
     breaks: Vec<(String, String)>,
     /// Seconds spent in each phase of capture, summed over frames.
     phases: HashMap<&'static str, f64>,
+    /// Frames traced (a graph break traces a frame twice).
+    traces: usize,
+    /// Entries read back from the persistent capture cache instead of traced.
+    loaded: usize,
 }
 
 impl Converter {
@@ -119,12 +128,18 @@ impl Converter {
 #[pymethods]
 impl Converter {
     #[new]
-    #[pyo3(signature = (backend, *, fullgraph=false, dynamic=None))]
-    fn new(backend: Py<PyAny>, fullgraph: bool, dynamic: Option<bool>) -> Self {
+    #[pyo3(signature = (backend, *, fullgraph=false, dynamic=None, cache_key=None))]
+    fn new(
+        backend: Py<PyAny>,
+        fullgraph: bool,
+        dynamic: Option<bool>,
+        cache_key: Option<String>,
+    ) -> Self {
         Converter {
             backend,
             fullgraph,
             dynamic,
+            cache_key,
             stats: std::sync::Mutex::new(ConverterStats::default()),
         }
     }
@@ -165,6 +180,30 @@ impl Converter {
         self.stats().phases.clone()
     }
 
+    /// Frames traced (a frame split at a graph break is traced twice).
+    #[getter]
+    fn traces(&self) -> usize {
+        self.stats().traces
+    }
+
+    /// Entries read back from the persistent capture cache instead of traced.
+    #[getter]
+    fn loaded(&self) -> usize {
+        self.stats().loaded
+    }
+
+    /// The backend graphs are handed to.
+    #[getter]
+    fn backend(&self, py: Python<'_>) -> Py<PyAny> {
+        self.backend.clone_ref(py)
+    }
+
+    /// The persistent capture cache's name for the backend and options (None: not persisted).
+    #[getter]
+    fn cache_key(&self) -> Option<String> {
+        self.cache_key.clone()
+    }
+
     fn __call__(
         slf: &Bound<'_, Self>,
         py: Python<'_>,
@@ -194,6 +233,9 @@ impl Converter {
             // and the trace folds `has_torch_function` to False and the dispatch stack's
             // length to 0: run this call as it is, and compile a later one made without it.
             return Ok(py.None());
+        }
+        if let Some(entry) = this.load_persisted(py, frame, slf.as_any())? {
+            return Ok(entry);
         }
         let new_tracer = || -> PyResult<Tracer<'_>> {
             let mut tracer = Tracer::new(py, Helpers::load(py)?)?;
@@ -310,6 +352,80 @@ impl Converter {
 }
 
 impl Converter {
+    /// Whether this converter's entries go to the persistent capture cache
+    /// (`dynamo_rs.config.capture_cache`, and a backend named by a string).
+    fn persists(&self, py: Python<'_>) -> PyResult<bool> {
+        Ok(self.cache_key.is_some()
+            && py
+                .import_module("dynamo_rs.config")?
+                .getattr("capture_cache")?
+                .is_truthy()?)
+    }
+
+    /// An entry for `frame` read back from the persistent capture cache, bound to this
+    /// frame's objects and compiled by the backend; None when there is none that holds.
+    fn load_persisted(
+        &self,
+        py: Python<'_>,
+        frame: &Bound<'_, PyAny>,
+        converter: &Bound<'_, PyAny>,
+    ) -> PyResult<Option<Py<PyAny>>> {
+        if !self.persists(py)? {
+            return Ok(None);
+        }
+        let start = std::time::Instant::now();
+        let loaded = py
+            .import_module("dynamo_rs._persist")?
+            .call_method1("load", (frame, converter))?;
+        if loaded.is_none() {
+            self.lap("persistent cache", start);
+            return Ok(None);
+        }
+        let (guard, code, backend_seconds): (Py<PyAny>, Py<PyAny>, f64) = loaded.extract()?;
+        let total = start.elapsed().as_secs_f64();
+        let mut stats = self.stats();
+        *stats.phases.entry("persistent cache").or_insert(0.0) += total - backend_seconds;
+        *stats.phases.entry("backend").or_insert(0.0) += backend_seconds;
+        stats.loaded += 1;
+        stats.graphs += 1;
+        Ok(Some((guard, code).into_pyobject(py)?.into_any().unbind()))
+    }
+
+    /// Writes the entry just built for `frame` to the persistent capture cache: its guards
+    /// as the trace recorded them, the graph (`record`), where the graph's inputs come from,
+    /// and the code that calls it. `_persist.save` decides whether it can be written at all
+    /// (every object it refers to must be found again by name in a later process).
+    fn save_persisted<'py>(
+        &self,
+        py: Python<'py>,
+        tracer: &mut Tracer<'py>,
+        frame: &Frame<'_, 'py>,
+        record: &Py<PyAny>,
+        graph: &CompiledGraph<'py>,
+        new_code: &Bound<'py, PyAny>,
+    ) -> PyResult<()> {
+        let description = persist::describe(py, &tracer.guards)?;
+        let inputs: Vec<u32> = graph
+            .inputs
+            .iter()
+            .map(|s| tracer.guards.sources.intern(s))
+            .collect();
+        py.import_module("dynamo_rs._persist")?.call_method1(
+            "save",
+            (
+                frame.code,
+                frame.converter,
+                description,
+                inputs,
+                record.bind(py),
+                new_code,
+                graph.compiled.as_ref(),
+                frame.state.slot_names.clone(),
+            ),
+        )?;
+        Ok(())
+    }
+
     /// Adds the time since `since` to `phase` and returns now.
     fn lap(&self, phase: &'static str, since: std::time::Instant) -> std::time::Instant {
         let now = std::time::Instant::now();
@@ -377,6 +493,7 @@ impl Converter {
         let prologue = codegen::prologue(&state.instructions)?;
         let t = self.lap("inputs", t);
         tracer.stop_at = stop_at;
+        self.stats().traces += 1;
         let result = match tracer.run(&mut state) {
             Ok(result) => Some(result),
             Err(CaptureError::BreakPoint) => None,
@@ -420,7 +537,11 @@ impl Converter {
         let new_code = gen.finish_return()?;
         let t = self.lap("codegen", t);
         let guard = self.build_guard(py, tracer, &graph, &frame)?;
-        self.lap("guards", t);
+        let t = self.lap("guards", t);
+        if let Some(record) = &graph.record {
+            self.save_persisted(py, tracer, &frame, record, &graph, &new_code)?;
+            self.lap("persistent cache", t);
+        }
         Ok(Some((guard, new_code)))
     }
 
@@ -480,6 +601,7 @@ impl Converter {
                     inputs: Vec::new(),
                     replays,
                     shared,
+                    record: None,
                 },
             ));
         }
@@ -528,6 +650,16 @@ impl Converter {
         }
         let t = self.lap("outputs and graph cleanup", t);
         let gm = export(py, tracer, &outputs)?;
+        // The graph as the persistent capture cache stores it, taken before the backend
+        // sees it (a backend may change the module it is given).
+        let record = if self.persists(py)? {
+            let record = py
+                .import_module("dynamo_rs._persist")?
+                .call_method1("graph_record", (&gm,))?;
+            (!record.is_none()).then(|| record.unbind())
+        } else {
+            None
+        };
         let t = self.lap("export", t);
         let examples: Vec<_> = tracer
             .inputs
@@ -589,6 +721,7 @@ impl Converter {
                 inputs,
                 replays,
                 shared,
+                record,
             },
         ))
     }
@@ -690,6 +823,9 @@ pub struct CompiledGraph<'py> {
     /// Objects made in the trace that several values reach, built first into temps, in order
     /// (see `rebuild`).
     pub shared: Vec<(u32, Rebuild)>,
+    /// The graph as the persistent capture cache stores it (`_persist.graph_record`); None
+    /// when not persisted.
+    pub record: Option<Py<PyAny>>,
 }
 
 /// Whether a graph may change a tensor in place (`add_`, `relu_`, `x[i] = v`, `+=` on a
@@ -963,5 +1099,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<ops_with::GradModeExit>()?;
     m.add_function(wrap_pyfunction!(graph_break_kinds, m)?)?;
     m.add_function(wrap_pyfunction!(guards::take_graph_inputs, m)?)?;
+    persist::register(m)?;
     Ok(())
 }

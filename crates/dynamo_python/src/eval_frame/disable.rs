@@ -49,6 +49,12 @@ impl DisabledFunction {
         call_disabled(self.wrapped.bind(py), args, kwargs)
     }
 
+    /// The callable run with the hook off.
+    #[getter]
+    fn wrapped_callable(&self, py: Python<'_>) -> Py<PyAny> {
+        self.wrapped.clone_ref(py)
+    }
+
     /// Binds like a function when used as a method.
     fn __get__<'py>(
         slf: Bound<'py, Self>,
