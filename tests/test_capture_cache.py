@@ -134,6 +134,28 @@ PROGRAM = textwrap.dedent(
 
 N_FUNCTIONS = 3  # compiled callables in PROGRAM
 
+# The model suite, each model compiled and called once, compared with eager.
+MODELS_PROGRAM = textwrap.dedent(
+    """
+    import json, sys, torch, dynamo_rs
+    sys.path.insert(0, sys.argv[1])
+    dynamo_rs.config.capture_cache = True
+    dynamo_rs.config.capture_cache_dir = sys.argv[2]
+    from models import build, tensors_of
+    out = {}
+    for name in sys.argv[3:]:
+        model, inputs = build(name)
+        compiled = dynamo_rs.compile(model, backend="eager")
+        with torch.no_grad():
+            got, want = compiled(*inputs), model(*inputs)
+        converter = compiled._dynamo_rs_converter
+        out[name] = {"ok": all(torch.allclose(a, b, atol=1e-5) for a, b in zip(tensors_of(got), tensors_of(want))),
+                     "traces": converter.traces, "loaded": converter.loaded}
+    print(json.dumps(out))
+    """
+)
+SUITE = ["resnet18", "mobilenet_v3_small", "vit_tiny_patch16_224", "convnext_atto", "gpt2", "bert", "llama"]
+
 
 @pytest.fixture
 def workspace(tmp_path):
@@ -144,10 +166,20 @@ def workspace(tmp_path):
     return code, tmp_path / "cache"
 
 
+def environment(cache) -> dict:
+    """The test suite's checks (shape rules against FakeTensorMode, which also checks the
+    stored graph code against FX's; guard self-check; reference guard evaluation) in the
+    child processes too, and a private Inductor cache."""
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(cache.parent / "inductor"),
+               DYNAMO_RS_VERIFY_META_RULES="1", DYNAMO_RS_GUARD_SELF_CHECK="1",
+               DYNAMO_RS_GUARD_CHECK_MODE="debug")
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
 def run(workspace, *extra, backend: str = "eager") -> dict:
     code, cache = workspace
-    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(cache.parent / "inductor"))
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env = environment(cache)
     done = subprocess.run(
         [sys.executable, "-c", PROGRAM, str(code), str(cache), backend, *extra],
         env=env, capture_output=True, text=True, timeout=600,
@@ -181,6 +213,22 @@ def test_second_process_binds_instead_of_tracing(workspace) -> None:
     assert second["traces"] == 0, second
     assert second["loaded"] == N_FUNCTIONS, second
     assert second["cache"].get("hits") == N_FUNCTIONS, second
+
+
+def test_model_suite_binds_in_a_second_process(tmp_path) -> None:
+    cache = tmp_path / "cache"
+    tests = os.path.dirname(os.path.abspath(__file__))
+    runs = []
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "-c", MODELS_PROGRAM, tests, str(cache), *SUITE],
+                              env=environment(cache), capture_output=True, text=True, timeout=900)
+        assert done.returncode == 0, done.stderr[-4000:]
+        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    first, second = runs
+    for name in SUITE:
+        assert first[name]["ok"] and second[name]["ok"], (name, first, second)
+        assert first[name]["traces"] >= 1, (name, first)
+        assert second[name]["traces"] == 0 and second[name]["loaded"] >= 1, (name, second)
 
 
 def test_inductor_in_a_second_process_binds_and_hits_torch_caches(workspace) -> None:
@@ -311,8 +359,7 @@ def test_planted_pickle_is_never_unpickled(workspace) -> None:
 
 def test_concurrent_writers_leave_whole_files(workspace) -> None:
     code, cache = workspace
-    env = dict(os.environ)
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env = environment(cache)
     procs = [
         subprocess.Popen([sys.executable, "-c", PROGRAM, str(code), str(cache), "eager"],
                          env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -156,9 +156,17 @@ def code_hash(code: types.CodeType) -> str:
     return result
 
 
+def _trace_settings() -> list:
+    """Settings that change what a trace makes of the same code."""
+    from torch._dynamo import config as dynamo_config
+
+    return [bool(dynamo_config.capture_scalar_outputs),
+            bool(dynamo_config.capture_dynamic_output_shape_ops)]
+
+
 def file_for(code: types.CodeType, converter) -> str:
-    key = json.dumps([environment(), converter.cache_key, code.co_filename, code.co_qualname,
-                      code.co_firstlineno, code_hash(code)])
+    key = json.dumps([environment(), converter.cache_key, _trace_settings(), code.co_filename,
+                      code.co_qualname, code.co_firstlineno, code_hash(code)])
     name = hashlib.sha256(key.encode()).hexdigest()[:40]
     return os.path.join(directory(), name[:2], name + ".json")
 
@@ -355,6 +363,8 @@ def decode(value):
             except Exception as err:  # noqa: BLE001 - any failure to import is a miss
                 raise Mismatch(f"cannot import {value[1]}: {err}") from None
         return module
+    if tag == "sys_modules":
+        return sys.modules
     if tag == "getattr":
         owner = decode(value[1])
         try:
@@ -438,7 +448,9 @@ def graph_record(gm: torch.fx.GraphModule):
         for node in gm.graph.nodes:
             value = _value_record(node.meta["example_value"]) if "example_value" in node.meta else None
             if node.op == "placeholder":
-                nodes.append(["placeholder", node.name, None, None, None])
+                # The target is the argument's name in the code (`L_x_`), the node's name
+                # may differ (`l_x_`).
+                nodes.append(["placeholder", node.name, node.target, None, None])
             elif node.op == "call_function":
                 nodes.append(["call_function", node.name, encode(node.target),
                               arg(node.args), arg(node.kwargs)])
@@ -455,7 +467,35 @@ def graph_record(gm: torch.fx.GraphModule):
         counters["not_portable"] += 1
         log.debug("not persisted: the graph refers to %s", why)
         return None
-    return nodes
+    return {"nodes": nodes, "code": _code_record(gm)}
+
+
+def _code_record(gm: torch.fx.GraphModule):
+    """The Python code FX generates for the graph (source, and the globals it names), so a
+    later process need not generate it again; None if a global cannot be written."""
+    code = gm.graph.python_code(root_module="self")
+    try:
+        names = [[name, encode(value)] for name, value in code.globals.items()]
+    except NotPortable:
+        return None
+    return {"src": code.src, "globals": names, "prologue": code._prologue_start,
+            "lines": None if code._lineno_map is None else [[k, v] for k, v in code._lineno_map.items()]}
+
+
+class _StoredCode(torch.fx.graph.CodeGen):
+    """Gives the stored Python code of a graph the first time its code is generated (when
+    the GraphModule is made), and generates it as usual after that (a pass that changes the
+    graph makes new code)."""
+
+    def __init__(self, code) -> None:
+        super().__init__()
+        self.stored = code
+
+    def _gen_python_code(self, *args, **kwargs):
+        stored, self.stored = self.stored, None
+        if stored is not None:
+            return stored
+        return super()._gen_python_code(*args, **kwargs)
 
 
 def _value_record(value):
@@ -478,18 +518,36 @@ def _plain_fake(t) -> bool:
             and all(isinstance(d, int) for d in t.shape) and all(isinstance(d, int) for d in t.stride()))
 
 
+_dtypes: dict = {}
+_devices: dict = {}
+
+
+def _dtype(name: str):
+    dtype = _dtypes.get(name)
+    if dtype is None:
+        dtype = _dtypes[name] = decode(["dtype", name])
+    return dtype
+
+
+def _device(name: str):
+    device = _devices.get(name)
+    if device is None:
+        device = _devices[name] = torch.device(name)
+    return device
+
+
 def _fake_value(mode, record):
+    """A fake tensor (or structure of them) made from a `_value_record`; called with
+    dispatch off."""
     from torch._subclasses.fake_tensor import FakeTensor
-    from torch.utils._mode_utils import no_dispatch
 
     tag = record[0]
     if tag == "tensor":
         shape, stride, dtype, device, requires_grad, offset = record[1:]
-        with no_dispatch():
-            meta = torch.empty_strided(shape, stride, dtype=getattr(torch, dtype), device="meta")
-            if offset:
-                meta = meta.as_strided(shape, stride, offset)
-            fake = FakeTensor(mode, meta, torch.device(device))
+        meta = torch.empty_strided(shape, stride, dtype=_dtype(dtype), device="meta")
+        if offset:
+            meta = meta.as_strided(shape, stride, offset)
+        fake = FakeTensor(mode, meta, _device(device))
         if requires_grad:
             fake.requires_grad_(True)
         return fake
@@ -501,12 +559,15 @@ def _fake_value(mode, record):
     raise Corrupt(f"unknown example value tag {tag!r}")
 
 
-def rebuild_graph(nodes, mode=None, inputs=()) -> torch.fx.GraphModule:
+def rebuild_graph(record, mode=None, inputs=()) -> torch.fx.GraphModule:
     """The GraphModule of a stored graph; with a fake mode, every node gets its example
     value as the trace gave it (placeholders: the fakes of `inputs`, the real tensors the
-    graph is compiled for), which AOTAutograd's cache reads."""
+    graph is compiled for), which AOTAutograd's cache and Inductor's passes read."""
+    from torch.utils._mode_utils import no_dispatch
+
     from dynamo_rs._capture import to_fake
 
+    nodes = record["nodes"]
     graph = torch.fx.Graph()
     made: list = []
 
@@ -529,7 +590,7 @@ def rebuild_graph(nodes, mode=None, inputs=()) -> torch.fx.GraphModule:
     real = iter(inputs)
     for op, name, target, args, kwargs, value in nodes:
         if op == "placeholder":
-            node = graph.placeholder(name)
+            node = graph.placeholder(target)
             if mode is not None:
                 example = next(real)
                 # Static fakes made first, as the trace made them (the backend's own
@@ -542,11 +603,31 @@ def rebuild_graph(nodes, mode=None, inputs=()) -> torch.fx.GraphModule:
             target = decode(target) if op == "call_function" else target
             node = graph.create_node(op, target, arg(args), arg(kwargs), name=name)
             if mode is not None and value is not None:
-                node.meta["example_value"] = _fake_value(mode, value)
+                with no_dispatch():
+                    node.meta["example_value"] = _fake_value(mode, value)
         else:
             raise Corrupt(f"unknown graph node kind {op!r}")
         made.append(node)
-    return torch.fx.GraphModule(torch.nn.Module(), graph)
+    code = record.get("code")
+    if code is not None:
+        lines = code["lines"]
+        graph._codegen = _StoredCode(torch.fx.graph.PythonCode(
+            code["src"], {name: decode(value) for name, value in code["globals"]},
+            None if lines is None else {k: v for k, v in lines}, code["prologue"]))
+    gm = torch.fx.GraphModule(torch.nn.Module(), graph)
+    graph._codegen = torch.fx.graph.CodeGen()
+    if code is not None and _verify():
+        # The test suite checks that the stored code is what FX generates for the graph.
+        fresh = graph.python_code(root_module="self").src
+        if fresh != gm.code:
+            raise Corrupt("the stored graph code differs from the graph's")
+    return gm
+
+
+def _verify() -> bool:
+    from dynamo_rs import config
+
+    return bool(config.verify_meta_rules)
 
 
 def _encode_guards(description: dict, frame_globals: dict) -> dict:
@@ -576,7 +657,15 @@ def _encode_guards(description: dict, frame_globals: dict) -> dict:
                 raise NotPortable("a closure cell of a function not known by its source")
             sources.append(["cell", None, found[0], found[1]])
         elif kind == "object":
-            sources.append(["object", None, encode(entry[2]), entry[3]])
+            root = entry[2]
+            if root is sys.modules:
+                where = ["sys_modules"]
+            else:
+                where = encode(root)
+                if isinstance(where, list) and where[0] in ("dict", "list", "tuple", "slice"):
+                    # Read through on every call: a copy made when loading would not do.
+                    raise NotPortable(f"a {where[0]} guarded by its contents as a root")
+            sources.append(["object", None, where, entry[3]])
         elif kind in ("attr", "classattr"):
             sources.append([kind, parent, entry[2]])
         elif kind == "item":
