@@ -73,7 +73,8 @@ def bench_first_output(quick: bool) -> dict:
             for backend in backends:
                 row = {}
                 for front in FRONTS:
-                    cache = os.path.join(root, f"{name}-{backend}-{front}")
+                    # No spaces or '+' in the path: Inductor hands it to the C++ compiler.
+                    cache = os.path.join(root, f"{name}-{backend}-{front}".replace(" ", "_").replace("+", "_"))
                     empty = first_output(name, front, backend, cache)
                     warm = [first_output(name, front, backend, cache) for _ in range(2)]
                     times = [w["seconds"] for w in warm if "seconds" in w]

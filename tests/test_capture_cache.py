@@ -303,35 +303,27 @@ def test_damaged_or_foreign_files_are_ignored(workspace, damages) -> None:
     assert third["traces"] == 0, third
 
 
-def test_edited_source_of_the_compiled_function_recaptures(workspace) -> None:
-    run(workspace)
-    edit(workspace, "user.py", "return torch.cos(x) @ y.T + SCALE", "return torch.sin(x) @ y.T + SCALE")
-    second = run(workspace)
-    # `plain` changed: traced again (its result is checked against the edited eager one).
-    assert second["traces"] == 1 and second["loaded"] == N_FUNCTIONS - 1, second
-
-
-def test_edited_inlined_function_recaptures(workspace) -> None:
-    run(workspace)
-    edit(workspace, "helpers.py", "return torch.tanh(t) * 2", "return torch.tanh(t) * 5")
-    second = run(workspace)
-    # `helper` is inlined into `net` and `closure` (not `plain`): both traced again.
-    assert second["traces"] == 2 and second["loaded"] == 1, second
-
-
-def test_changed_module_structure_recaptures(workspace) -> None:
-    run(workspace)
-    edit(workspace, "user.py", "LAYERS = 2", "LAYERS = 3")
-    second = run(workspace)
-    assert second["traces"] == 1 and second["loaded"] == N_FUNCTIONS - 1, second
-
-
-def test_changed_global_recaptures(workspace) -> None:
-    run(workspace)
-    edit(workspace, "user.py", "SCALE = 2.0", "SCALE = 4.0")
-    second = run(workspace)
+# (file, text, replacement, frames traced again): what each edit between two processes
+# must make the second one trace again, the other frames being bound from the cache.
+EDITS = {
+    # `plain` itself changed (its result is checked against the edited eager one).
+    "compiled function": ("user.py", "return torch.cos(x) @ y.T + SCALE", "return torch.sin(x) @ y.T + SCALE", 1),
+    # `helper` is inlined into `net` and `closure`, not `plain`.
+    "inlined function": ("helpers.py", "return torch.tanh(t) * 2", "return torch.tanh(t) * 5", 2),
+    # `Net` built with another layer.
+    "module structure": ("user.py", "LAYERS = 2", "LAYERS = 3", 1),
     # `net` and `plain` read SCALE; `closure` does not.
-    assert second["traces"] == 2 and second["loaded"] == 1, second
+    "global": ("user.py", "SCALE = 2.0", "SCALE = 4.0", 2),
+}
+
+
+@pytest.mark.parametrize("what", sorted(EDITS))
+def test_edits_between_processes_recapture(workspace, what) -> None:
+    name, old, new, retraced = EDITS[what]
+    run(workspace)
+    edit(workspace, name, old, new)
+    second = run(workspace)
+    assert second["traces"] == retraced and second["loaded"] == N_FUNCTIONS - retraced, second
 
 
 def test_planted_pickle_is_never_unpickled(workspace) -> None:

@@ -318,20 +318,25 @@ def _encode_or_none(obj):
         return None
 
 
-def decode(value):
+def decode(value, nodes=None):
     """The object `encode` wrote as `value`, found in this process; raises Mismatch when it
-    is not there (any more) or is not what was written."""
+    is not there (any more) or is not what was written. In a graph node's arguments
+    (`graph_record`), `nodes` are the nodes made so far, which `["node", i]` stands for."""
     if value is None or isinstance(value, (bool, str, int)):
         return value
     tag = value[0]
+    if tag == "node" and nodes is not None:
+        return nodes[value[1]]
+    if tag == "const" and nodes is not None:
+        return decode(value[1])
     if tag == "float":
         return float.fromhex(value[1])
     if tag == "tuple":
-        return tuple(decode(v) for v in value[1])
+        return tuple(decode(v, nodes) for v in value[1])
     if tag == "list":
-        return [decode(v) for v in value[1]]
+        return [decode(v, nodes) for v in value[1]]
     if tag == "dict":
-        return {decode(k): decode(v) for k, v in value[1]}
+        return {decode(k): decode(v, nodes) for k, v in value[1]}
     if tag == "globals":
         if value[1] == "builtins":
             import builtins
@@ -339,7 +344,7 @@ def decode(value):
             return builtins.__dict__
         return decode(["module", value[1]]).__dict__
     if tag == "slice":
-        return slice(*(decode(v) for v in value[1]))
+        return slice(*(decode(v, nodes) for v in value[1]))
     if tag == "ellipsis":
         return Ellipsis
     if tag == "bytes":
@@ -571,22 +576,6 @@ def rebuild_graph(record, mode=None, inputs=()) -> torch.fx.GraphModule:
     graph = torch.fx.Graph()
     made: list = []
 
-    def arg(value):
-        tag = value[0]
-        if tag == "node":
-            return made[value[1]]
-        if tag == "tuple":
-            return tuple(arg(v) for v in value[1])
-        if tag == "list":
-            return [arg(v) for v in value[1]]
-        if tag == "dict":
-            return {decode(k): arg(v) for k, v in value[1]}
-        if tag == "slice":
-            return slice(*(arg(v) for v in value[1]))
-        if tag == "const":
-            return decode(value[1])
-        raise Corrupt(f"unknown graph argument tag {tag!r}")
-
     real = iter(inputs)
     for op, name, target, args, kwargs, value in nodes:
         if op == "placeholder":
@@ -598,10 +587,10 @@ def rebuild_graph(record, mode=None, inputs=()) -> torch.fx.GraphModule:
                 node.meta["example_value"] = (to_fake(mode, example) if isinstance(example, torch.Tensor)
                                               else example)
         elif op == "output":
-            node = graph.output(arg(args)[0])
+            node = graph.output(decode(args, made)[0])
         elif op in ("call_function", "call_method"):
             target = decode(target) if op == "call_function" else target
-            node = graph.create_node(op, target, arg(args), arg(kwargs), name=name)
+            node = graph.create_node(op, target, decode(args, made), decode(kwargs, made), name=name)
             if mode is not None and value is not None:
                 with no_dispatch():
                     node.meta["example_value"] = _fake_value(mode, value)
