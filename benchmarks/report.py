@@ -72,6 +72,8 @@ def table(results: dict) -> str:
         ]
         for name, m in capture["models"].items():
             flag = " ⚠" if m["graphs"]["dynamo_rs"] != m["graphs"]["torch.compile"] else ""
+            if m.get("date"):
+                name = f"{name} ({m['date'][:10]})"
             for state in ("cold", "warm"):
                 r = m[state]
                 c = r["capture_s"]

@@ -653,8 +653,16 @@ def main() -> int:
         path = os.path.join(ROOT, "benchmarks", "results.json")
         with open(path) as f:
             merged = json.load(f)
+        rows_only = bool(os.environ.get("DYNAMO_RS_BENCH_ONLY"))
         for name, section in results["sections"].items():
-            merged["sections"][name] = {**section, "date": results["date"]}
+            old = merged["sections"].get(name)
+            if rows_only and old is not None and "models" in section and "models" in old:
+                # Some rows re-measured (DYNAMO_RS_BENCH_ONLY): fold them in, each dated;
+                # the section's other rows and its own date stay as they were.
+                for row, values in section["models"].items():
+                    old["models"][row] = {**values, "date": results["date"]}
+            else:
+                merged["sections"][name] = {**section, "date": results["date"]}
         with open(path, "w") as f:
             json.dump(merged, f, indent=2, default=str)
         update_readme(merged)

@@ -57,6 +57,12 @@ USER_MODULE = textwrap.dedent(
 
     def plain(x, y):
         return torch.cos(x) @ y.T + SCALE
+
+    def branchy(x, y):
+        a = x.sin() * SCALE
+        if a.sum() > 0:  # a graph break: the rest runs in resume functions
+            return a * y
+        return a - y
     """
 )
 
@@ -117,6 +123,25 @@ PROGRAM = textwrap.dedent(
             got, want = compiled(x), net(x)
         after = {"ok": bool(torch.allclose(got, want, atol=1e-6)),
                  "traces": compiled._dynamo_rs_converter.traces}
+    if "sizes" in sys.argv:
+        # Automatic dynamic shapes after a bound entry: the sizes it was bound with count
+        # as seen, so a new size makes one symbolic graph that also serves the next.
+        compiled = dynamo_rs.compile(user.plain, backend=BACKEND)
+        before = compiled._dynamo_rs_converter.traces
+        for n in (6, 7):
+            a, b = torch.randn(n, 8), torch.randn(5, 8)
+            after.setdefault("ok", []).append(bool(torch.allclose(compiled(a, b), user.plain(a, b), atol=1e-6)))
+        after["traces"] = compiled._dynamo_rs_converter.traces - before
+    if "breaks" in sys.argv:
+        # A frame split at a graph break: the part before it and the resume functions
+        # are each stored and bound.
+        compiled = dynamo_rs.compile(user.branchy, backend=BACKEND)
+        ok = []
+        for sign in (1, -1, 1):
+            a, b = torch.full((4, 8), 0.5 * sign), torch.randn(4, 8)
+            ok.append(bool(torch.allclose(compiled(a, b), user.branchy(a, b), atol=1e-6)))
+        converter = compiled._dynamo_rs_converter
+        after = {"ok": ok, "traces": converter.traces, "loaded": converter.loaded}
     out = {
         "results": results,
         "traces": sum(c.traces for c in converters),
@@ -248,6 +273,24 @@ def test_loaded_entries_are_guarded_like_traced_ones(workspace) -> None:
     assert second["traces"] == 0, second
     assert second["after"]["ok"], second
     assert second["after"]["traces"] == 1, second  # the changed module was traced again
+
+
+def test_automatic_dynamic_shapes_after_a_bound_entry(workspace) -> None:
+    first = run(workspace, "sizes")
+    second = run(workspace, "sizes")
+    assert second["traces"] == 0, second
+    for out in (first, second):
+        assert all(out["after"]["ok"]), out
+        assert out["after"]["traces"] == 1, out
+
+
+def test_frames_split_at_a_graph_break_are_bound_too(workspace) -> None:
+    first = run(workspace, "breaks")
+    assert all(first["after"]["ok"]) and first["after"]["traces"] >= 3, first
+    second = run(workspace, "breaks")
+    assert all(second["after"]["ok"]), second
+    # The split frame and both resume functions (one per branch) bound, none traced.
+    assert second["after"]["traces"] == 0 and second["after"]["loaded"] == 3, second
 
 
 def _rewrite(path: str, change) -> None:

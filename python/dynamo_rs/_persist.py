@@ -793,6 +793,7 @@ def save(code, converter, description, inputs, graph, new_code, graph_token, lay
         entry = {
             "guards": _encode_guards(description, frame_globals),
             "inputs": list(inputs),
+            "input_paths": list(description["input_paths"]),
             "graph": graph,
             "layout": list(layout),
             "created": time.time(),
@@ -1080,7 +1081,20 @@ def _bind(entry: dict, frame, converter):
     for i, ref in entry["consts"]:
         consts[i] = token if ref == ["graph"] else decode(ref)
     code = code.replace(co_consts=tuple(consts))
+    _record_sizes(frame.f_code, converter, entry["input_paths"], examples)
     return guard, code, backend_seconds
+
+
+def _record_sizes(code, converter, paths, examples) -> None:
+    """Records the sizes of the graph's input tensors for automatic dynamic shapes, as a
+    trace would have (a later call with other sizes then compiles the changed dimensions
+    symbolic at once, not one more static graph first)."""
+    from dynamo_rs._shapes import dynamic_dims
+
+    for path, value in zip(paths, examples):
+        module_owned = "._parameters[" in path or "._buffers[" in path
+        if isinstance(value, torch.Tensor) and type(value) is not torch.nn.Parameter and not module_owned:
+            dynamic_dims(value, code, path, converter.dynamic, False)
 
 
 def clear() -> None:

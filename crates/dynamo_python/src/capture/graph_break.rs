@@ -400,7 +400,11 @@ impl Converter {
         let new_code = gen.assemble()?;
         let t = self.lap("codegen", t);
         let guard = self.build_guard(py, tracer, &graph, &split)?;
-        self.lap("guards", t);
+        let t = self.lap("guards", t);
+        if let Some(record) = &graph.record {
+            self.save_persisted(py, tracer, &split, record, &graph, &new_code)?;
+            self.lap("persistent cache", t);
+        }
         Ok((guard, new_code))
     }
 

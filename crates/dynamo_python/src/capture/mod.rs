@@ -198,6 +198,12 @@ impl Converter {
         self.backend.clone_ref(py)
     }
 
+    /// `dynamic=` of `dynamo_rs.compile`.
+    #[getter]
+    fn dynamic(&self) -> Option<bool> {
+        self.dynamic
+    }
+
     /// The persistent capture cache's name for the backend and options (None: not persisted).
     #[getter]
     fn cache_key(&self) -> Option<String> {
@@ -405,6 +411,10 @@ impl Converter {
         new_code: &Bound<'py, PyAny>,
     ) -> PyResult<()> {
         let description = persist::describe(py, &tracer.guards)?;
+        // Where each graph input comes from, readable: what automatic dynamic shapes record
+        // sizes under (`_shapes.dynamic_dims`), which a bound entry records too.
+        let paths: Vec<String> = graph.inputs.iter().map(|s| s.describe()).collect();
+        description.set_item("input_paths", paths)?;
         let inputs: Vec<u32> = graph
             .inputs
             .iter()
