@@ -268,7 +268,9 @@ def bench_capture(quick: bool) -> dict:
                         mode = FakeTensorMode()
                         example = [n.meta["example_value"] for n in gm.graph.nodes if n.op == "placeholder"]
                         with mode:
-                            fakes = [torch.empty_strided(e.shape, e.stride(), dtype=e.dtype) for e in example]
+                            # Symbolic sizes and int inputs (a graph made dynamic) by their hints.
+                            fakes = [torch.empty_strided(_hints(e.shape), _hints(e.stride()), dtype=e.dtype)
+                                     if isinstance(e, torch.Tensor) else _hints([e])[0] for e in example]
                             gm(*fakes)
             return run
 
@@ -313,6 +315,13 @@ def bench_capture(quick: bool) -> dict:
     return {"what": "capture time with backend='eager', first call minus eager call, with torch's "
                     "fake-tensor dispatch cache cold (cleared) and warm, identically for every side",
             "figures": {}, "models": out}
+
+
+def _hints(values) -> list:
+    """Sizes (or ints) with every SymInt replaced by the value it stood for when traced."""
+    import torch
+
+    return [v.node.hint if isinstance(v, torch.SymInt) else v for v in values]
 
 
 def _no_op_backend(gm, example_inputs):

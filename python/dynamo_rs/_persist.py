@@ -175,7 +175,20 @@ def file_for(code: types.CodeType, converter) -> str:
 # Objects, as a later process finds them again
 
 
+# Names looked up before in this process. A name rebound since (a reload, a patch) gives the
+# old object, which then is not the one at its source: the entry does not hold (a miss).
+_resolved: dict = {}
+
+
 def _resolve_name(module: str, qualname: str):
+    key = (module, qualname)
+    found = _resolved.get(key)
+    if found is None:
+        found = _resolved[key] = _lookup_name(module, qualname)
+    return found
+
+
+def _lookup_name(module: str, qualname: str):
     mod = sys.modules.get(module)
     if mod is None:
         import importlib
@@ -760,13 +773,22 @@ def _encode_code(code: types.CodeType, graph_token) -> tuple[str, list]:
             continue
         else:
             ref = encode(value)
-            if isinstance(ref, list) and ref[0] in ("dict", "list"):
+            if _holds_container(ref):
                 # The code may change it: a copy would not do.
-                raise NotPortable(f"a {ref[0]} among the code's constants")
+                raise NotPortable("a list or dict among the code's constants")
             refs.append([i, ref])
         consts[i] = None
     blob = marshal.dumps(code.replace(co_consts=tuple(consts)))
     return base64.b64encode(blob).decode(), refs
+
+
+def _holds_container(ref) -> bool:
+    """Whether an encoding holds a list or dict written by value (anywhere inside)."""
+    if not isinstance(ref, list) or not ref:
+        return False
+    if ref[0] in ("dict", "list"):
+        return True
+    return ref[0] == "tuple" and any(_holds_container(item) for item in ref[1])
 
 
 def _marshallable(value) -> bool:
@@ -914,6 +936,19 @@ def load(frame, converter):
         return None
 
 
+_roots: dict = {}
+
+
+def _decode_root(value):
+    """`decode` for the roots of sources (module globals, builtins, classes), remembered by
+    their encoding: the same few recur in every source of an entry."""
+    key = json.dumps(value)
+    found = _roots.get(key)
+    if found is None:
+        found = _roots[key] = decode(value)
+    return found
+
+
 class _Frame:
     """The sources of one entry, read on one frame, each once."""
 
@@ -925,8 +960,8 @@ class _Frame:
         self.values: dict = {}
 
     def dicts(self, source):
-        where = self.globals if source[3] == "frame" else decode(source[3])
-        return where, decode(source[4])
+        where = self.globals if source[3] == "frame" else _decode_root(source[3])
+        return where, _decode_root(source[4])
 
     def value(self, i: int):
         if i in self.values:
@@ -944,7 +979,7 @@ class _Frame:
                 fn = self.value(source[2])
                 result = fn.__closure__[source[3]].cell_contents
             elif kind == "object":
-                result = decode(source[2])
+                result = _decode_root(source[2])
             elif kind == "attr":
                 result = getattr(self.value(source[1]), source[2])
             elif kind == "classattr":
@@ -979,7 +1014,7 @@ class _Frame:
             fn = self.value(source[2])
             return ("cell", None, fn.__closure__[source[3]])
         if kind == "object":
-            return ("object", None, decode(source[2]), source[3])
+            return ("object", None, _decode_root(source[2]), source[3])
         if kind in ("attr", "classattr"):
             return (kind, parent, source[2])
         return ("item", parent, decode(source[2]))
