@@ -57,15 +57,26 @@ def to_fake(mode: FakeTensorMode, tensor: torch.Tensor) -> torch.Tensor:
         if key not in seen:
             seen.add(key)
             with no_dispatch():
-                meta = torch.empty_strided(tensor.shape, tensor.stride(), dtype=tensor.dtype, device="meta")
-                fake = FakeTensor(mode, meta, tensor.device)
-            if tensor.requires_grad:
-                fake.requires_grad_(True)
+                fake = strided_fake(mode, tensor.shape, tensor.stride(), tensor.dtype, tensor.device,
+                                    tensor.requires_grad)
             if type(tensor) is torch.nn.Parameter:
                 fake._is_param = True
             converter.set_tensor_memo(tensor, fake)
             return fake
     return mode.from_tensor(tensor, static_shapes=True)
+
+
+def strided_fake(mode: FakeTensorMode, shape, stride, dtype, device, requires_grad: bool,
+                 offset: int = 0) -> torch.Tensor:
+    """A plain fake tensor of `mode` with these sizes, strides and storage offset (a meta
+    tensor wrapped as a FakeTensor); called with dispatch off."""
+    meta = torch.empty_strided(shape, stride, dtype=dtype, device="meta")
+    if offset:
+        meta = meta.as_strided(shape, stride, offset)
+    fake = FakeTensor(mode, meta, device)
+    if requires_grad:
+        fake.requires_grad_(True)
+    return fake
 
 
 _FAST_STORAGES: "weakref.WeakKeyDictionary[FakeTensorMode, set[int]]" = weakref.WeakKeyDictionary()

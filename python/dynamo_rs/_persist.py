@@ -557,18 +557,12 @@ def _device(name: str):
 def _fake_value(mode, record):
     """A fake tensor (or structure of them) made from a `_value_record`; called with
     dispatch off."""
-    from torch._subclasses.fake_tensor import FakeTensor
+    from dynamo_rs._capture import strided_fake
 
     tag = record[0]
     if tag == "tensor":
         shape, stride, dtype, device, requires_grad, offset = record[1:]
-        meta = torch.empty_strided(shape, stride, dtype=_dtype(dtype), device="meta")
-        if offset:
-            meta = meta.as_strided(shape, stride, offset)
-        fake = FakeTensor(mode, meta, _device(device))
-        if requires_grad:
-            fake.requires_grad_(True)
-        return fake
+        return strided_fake(mode, shape, stride, _dtype(dtype), _device(device), requires_grad, offset)
     if tag in ("tuple", "list"):
         items = [_fake_value(mode, r) for r in record[1]]
         return tuple(items) if tag == "tuple" else items
@@ -1020,6 +1014,17 @@ class _Frame:
         return ("item", parent, decode(source[2]))
 
 
+# Guards bound to whatever object is at their source when loading, by kind: whether that
+# object is what the file recorded (see `_encode_guard`).
+_AT_SOURCE = {
+    "tensor": lambda v, facts: isinstance(v, torch.Tensor) and tensor_facts(v) == facts,
+    "function": lambda v, facts: isinstance(v, types.FunctionType) and _function_facts(v) == facts,
+    "code": lambda v, digest: isinstance(v, types.CodeType) and code_hash(v) == digest,
+    "value": lambda v, encoded: type(v) in (tuple, frozenset) and _encode_or_none(v) == encoded,
+    "instance": lambda v, cls: type(v) is decode(cls),
+}
+
+
 def _bind(entry: dict, frame, converter):
     from dynamo_rs import _native
     from dynamo_rs._shapes import call_backend, new_fake_mode
@@ -1041,33 +1046,14 @@ def _bind(entry: dict, frame, converter):
 
     for g in spec["guards"]:
         sid, kind = g[0], g[1]
-        if kind == "tensor":
-            t = reader.value(sid)
-            if not isinstance(t, torch.Tensor) or tensor_facts(t) != g[2]:
-                raise Mismatch(f"tensor at source {sid} differs")
-            bound(sid, "tensor", t, g[3])
+        if kind in _AT_SOURCE:
+            # Bound to the object at its source now, if it is what the file recorded.
+            value = reader.value(sid)
+            if not _AT_SOURCE[kind](value, g[2]):
+                raise Mismatch(f"the {kind} at source {sid} differs")
+            bound(sid, "tensor" if kind == "tensor" else "id", value, g[3])
         elif kind == "id":
             bound(sid, "id", decode(g[2]), g[3])
-        elif kind == "function":
-            fn = reader.value(sid)
-            if not isinstance(fn, types.FunctionType) or _function_facts(fn) != g[2]:
-                raise Mismatch(f"function at source {sid} differs")
-            bound(sid, "id", fn, g[3])
-        elif kind == "code":
-            value = reader.value(sid)
-            if not isinstance(value, types.CodeType) or code_hash(value) != g[2]:
-                raise Mismatch(f"code at source {sid} differs")
-            bound(sid, "id", value, g[3])
-        elif kind == "value":
-            value = reader.value(sid)
-            if type(value) not in (tuple, frozenset) or _encode_or_none(value) != g[2]:
-                raise Mismatch(f"value at source {sid} differs")
-            bound(sid, "id", value, g[3])
-        elif kind == "instance":
-            value = reader.value(sid)
-            if type(value) is not decode(g[2]):
-                raise Mismatch(f"object at source {sid} has another class")
-            bound(sid, "id", value, g[3])
         elif kind in ("equals", "type", "keys"):
             guards.append((sid, kind, decode(g[2])))
         elif kind == "contains":
