@@ -526,6 +526,18 @@ def iterator_live(x):
     return a + next(it)
 
 
+def _two_multiples(x):
+    yield x * 2
+    yield x * 3
+
+
+def generator_live(x):
+    g = _two_multiples(x)
+    a = next(g)
+    print("between")
+    return a + next(g)
+
+
 def tolist_in_loop(x):
     total = x * 0
     for v in x.tolist():
@@ -890,6 +902,7 @@ CASES = {
     "failing assert after a break": (failing_assert_after_break, [(t(3),)], 0),
     "user context manager": (user_context_manager, [(t(3),)], 0),
     "live iterator": (iterator_live, [(t(3),)], 0),
+    "live generator": (generator_live, [(t(3),)], 0),
     "tolist() in a loop": (tolist_in_loop, [(t(3),)], 0),
     "assert on a tensor, passing and failing": (assert_positive, [(torch.ones(3),), (-torch.ones(3),)], 0),
     "super() method on the stack": (super_method_on_stack, [(t(3),)], 0),

@@ -193,6 +193,13 @@ impl ReferenceGuard {
                         .iter()
                         .position(|&a| a == address)
                         .unwrap_or(tensors.len());
+                    if let Some(first) = tensors.get(fact.alias_of) {
+                        // The same tensor reached again (an argument and the name a resume
+                        // function gives it): its dimensions are as open as where it was
+                        // first met, whose source the trace recorded them under.
+                        fact.shape = first.shape.clone();
+                        fact.stride = first.stride.clone();
+                    }
                     fact.is_argument = matches!(source.as_ref(), Source::Local(_));
                     examples.push(address);
                     tensors.push(fact);
@@ -309,19 +316,28 @@ impl ReferenceGuard {
                 }
                 Expect::Tensor(i) => {
                     let fact = &self.tensors[*i];
-                    let same = value.hasattr("dtype")?
-                        && value.hasattr("stride")?
-                        && facts(py, &value).is_ok_and(|now| {
-                            now.type_ptr == fact.type_ptr
-                                && now.dtype == fact.dtype
-                                && now.device == fact.device
-                                && matches_open(&now.shape, &fact.shape)
-                                && matches_open(&now.stride, &fact.stride)
-                                && now.requires_grad == fact.requires_grad
-                                && now.dispatch_keys == fact.dispatch_keys
-                        });
+                    let now = if value.hasattr("dtype")? && value.hasattr("stride")? {
+                        facts(py, &value).ok()
+                    } else {
+                        None
+                    };
+                    let Some(now) = now else {
+                        return Ok(Some(format!("{what}: not a tensor")));
+                    };
+                    let differs = [
+                        ("type", now.type_ptr == fact.type_ptr),
+                        ("dtype", now.dtype == fact.dtype),
+                        ("device", now.device == fact.device),
+                        ("size", matches_open(&now.shape, &fact.shape)),
+                        ("stride", matches_open(&now.stride, &fact.stride)),
+                        ("requires_grad", now.requires_grad == fact.requires_grad),
+                        ("dispatch keys", now.dispatch_keys == fact.dispatch_keys),
+                    ];
+                    if let Some((property, _)) = differs.iter().find(|(_, same)| !same) {
+                        return Ok(Some(format!("{what}: tensor {property} differs")));
+                    }
                     tensor_values[*i] = Some(value.clone());
-                    same
+                    true
                 }
                 Expect::ObjectClass(class) => {
                     classed.push((*class, value.clone(), what.as_str()));

@@ -9,6 +9,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use super::ops_call::describe;
+use super::ops_generators::Resumed;
 use super::source::Source;
 use super::translator::{kind_name, unsupported, CResult, Tracer};
 use super::vars::{DictViewKind, VarId, VarKind, Watched};
@@ -20,6 +21,7 @@ impl<'py> Tracer<'py> {
         let py = self.py;
         match self.kind(id) {
             VarKind::Tuple(items) | VarKind::List(items) => Ok(items.clone()),
+            VarKind::Generator { .. } => self.drain_generator(id),
             VarKind::Iter { .. } => {
                 // Iterating an iterator to the end (`list(it)`, `sum(it)`) exhausts it.
                 let mut rest = Vec::new();
@@ -96,7 +98,10 @@ impl<'py> Tracer<'py> {
     ) -> CResult<Option<VarId>> {
         let builtins = &self.h.builtins;
         if func.is(&builtins.getattr("iter")?) && args.len() == 1 {
-            if matches!(self.kind(args[0]), VarKind::Iter { .. }) {
+            if matches!(
+                self.kind(args[0]),
+                VarKind::Iter { .. } | VarKind::Generator { .. }
+            ) {
                 return Ok(Some(args[0])); // an iterator is its own iterator
             }
             if matches!(self.kind(args[0]), VarKind::Object(_)) {
@@ -127,6 +132,13 @@ impl<'py> Tracer<'py> {
             return Ok(Some(self.new_iter_watching(items, &args[..1], false)));
         }
         if func.is(&builtins.getattr("next")?) && (1..=2).contains(&args.len()) {
+            if matches!(self.kind(args[0]), VarKind::Generator { .. }) {
+                return match self.resume_generator(args[0], None)? {
+                    Resumed::Yielded(item) => Ok(Some(item)),
+                    Resumed::Returned(_) if args.len() == 2 => Ok(Some(args[1])),
+                    Resumed::Returned(value) => self.stop_iteration(value).map(Some),
+                };
+            }
             if !matches!(self.kind(args[0]), VarKind::Iter { .. }) {
                 return Ok(None);
             }
@@ -217,6 +229,12 @@ impl<'py> Tracer<'py> {
     /// it reads changed since it was made: Python would see the change (a list grown inside
     /// its own `for` loop) or raise (a dict changing size), the items taken would not.
     pub fn iter_advance(&mut self, iter: VarId) -> CResult<Option<VarId>> {
+        if matches!(self.kind(iter), VarKind::Generator { .. }) {
+            return Ok(match self.resume_generator(iter, None)? {
+                Resumed::Yielded(item) => Some(item),
+                Resumed::Returned(_) => None,
+            });
+        }
         let VarKind::Iter {
             watched,
             handed_on,

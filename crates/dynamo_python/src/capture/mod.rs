@@ -15,6 +15,7 @@
 pub use dynamo_capture::break_reasons;
 mod builtins;
 pub mod codegen;
+mod frame_state;
 pub mod graph;
 mod graph_break;
 pub mod guard_reference;
@@ -508,12 +509,29 @@ impl Converter {
             Ok(result) => Some(result),
             Err(CaptureError::BreakPoint) => None,
             Err(err) => {
+                // A trace that fails costs as much as one that succeeds: counted apart.
+                self.lap("failed translation", t);
+                if std::env::var_os("DYNAMO_RS_DEBUG_FAIL").is_some() {
+                    eprintln!(
+                        "FAILED {:.1} ms {} stop_at={:?}",
+                        t.elapsed().as_secs_f64() * 1e3,
+                        code.getattr("co_qualname")?,
+                        stop_at
+                    );
+                }
                 if stop_at.is_none() {
                     *split_at = graph_break::split_point(&state, &code)?;
                 }
                 return Err(err);
             }
         };
+        if tracer.generator_left_in_try() {
+            return unsupported(
+                BreakKind::Generator,
+                "a generator left suspended inside its own try or with block (dropping it runs \
+                 cleanup code)",
+            );
+        }
         let t = self.lap("translate", t);
         let frame = Frame {
             code: &code,

@@ -384,6 +384,7 @@ impl<'py> Tracer<'py> {
                 .is_ok_and(|c| c.is_instance_of::<pyo3::types::PyFunction>());
         if !user_function && !python_call && !obj.is_instance(&h.module_type)? {
             self.pin_identity(callee);
+            self.settle_generators(obj, &args, &kwargs)?;
         }
         if h.is_compiling.iter().any(|f| f.is(obj)) {
             return Ok(self.constant(&true.into_pyobject(py)?.to_owned().into_any()));
@@ -729,7 +730,7 @@ impl<'py> Tracer<'py> {
         }
         let _ = py;
         if generator {
-            return self.run_generator(&mut state);
+            return self.new_generator(state);
         }
         self.enter_depth()?;
         let result = self.run(&mut state);
@@ -784,7 +785,7 @@ impl<'py> Tracer<'py> {
             state.cells.insert(first_free + i, cell.clone());
         }
         if generator {
-            return self.run_generator(&mut state);
+            return self.new_generator(state);
         }
         if is_genexpr {
             // Usually consumed right away by its caller (`sum(...)`, a loop): run it to the

@@ -186,6 +186,9 @@ impl<'py> Tracer<'py> {
         kwargs: Vec<(String, VarId)>,
     ) -> CResult<VarId> {
         let py = self.py;
+        if matches!(self.kind(receiver), VarKind::Generator { .. }) {
+            return self.generator_method(receiver, name, &args, &kwargs);
+        }
         if let Some(result) = self.named_tuple_method(receiver, name, &args, &kwargs)? {
             return Ok(result);
         }

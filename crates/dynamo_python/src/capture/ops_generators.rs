@@ -1,14 +1,24 @@
-//! Generator functions called in traced code (`self.parameters()`, `self.children()`, a
-//! user generator consumed by a loop or `sum`): run to the end when called, like generator
-//! expressions, and handed on as an iterator over what they yielded.
+//! Generators in traced code.
 //!
-//! Running a generator ahead of its consumer is only what Python does when the two do not
-//! interleave observably: the generator's body must change nothing (no container, attribute,
-//! global, cell or set written, no tensor changed in place — counted by `Tracer::effects`),
-//! else the call breaks the graph and runs as it is.
+//! A generator function called in the trace (`self.children()`, a user generator, the
+//! function under `contextlib.contextmanager`) makes a `VarKind::Generator`: its frame runs
+//! only as items are asked for — `next()`, a `for` loop, `yield from`, `send` — and stays
+//! suspended at its `yield` in between, as in Python, so its body and its consumer
+//! interleave in their real order.
+//!
+//! A consumer that takes every item at once (`list(gen)`, `zip`, `sum`) runs it to the end
+//! there; as for generator expressions (which always run ahead when made), that is only
+//! what Python does when the two do not interleave observably: the body must change nothing
+//! while it runs ahead (no container, attribute, global, cell or set written, no tensor
+//! changed in place — counted by `Tracer::effects`), else the graph breaks. A trace that
+//! stops at a graph break runs every generator ahead when it is made, so that what is live
+//! at the break is an iterator the generated code can rebuild.
+
+use pyo3::prelude::*;
 
 use super::break_reasons::BreakKind;
-use super::translator::{CResult, Flow, FrameState, Tracer};
+use super::frame_state::FrameState;
+use super::translator::{unsupported, CResult, Flow, Tracer};
 use super::vars::{VarId, VarKind};
 use dynamo_bytecode::Instruction;
 
@@ -16,17 +26,217 @@ use dynamo_bytecode::Instruction;
 /// generator would never finish).
 pub const MAX_YIELDS: usize = 10_000;
 
+/// The methods of a generator the trace models (`throw` is not: the trace would have to
+/// raise inside the generator's frame).
+pub const GENERATOR_METHODS: [&str; 3] = ["send", "__next__", "close"];
+
+/// The frame of a generator the trace made.
+#[derive(Debug)]
+pub enum GeneratorFrame<'py> {
+    /// Not running: at its start, or suspended at a `yield`.
+    Suspended(Box<FrameState<'py>>),
+    /// Being resumed (resuming it again from inside is Python's ValueError).
+    Running,
+    /// Returned or raised: it yields nothing more.
+    Finished,
+}
+
+/// What resuming a generator gave.
+#[derive(Debug)]
+pub enum Resumed {
+    Yielded(VarId),
+    /// It returned this value (`StopIteration.value`, the value of `yield from`).
+    Returned(VarId),
+}
+
 impl<'py> Tracer<'py> {
-    /// Runs the generator frame `state` to the end; its items as an iterator.
-    pub(super) fn run_generator(&mut self, state: &mut FrameState<'py>) -> CResult<VarId> {
-        // What a generator nested in another run ahead changes is the outer one's own (the
-        // floor stays the outermost's).
-        state.yields = Some(Vec::new());
+    /// A generator over the frame `state` (its arguments bound), not started — or, in a
+    /// trace that stops at a graph break, run ahead now (see the module doc): what is live
+    /// at the break must be rebuilt by the generated code, which can make an iterator over
+    /// known items but not a generator suspended mid-way.
+    pub(super) fn new_generator(&mut self, mut state: FrameState<'py>) -> CResult<VarId> {
+        if self.stop_at.is_some() {
+            state.yields = Some(Vec::new());
+            return self.without_effects("a generator", |t| {
+                t.enter_depth()?;
+                let result = t.run(&mut state);
+                t.depth -= 1;
+                result
+            });
+        }
+        state.suspends = true;
+        let frame = self.generators.len();
+        self.generators
+            .push(GeneratorFrame::Suspended(Box::new(state)));
+        Ok(self.add(VarKind::Generator { frame }, None))
+    }
+
+    /// Resumes generator `id`, `sent` being what its `yield` evaluates to (None for
+    /// `next()`): runs its frame to the next `yield` or to its end.
+    pub fn resume_generator(&mut self, id: VarId, sent: Option<VarId>) -> CResult<Resumed> {
+        let py = self.py;
+        let &VarKind::Generator { frame } = self.kind(id) else {
+            return unsupported(BreakKind::Internal, "resuming something not a generator");
+        };
+        let none = self.constant(&py.None().into_bound(py));
+        let taken = std::mem::replace(&mut self.generators[frame], GeneratorFrame::Running);
+        let mut state = match taken {
+            GeneratorFrame::Suspended(state) => state,
+            GeneratorFrame::Finished => {
+                self.generators[frame] = GeneratorFrame::Finished;
+                return Ok(Resumed::Returned(none));
+            }
+            GeneratorFrame::Running => {
+                let message = pyo3::types::PyString::new(py, "generator already executing");
+                return self.raise_builtin("ValueError", message.into_any());
+            }
+        };
+        let started = state.pc > 0;
+        match sent {
+            // What the `yield` it is suspended at evaluates to.
+            _ if started => state.stack.push(sent.unwrap_or(none)),
+            Some(value) if !matches!(self.kind(value), VarKind::Const(v) if v.bind(py).is_none()) =>
+            {
+                self.generators[frame] = GeneratorFrame::Suspended(state);
+                let message = pyo3::types::PyString::new(
+                    py,
+                    "can't send non-None value to a just-started generator",
+                );
+                return self.raise_builtin("TypeError", message.into_any());
+            }
+            _ => {}
+        }
+        self.enter_depth()?;
+        let result = self.run_frame(&mut state);
+        self.depth -= 1;
+        match result {
+            Ok(Flow::Yield(item)) => {
+                self.generators[frame] = GeneratorFrame::Suspended(state);
+                Ok(Resumed::Yielded(item))
+            }
+            Ok(Flow::Return(value)) => {
+                self.generators[frame] = GeneratorFrame::Finished;
+                Ok(Resumed::Returned(value))
+            }
+            Ok(Flow::Continue) => unsupported(BreakKind::Internal, "a generator stopped early"),
+            Err(err) => {
+                // An exception out of a generator finishes it.
+                self.generators[frame] = GeneratorFrame::Finished;
+                Err(err)
+            }
+        }
+    }
+
+    /// `next()` of a generator that returned `value`: StopIteration, raised by the traced
+    /// code (its handlers may catch it, as `contextlib`'s `__exit__` does).
+    pub(super) fn stop_iteration<T>(&mut self, value: VarId) -> CResult<T> {
+        let VarKind::Const(value) = self.kind(value) else {
+            return unsupported(
+                BreakKind::Generator,
+                "StopIteration carrying a value computed while tracing",
+            );
+        };
+        let value = value.bind(self.py).clone();
+        self.raise_builtin("StopIteration", value)
+    }
+
+    /// `gen.send(value)`, `gen.__next__()`, `gen.close()` (see `GENERATOR_METHODS`).
+    pub(super) fn generator_method(
+        &mut self,
+        generator: VarId,
+        name: &str,
+        args: &[VarId],
+        kwargs: &[(String, VarId)],
+    ) -> CResult<VarId> {
+        let py = self.py;
+        let resumed = match (name, args) {
+            ("send", &[value]) if kwargs.is_empty() => {
+                self.resume_generator(generator, Some(value))?
+            }
+            ("__next__", []) if kwargs.is_empty() => self.resume_generator(generator, None)?,
+            ("close", []) if kwargs.is_empty() => {
+                let &VarKind::Generator { frame } = self.kind(generator) else {
+                    unreachable!("checked by the caller");
+                };
+                // Closing raises GeneratorExit at its `yield`: nothing runs unless that is
+                // inside a try or with block of the generator (refused: not modelled).
+                if let GeneratorFrame::Suspended(state) = &self.generators[frame] {
+                    if state.pc > 0 && state.instructions[state.pc - 1].handler.is_some() {
+                        return unsupported(
+                            BreakKind::Generator,
+                            "close() of a generator suspended inside a try or with block",
+                        );
+                    }
+                }
+                self.generators[frame] = GeneratorFrame::Finished;
+                return Ok(self.constant(&py.None().into_bound(py)));
+            }
+            _ => {
+                return unsupported(
+                    BreakKind::UnsupportedCall,
+                    format!("the generator method {name}() with these arguments"),
+                )
+            }
+        };
+        match resumed {
+            Resumed::Yielded(item) => Ok(item),
+            Resumed::Returned(value) => self.stop_iteration(value),
+        }
+    }
+
+    /// Every item generator `id` has left, run to its end now (see the module doc).
+    pub(super) fn drain_generator(&mut self, id: VarId) -> CResult<Vec<VarId>> {
         self.without_effects("a generator", |t| {
-            t.enter_depth()?;
-            let result = t.run(state);
-            t.depth -= 1;
-            result
+            let mut items = Vec::new();
+            while let Resumed::Yielded(item) = t.resume_generator(id, None)? {
+                if items.len() >= MAX_YIELDS {
+                    return unsupported(
+                        BreakKind::Generator,
+                        "a generator that yields too many items to run ahead",
+                    );
+                }
+                items.push(item);
+            }
+            Ok(items)
+        })
+    }
+
+    /// Generators among the arguments of `callee`, a callable evaluated now rather than
+    /// inlined (a builtin, `list`, `zip`, a class): run to the end first, each becoming an
+    /// iterator over the items it had left. `next` and `iter` resume them lazily instead.
+    pub(super) fn settle_generators(
+        &mut self,
+        callee: &Bound<'py, PyAny>,
+        args: &[VarId],
+        kwargs: &[(String, VarId)],
+    ) -> CResult<()> {
+        let builtins = &self.h.builtins;
+        if callee.is(&builtins.getattr("next")?) || callee.is(&builtins.getattr("iter")?) {
+            return Ok(());
+        }
+        for &arg in args.iter().chain(kwargs.iter().map(|(_, v)| v)) {
+            if matches!(self.kind(arg), VarKind::Generator { .. }) {
+                let items = self.drain_generator(arg)?;
+                self.vars[arg.0 as usize].kind = VarKind::Iter {
+                    items,
+                    next: 0,
+                    watched: Vec::new(),
+                    handed_on: false,
+                };
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether a generator the trace made is suspended inside a `try` or `with` block of its
+    /// own: dropping it would run that block's cleanup (Python closes it), which the trace
+    /// did not.
+    pub fn generator_left_in_try(&self) -> bool {
+        self.generators.iter().any(|g| match g {
+            GeneratorFrame::Suspended(state) => {
+                state.pc > 0 && state.instructions[state.pc - 1].handler.is_some()
+            }
+            _ => false,
         })
     }
 
@@ -45,7 +255,10 @@ impl<'py> Tracer<'py> {
     /// `GET_YIELD_FROM_ITER` in a generator run ahead: an iterator over the operand.
     pub(super) fn op_get_yield_from_iter(&mut self, f: &mut FrameState<'py>) -> CResult<Flow> {
         let iterable = self.pop(f)?;
-        let iterator = if matches!(self.kind(iterable), VarKind::Iter { .. }) {
+        let iterator = if matches!(
+            self.kind(iterable),
+            VarKind::Iter { .. } | VarKind::Generator { .. }
+        ) {
             iterable
         } else {
             let items = self.items_of(iterable)?;
@@ -59,19 +272,27 @@ impl<'py> Tracer<'py> {
     /// (always None here), or, once it is exhausted, both popped and None (its return
     /// value, which the trace does not keep) pushed at the jump target.
     pub(super) fn op_send(&mut self, f: &mut FrameState<'py>, ins: &Instruction) -> CResult<Flow> {
-        let _sent = self.pop(f)?;
+        let sent = self.pop(f)?;
         let iterator = *f.stack.last().ok_or_else(|| {
             super::translator::CaptureError::Unsupported(super::break_reasons::Break::new(
                 BreakKind::Internal,
                 "SEND on an empty stack",
             ))
         })?;
-        match self.iter_advance(iterator)? {
-            Some(item) => f.stack.push(item),
-            None => {
+        let advanced = if matches!(self.kind(iterator), VarKind::Generator { .. }) {
+            self.resume_generator(iterator, Some(sent))?
+        } else {
+            match self.iter_advance(iterator)? {
+                Some(item) => Resumed::Yielded(item),
+                None => Resumed::Returned(self.constant(&self.py.None().into_bound(self.py))),
+            }
+        };
+        match advanced {
+            Resumed::Yielded(item) => f.stack.push(item),
+            // Exhausted: the value of `yield from` is what the sub-generator returned.
+            Resumed::Returned(value) => {
                 f.stack.pop();
-                let none = self.constant(&self.py.None().into_bound(self.py));
-                f.stack.push(none);
+                f.stack.push(value);
                 f.pc = ins.jump_target().map_or(f.pc, |t| t.index());
             }
         }

@@ -372,6 +372,11 @@ impl<'py> Tracer<'py> {
             VarKind::Tuple(_) | VarKind::List(_) | VarKind::Dict(_) => {
                 Ok(self.method(obj, name, None))
             }
+            VarKind::Generator { .. }
+                if super::ops_generators::GENERATOR_METHODS.contains(&name) =>
+            {
+                Ok(self.method(obj, name, None))
+            }
             VarKind::Super { cls, receiver } => {
                 let (cls, receiver) = (cls.bind(py).clone(), *receiver);
                 // An instance made while tracing: look `name` up statically along its class's MRO,

@@ -429,6 +429,8 @@ fn rebuild_inline(tracer: &Tracer<'_>, id: VarId, r: &mut Rebuilder) -> CResult<
         | VarKind::DictView { .. }
         | VarKind::Null
         | VarKind::Function(_)
+        // A generator's frame, suspended mid-way, is not an object the code can make.
+        | VarKind::Generator { .. }
         | VarKind::CellRef(_)
         | VarKind::Super { .. }
         | VarKind::GradModeContext { .. }

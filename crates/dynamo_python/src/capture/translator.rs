@@ -17,11 +17,12 @@ use dynamo_bytecode::{Instruction, Opcode};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
+pub use super::frame_state::{frame_state, FrameState};
 use super::graph::{Graph, NodeId, Op};
 use super::guards::{GuardKind, GuardSet};
 use super::helpers::Helpers;
 use super::source::{ItemKey, Source};
-use super::vars::{Cell, Var, VarId, VarKind};
+use super::vars::{Var, VarId, VarKind};
 use crate::eval_frame::owned::OwnedRef;
 
 /// Why a frame cannot be captured: a reason and where in the user's source.
@@ -56,37 +57,12 @@ pub fn unsupported<T>(kind: BreakKind, detail: impl Into<String>) -> CResult<T> 
 /// Deepest inlining before we give up (runaway recursion in traced code).
 const MAX_INLINE_DEPTH: usize = 64;
 
-/// One function activation being translated: the compiled frame or an inlined call.
-#[derive(Debug)]
-pub struct FrameState<'py> {
-    pub code: Bound<'py, PyAny>,
-    pub instructions: Vec<Instruction>,
-    /// Source line of each instruction, for messages.
-    pub lines: Vec<Option<i32>>,
-    pub consts: Bound<'py, PyTuple>,
-    pub names: Bound<'py, PyTuple>,
-    /// Name of each localsplus slot.
-    pub slot_names: Vec<String>,
-    pub locals: Vec<Option<VarId>>,
-    /// Cells of cell and free variables, by localsplus slot.
-    pub cells: HashMap<usize, Cell>,
-    pub stack: Vec<VarId>,
-    pub kw_names: Option<Bound<'py, PyTuple>>,
-    pub globals: Bound<'py, PyDict>,
-    pub builtins: Bound<'py, PyAny>,
-    /// Whether this is the compiled frame itself (its locals have sources).
-    pub is_root: bool,
-    pub pc: usize,
-    pub qualname: String,
-    pub filename: String,
-    /// Values yielded so far, when a generator expression is run to completion.
-    pub yields: Option<Vec<VarId>>,
-}
-
 #[derive(Debug)]
 pub enum Flow {
     Continue,
     Return(VarId),
+    /// A generator run lazily yielded this value (see `FrameState::suspends`).
+    Yield(VarId),
 }
 
 /// A graph input: the placeholder node and where the transformed code loads it from.
@@ -161,6 +137,8 @@ pub struct Tracer<'py> {
     /// The bound `__exit__` of each user context manager entered by the trace: see
     /// `ops_with::user_context_enter`.
     pub with_exits: std::collections::HashSet<VarId>,
+    /// The frames of the generators the trace made (see `VarKind::Generator`).
+    pub generators: Vec<super::ops_generators::GeneratorFrame<'py>>,
     pub key_tensors: HashMap<usize, VarId>,
     /// Objects only the trace can reach (deep copies made while tracing), by address (kept
     /// alive): see `ops_copy`.
@@ -271,6 +249,7 @@ impl<'py> Tracer<'py> {
             fresh_sets: HashMap::new(),
             tensor_keys: HashMap::new(),
             with_exits: std::collections::HashSet::new(),
+            generators: Vec::new(),
             key_tensors: HashMap::new(),
             private_objects: HashMap::new(),
             raised: None,
@@ -1147,6 +1126,15 @@ impl<'py> Tracer<'py> {
 
     /// Translates `frame` until it returns.
     pub fn run(&mut self, frame: &mut FrameState<'py>) -> CResult<VarId> {
+        match self.run_frame(frame)? {
+            Flow::Return(value) => Ok(value),
+            _ => unsupported(BreakKind::Internal, "a frame yielded outside a generator"),
+        }
+    }
+
+    /// Runs `frame` from its current instruction until it returns or — a generator's frame
+    /// run lazily — yields: `Flow::Return` or `Flow::Yield`.
+    pub fn run_frame(&mut self, frame: &mut FrameState<'py>) -> CResult<Flow> {
         let locations = self.location_stack.len() + 1;
         self.location_stack.push((
             Rc::from(frame.qualname.as_str()),
@@ -1175,7 +1163,7 @@ impl<'py> Tracer<'py> {
             self.raised = None;
             match self.step(frame, &instruction) {
                 Ok(Flow::Continue) => {}
-                Ok(Flow::Return(value)) => break Ok(value),
+                Ok(done) => break Ok(done),
                 Err(err) => match self.catch(frame, &instruction, &err, locations) {
                     Ok(true) => {}
                     Ok(false) => break Err(err),
@@ -1313,7 +1301,11 @@ impl<'py> Tracer<'py> {
                     None => Ok(Flow::Return(value)),
                 }
             }
-            ReturnGenerator if f.yields.is_some() => {
+            YieldValue if f.suspends => {
+                let value = self.pop(f)?;
+                Ok(Flow::Yield(value))
+            }
+            ReturnGenerator if f.yields.is_some() || f.suspends => {
                 let none = self.constant(&self.py.None().into_bound(self.py));
                 f.stack.push(none); // what the first next() sends
                 Ok(Flow::Continue)
@@ -1358,8 +1350,8 @@ impl<'py> Tracer<'py> {
             MatchKeys => self.op_match_keys(f),
             MatchClass => self.op_match_class(f, arg),
             RaiseVarargs => self.op_raise(f, arg),
-            GetYieldFromIter if f.yields.is_some() => self.op_get_yield_from_iter(f),
-            Send if f.yields.is_some() => self.op_send(f, ins),
+            GetYieldFromIter if f.yields.is_some() || f.suspends => self.op_get_yield_from_iter(f),
+            Send if f.yields.is_some() || f.suspends => self.op_send(f, ins),
             DeleteSubscr => self.op_delete_subscr(f),
             PushExcInfo | CheckExcMatch | CheckEgMatch | WithExceptStart | GetAiter | GetAnext
             | BeforeAsyncWith | EndAsyncFor | GetYieldFromIter | PrintExpr | LoadBuildClass
@@ -1399,6 +1391,7 @@ pub fn kind_name(kind: &VarKind) -> &'static str {
         VarKind::Null => "NULL",
         VarKind::Method { .. } => "a method",
         VarKind::Iter { .. } => "an iterator",
+        VarKind::Generator { .. } => "a generator",
         VarKind::Function(_) => "a function",
         VarKind::Partial { .. } => "a functools.partial made while tracing",
         VarKind::CellRef(_) => "a cell",
@@ -1408,90 +1401,4 @@ pub fn kind_name(kind: &VarKind) -> &'static str {
         VarKind::GradModeExit { .. } => "a grad-mode __exit__",
         VarKind::GradModeWrapped { .. } => "a function decorated by a grad-mode context",
     }
-}
-
-/// Builds the state for translating `code` with globals and builtins.
-pub fn frame_state<'py>(
-    code: &Bound<'py, PyAny>,
-    globals: Bound<'py, PyDict>,
-    builtins: Bound<'py, PyAny>,
-    is_root: bool,
-) -> CResult<FrameState<'py>> {
-    let py = code.py();
-    let co_code = code.getattr("co_code")?;
-    let exception_table = code.getattr("co_exceptiontable")?;
-    let line_table = code.getattr("co_linetable")?;
-    let first_line: i32 = code.getattr("co_firstlineno")?.extract()?;
-    let decoded = dynamo_bytecode::decode(dynamo_bytecode::RawCode {
-        code: co_code
-            .cast::<pyo3::types::PyBytes>()
-            .map_err(PyErr::from)?
-            .as_bytes(),
-        exception_table: exception_table
-            .cast::<pyo3::types::PyBytes>()
-            .map_err(PyErr::from)?
-            .as_bytes(),
-        line_table: line_table
-            .cast::<pyo3::types::PyBytes>()
-            .map_err(PyErr::from)?
-            .as_bytes(),
-        first_line,
-    })
-    .map_err(|e| {
-        CaptureError::Unsupported(Break::new(
-            BreakKind::Internal,
-            format!("undecodable bytecode: {e}"),
-        ))
-    })?;
-    let varnames = code
-        .getattr("co_varnames")?
-        .cast_into::<PyTuple>()
-        .map_err(PyErr::from)?;
-    let cellvars = code
-        .getattr("co_cellvars")?
-        .cast_into::<PyTuple>()
-        .map_err(PyErr::from)?;
-    let freevars = code
-        .getattr("co_freevars")?
-        .cast_into::<PyTuple>()
-        .map_err(PyErr::from)?;
-    let mut slot_names: Vec<String> = varnames.iter().map(|n| n.to_string()).collect();
-    for cell in cellvars.iter() {
-        let name = cell.to_string();
-        if !slot_names.contains(&name) {
-            slot_names.push(name);
-        }
-    }
-    slot_names.extend(freevars.iter().map(|n| n.to_string()));
-    let lines = decoded
-        .instructions
-        .iter()
-        .map(|i| i.positions.line)
-        .collect();
-    let _ = py;
-    Ok(FrameState {
-        consts: code
-            .getattr("co_consts")?
-            .cast_into::<PyTuple>()
-            .map_err(PyErr::from)?,
-        names: code
-            .getattr("co_names")?
-            .cast_into::<PyTuple>()
-            .map_err(PyErr::from)?,
-        locals: vec![None; slot_names.len()],
-        slot_names,
-        cells: HashMap::new(),
-        stack: Vec::new(),
-        kw_names: None,
-        globals,
-        builtins,
-        is_root,
-        pc: 0,
-        qualname: code.getattr("co_qualname")?.extract()?,
-        filename: code.getattr("co_filename")?.extract()?,
-        instructions: decoded.instructions,
-        yields: None,
-        lines,
-        code: code.clone(),
-    })
 }

@@ -89,6 +89,14 @@ pub enum VarKind {
         /// it got is not known here.
         handed_on: bool,
     },
+    /// A generator object made by calling a generator function in the trace. Its frame
+    /// (`Tracer::generators[frame]`) runs only when an item is asked for — `next()`, a `for`
+    /// loop, `yield from` — as in Python, so its body and its consumer interleave in their
+    /// real order (`contextlib.contextmanager` runs up to its `yield` on entering, the rest
+    /// on leaving). A consumer that takes every item at once runs it to the end then.
+    Generator {
+        frame: usize,
+    },
     /// A function made by `MAKE_FUNCTION` inside the trace.
     Function(Rc<TracedFunction>),
     /// `functools.partial(func, *args, **kwargs)` made inside the trace: calling it calls

@@ -1,0 +1,240 @@
+"""Generators suspended at a `yield` and resumed later, side by side with TorchDynamo (the
+harness is `language_harness.check_case`): `contextlib.contextmanager` (its body runs up to
+the `yield` on entering, the rest on leaving), generators whose body changes state consumed
+one item at a time (`for`, `next`, `send`), `yield from` and the value it returns,
+StopIteration caught by the traced code. Each result is compared with eager, side effects on
+lists included (returned with the result)."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import torch
+
+from language_harness import case_registrar, check_case, params, reset_all, t
+
+CASES: list = []
+case = case_registrar(CASES)
+
+T34 = t(3, 4)
+
+
+# --- contextlib.contextmanager -----------------------------------------------------------------
+
+@contextlib.contextmanager
+def _logged(log, k):
+    log.append("enter")
+    yield k * 2
+    log.append("exit")
+
+
+@contextlib.contextmanager
+def _restoring(log, k):
+    log.append(k)
+    try:
+        yield len(log)
+    finally:
+        log.pop()
+
+
+@contextlib.contextmanager
+def _scaled_tensor(x):
+    yield x * 3
+
+
+@contextlib.contextmanager
+def _nothing():
+    yield
+
+
+@case(T34)
+def contextmanager_without_try(x):
+    log = []
+    with _logged(log, 3) as k:
+        y = x * k + len(log)
+    return y, tuple(log)
+@case(T34)
+def contextmanager_with_finally(x):
+    log = ["base"]
+    with _restoring(log, "a") as n:
+        y = x * n
+    return y + len(log), tuple(log)
+@case(T34)
+def contextmanager_nested(x):
+    log = []
+    with _logged(log, 1) as a:
+        with _restoring(log, "inner") as b:
+            y = x * a * b
+        with _logged(log, 2) as c:
+            y = y + c
+    return y, tuple(log)
+@case(T34)
+def contextmanager_in_one_with(x):
+    log = []
+    with _logged(log, 2) as a, _restoring(log, "b") as b:
+        y = x * a + b
+    return y, tuple(log)
+@case(T34)
+def contextmanager_yielding_a_tensor(x):
+    with _scaled_tensor(x) as s:
+        y = s.sin()
+    return y
+@case(T34)
+def contextmanager_yielding_nothing(x):
+    with _nothing():
+        y = x.cos()
+    return y + 1
+@case(T34, lambda: ["given"])
+def contextmanager_on_an_argument_list(x, log):
+    with _logged(log, 4) as k:
+        y = x - k
+    return y, tuple(log)
+@case(T34)
+def contextmanager_inside_a_helper(x):
+    def helper(v, log):
+        with _restoring(log, "h") as n:
+            return v * n
+    log = []
+    return helper(x, log) + helper(x + 1, log), len(log)
+@case(T34, gap="functools.wraps onto a function made in the frame (contextmanager's helper)")
+def contextmanager_made_in_the_frame(x):
+    @contextlib.contextmanager
+    def shifted(v):
+        yield v + 1
+
+    with shifted(x) as s:
+        y = s * 2
+    return y
+_LAYERS = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Tanh())
+
+
+@case(T34)
+def contextmanager_around_a_module(x):
+    log = []
+    with _logged(log, 1):
+        y = _LAYERS(x)
+    return y, tuple(log)
+
+
+# --- generators with effects, consumed one item at a time --------------------------------------
+
+def _counting(log, x, n):
+    for i in range(n):
+        log.append(i)
+        yield x * i
+
+
+@case(T34)
+def generator_with_effects_in_a_loop(x):
+    log = []
+    out = []
+    for v in _counting(log, x, 3):
+        out.append(v + len(log))
+    return out, tuple(log)
+@case(T34)
+def generator_with_effects_by_next(x):
+    log = []
+    g = _counting(log, x, 3)
+    a = next(g)
+    b = next(g) * len(log)
+    return a + b, tuple(log)
+@case(T34)
+def generator_next_with_default(x):
+    g = _counting([], x, 1)
+    first = next(g)
+    rest = next(g, None)
+    return first if rest is None else first + rest
+@case(T34)
+def generator_stop_iteration_caught(x):
+    g = _counting([], x, 1)
+    y = next(g) + 1
+    try:
+        y = y + next(g)
+    except StopIteration:
+        y = y * 2
+    return y
+@case(T34)
+def generator_two_interleaved(x):
+    log = []
+    a = _counting(log, x, 2)
+    b = _counting(log, x + 1, 2)
+    s = next(a) + next(b) + next(a) + next(b)
+    return s, tuple(log)
+@case(T34)
+def generator_send(x):
+    def accumulate(v):
+        total = v
+        while True:
+            step = yield total
+            if step is None:
+                return
+            total = total + step
+
+    g = accumulate(x)
+    first = next(g)
+    second = g.send(x * 2)
+    third = g.send(x.cos())
+    return first + second + third
+@case(T34, gap="enumerate() and zip() take a generator's items when made (lazy only for next/for)")
+def generator_loop_broken_early(x):
+    log = []
+    y = x
+    for i, v in enumerate(_counting(log, x, 5)):
+        if i == 2:
+            break
+        y = y + v
+    return y, tuple(log)
+@case(T34, gap="enumerate() and zip() take a generator's items when made (lazy only for next/for)")
+def generator_consumed_by_zip(x):
+    return [a * b for a, b in zip(_counting([], x, 3), range(3))]
+@case(T34)
+def generator_of_modules(x):
+    def each(mods):
+        for m in mods:
+            yield m
+
+    for m in each(_LAYERS):
+        x = m(x)
+    return x
+
+
+# --- yield from -------------------------------------------------------------------------------
+
+@case(T34)
+def yield_from_return_value(x):
+    def inner(v):
+        yield v
+        return 5
+
+    def outer(v):
+        r = yield from inner(v)
+        yield v * r
+    return list(outer(x))
+@case(T34)
+def yield_from_lazily(x):
+    log = []
+
+    def outer(v):
+        yield from _counting(log, v, 2)
+        log.append("done")
+        yield v.sum()
+    out = []
+    for item in outer(x):
+        out.append(item * len(log))
+    return out, tuple(log)
+
+
+@pytest.fixture(autouse=True)
+def fresh_caches():
+    reset_all()
+    yield
+
+
+def test_enough_cases() -> None:
+    assert len(CASES) >= 20, len(CASES)
+
+
+@pytest.mark.parametrize(("name", "fn", "make", "spec"), params(CASES))
+def test_case(name, fn, make, spec) -> None:
+    check_case(fn, make, spec)
