@@ -511,14 +511,6 @@ impl Converter {
             Err(err) => {
                 // A trace that fails costs as much as one that succeeds: counted apart.
                 self.lap("failed translation", t);
-                if std::env::var_os("DYNAMO_RS_DEBUG_FAIL").is_some() {
-                    eprintln!(
-                        "FAILED {:.1} ms {} stop_at={:?}",
-                        t.elapsed().as_secs_f64() * 1e3,
-                        code.getattr("co_qualname")?,
-                        stop_at
-                    );
-                }
                 if stop_at.is_none() {
                     *split_at = graph_break::split_point(&state, &code)?;
                 }
