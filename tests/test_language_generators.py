@@ -8,6 +8,7 @@ lists included (returned with the result)."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 
 import pytest
 import torch
@@ -125,6 +126,11 @@ def _counting(log, x, n):
         yield x * i
 
 
+def _multiples(x, n):
+    for i in range(n):
+        yield x * i
+
+
 @case(T34)
 def generator_with_effects_in_a_loop(x):
     log = []
@@ -176,7 +182,7 @@ def generator_send(x):
     second = g.send(x * 2)
     third = g.send(x.cos())
     return first + second + third
-@case(T34, gap="enumerate() and zip() take a generator's items when made (lazy only for next/for)")
+@case(T34)
 def generator_loop_broken_early(x):
     log = []
     y = x
@@ -185,7 +191,7 @@ def generator_loop_broken_early(x):
             break
         y = y + v
     return y, tuple(log)
-@case(T34, gap="enumerate() and zip() take a generator's items when made (lazy only for next/for)")
+@case(T34)
 def generator_consumed_by_zip(x):
     return [a * b for a, b in zip(_counting([], x, 3), range(3))]
 @case(T34)
@@ -197,6 +203,55 @@ def generator_of_modules(x):
     for m in each(_LAYERS):
         x = m(x)
     return x
+
+
+# --- zip, enumerate and map over generators; endless itertools ----------------------------------
+
+@case(T34)
+def zip_of_two_generators_with_effects(x):
+    log = []
+    out = []
+    for a, b in zip(_counting(log, x, 3), _counting(log, x + 1, 2)):
+        out.append(a * b + len(log))
+    return out, tuple(log)
+@case(T34)
+def enumerate_generator_with_start(x):
+    log = []
+    y = x
+    for i, v in enumerate(_counting(log, x, 3), start=1):
+        y = y + v * i + len(log)
+    return y, tuple(log)
+@case(T34)
+def map_over_a_generator(x):
+    log = []
+    return [v.sum() + len(log) for v in map(torch.sin, _counting(log, x, 3))], tuple(log)
+@case(T34)
+def count_in_a_for_loop(x):
+    y = x
+    for i, w in zip(itertools.count(), [x, x * 2]):
+        y = y + w * i
+    return y
+@case(T34)
+def count_with_float_step(x):
+    c = itertools.count(0.5, 0.25)
+    return x * next(c) + x * next(c) * next(c)
+@case(T34)
+def repeat_zipped_with_a_generator(x):
+    return [a * b for a, b in zip(_counting([], x, 3), itertools.repeat(2.0))]
+@case(T34)
+def list_of_a_generator_without_effects(x):
+    return torch.stack(list(zip(*[_multiples(x, 2), _multiples(x + 1, 2)]))[1])
+@case(T34)
+def list_of_a_generator_with_effects(x):
+    log = []
+    items = list(_counting(log, x, 3))
+    return torch.stack(items) + len(log), tuple(log)
+@case(T34)
+def next_of_an_enumerate(x):
+    e = enumerate(_counting([], x, 3))
+    i, a = next(e)
+    j, b = next(e)
+    return a * i + b * j
 
 
 # --- yield from -------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ impl<'py> Tracer<'py> {
         let py = self.py;
         match self.kind(id) {
             VarKind::Tuple(items) | VarKind::List(items) => Ok(items.clone()),
-            VarKind::Generator { .. } => self.drain_generator(id),
+            VarKind::Generator { .. } | VarKind::Lazy(_) => self.take_all_unobserved(id),
             VarKind::Iter { .. } => {
                 // Iterating an iterator to the end (`list(it)`, `sum(it)`) exhausts it.
                 let mut rest = Vec::new();
@@ -98,10 +98,8 @@ impl<'py> Tracer<'py> {
     ) -> CResult<Option<VarId>> {
         let builtins = &self.h.builtins;
         if func.is(&builtins.getattr("iter")?) && args.len() == 1 {
-            if matches!(
-                self.kind(args[0]),
-                VarKind::Iter { .. } | VarKind::Generator { .. }
-            ) {
+            if matches!(self.kind(args[0]), VarKind::Iter { .. }) || self.is_lazy_iterator(args[0])
+            {
                 return Ok(Some(args[0])); // an iterator is its own iterator
             }
             if matches!(self.kind(args[0]), VarKind::Object(_)) {
@@ -137,6 +135,16 @@ impl<'py> Tracer<'py> {
                     Resumed::Yielded(item) => Ok(Some(item)),
                     Resumed::Returned(_) if args.len() == 2 => Ok(Some(args[1])),
                     Resumed::Returned(value) => self.stop_iteration(value).map(Some),
+                };
+            }
+            if matches!(self.kind(args[0]), VarKind::Lazy(_)) {
+                return match (self.advance_lazy(args[0])?, args.get(1)) {
+                    (Some(item), _) => Ok(Some(item)),
+                    (None, Some(&default)) => Ok(Some(default)),
+                    (None, None) => {
+                        let none = self.constant(&self.py.None().into_bound(self.py));
+                        self.stop_iteration(none).map(Some)
+                    }
                 };
             }
             if !matches!(self.kind(args[0]), VarKind::Iter { .. }) {
@@ -229,6 +237,9 @@ impl<'py> Tracer<'py> {
     /// it reads changed since it was made: Python would see the change (a list grown inside
     /// its own `for` loop) or raise (a dict changing size), the items taken would not.
     pub fn iter_advance(&mut self, iter: VarId) -> CResult<Option<VarId>> {
+        if matches!(self.kind(iter), VarKind::Lazy(_)) {
+            return self.advance_lazy(iter);
+        }
         if matches!(self.kind(iter), VarKind::Generator { .. }) {
             return Ok(match self.resume_generator(iter, None)? {
                 Resumed::Yielded(item) => Some(item),

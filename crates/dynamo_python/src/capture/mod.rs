@@ -35,6 +35,7 @@ mod ops_functools;
 mod ops_generators;
 mod ops_graph;
 mod ops_itertools;
+mod ops_lazy_iter;
 mod ops_load_store;
 mod ops_match;
 mod ops_objects;

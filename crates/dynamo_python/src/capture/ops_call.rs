@@ -384,6 +384,9 @@ impl<'py> Tracer<'py> {
                 .is_ok_and(|c| c.is_instance_of::<pyo3::types::PyFunction>());
         if !user_function && !python_call && !obj.is_instance(&h.module_type)? {
             self.pin_identity(callee);
+            if let Some(made) = self.lazy_iterator_call(obj, &args, &kwargs)? {
+                return Ok(made);
+            }
             self.settle_generators(obj, &args, &kwargs)?;
         }
         if h.is_compiling.iter().any(|f| f.is(obj)) {

@@ -54,7 +54,7 @@ impl<'py> Tracer<'py> {
     pub(super) fn op_get_iter(&mut self, f: &mut FrameState<'py>) -> CResult<Flow> {
         let value = self.pop(f)?;
         let iter = match self.kind(value) {
-            VarKind::Iter { .. } | VarKind::Generator { .. } => value,
+            VarKind::Iter { .. } | VarKind::Generator { .. } | VarKind::Lazy(_) => value,
             _ => {
                 let items = self.items_of(value)?;
                 self.new_iter(items, &[value])
@@ -77,7 +77,9 @@ impl<'py> Tracer<'py> {
                 "FOR_ITER on an empty stack",
             )))?;
         let next = match self.kind(iter) {
-            VarKind::Iter { .. } | VarKind::Generator { .. } => self.iter_advance(iter)?,
+            VarKind::Iter { .. } | VarKind::Generator { .. } | VarKind::Lazy(_) => {
+                self.iter_advance(iter)?
+            }
             other => {
                 return unsupported(
                     BreakKind::UnsupportedOperation,

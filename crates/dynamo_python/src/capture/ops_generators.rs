@@ -184,26 +184,10 @@ impl<'py> Tracer<'py> {
         }
     }
 
-    /// Every item generator `id` has left, run to its end now (see the module doc).
-    pub(super) fn drain_generator(&mut self, id: VarId) -> CResult<Vec<VarId>> {
-        self.without_effects("a generator", |t| {
-            let mut items = Vec::new();
-            while let Resumed::Yielded(item) = t.resume_generator(id, None)? {
-                if items.len() >= MAX_YIELDS {
-                    return unsupported(
-                        BreakKind::Generator,
-                        "a generator that yields too many items to run ahead",
-                    );
-                }
-                items.push(item);
-            }
-            Ok(items)
-        })
-    }
-
-    /// Generators among the arguments of `callee`, a callable evaluated now rather than
-    /// inlined (a builtin, `list`, `zip`, a class): run to the end first, each becoming an
-    /// iterator over the items it had left. `next` and `iter` resume them lazily instead.
+    /// Generators and lazy iterators (`ops_lazy_iter`) among the arguments of `callee`, a
+    /// callable evaluated now rather than inlined (a builtin, `list`, a class): run to the end
+    /// first, each becoming an iterator over the items it had left. `next` and `iter` take
+    /// them lazily instead.
     pub(super) fn settle_generators(
         &mut self,
         callee: &Bound<'py, PyAny>,
@@ -214,9 +198,20 @@ impl<'py> Tracer<'py> {
         if callee.is(&builtins.getattr("next")?) || callee.is(&builtins.getattr("iter")?) {
             return Ok(());
         }
+        // `list(gen)`, `tuple(gen)`, `sorted(gen)` take every item before doing anything
+        // else: running it to the end first is Python's own order, whatever its body does.
+        let collector = ["list", "tuple", "sorted"]
+            .iter()
+            .any(|name| builtins.getattr(*name).is_ok_and(|b| b.is(callee)));
+        let lazy = args.iter().chain(kwargs.iter().map(|(_, v)| v));
+        let in_order = collector && lazy.filter(|&&a| self.is_lazy_iterator(a)).count() == 1;
         for &arg in args.iter().chain(kwargs.iter().map(|(_, v)| v)) {
-            if matches!(self.kind(arg), VarKind::Generator { .. }) {
-                let items = self.drain_generator(arg)?;
+            if self.is_lazy_iterator(arg) {
+                let items = if in_order {
+                    self.take_all(arg)?
+                } else {
+                    self.items_of(arg)?
+                };
                 self.vars[arg.0 as usize].kind = VarKind::Iter {
                     items,
                     next: 0,
@@ -257,7 +252,7 @@ impl<'py> Tracer<'py> {
         let iterable = self.pop(f)?;
         let iterator = if matches!(
             self.kind(iterable),
-            VarKind::Iter { .. } | VarKind::Generator { .. }
+            VarKind::Iter { .. } | VarKind::Generator { .. } | VarKind::Lazy(_)
         ) {
             iterable
         } else {

@@ -2,8 +2,9 @@
 //! `chain.from_iterable`, `islice`, `product`, `combinations`, `permutations`,
 //! `combinations_with_replacement`, `accumulate`, `zip_longest`, `pairwise`, `starmap`,
 //! `takewhile`, `dropwhile`, `compress`, `repeat(x, n)`) over items the trace holds, handed
-//! on as iterators over their results. Infinite ones (`count`, `cycle`, `repeat(x)`) and
-//! `groupby` (whose groups Python empties as the outer iterator moves on) are not.
+//! on as iterators over their results. `count` and `repeat(x)`, endless, are made lazily
+//! (`ops_lazy_iter`); `cycle` and `groupby` (whose groups Python empties as the outer
+//! iterator moves on) are not modelled.
 //!
 //! Python computes these one item at a time as they are consumed; here every item is
 //! computed when the iterator is made. The two agree when computing an item changes nothing

@@ -431,6 +431,7 @@ fn rebuild_inline(tracer: &Tracer<'_>, id: VarId, r: &mut Rebuilder) -> CResult<
         | VarKind::Function(_)
         // A generator's frame, suspended mid-way, is not an object the code can make.
         | VarKind::Generator { .. }
+        | VarKind::Lazy(_)
         | VarKind::CellRef(_)
         | VarKind::Super { .. }
         | VarKind::GradModeContext { .. }

@@ -1392,6 +1392,7 @@ pub fn kind_name(kind: &VarKind) -> &'static str {
         VarKind::Method { .. } => "a method",
         VarKind::Iter { .. } => "an iterator",
         VarKind::Generator { .. } => "a generator",
+        VarKind::Lazy(_) => "an iterator made lazily (over a generator, or endless)",
         VarKind::Function(_) => "a function",
         VarKind::Partial { .. } => "a functools.partial made while tracing",
         VarKind::CellRef(_) => "a cell",

@@ -97,6 +97,9 @@ pub enum VarKind {
     Generator {
         frame: usize,
     },
+    /// An iterator made as its items are asked for, where taking them all when it is made
+    /// would be wrong: over a generator the trace runs lazily, or endless (see `LazyIter`).
+    Lazy(LazyIter),
     /// A function made by `MAKE_FUNCTION` inside the trace.
     Function(Rc<TracedFunction>),
     /// `functools.partial(func, *args, **kwargs)` made inside the trace: calling it calls
@@ -139,6 +142,21 @@ pub enum VarKind {
     GradModeExit {
         previous: bool,
     },
+}
+
+/// What a `VarKind::Lazy` iterator computes its next item from (see `ops_lazy_iter`).
+#[derive(Clone, Debug)]
+pub enum LazyIter {
+    /// `itertools.count(start, step)`: `next` then `next + step`, ... (numbers).
+    Count { next: OwnedRef, step: OwnedRef },
+    /// `itertools.repeat(item)`: the same item forever.
+    Repeat { item: VarId },
+    /// `zip(*iterators)`: one item of each, in order, until one is exhausted.
+    Zip { iterators: Vec<VarId> },
+    /// `enumerate(iterator, start)`: `(index, item)`.
+    Enumerate { iterator: VarId, index: i64 },
+    /// `map(func, *iterators)`: `func` called on one item of each.
+    Map { func: VarId, iterators: Vec<VarId> },
 }
 
 /// `d[key] = value` on a dict tracker's entries, as Python does it: an existing (equal) key
