@@ -795,13 +795,7 @@ impl<'py> Tracer<'py> {
             // end and hand back the items — if that changes nothing and draws no random
             // numbers, as for any generator run ahead (`gen = (...); next(gen)` or `all(...)`
             // stopping early would not have computed the rest).
-            state.yields = Some(Vec::new());
-            return self.without_effects("a generator expression", |t| {
-                t.enter_depth()?;
-                let result = t.run(&mut state);
-                t.depth -= 1;
-                result
-            });
+            return self.run_ahead(state, "a generator expression");
         }
         self.enter_depth()?;
         let result = self.run(&mut state);

@@ -56,19 +56,25 @@ impl<'py> Tracer<'py> {
     /// known items but not a generator suspended mid-way.
     pub(super) fn new_generator(&mut self, mut state: FrameState<'py>) -> CResult<VarId> {
         if self.stop_at.is_some() {
-            state.yields = Some(Vec::new());
-            return self.without_effects("a generator", |t| {
-                t.enter_depth()?;
-                let result = t.run(&mut state);
-                t.depth -= 1;
-                result
-            });
+            return self.run_ahead(state, "a generator");
         }
         state.suspends = true;
         let frame = self.generators.len();
         self.generators
             .push(GeneratorFrame::Suspended(Box::new(state)));
         Ok(self.add(VarKind::Generator { frame }, None))
+    }
+
+    /// Runs the generator frame `state` to its end now, `what` it is for messages: an
+    /// iterator over what it yielded — if that changes nothing and draws no random numbers.
+    pub(super) fn run_ahead(&mut self, mut state: FrameState<'py>, what: &str) -> CResult<VarId> {
+        state.yields = Some(Vec::new());
+        self.without_effects(what, |t| {
+            t.enter_depth()?;
+            let result = t.run(&mut state);
+            t.depth -= 1;
+            result
+        })
     }
 
     /// Resumes generator `id`, `sent` being what its `yield` evaluates to (None for
