@@ -577,12 +577,50 @@ class _Output:
     extra: torch.Tensor = None
 
 
-@case(T34, gap='__setitem__ of a user object made in the frame')
+@case(T34)
 def object_item_assignment(x):
     b = _Box()
     b["a"] = x
     b["b"] = x * 2
     return b["a"] + b["b"] * len(b) if "a" in b else x
+class _Grid:
+    def __init__(self, n):
+        self.cells = [None] * n
+
+    def __setitem__(self, i, value):
+        self.cells[i] = value * 2
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return self.cells[i]
+        return self.cells[i] + 1
+
+    def __contains__(self, value):
+        return any(c is value for c in self.cells)
+
+
+_GLOBAL_BOX = _Box()
+
+
+@case(T34)
+def object_item_assignment_with_slices(x):
+    g = _Grid(3)
+    g[0] = x
+    g[2] = x.sin()
+    return g[0] + g[2], len(g[:2]), g[1:][0] is None, 5 in g
+@case(T34)
+def item_assignment_on_an_existing_object(x):
+    _GLOBAL_BOX["t"] = x * 3
+    return _GLOBAL_BOX["t"] + len(_GLOBAL_BOX)
+@case(T34)
+def item_assignment_through_a_helper(x):
+    def fill(box, v):
+        for k in ("p", "q"):
+            box[k] = v * len(k)
+        return box
+
+    b = fill(_Box(), x)
+    return b["p"] - b["q"], "p" in b, "z" in b
 @case(T34)
 def dataclass_made_in_frame(x):
     c = _Config(scale=3.0)

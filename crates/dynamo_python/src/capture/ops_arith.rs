@@ -139,6 +139,22 @@ impl<'py> Tracer<'py> {
             f.stack.push(id);
             return Ok(Flow::Continue);
         }
+        if matches!(self.kind(container), VarKind::Instance { .. })
+            && self.has_python_method(container, "__contains__")?
+        {
+            // An object made here whose class answers `in` itself: its method, traced.
+            let method = self.get_attr(container, "__contains__")?;
+            let answer = self.call_function(method, vec![item], Vec::new())?;
+            let found = self.truth(answer)?;
+            let id = self.constant(
+                &(found != (invert == 1))
+                    .into_pyobject(self.py)?
+                    .to_owned()
+                    .into_any(),
+            );
+            f.stack.push(id);
+            return Ok(Flow::Continue);
+        }
         if self.contains_tensor(item) {
             return unsupported(BreakKind::UnsupportedOperation, "`in` with a tensor");
         }
@@ -523,28 +539,42 @@ impl<'py> Tracer<'py> {
         Ok(Flow::Continue)
     }
 
-    /// `obj[index]` of an existing object (not a module) whose class defines `__getitem__`
-    /// in Python (a registry, a `Mapping`): the method inlined, so what it reads is guarded
-    /// and what it raises can be caught; None for other containers.
+    /// `obj[index]` of an object (existing, not a module, or made in the trace) whose class
+    /// defines `__getitem__` in Python (a registry, a `Mapping`): the method inlined, so what
+    /// it reads is guarded and what it raises can be caught; None for other containers.
     pub fn python_getitem(&mut self, container: VarId, index: VarId) -> CResult<Option<VarId>> {
-        let VarKind::Object(value) = self.kind(container) else {
-            return Ok(None);
-        };
-        let value = value.bind(self.py).clone();
-        if value.is_instance(&self.h.module_type)? || value.is_instance_of::<pyo3::types::PyType>()
-        {
-            return Ok(None);
-        }
-        let python_method = value
-            .get_type()
-            .getattr("__getitem__")
-            .is_ok_and(|m| m.is_instance(&self.h.function_type).unwrap_or(false));
-        if !python_method {
+        if !self.has_python_method(container, "__getitem__")? {
             return Ok(None);
         }
         let method = self.get_attr(container, "__getitem__")?;
         self.call_function(method, vec![index], Vec::new())
             .map(Some)
+    }
+
+    /// Whether `id` is an object (made in the trace, or existing and not a module or a
+    /// class) whose class defines `name` as a Python function.
+    fn has_python_method(&self, id: VarId, name: &str) -> CResult<bool> {
+        let py = self.py;
+        let cls = match self.kind(id) {
+            VarKind::Instance {
+                cls,
+                model_output: false,
+                ..
+            } => cls.bind(py).clone(),
+            VarKind::Object(value) => {
+                let value = value.bind(py);
+                if value.is_instance(&self.h.module_type)?
+                    || value.is_instance_of::<pyo3::types::PyType>()
+                {
+                    return Ok(false);
+                }
+                value.get_type().into_any()
+            }
+            _ => return Ok(false),
+        };
+        Ok(cls
+            .getattr(name)
+            .is_ok_and(|m| m.is_instance(&self.h.function_type).unwrap_or(false)))
     }
 
     pub fn subscript(&mut self, container: VarId, index: VarId) -> CResult<VarId> {
@@ -683,6 +713,13 @@ impl<'py> Tracer<'py> {
         let index = self.pop(f)?;
         let container = self.pop(f)?;
         let value = self.pop(f)?;
+        if self.has_python_method(container, "__setitem__")? {
+            // A user class's own `__setitem__` (made here or existing): inlined, so what it
+            // stores is traced like any other store.
+            let method = self.get_attr(container, "__setitem__")?;
+            self.call_function(method, vec![index, value], Vec::new())?;
+            return Ok(Flow::Continue);
+        }
         match self.kind(container) {
             VarKind::Tensor { .. } => {
                 let setitem = self.h.operator.getattr("setitem")?;
