@@ -944,8 +944,7 @@ CASES = {
     # A comprehension reading a local makes it a cell variable.
     "list of tensors live": (list_of_tensors_with_break, [(t(3, 2),)], 0),
     "dict comprehension live": (dict_comprehension_live, [(t(3),)], 0),
-    # A function made in the trace cannot be handed to the resume function yet.
-    "closure returned by an inlined function": (returns_closure_value, [(t(3),)], -1),
+    "closure returned by an inlined function": (returns_closure_value, [(t(3),)], 0),
     "no_grad-decorated helper": (no_grad_decorated_helper, [(t(3),)], 0),
     "comprehensions around a break": (comprehensions_around_a_break, [(t(3),)], 0),
     "cell written after a break": (cell_written_after_break, [(t(3),)], 0),

@@ -120,6 +120,16 @@ def _call(target, args, kwargs):
     return target(*args, **kwargs)
 
 
+def make_function(code, globals, defaults, kwdefaults, closure):
+    """A function the traced code made with MAKE_FUNCTION, made again by the generated code
+    (it escapes: returned, stored, live at a graph break): its code, globals, defaults and
+    closure cells, as MAKE_FUNCTION sets them."""
+    fn = types.FunctionType(code, globals, code.co_name, defaults, closure)
+    fn.__kwdefaults__ = kwdefaults
+    fn.__qualname__ = code.co_qualname
+    return fn
+
+
 def run_fake(mode: FakeTensorMode, target, args, kwargs):
     """Runs one traced operation on fake tensors, returning its fake result: by our own
     shape rules where one applies (`_meta_rules`), else by what the same call on inputs of

@@ -637,8 +637,11 @@ impl<'py> Tracer<'py> {
     pub(super) fn op_make_cell(&mut self, f: &mut FrameState<'py>, i: u32) -> CResult<Flow> {
         let slot = i as usize;
         let initial = f.locals.get(slot).copied().flatten();
-        f.cells
-            .insert(slot, Cell::Traced(Rc::new(RefCell::new(initial))));
+        let cell = Rc::new(RefCell::new(initial));
+        if f.is_root {
+            self.root_cells.insert(Rc::as_ptr(&cell) as usize);
+        }
+        f.cells.insert(slot, Cell::Traced(cell));
         Ok(Flow::Continue)
     }
 

@@ -18,9 +18,10 @@ use super::codegen::{Rebuild, Replay};
 use super::graph::{self, Op};
 use super::source::Source;
 use super::translator::{self, unsupported, CResult, Tracer};
-use super::vars::{VarId, VarKind};
+use super::vars::{Cell, TracedFunction, VarId, VarKind};
 use super::{guards, ops_with};
 use crate::eval_frame::owned::OwnedRef;
+use std::rc::Rc;
 
 /// What the plans of one graph share: the graph outputs they read, and the objects made in
 /// the trace that more than one place reaches.
@@ -40,13 +41,15 @@ pub struct Rebuilder {
     /// Containers a rebuilt iterator reads (a copy of them): reaching them elsewhere too is
     /// refused (see the `Iter` arm).
     watched_by_iter: HashSet<VarId>,
+    /// Cells of functions made in the trace, rebuilt as new cells (by address).
+    cells: HashSet<usize>,
 }
 
 /// Whether `id` is an object made in the trace whose identity the generated code must keep.
 fn made_in_trace(tracer: &Tracer<'_>, id: VarId) -> bool {
     match tracer.kind(id) {
         VarKind::List(_) | VarKind::Dict(_) => tracer.source(id).is_none(),
-        VarKind::Instance { .. } | VarKind::Partial { .. } => true,
+        VarKind::Instance { .. } | VarKind::Partial { .. } | VarKind::Function(_) => true,
         VarKind::Object(_) => tracer.is_fresh_set(id),
         _ => false,
     }
@@ -330,6 +333,7 @@ fn rebuild_inline(tracer: &Tracer<'_>, id: VarId, r: &mut Rebuilder) -> CResult<
                 Rebuild::Instance { cls, attrs }
             }
         }
+        VarKind::Function(function) => function_plan(tracer, &function.clone(), r)?,
         VarKind::Partial { func, args, kwargs } => {
             let (func, args, kwargs) = (*func, args.clone(), kwargs.clone());
             let mut all = vec![rebuild_plan(tracer, func, r)?];
@@ -428,7 +432,6 @@ fn rebuild_inline(tracer: &Tracer<'_>, id: VarId, r: &mut Rebuilder) -> CResult<
         other @ (VarKind::Slice(_)
         | VarKind::DictView { .. }
         | VarKind::Null
-        | VarKind::Function(_)
         // A generator's frame, suspended mid-way, is not an object the code can make.
         | VarKind::Generator { .. }
         | VarKind::Lazy(_)
@@ -441,5 +444,76 @@ fn rebuild_inline(tracer: &Tracer<'_>, id: VarId, r: &mut Rebuilder) -> CResult<
                 format!("returning {}", translator::kind_name(other)),
             )
         }
+    })
+}
+
+/// A function made by `MAKE_FUNCTION` in the trace, made again by the generated code from
+/// its code object, globals, defaults and closure (`_capture.make_function`). A cell the
+/// trace made becomes a new cell holding its last value: right when the trace ends by
+/// returning (the frames that made the cells are gone, and nothing else can reach them),
+/// refused where the compiled frame goes on with the cell (a graph break) and where two
+/// functions share one.
+fn function_plan(
+    tracer: &Tracer<'_>,
+    function: &TracedFunction,
+    r: &mut Rebuilder,
+) -> CResult<Rebuild> {
+    let py = tracer.py;
+    let cell_type = py.import_module("types")?.getattr("CellType")?;
+    let mut cells = Vec::with_capacity(function.closure.len());
+    for cell in &function.closure {
+        cells.push(match cell {
+            Cell::Real(_, Some(source)) => Rebuild::Source(source.clone()),
+            Cell::Real(cell, None) => Rebuild::Const(cell.clone()),
+            Cell::Traced(contents) => {
+                let address = Rc::as_ptr(contents) as usize;
+                if tracer.stop_at.is_some() && tracer.root_cells.contains(&address) {
+                    return unsupported(
+                        BreakKind::ValueNotRebuildable,
+                        "a function made in the trace that shares a cell with the frame at a \
+                         graph break",
+                    );
+                }
+                if !r.cells.insert(address) {
+                    return unsupported(
+                        BreakKind::ValueNotRebuildable,
+                        "two functions made in the trace that share a cell",
+                    );
+                }
+                let value = *contents.borrow();
+                let args = match value {
+                    Some(v) => vec![rebuild_plan(tracer, v, r)?],
+                    None => Vec::new(),
+                };
+                Rebuild::Call {
+                    func: Box::new(Rebuild::Const(OwnedRef::from_bound(&cell_type))),
+                    args,
+                    kwargs: Vec::new(),
+                }
+            }
+        });
+    }
+    let none = || Rebuild::Const(OwnedRef::from_bound(&py.None().into_bound(py)));
+    let defaults = match function.defaults {
+        Some(d) => rebuild_plan(tracer, d, r)?,
+        None => none(),
+    };
+    let kwdefaults = match function.kwdefaults {
+        Some(d) => rebuild_plan(tracer, d, r)?,
+        None => none(),
+    };
+    let make = py
+        .import_module("dynamo_rs._capture")?
+        .getattr("make_function")?;
+    Ok(Rebuild::Call {
+        func: Box::new(Rebuild::Const(OwnedRef::from_bound(&make))),
+        args: vec![
+            Rebuild::Const(function.code.clone()),
+            Rebuild::Const(function.globals.clone()),
+            defaults,
+            kwdefaults,
+            Rebuild::Tuple(cells),
+        ],
+        kwargs: Vec::new(),
     })
 }

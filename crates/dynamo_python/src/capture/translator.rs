@@ -139,6 +139,9 @@ pub struct Tracer<'py> {
     pub with_exits: std::collections::HashSet<VarId>,
     /// The frames of the generators the trace made (see `VarKind::Generator`).
     pub generators: Vec<super::ops_generators::GeneratorFrame<'py>>,
+    /// The cells of the compiled frame's own cell variables, by address: a function made in
+    /// the trace that closes over one shares it with the frame (see `rebuild`).
+    pub root_cells: std::collections::HashSet<usize>,
     pub key_tensors: HashMap<usize, VarId>,
     /// Objects only the trace can reach (deep copies made while tracing), by address (kept
     /// alive): see `ops_copy`.
@@ -250,6 +253,7 @@ impl<'py> Tracer<'py> {
             tensor_keys: HashMap::new(),
             with_exits: std::collections::HashSet::new(),
             generators: Vec::new(),
+            root_cells: std::collections::HashSet::new(),
             key_tensors: HashMap::new(),
             private_objects: HashMap::new(),
             raised: None,

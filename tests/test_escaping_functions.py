@@ -1,0 +1,181 @@
+"""Functions the traced code makes (closures, lambdas, nested `def`s) that escape the frame —
+returned, stored in a global or a container, live at a graph break — are made again by the
+generated code from their code, defaults and closure. Each case runs eagerly, with
+dynamo_rs.compile and with torch.compile; the functions that come out are called and what
+they return compared, and our graph count must be TorchDynamo's (`KNOWN_EAGER`: at most)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch._dynamo
+import torch._dynamo.testing
+
+import dynamo_rs
+from dynamo_rs.testing import CompileCounter
+
+
+def _make_adder(k):
+    def add(z, *, w=2):
+        return z + k * w
+
+    return add
+
+
+def returns_a_closure_over_a_tensor(x):
+    g = _make_adder(x.sum())
+    return x * 2, g
+
+
+def returns_a_counter(x):
+    c = 0
+
+    def bump():
+        nonlocal c
+        c += 1
+        return c
+
+    bump()
+    return x * c, bump
+
+
+def returns_a_lambda_with_defaults(x, scale=3):
+    f = lambda v, s=scale: v * s  # noqa: E731
+    return x.cos(), f
+
+
+def returns_the_same_function_twice(x):
+    g = _make_adder(2)
+    return x + 1, g, g
+
+
+def stores_a_function_in_a_dict(x):
+    table = {"inc": lambda v: v + 1, "neg": lambda v: -v}
+    return x.sin(), table
+
+
+ESCAPED: dict = {}
+
+
+def stores_a_function_in_a_global(x):
+    ESCAPED["f"] = _make_adder(x.mean())
+    return x - 1
+
+
+def cell_written_after_a_break(x):
+    c = 0
+
+    def read():
+        return c
+
+    print("break")
+    c = 5
+    return x + read(), read
+
+
+def two_functions_share_a_cell(x):
+    n = 3
+
+    def get():
+        return n
+
+    def put(v):
+        nonlocal n
+        n = v
+
+    return x * 2, get, put
+
+
+def _call_all(value, probe):
+    """What the functions inside `value` give when called (`probe` for their argument), the
+    rest as it is; functions in the same places must give the same answers."""
+    if callable(value) and not isinstance(value, torch.Tensor):
+        try:
+            return ("fn", value(probe))
+        except TypeError:
+            return ("fn", value())
+    if isinstance(value, (tuple, list)):
+        return type(value)(_call_all(v, probe) for v in value)
+    if isinstance(value, dict):
+        return {k: _call_all(v, probe) for k, v in value.items()}
+    return value
+
+
+def _same(a, b) -> None:
+    if isinstance(a, torch.Tensor):
+        torch.testing.assert_close(b, a)
+    elif isinstance(a, (tuple, list)):
+        assert type(a) is type(b) and len(a) == len(b)
+        for x, y in zip(a, b):
+            _same(x, y)
+    elif isinstance(a, dict):
+        assert list(a) == list(b)
+        for k in a:
+            _same(a[k], b[k])
+    else:
+        assert a == b
+
+
+CASES = [
+    returns_a_closure_over_a_tensor,
+    returns_a_counter,
+    returns_a_lambda_with_defaults,
+    returns_the_same_function_twice,
+    stores_a_function_in_a_dict,
+    cell_written_after_a_break,
+    two_functions_share_a_cell,
+]
+
+
+# A cell the compiled frame goes on using after a graph break, or shared by two functions
+# that escape, cannot be stood for by a new cell: those frames run eagerly (right results;
+# TorchDynamo captures them).
+KNOWN_EAGER = {cell_written_after_a_break, two_functions_share_a_cell}
+
+
+@pytest.mark.parametrize("fn", CASES, ids=[f.__name__ for f in CASES])
+def test_escaping_function(fn) -> None:
+    dynamo_rs.reset()
+    torch._dynamo.reset()
+    x = torch.linspace(-1, 1, 6)
+    probe = torch.arange(6.0)
+    theirs = torch._dynamo.testing.CompileCounter()
+    torch.compile(fn, backend=theirs)(x)
+    ours = CompileCounter()
+    compiled = dynamo_rs.compile(fn, backend=ours)
+    for _ in range(2):  # the second call runs the cached code
+        expected, got = fn(x), compiled(x)
+        _same(_call_all(expected, probe), _call_all(got, probe))
+        # Calling them again: state kept in their cells moves on the same way.
+        _same(_call_all(expected, probe), _call_all(got, probe))
+    if fn in KNOWN_EAGER:
+        assert ours.frame_count <= theirs.frame_count
+    else:
+        assert ours.frame_count == theirs.frame_count
+
+
+def test_the_same_function_stays_one_object() -> None:
+    dynamo_rs.reset()
+    _, a, b = dynamo_rs.compile(returns_the_same_function_twice, backend=CompileCounter())(torch.ones(2))
+    assert a is b
+
+
+def test_a_function_stored_in_a_global() -> None:
+    dynamo_rs.reset()
+    x = torch.linspace(0, 1, 4)
+    ours = CompileCounter()
+    out = dynamo_rs.compile(stores_a_function_in_a_global, backend=ours)(x)
+    got = ESCAPED.pop("f")
+    expected_out = stores_a_function_in_a_global(x)
+    expected = ESCAPED.pop("f")
+    torch.testing.assert_close(out, expected_out)
+    torch.testing.assert_close(got(x), expected(x))
+    assert ours.frame_count == 1
+
+
+def test_a_captured_function_keeps_its_metadata() -> None:
+    dynamo_rs.reset()
+    _, g = dynamo_rs.compile(returns_a_closure_over_a_tensor, backend=CompileCounter())(torch.ones(3))
+    assert g.__qualname__ == "_make_adder.<locals>.add"
+    assert g.__kwdefaults__ == {"w": 2}
+    assert g.__module__ == __name__
