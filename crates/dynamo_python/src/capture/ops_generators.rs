@@ -112,9 +112,14 @@ impl<'py> Tracer<'py> {
             }
             _ => {}
         }
+        // The consumer's instruction goes on after the generator's ran: as it was.
+        let in_try = self.in_try;
         self.enter_depth()?;
         let result = self.run_frame(&mut state);
         self.depth -= 1;
+        if result.is_ok() {
+            self.in_try = in_try;
+        }
         match result {
             Ok(Flow::Yield(item)) => {
                 self.generators[frame] = GeneratorFrame::Suspended(state);
