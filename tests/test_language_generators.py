@@ -98,7 +98,7 @@ def contextmanager_inside_a_helper(x):
             return v * n
     log = []
     return helper(x, log) + helper(x + 1, log), len(log)
-@case(T34, gap="functools.wraps onto a function made in the frame (contextmanager's helper)")
+@case(T34)
 def contextmanager_made_in_the_frame(x):
     @contextlib.contextmanager
     def shifted(v):
