@@ -107,3 +107,69 @@ def test_identity_through_containers_and_attributes() -> None:
     with torch.no_grad():
         for v in (module.w, torch.ones(3)):
             torch.testing.assert_close(compiled_module(v), module(v))
+
+
+# --- iterators that exist outside the trace ------------------------------------------------
+# A generator or iterator handed to the frame must be advanced when the compiled code runs,
+# as many times as eagerly — never while tracing (found by the fuzzer: `sum(gen)` evaluated on
+# the real generator at trace time left it exhausted for the run).
+
+
+def _logged(values, log):
+    for v in values:
+        log.append(v)
+        yield v
+
+
+def _sum_of(x, it):
+    return x * sum(it)
+
+
+def _next_of(x, it):
+    first = next(it)
+    return x + first, it
+
+
+def _max_of(x, it):
+    return x - max(it, default=0)
+
+
+@pytest.mark.parametrize("fn", [_sum_of, _next_of, _max_of], ids=lambda f: f.__name__)
+@pytest.mark.parametrize("make", [lambda vals, log: _logged(vals, log),
+                                  lambda vals, log: iter(list(vals))], ids=["generator", "iterator"])
+def test_an_iterator_from_outside_is_advanced_only_at_run_time(fn, make) -> None:
+    compiled = dynamo_rs.compile(fn, backend=CompileCounter())
+    for vals in ([1, 2], [3, 4, 5], [6]):
+        log_e, log_c = [], []
+        it_e, it_c = make(vals, log_e), make(vals, log_c)
+        expected, got = fn(torch.ones(2), it_e), compiled(torch.ones(2), it_c)
+        if isinstance(expected, tuple):
+            expected, got = expected[0], got[0]
+        torch.testing.assert_close(got, expected)
+        assert log_c == log_e
+        assert list(it_c) == list(it_e)  # what is left of each
+
+
+def test_the_same_iterator_called_twice_is_advanced_each_time() -> None:
+    compiled = dynamo_rs.compile(_next_of, backend=CompileCounter())
+    it_e, it_c = iter([1, 2, 3, 4]), iter([1, 2, 3, 4])
+    for _ in range(3):
+        expected, got = _next_of(torch.ones(2), it_e)[0], compiled(torch.ones(2), it_c)[0]
+        torch.testing.assert_close(got, expected)
+    assert list(it_c) == list(it_e)
+
+
+def _sum_then_break(x, gen):
+    total = sum(gen)
+    print("break")
+    return x * total
+
+
+def test_an_iterator_consumed_before_a_graph_break() -> None:
+    compiled = dynamo_rs.compile(_sum_then_break, backend=CompileCounter())
+    for vals in ([1, 2], [5]):
+        log_e, log_c = [], []
+        expected = _sum_then_break(torch.ones(2), _logged(vals, log_e))
+        got = compiled(torch.ones(2), _logged(vals, log_c))
+        torch.testing.assert_close(got, expected)
+        assert log_c == log_e

@@ -362,6 +362,31 @@ impl<'py> Tracer<'py> {
                 format!("{name}() with tensor arguments"),
             );
         }
+        // A real iterator (a generator handed to the frame, one a call made while tracing)
+        // would be advanced by the call now, while tracing, and not when the compiled code
+        // runs: only calls that do not advance it are evaluated.
+        let leaves_iterators = [
+            "isinstance",
+            "issubclass",
+            "type",
+            "id",
+            "callable",
+            "hasattr",
+        ]
+        .iter()
+        .any(|n| is(n));
+        if !leaves_iterators {
+            for &arg in args.iter().chain(kwargs.iter().map(|(_, v)| v)) {
+                if let VarKind::Object(obj) = self.kind(arg) {
+                    if obj.bind(py).get_type().hasattr("__next__")? {
+                        return unsupported(
+                            BreakKind::UnsupportedOperation,
+                            format!("{name}() of an iterator that exists outside the trace"),
+                        );
+                    }
+                }
+            }
+        }
         // Everything else is evaluated on the real values.
         let a = self.python_args(&args)?;
         let k = PyDict::new(py);
