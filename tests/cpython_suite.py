@@ -12,12 +12,18 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 
 
 def main() -> int:
     mode, tests = sys.argv[1], sys.argv[2:]
     from dynamo_rs import bytecode, eval_frame
+
+    # A process started in the background by a shell without job control inherits SIGINT
+    # ignored, and Python then installs no handler for it; test_generators raises SIGINT
+    # and expects KeyboardInterrupt. Python's own default, whoever started us.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
     def identity(frame, cache_size):
         code = frame.f_code

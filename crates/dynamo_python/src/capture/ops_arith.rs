@@ -146,14 +146,7 @@ impl<'py> Tracer<'py> {
             let method = self.get_attr(container, "__contains__")?;
             let answer = self.call_function(method, vec![item], Vec::new())?;
             let found = self.truth(answer)?;
-            let id = self.constant(
-                &(found != (invert == 1))
-                    .into_pyobject(self.py)?
-                    .to_owned()
-                    .into_any(),
-            );
-            f.stack.push(id);
-            return Ok(Flow::Continue);
+            return self.push_membership(f, found, invert);
         }
         if self.contains_tensor(item) {
             return unsupported(BreakKind::UnsupportedOperation, "`in` with a tensor");
@@ -209,6 +202,16 @@ impl<'py> Tracer<'py> {
                 )
             }
         };
+        self.push_membership(f, found, invert)
+    }
+
+    /// Pushes the answer of `in` (`not in` when `invert` is 1) given whether it was found.
+    fn push_membership(
+        &mut self,
+        f: &mut FrameState<'py>,
+        found: bool,
+        invert: u32,
+    ) -> CResult<Flow> {
         let id = self.constant(
             &(found != (invert == 1))
                 .into_pyobject(self.py)?
