@@ -130,21 +130,11 @@ impl<'py> Tracer<'py> {
             return Ok(Some(self.new_iter_watching(items, &args[..1], false)));
         }
         if func.is(&builtins.getattr("next")?) && (1..=2).contains(&args.len()) {
-            if matches!(self.kind(args[0]), VarKind::Generator { .. }) {
-                return match self.resume_generator(args[0], None)? {
+            if self.is_lazy_iterator(args[0]) {
+                return match self.next_item(args[0])? {
                     Resumed::Yielded(item) => Ok(Some(item)),
                     Resumed::Returned(_) if args.len() == 2 => Ok(Some(args[1])),
                     Resumed::Returned(value) => self.stop_iteration(value).map(Some),
-                };
-            }
-            if matches!(self.kind(args[0]), VarKind::Lazy(_)) {
-                return match (self.advance_lazy(args[0])?, args.get(1)) {
-                    (Some(item), _) => Ok(Some(item)),
-                    (None, Some(&default)) => Ok(Some(default)),
-                    (None, None) => {
-                        let none = self.constant(&self.py.None().into_bound(self.py));
-                        self.stop_iteration(none).map(Some)
-                    }
                 };
             }
             if !matches!(self.kind(args[0]), VarKind::Iter { .. }) {

@@ -9,7 +9,7 @@
 use pyo3::prelude::*;
 
 use super::break_reasons::BreakKind;
-use super::ops_generators::MAX_YIELDS;
+use super::ops_generators::{Resumed, MAX_YIELDS};
 use super::translator::{unsupported, CResult, Tracer};
 use super::vars::{LazyIter, VarId, VarKind};
 use crate::eval_frame::owned::OwnedRef;
@@ -104,6 +104,18 @@ impl<'py> Tracer<'py> {
             }
         }
         Ok(iterators)
+    }
+
+    /// The next item of a generator or lazy iterator, or what it returned once exhausted
+    /// (None for a lazy iterator), as `next()` needs it.
+    pub(super) fn next_item(&mut self, id: VarId) -> CResult<Resumed> {
+        if matches!(self.kind(id), VarKind::Generator { .. }) {
+            return self.resume_generator(id, None);
+        }
+        Ok(match self.advance_lazy(id)? {
+            Some(item) => Resumed::Yielded(item),
+            None => Resumed::Returned(self.constant(&self.py.None().into_bound(self.py))),
+        })
     }
 
     /// The next item of lazy iterator `id` (None: exhausted), made now.
