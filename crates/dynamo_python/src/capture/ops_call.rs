@@ -750,9 +750,9 @@ impl<'py> Tracer<'py> {
         let py = self.py;
         let code = function.code.bind(py).clone();
         let flags: u32 = code.getattr("co_flags")?.extract()?;
-        let is_genexpr = flags & 0x20 != 0 && code.getattr("co_name")?.to_string() == "<genexpr>";
-        let generator = flags & CO_GENERATOR_LIKE == CO_GENERATOR && !is_genexpr;
-        if flags & CO_GENERATOR_LIKE != 0 && !is_genexpr && !generator {
+        // A generator expression is a generator function too, run as far as it is consumed.
+        let generator = flags & CO_GENERATOR_LIKE == CO_GENERATOR;
+        if flags & CO_GENERATOR_LIKE != 0 && !generator {
             return unsupported(BreakKind::Generator, "calling a nested coroutine");
         }
         let defaults = match function.defaults {
@@ -789,13 +789,6 @@ impl<'py> Tracer<'py> {
         }
         if generator {
             return self.new_generator(state);
-        }
-        if is_genexpr {
-            // Usually consumed right away by its caller (`sum(...)`, a loop): run it to the
-            // end and hand back the items — if that changes nothing and draws no random
-            // numbers, as for any generator run ahead (`gen = (...); next(gen)` or `all(...)`
-            // stopping early would not have computed the rest).
-            return self.run_ahead(state, "a generator expression");
         }
         self.enter_depth()?;
         let result = self.run(&mut state);
