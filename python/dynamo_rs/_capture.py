@@ -373,8 +373,8 @@ def _operator_safe_types() -> tuple:
 
 
 def replace_contents(container, contents) -> None:
-    """Replays the changes a trace made to an existing list or dict: it ends up holding
-    `contents` (a new list or dict built from the graph's outputs), as the same object."""
+    """Replays the changes a trace made to an existing list, dict or set: it ends up holding
+    `contents` (a new one built from the graph's outputs), as the same object."""
     if type(container) is list:
         container[:] = contents
     else:

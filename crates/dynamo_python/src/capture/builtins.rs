@@ -102,9 +102,12 @@ impl<'py> Tracer<'py> {
                 VarKind::Tensor { fake, .. } => fake.bind(py).len()?,
                 VarKind::Const(v) => v.bind(py).len()?,
                 VarKind::Object(v) => {
-                    // The length of an existing object is its state: guard it.
+                    // The length of an existing object is its state: guard it (a set's
+                    // elements are guarded already, or are the trace's own).
                     let n = v.bind(py).len()?;
-                    if let Some(source) = self.source(args[0]) {
+                    if let (Some(source), false) =
+                        (self.source(args[0]), self.set_elements_known(args[0]))
+                    {
                         self.guards.add(source, super::guards::GuardKind::Len(n));
                     }
                     n

@@ -184,10 +184,14 @@ impl<'py> Tracer<'py> {
                 }
                 let found = self.python_value(container)?.contains(&needle)?;
                 // Membership in an existing object (a set attribute, a registry) is its
-                // state: guard the answer.
+                // state: guard the answer — unless it is a set guarded by its elements (or
+                // the copy standing for one the trace changed: the answer is the copy's).
                 if let (VarKind::Object(_), Some(source)) =
                     (self.kind(container), self.source(container))
                 {
+                    if self.set_elements_known(container) {
+                        return self.push_membership(f, found, invert);
+                    }
                     self.guards.add(
                         source,
                         super::guards::GuardKind::Contains(OwnedRef::from_bound(&needle), found),
@@ -477,7 +481,7 @@ impl<'py> Tracer<'py> {
         Ok(match self.kind(id) {
             VarKind::Const(v) | VarKind::Object(v) => {
                 let v = v.bind(py);
-                if let VarKind::Object(_) = self.kind(id) {
+                if matches!(self.kind(id), VarKind::Object(_)) && !self.set_elements_known(id) {
                     let t = v.get_type();
                     if t.hasattr("__bool__")? || t.hasattr("__len__")? {
                         // The answer depends on the object's state, which no guard covers.

@@ -5,8 +5,10 @@
 //! included (a tensor is held by identity, as Python holds it, through a stand-in key object
 //! per tensor tracker — `memo = set(); if p not in memo: memo.add(p)` in
 //! `Module.parameters()`), and the generated code builds a new one with its final elements wherever the
-//! set must exist (returned, stored, live at a graph break). Sets that existed before the
-//! call are read (membership, operators, non-mutating methods) but not changed.
+//! set must exist (returned, stored, live at a graph break). A set that existed before the
+//! call (of constants, so guarded by its elements) is changed through a copy that stands for
+//! it while tracing; the generated code then gives the real set the copy's final elements
+//! (`seen.add(key)` on a module-level registry, `warned` sets).
 
 use pyo3::prelude::*;
 use pyo3::types::{PyFrozenSet, PySet};
@@ -163,20 +165,40 @@ impl<'py> Tracer<'py> {
             return Ok(None);
         }
         let name: String = method.getattr("__name__")?.extract()?;
+        let mutating = MUTATING.contains(&name.as_str());
+        if !mutating && !READING.contains(&name.as_str()) {
+            return Ok(None);
+        }
         let owned = self
             .fresh_sets
             .get(&(receiver.as_ptr() as usize))
             .is_some_and(|(_, o)| o.as_ptr() == receiver.as_ptr());
-        if MUTATING.contains(&name.as_str()) && !owned {
+        let mut method = method.clone();
+        if !owned && name == "pop" {
+            // Which element comes out follows the real set's table, which a copy need not
+            // share.
             return unsupported(
-                BreakKind::UnreplayableSideEffect,
-                format!("set.{name} on a set that existed before the call"),
+                BreakKind::UnsupportedOperation,
+                "set.pop() on a set that existed before the call",
             );
         }
-        if !MUTATING.contains(&name.as_str()) && !READING.contains(&name.as_str()) {
-            return Ok(None);
-        }
-        if MUTATING.contains(&name.as_str()) {
+        if !owned {
+            match self.set_standing_for(&receiver, mutating)? {
+                Some((copy, tracker)) => {
+                    method = copy.getattr(name.as_str())?;
+                    if mutating {
+                        self.note_effect(Some(tracker));
+                    }
+                }
+                None if mutating => {
+                    return unsupported(
+                        BreakKind::UnreplayableSideEffect,
+                        format!("set.{name} on a set that existed before the call"),
+                    );
+                }
+                None => {}
+            }
+        } else if mutating {
             let set = self
                 .fresh_sets
                 .get(&(receiver.as_ptr() as usize))
@@ -228,10 +250,24 @@ impl<'py> Tracer<'py> {
         lhs: VarId,
         rhs: VarId,
     ) -> CResult<Option<VarId>> {
-        if !self.is_fresh_set(lhs) || !matches!(name, "ior" | "iand" | "isub" | "ixor") {
+        if !matches!(name, "ior" | "iand" | "isub" | "ixor") {
             return Ok(None);
         }
-        let set = self.real(lhs).expect("a fresh set is an object");
+        let set = if self.is_fresh_set(lhs) {
+            self.note_effect(Some(lhs));
+            self.real(lhs).expect("a fresh set is an object")
+        } else {
+            let Some(real) = self.real_unpinned(lhs) else {
+                return Ok(None);
+            };
+            match self.set_standing_for(&real, true)? {
+                Some((copy, tracker)) => {
+                    self.note_effect(Some(tracker));
+                    copy
+                }
+                None => return Ok(None),
+            }
+        };
         let other = self.python_value(rhs)?;
         let operator = self.h.operator.getattr(name)?;
         if let Err(err) = operator.call1((&set, other)) {
@@ -243,13 +279,79 @@ impl<'py> Tracer<'py> {
         Ok(Some(lhs))
     }
 
+    /// The set that stands for the existing set `set` while tracing, with its tracker: the
+    /// copy the trace changes instead of it. With `change`, made at the first change (the
+    /// set's tracker then holds the copy, and the generated code replays its final elements
+    /// into the real set, see `written_containers`); None for a set the trace may not change:
+    /// one it did not read from a source, or whose elements are not all constants (then it
+    /// is guarded by identity, not by its elements).
+    pub(super) fn set_standing_for(
+        &mut self,
+        set: &Bound<'py, PyAny>,
+        change: bool,
+    ) -> CResult<Option<(Bound<'py, PyAny>, VarId)>> {
+        let py = self.py;
+        let address = set.as_ptr() as usize;
+        let copy_of = self
+            .set_copies
+            .iter()
+            .find(|(_, copy)| copy.as_ptr() as usize == address)
+            .map(|(real, _)| *real);
+        let real = copy_of.unwrap_or(address);
+        let Some(&(tracker, _)) = self.container_by_object.get(&real) else {
+            return Ok(None);
+        };
+        if let Some(copy) = self.set_copies.get(&real) {
+            return Ok(Some((copy.bind(py).clone(), tracker)));
+        }
+        if !change || !set.is_exact_instance_of::<PySet>() {
+            return Ok(None);
+        }
+        for element in set.try_iter()? {
+            if !self.h.is_constant(&element?)? {
+                return Ok(None);
+            }
+        }
+        let copy = PySet::new(py, set.try_iter()?.collect::<PyResult<Vec<_>>>()?)?.into_any();
+        self.vars[tracker.0 as usize].kind = VarKind::Object(OwnedRef::from_bound(&copy));
+        self.set_copies.insert(real, OwnedRef::from_bound(&copy));
+        self.written_containers.push(tracker);
+        Ok(Some((copy, tracker)))
+    }
+
+    /// Whether `id` is the tracker of an existing set the trace changed.
+    pub(super) fn is_written_set(&self, id: VarId) -> bool {
+        matches!(self.kind(id), VarKind::Object(o)
+            if self.set_copies.values().any(|copy| copy.as_ptr() == o.as_ptr()))
+    }
+
+    /// Whether the trace knows every element of the set `id` without a further guard: one
+    /// it made, or an existing one guarded by its elements (changed by the trace or not).
+    /// Its length, truth and membership are then answered from the elements.
+    pub(super) fn set_elements_known(&self, id: VarId) -> bool {
+        if self.is_fresh_set(id) || self.is_written_set(id) {
+            return true;
+        }
+        matches!(self.kind(id), VarKind::Object(o)
+            if self.source(id).is_some()
+                && self
+                    .container_by_object
+                    .get(&(o.as_ptr() as usize))
+                    .is_some_and(|(tracker, _)| *tracker == id))
+    }
+
     /// How the generated code makes a set the trace made: a new set of its final elements.
     pub(super) fn fresh_set_rebuild(&self, id: VarId) -> CResult<Option<Rebuild>> {
         if !self.is_fresh_set(id) {
             return Ok(None);
         }
-        let py = self.py;
         let set = self.real(id).expect("a fresh set is an object");
+        self.set_elements_rebuild(&set).map(Some)
+    }
+
+    /// A new set of the elements `set` holds now.
+    pub(super) fn set_elements_rebuild(&self, set: &Bound<'py, PyAny>) -> CResult<Rebuild> {
+        let py = self.py;
         let elements = set.try_iter()?.collect::<PyResult<Vec<_>>>()?;
         if elements
             .iter()
@@ -261,10 +363,10 @@ impl<'py> Tracer<'py> {
             );
         }
         let frozen = PyFrozenSet::new(py, elements)?;
-        Ok(Some(Rebuild::Converted {
+        Ok(Rebuild::Converted {
             into: OwnedRef::from_bound(&self.h.builtins.getattr("set")?),
             value: Box::new(Rebuild::Const(OwnedRef::from_bound(frozen.as_any()))),
-        }))
+        })
     }
 
     /// The elements of a set the trace made, for iterating it.

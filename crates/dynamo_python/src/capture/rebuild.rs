@@ -124,7 +124,8 @@ pub fn plan_all(
     Ok((plans, replays, r))
 }
 
-/// A new plain list or dict holding what the list or dict tracker `id` holds now.
+/// A new plain list, dict or set holding what the list, dict or existing set tracker `id`
+/// holds now.
 fn contents_plan(tracer: &Tracer<'_>, id: VarId, r: &mut Rebuilder) -> CResult<Rebuild> {
     Ok(match tracer.kind(id) {
         VarKind::List(items) => Rebuild::List(
@@ -139,6 +140,10 @@ fn contents_plan(tracer: &Tracer<'_>, id: VarId, r: &mut Rebuilder) -> CResult<R
                 .map(|(k, v)| Ok((k.clone(), rebuild_plan(tracer, *v, r)?)))
                 .collect::<CResult<_>>()?,
         ),
+        // An existing set the trace changed: its copy's final elements.
+        VarKind::Object(copy) if tracer.is_written_set(id) => {
+            tracer.set_elements_rebuild(&copy.bind(tracer.py).clone())?
+        }
         other => {
             return unsupported(
                 BreakKind::Internal,
@@ -201,7 +206,7 @@ fn plan_once(
         }
     }
     replays.extend(deref_replays.into_iter().rev());
-    // Existing lists and dicts the trace changed: their final contents.
+    // Existing lists, dicts and sets the trace changed: their final contents.
     for &container in &tracer.written_containers {
         let source = tracer
             .source(container)

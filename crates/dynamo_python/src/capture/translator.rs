@@ -114,7 +114,7 @@ pub struct Tracer<'py> {
     /// The default factory of each `collections.defaultdict` the trace made (its class is
     /// in `dict_classes`).
     pub dict_defaults: HashMap<VarId, VarId>,
-    /// Lists and dicts that existed before the call (read from a source), by object address:
+    /// Lists, dicts and sets that existed before the call (read from a source), by object address:
     /// one tracker per object however it is reached, so a change made through one name
     /// shows through every other. The trace may change them; the generated code then
     /// replays their final contents (see `written_containers`).
@@ -127,10 +127,13 @@ pub struct Tracer<'py> {
     pub container_sources: Vec<(Rc<Source>, usize)>,
     /// Whether some existing list or dict was reached through two different sources.
     pub containers_shared: bool,
-    /// Existing lists and dicts the trace changed, in the order of their first change.
+    /// Existing lists, dicts and sets the trace changed, in the order of their first change.
     pub written_containers: Vec<VarId>,
     /// Sets the trace made, by object address (kept alive): see `ops_sets`.
     pub fresh_sets: HashMap<usize, (VarId, OwnedRef)>,
+    /// Existing sets the trace changes, by the address of the real set: the copy that
+    /// stands for it while tracing (see `ops_sets::set_standing_for`).
+    pub set_copies: HashMap<usize, OwnedRef>,
     /// Stand-ins for tensors held by sets the trace made (a set holds a tensor by identity,
     /// as Python's does): the key object of each tensor tracker, and back.
     pub tensor_keys: HashMap<VarId, OwnedRef>,
@@ -250,6 +253,7 @@ impl<'py> Tracer<'py> {
             containers_shared: false,
             written_containers: Vec::new(),
             fresh_sets: HashMap::new(),
+            set_copies: HashMap::new(),
             tensor_keys: HashMap::new(),
             with_exits: std::collections::HashSet::new(),
             generators: Vec::new(),
@@ -524,7 +528,11 @@ impl<'py> Tracer<'py> {
         }
         let exact_tuple = value.get_type().is(&h.tuple_type);
         let exact_list = value.get_type().is(&h.list_type);
-        if let (Some(s), true) = (&source, exact_list || value.get_type().is(&h.dict_type)) {
+        let exact_set = value.is_exact_instance_of::<pyo3::types::PySet>();
+        if let (Some(s), true) = (
+            &source,
+            exact_list || exact_set || value.get_type().is(&h.dict_type),
+        ) {
             if let Some(existing) = self.existing_container(value, s) {
                 return Ok(existing);
             }
@@ -589,13 +597,17 @@ impl<'py> Tracer<'py> {
                 return Ok(method);
             }
             if self.guard_by_contents(value, s)? {
-                // A set's elements are all the trace can depend on (it never changes an
-                // existing set, and returns it as itself); other objects may need their
-                // identity later.
-                let is_set = value.is_exact_instance_of::<pyo3::types::PySet>()
-                    || value.is_exact_instance_of::<pyo3::types::PyFrozenSet>();
+                // A set's elements are all the trace can depend on (changes the trace makes
+                // to an existing set go to a copy and are replayed into it, see
+                // `ops_sets::set_standing_for`; it is returned as itself); other objects may
+                // need their identity later.
+                let is_set = exact_set || value.is_exact_instance_of::<pyo3::types::PyFrozenSet>();
                 let id = self.add(VarKind::Object(OwnedRef::from_bound(value)), source);
                 self.vars[id.0 as usize].identity_pending = !is_set;
+                if exact_set {
+                    // One tracker per set object, as for lists and dicts.
+                    self.note_container(value, id);
+                }
                 return Ok(id);
             }
             self.guards
