@@ -6,6 +6,7 @@ case states its own count because the two legitimately differ."""
 
 from __future__ import annotations
 
+import collections
 from typing import Callable
 
 import pytest
@@ -56,6 +57,9 @@ def compare(expected, got):
         assert type(got) is type(expected) and len(got) == len(expected)
         for e, g in zip(expected, got):
             compare(e, g)
+    elif isinstance(expected, collections.deque):
+        assert type(got) is type(expected) and got.maxlen == expected.maxlen
+        compare(list(expected), list(got))
     elif isinstance(expected, dict):
         assert type(got) is type(expected) and list(got) == list(expected)
         for k in expected:

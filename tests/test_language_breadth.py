@@ -300,24 +300,79 @@ def defaultdict_of_ints(x):
     for k in "abca":
         counts[k] += 1
     return x * counts["a"]
-@case(T34, gap='collections.deque is not modelled')
+@case(T34)
 def deque_append_popleft(x):
     q = collections.deque([x])
     q.append(x + 1)
     q.appendleft(x - 1)
     first = q.popleft()
     return first + q.pop()
-@case(T34, gap='collections.deque is not modelled')
+@case(T34)
 def deque_maxlen(x):
     q = collections.deque(maxlen=2)
     for i in range(4):
         q.append(x * i)
     return sum(q)
-@case(T34, gap='collections.deque is not modelled')
+@case(T34)
 def deque_rotate_len(x):
     q = collections.deque([1, 2, 3])
     q.rotate(1)
     return x * q[0] + len(q)
+@case(T34)
+def deque_bfs_until_empty(x):
+    q = collections.deque([(x, 0)])
+    out = []
+    while q:
+        t, depth = q.popleft()
+        out.append(t)
+        if depth < 2:
+            q.append((t * 2, depth + 1))
+            q.append((t + 1, depth + 1))
+    return torch.stack(out).sum(0) + len(out)
+@case(T34)
+def deque_index_and_assign(x):
+    q = collections.deque([x, x + 1, x + 2])
+    q[-1] = q[0] * 3
+    q.extendleft([x - 1, x - 2])
+    q.rotate(-1)
+    return q[0] + q[-1] + len(q)
+@case(T34)
+def deque_returned_keeps_maxlen(x):
+    q = collections.deque([x], maxlen=3)
+    q.extend([x + 1, x + 2, x + 3])
+    return q
+@case(T34)
+def deque_of_lists_shares_them(x):
+    row = [x]
+    q = collections.deque([row, row])
+    q[0].append(x + 1)
+    return torch.cat(q[1]) + len(q[1])
+@case(T34)
+def deque_pop_empty_raises(x):
+    q = collections.deque()
+    try:
+        q.pop()
+    except IndexError:
+        return x - 1
+    return x + 1
+@case(T34)
+def deque_of_constants_membership(x):
+    q = collections.deque([1, 2, 3], maxlen=3)
+    q.append(4)
+    return x * ((1 in q) + 2 * (4 in q) + 4 * q.count(2) + 8 * q.index(4))
+@case(T34)
+def deque_iterated_and_copied(x):
+    q = collections.deque([x, x * 2])
+    r = q.copy()
+    r.append(x * 3)
+    return sum(t for t in q) + sum(r) + (q.maxlen is None)
+@case(T34)
+def deque_live_at_graph_break(x):
+    q = collections.deque([x], maxlen=2)
+    q.append(x + 1)
+    print("deque", len(q))
+    q.append(x * 3)
+    return q[0] + q[1], q
 @case(T34)
 def counter_of_constants(x):
     c = collections.Counter("hello")

@@ -6,6 +6,7 @@ itself (bytecode, variables, guards, codegen) is in Rust.
 
 from __future__ import annotations
 
+import collections
 import linecache
 import logging
 import operator
@@ -373,10 +374,13 @@ def _operator_safe_types() -> tuple:
 
 
 def replace_contents(container, contents) -> None:
-    """Replays the changes a trace made to an existing list, dict or set: it ends up holding
+    """Replays the changes a trace made to an existing list, dict, set or deque: it ends up holding
     `contents` (a new one built from the graph's outputs), as the same object."""
     if type(container) is list:
         container[:] = contents
+    elif type(container) is collections.deque:
+        container.clear()
+        container.extend(contents)
     else:
         container.clear()
         container.update(contents)

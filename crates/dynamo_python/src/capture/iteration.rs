@@ -52,6 +52,9 @@ impl<'py> Tracer<'py> {
                 if let Some(items) = self.fresh_set_items(id)? {
                     return Ok(items);
                 }
+                if let Some(items) = self.fresh_deque_items(id)? {
+                    return Ok(items);
+                }
                 self.object_items(id, &v)
             }
             VarKind::Instance { cls, .. } => {

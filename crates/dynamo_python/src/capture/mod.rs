@@ -30,6 +30,7 @@ mod ops_call;
 mod ops_containers;
 mod ops_control;
 mod ops_copy;
+mod ops_deque;
 mod ops_exceptions;
 mod ops_functools;
 mod ops_generators;

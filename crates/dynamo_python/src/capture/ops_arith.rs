@@ -481,7 +481,10 @@ impl<'py> Tracer<'py> {
         Ok(match self.kind(id) {
             VarKind::Const(v) | VarKind::Object(v) => {
                 let v = v.bind(py);
-                if matches!(self.kind(id), VarKind::Object(_)) && !self.set_elements_known(id) {
+                if matches!(self.kind(id), VarKind::Object(_))
+                    && !self.set_elements_known(id)
+                    && !self.is_fresh_deque(id)
+                {
                     let t = v.get_type();
                     if t.hasattr("__bool__")? || t.hasattr("__len__")? {
                         // The answer depends on the object's state, which no guard covers.
@@ -596,6 +599,9 @@ impl<'py> Tracer<'py> {
             );
         }
         if let Some(result) = self.python_getitem(container, index)? {
+            return Ok(result);
+        }
+        if let Some(result) = self.deque_getitem(container, index)? {
             return Ok(result);
         }
         if self.contains_tensor(index) {
@@ -725,6 +731,9 @@ impl<'py> Tracer<'py> {
             // stores is traced like any other store.
             let method = self.get_attr(container, "__setitem__")?;
             self.call_function(method, vec![index, value], Vec::new())?;
+            return Ok(Flow::Continue);
+        }
+        if self.deque_setitem(container, index, value)? {
             return Ok(Flow::Continue);
         }
         match self.kind(container) {

@@ -43,8 +43,9 @@ type LibraryModel<'py> = fn(
 /// Models of library and builtin calls tried in order by `call_object`, each in the file of
 /// its family (`ops_autograd`, `ops_copy`, `builtins`, `ops_exceptions`, `ops_build`,
 /// `ops_itertools`, `ops_operator_getters`).
-fn library_models<'py>() -> [LibraryModel<'py>; 8] {
+fn library_models<'py>() -> [LibraryModel<'py>; 9] {
     [
+        Tracer::deque_call,
         Tracer::autograd_function_apply,
         Tracer::deepcopy_call,
         Tracer::attribute_builtin,

@@ -50,7 +50,9 @@ fn made_in_trace(tracer: &Tracer<'_>, id: VarId) -> bool {
     match tracer.kind(id) {
         VarKind::List(_) | VarKind::Dict(_) => tracer.source(id).is_none(),
         VarKind::Instance { .. } | VarKind::Partial { .. } | VarKind::Function(_) => true,
-        VarKind::Object(_) => tracer.is_fresh_set(id),
+        VarKind::Object(_) => {
+            tracer.is_fresh_set(id) || (tracer.is_fresh_deque(id) && tracer.source(id).is_none())
+        }
         _ => false,
     }
 }
@@ -124,6 +126,38 @@ pub fn plan_all(
     Ok((plans, replays, r))
 }
 
+/// `collections.deque(items, maxlen)` for a deque the trace made.
+fn deque_plan(
+    tracer: &Tracer<'_>,
+    deque: super::ops_deque::DequeContents,
+    r: &mut Rebuilder,
+) -> CResult<Rebuild> {
+    let maxlen = deque.maxlen.clone();
+    Ok(Rebuild::Call {
+        func: Box::new(Rebuild::Const(OwnedRef::from_bound(&tracer.h.deque_type))),
+        args: vec![deque_items_plan(tracer, deque, r)?, Rebuild::Const(maxlen)],
+        kwargs: Vec::new(),
+    })
+}
+
+/// A new list of the items of a deque the trace made or copied.
+fn deque_items_plan(
+    tracer: &Tracer<'_>,
+    deque: super::ops_deque::DequeContents,
+    r: &mut Rebuilder,
+) -> CResult<Rebuild> {
+    Ok(Rebuild::List(
+        deque
+            .items
+            .into_iter()
+            .map(|item| match item {
+                super::ops_deque::DequeItem::Tracked(id) => rebuild_plan(tracer, id, r),
+                super::ops_deque::DequeItem::Constant(c) => Ok(Rebuild::Const(c)),
+            })
+            .collect::<CResult<Vec<_>>>()?,
+    ))
+}
+
 /// A new plain list, dict or set holding what the list, dict or existing set tracker `id`
 /// holds now.
 fn contents_plan(tracer: &Tracer<'_>, id: VarId, r: &mut Rebuilder) -> CResult<Rebuild> {
@@ -144,6 +178,11 @@ fn contents_plan(tracer: &Tracer<'_>, id: VarId, r: &mut Rebuilder) -> CResult<R
         VarKind::Object(copy) if tracer.is_written_set(id) => {
             tracer.set_elements_rebuild(&copy.bind(tracer.py).clone())?
         }
+        // An existing deque: its copy's final items.
+        VarKind::Object(_) if tracer.is_fresh_deque(id) => match tracer.fresh_deque_contents(id)? {
+            Some(deque) => deque_items_plan(tracer, deque, r)?,
+            None => return unsupported(BreakKind::Internal, "internal: the contents of a deque"),
+        },
         other => {
             return unsupported(
                 BreakKind::Internal,
@@ -242,6 +281,9 @@ fn rebuild_inline(tracer: &Tracer<'_>, id: VarId, r: &mut Rebuilder) -> CResult<
             None => {
                 if let Some(set) = tracer.fresh_set_rebuild(id)? {
                     return Ok(set);
+                }
+                if let Some(deque) = tracer.fresh_deque_contents(id)? {
+                    return deque_plan(tracer, deque, r);
                 }
                 let obj = v.bind(py);
                 // A method bound while tracing is bound to the object the trace saw, which

@@ -134,6 +134,8 @@ pub struct Tracer<'py> {
     /// Existing sets the trace changes, by the address of the real set: the copy that
     /// stands for it while tracing (see `ops_sets::set_standing_for`).
     pub set_copies: HashMap<usize, OwnedRef>,
+    /// Deques the trace made, by object address (kept alive): see `ops_deque`.
+    pub fresh_deques: HashMap<usize, (VarId, OwnedRef)>,
     /// Stand-ins for tensors held by sets the trace made (a set holds a tensor by identity,
     /// as Python's does): the key object of each tensor tracker, and back.
     pub tensor_keys: HashMap<VarId, OwnedRef>,
@@ -254,6 +256,7 @@ impl<'py> Tracer<'py> {
             written_containers: Vec::new(),
             fresh_sets: HashMap::new(),
             set_copies: HashMap::new(),
+            fresh_deques: HashMap::new(),
             tensor_keys: HashMap::new(),
             with_exits: std::collections::HashSet::new(),
             generators: Vec::new(),
@@ -378,6 +381,10 @@ impl<'py> Tracer<'py> {
         let py = self.py;
         self.pin_identity(id);
         Ok(match self.kind(id) {
+            VarKind::Object(v) if !self.fresh_deques.is_empty() => {
+                self.check_deque_as_value(id)?;
+                v.bind(py).clone()
+            }
             VarKind::Const(v) | VarKind::Object(v) => v.bind(py).clone(),
             VarKind::Symbolic { fake, .. } => self.specialize(&fake.bind(py).clone())?,
             VarKind::Slice(parts) => {
@@ -488,6 +495,9 @@ impl<'py> Tracer<'py> {
             VarKind::DictView { dict, which } => {
                 *which != super::vars::DictViewKind::Keys && self.contains_tensor(*dict)
             }
+            VarKind::Object(_) if self.is_fresh_deque(id) => self
+                .fresh_deque_trackers(id)
+                .any(|i| self.contains_tensor(i)),
             _ => false,
         }
     }
@@ -529,12 +539,13 @@ impl<'py> Tracer<'py> {
         let exact_tuple = value.get_type().is(&h.tuple_type);
         let exact_list = value.get_type().is(&h.list_type);
         let exact_set = value.is_exact_instance_of::<pyo3::types::PySet>();
-        if let (Some(s), true) = (
-            &source,
-            exact_list || exact_set || value.get_type().is(&h.dict_type),
-        ) {
+        if let Some(s) = &source {
+            // Lists, dicts, sets and deques: one tracker per object.
             if let Some(existing) = self.existing_container(value, s) {
                 return Ok(existing);
+            }
+            if let Some(deque) = self.wrap_existing_deque(value, s)? {
+                return Ok(deque);
             }
         }
         if exact_tuple || exact_list {
@@ -616,7 +627,7 @@ impl<'py> Tracer<'py> {
         Ok(self.add(VarKind::Object(OwnedRef::from_bound(value)), source))
     }
 
-    /// The tracker of an existing list or dict already reached (through `source` or
+    /// The tracker of an existing list, dict, set or deque already reached (through `source` or
     /// another), recording `source` as one more way to it.
     fn existing_container(
         &mut self,
@@ -646,7 +657,7 @@ impl<'py> Tracer<'py> {
     }
 
     /// Records `id`, a list or dict just read from its source, as the tracker of `value`.
-    fn note_container(&mut self, value: &Bound<'py, PyAny>, id: VarId) {
+    pub(super) fn note_container(&mut self, value: &Bound<'py, PyAny>, id: VarId) {
         let Some(source) = self.source(id) else {
             return;
         };
