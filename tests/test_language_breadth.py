@@ -268,10 +268,28 @@ def starmap_add(x):
 @case(T34)
 def takewhile_constants(x):
     return x * sum(itertools.takewhile(lambda n: n < 3, [1, 2, 3, 1]))
-@case(T34, gap='itertools.groupby: Python empties earlier groups as it advances')
+@case(T34)
 def groupby_constants(x):
     groups = [(k, len(list(g))) for k, g in itertools.groupby("aabccc")]
     return x * groups[-1][1]
+@case(T34)
+def groupby_taken_whole_empties_groups(x):
+    groups = list(itertools.groupby([1, 1, 2, 3, 3]))
+    return x * sum(len(list(g)) + k for k, g in groups)
+@case(T34)
+def groupby_tensors_by_key(x):
+    parts = [x, x + 1, x[:2], x[:2] * 2, x]
+    out = []
+    for n, run in itertools.groupby(parts, key=len):
+        out.append(torch.cat(list(run)).sum() * n)
+    return torch.stack(out)
+@case(T34)
+def groupby_group_left_half_read(x):
+    it = itertools.groupby("aaabb")
+    k1, g1 = next(it)
+    first = next(g1)
+    k2, g2 = next(it)
+    return x * (len(list(g1)) + 10 * len(list(g2)) + (first == k1) + (k2 == "b"))
 
 
 # --- collections ----------------------------------------------------------------------------
@@ -282,11 +300,29 @@ def ordered_dict_built_in_frame(x):
     d["a"] = x
     d["b"] = x * 2
     return d["a"] + d["b"]
-@case(T34, gap="OrderedDict.move_to_end and iteration over a made OrderedDict's views")
+@case(T34)
 def ordered_dict_move_to_end(x):
     d = collections.OrderedDict(a=1, b=2)
     d.move_to_end("a")
     return x * list(d)[0].__len__() + next(iter(d.values()))
+@case(T34)
+def ordered_dict_reordered_and_popped(x):
+    d = collections.OrderedDict([("a", x), ("b", x + 1), ("c", x * 2)])
+    d.move_to_end("c", last=False)
+    d.move_to_end("a")
+    k, first = d.popitem(last=False)
+    _, last = d.popitem()
+    return first * 2 + last + len(d) + len(k)
+@case(T34)
+def dict_popitem_and_missing_key(x):
+    d = {"a": x, "b": x - 1}
+    k, v = d.popitem()
+    od = collections.OrderedDict(a=1)
+    try:
+        od.move_to_end("zz")
+    except KeyError:
+        return v + len(k) + len(d)
+    return v
 @case(T34)
 def defaultdict_of_lists(x):
     d = collections.defaultdict(list)

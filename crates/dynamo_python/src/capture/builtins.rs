@@ -141,6 +141,15 @@ impl<'py> Tracer<'py> {
             if let Some(inst_cls) = self.instance_class(args[0]) {
                 return self.wrap(&inst_cls, None);
             }
+            if let VarKind::Tensor { node, .. } = *self.kind(args[0]) {
+                // A graph input's type is its example's (the tensor guard checks the exact
+                // type: a Parameter stays a Parameter); what the graph computes is a Tensor.
+                let ty = match self.inputs.iter().find(|i| i.node == node) {
+                    Some(input) => input.example.bind(py).get_type().into_any(),
+                    None => h.tensor_type.clone(),
+                };
+                return self.wrap(&ty, None);
+            }
             // Containers the trace holds (their items may be tensors): their class is known.
             let container_class = match self.kind(args[0]) {
                 VarKind::Tuple(_) => match self.tuple_classes.get(&args[0]) {

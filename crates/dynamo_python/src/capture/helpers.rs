@@ -52,6 +52,9 @@ pub struct Helpers<'py> {
     pub is_compiling: Vec<Bound<'py, PyAny>>,
     /// `torch._assert`: checked while tracing when its condition is known.
     pub torch_assert: Bound<'py, PyAny>,
+    /// `torch.distributions.distribution._all_true_or_runtime_assert`, the check of a
+    /// distribution's argument validation (None if torch no longer has it).
+    pub distribution_check: Option<Bound<'py, PyAny>>,
 }
 
 impl<'py> Helpers<'py> {
@@ -183,6 +186,10 @@ impl<'py> Helpers<'py> {
             constant_types,
             is_compiling,
             torch_assert: torch.getattr("_assert")?,
+            distribution_check: py
+                .import_module("torch.distributions.distribution")
+                .and_then(|m| m.getattr("_all_true_or_runtime_assert"))
+                .ok(),
         })
     }
 

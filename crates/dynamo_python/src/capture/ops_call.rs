@@ -439,6 +439,32 @@ impl<'py> Tracer<'py> {
             }
             return unsupported(BreakKind::UnsupportedOperation, "torch._assert that fails");
         }
+        if h.distribution_check.as_ref().is_some_and(|c| c.is(obj))
+            && args.len() == 2
+            && kwargs.is_empty()
+            && matches!(self.kind(args[0]), VarKind::Tensor { .. })
+        {
+            // A distribution validating its arguments or a sample (`Normal(loc, scale)`,
+            // `log_prob(value)`): whether every element is valid is known only when the graph
+            // runs, so the check runs there — as torch does it under export — and the trace
+            // goes on as for valid data. Invalid data then raises a RuntimeError with torch's
+            // message from the graph, where eager raises a ValueError.
+            let all_true = h.torch.getattr("_is_all_true")?;
+            let valid = self.graph_call(
+                Op::CallFunction(OwnedRef::from_bound(&all_true)),
+                "_is_all_true",
+                vec![args[0]],
+                Vec::new(),
+            )?;
+            let check = h.torch.getattr("_assert_async")?;
+            self.graph_call(
+                Op::CallFunction(OwnedRef::from_bound(&check)),
+                "_assert_async",
+                vec![valid, args[1]],
+                Vec::new(),
+            )?;
+            return Ok(self.constant(&true.into_pyobject(py)?.to_owned().into_any()));
+        }
         if self.any_tensor(&args, &kwargs)
             && (is_operator || h.is_graph_function.call1((obj,))?.is_truthy()?)
         {
@@ -563,8 +589,9 @@ impl<'py> Tracer<'py> {
             let method = self.get_attr(callee, "__call__")?;
             return self.call_function(method, args, kwargs);
         }
-        // Methods of constants (`"x".startswith`, `(1, 2).index`) are pure.
-        if obj.get_type().name()? == "builtin_function_or_method" {
+        // Methods of constants (`"x".startswith`, `(1, 2).index`, `"ab".__len__`) are pure.
+        let type_name = obj.get_type().name()?;
+        if type_name == "builtin_function_or_method" || type_name == "method-wrapper" {
             if let Ok(owner) = obj.getattr("__self__") {
                 if h.is_constant(&owner)? {
                     return self.call_builtin(obj, args, kwargs);

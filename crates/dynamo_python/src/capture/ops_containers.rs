@@ -192,7 +192,9 @@ impl<'py> Tracer<'py> {
         if let Some(result) = self.named_tuple_method(receiver, name, &args, &kwargs)? {
             return Ok(result);
         }
-        let dict_update = name == "update" && matches!(self.kind(receiver), VarKind::Dict(_));
+        // Dict methods that take keywords (`update(**kw)`, `move_to_end(k, last=False)`).
+        let dict_keywords = matches!(name, "update" | "move_to_end" | "popitem")
+            && matches!(self.kind(receiver), VarKind::Dict(_));
         if name == "sort" && args.is_empty() && matches!(self.kind(receiver), VarKind::List(_)) {
             // `list.sort(*, key=None, reverse=False)`, in place.
             if !self.changeable_container(receiver) {
@@ -209,7 +211,7 @@ impl<'py> Tracer<'py> {
             }
             return Ok(self.constant(&py.None().into_bound(py)));
         }
-        if !kwargs.is_empty() && !dict_update {
+        if !kwargs.is_empty() && !dict_keywords {
             return unsupported(
                 BreakKind::UnsupportedCall,
                 format!("keyword arguments to {name}()"),
@@ -269,6 +271,9 @@ impl<'py> Tracer<'py> {
                     self.dict_classes.insert(copy, cls);
                 }
                 Ok(copy)
+            }
+            (VarKind::Dict(_), "move_to_end" | "popitem") if changeable => {
+                self.dict_reorder(receiver, name, &args, &kwargs)
             }
             (VarKind::Dict(_), "update" | "setdefault") if changeable => {
                 self.may_change_container(receiver, name)?;
@@ -611,6 +616,95 @@ impl<'py> Tracer<'py> {
                         format!("missing key {key} while tracing"),
                     ),
                 }
+            }
+        }
+    }
+
+    /// `OrderedDict.move_to_end(key, last=True)`, and `popitem()` of a dict (the last entry)
+    /// or an OrderedDict (`last=False`: the first), on a dict tracker the trace may change.
+    fn dict_reorder(
+        &mut self,
+        receiver: VarId,
+        name: &str,
+        args: &[VarId],
+        kwargs: &[(String, VarId)],
+    ) -> CResult<VarId> {
+        let py = self.py;
+        let ordered = self.dict_classes.get(&receiver).is_some_and(|cls| {
+            cls.bind(py)
+                .cast::<pyo3::types::PyType>()
+                .is_ok_and(|t| t.is_subclass(&self.h.ordered_dict_type).unwrap_or(false))
+        });
+        if name == "move_to_end" && !ordered {
+            return unsupported(
+                BreakKind::UnsupportedOperation,
+                "move_to_end on a dict that is not an OrderedDict",
+            );
+        }
+        // `last` positionally after the key (move_to_end) or first (popitem), or by keyword.
+        let key_args = usize::from(name == "move_to_end");
+        let last_arg = args
+            .get(key_args)
+            .copied()
+            .or_else(|| kwargs.iter().find(|(k, _)| k == "last").map(|(_, v)| *v));
+        if args.len() > key_args + 1
+            || args.len() < key_args
+            || kwargs.iter().any(|(k, _)| k != "last")
+            || (last_arg.is_some() && !ordered)
+        {
+            return unsupported(
+                BreakKind::UnsupportedOperation,
+                format!("{name} with these arguments"),
+            );
+        }
+        let last = match last_arg {
+            Some(l) => self.truth(l)?,
+            None => true,
+        };
+        let key = match args.first() {
+            Some(&k) if name == "move_to_end" => Some(self.python_value(k)?),
+            _ => None,
+        };
+        self.may_change_container(receiver, name)?;
+        let VarKind::Dict(entries) = &mut self.vars[receiver.0 as usize].kind else {
+            return unsupported(
+                BreakKind::Internal,
+                "internal: reordering a dict that is not one",
+            );
+        };
+        match key {
+            Some(key) => {
+                let Some(at) = entries
+                    .iter()
+                    .position(|(k, _)| k.bind(py).eq(&key).unwrap_or(false))
+                else {
+                    return self.raise_builtin("KeyError", key);
+                };
+                let entry = entries.remove(at);
+                if last {
+                    entries.push(entry);
+                } else {
+                    entries.insert(0, entry);
+                }
+                Ok(self.constant(&py.None().into_bound(py)))
+            }
+            None => {
+                if entries.is_empty() {
+                    let message = if ordered {
+                        "dictionary is empty"
+                    } else {
+                        "popitem(): dictionary is empty"
+                    };
+                    let message = pyo3::types::PyString::new(py, message).into_any();
+                    return self.raise_builtin("KeyError", message);
+                }
+                let (k, v) = if last {
+                    entries.pop().expect("not empty")
+                } else {
+                    entries.remove(0)
+                };
+                let k = self.constant(&k.bind(py).clone());
+                Ok(self.add(VarKind::Tuple(vec![k, v]), None))
             }
         }
     }

@@ -3,8 +3,8 @@
 //! `combinations_with_replacement`, `accumulate`, `zip_longest`, `pairwise`, `starmap`,
 //! `takewhile`, `dropwhile`, `compress`, `repeat(x, n)`) over items the trace holds, handed
 //! on as iterators over their results. `count` and `repeat(x)`, endless, are made lazily
-//! (`ops_lazy_iter`); `cycle` and `groupby` (whose groups Python empties as the outer
-//! iterator moves on) are not modelled.
+//! (`ops_lazy_iter`), as is `groupby`, whose groups are computed here but handed out one by
+//! one (Python empties a group when the outer iterator moves on); `cycle` is not modelled.
 //!
 //! Python computes these one item at a time as they are consumed; here every item is
 //! computed when the iterator is made. The two agree when computing an item changes nothing
@@ -132,6 +132,18 @@ impl<'py> Tracer<'py> {
                 Ok(kept)
             })?;
             return Ok(Some(self.new_iter(kept, &args[1..])));
+        }
+        if is(&itertools_any, "groupby")
+            && (1..=2).contains(&(args.len() + kwargs.len()))
+            && !args.is_empty()
+            && kwargs.iter().all(|(k, _)| k == "key")
+        {
+            let key = args
+                .get(1)
+                .copied()
+                .or_else(|| kwargs.first().map(|(_, v)| *v));
+            let items = self.items_of(args[0])?;
+            return self.group_by(items, key).map(Some);
         }
         if is(&itertools_any, "chain") && kwargs.is_empty() {
             let mut items = Vec::new();
@@ -322,6 +334,47 @@ impl<'py> Tracer<'py> {
             Err(err) => return self.raised(err, "sorting raised while tracing"),
         };
         Ok(order.into_iter().map(|i| items[i]).collect())
+    }
+
+    /// `itertools.groupby(items, key)`: runs of items whose keys (the items themselves
+    /// without `key`) compare equal to the run's first, as a lazy iterator of `(key, group)`
+    /// (see `LazyIter::GroupBy`). Keys must be known values; `key` is called on every item
+    /// now, so only if that changes nothing.
+    fn group_by(&mut self, items: Vec<VarId>, key: Option<VarId>) -> CResult<VarId> {
+        let py = self.py;
+        let key =
+            key.filter(|&k| !matches!(self.kind(k), VarKind::Const(c) if c.bind(py).is_none()));
+        let keys = match key {
+            Some(f) => self.without_effects("a groupby key function", |t| {
+                items
+                    .iter()
+                    .map(|&item| t.call_function(f, vec![item], Vec::new()))
+                    .collect::<CResult<Vec<_>>>()
+            })?,
+            None => items.clone(),
+        };
+        let mut runs: Vec<(VarId, Bound<'py, PyAny>, Vec<VarId>)> = Vec::new();
+        for (item, key) in items.into_iter().zip(keys) {
+            if self.contains_tensor(key) {
+                return unsupported(
+                    BreakKind::UnsupportedOperation,
+                    "itertools.groupby with tensor keys",
+                );
+            }
+            let value = self.python_value(key)?;
+            match runs.last_mut() {
+                Some((_, first, run)) if first.eq(&value)? => run.push(item),
+                _ => runs.push((key, value, vec![item])),
+            }
+        }
+        let groups = runs
+            .into_iter()
+            .map(|(key, _, run)| (key, self.new_iter(run, &[])))
+            .collect();
+        Ok(self.add(
+            VarKind::Lazy(super::vars::LazyIter::GroupBy { groups, next: 0 }),
+            None,
+        ))
     }
 
     /// The items of each of `iterables`; an iterator among them must be of the length all

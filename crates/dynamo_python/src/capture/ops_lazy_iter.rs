@@ -157,6 +157,23 @@ impl<'py> Tracer<'py> {
                 Some(items) => (Some(self.call_function(func, items, Vec::new())?), None),
                 None => (None, None),
             },
+            LazyIter::GroupBy { groups, next } => {
+                if let Some(&(_, before)) = next.checked_sub(1).and_then(|at| groups.get(at)) {
+                    if let VarKind::Iter { items, next, .. } =
+                        &mut self.vars[before.0 as usize].kind
+                    {
+                        *next = items.len();
+                    }
+                }
+                let item = groups
+                    .get(next)
+                    .map(|&(key, group)| self.add(VarKind::Tuple(vec![key, group]), None));
+                let after = LazyIter::GroupBy {
+                    next: (next + 1).min(groups.len() + 1),
+                    groups,
+                };
+                (item, Some(after))
+            }
         };
         if let Some(after) = after {
             self.vars[id.0 as usize].kind = VarKind::Lazy(after);

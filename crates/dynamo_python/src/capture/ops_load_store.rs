@@ -240,6 +240,18 @@ impl<'py> Tracer<'py> {
                         return self.getattr_failed(obj, name, err, detail);
                     }
                 };
+                // A class attribute made by a Python descriptor's `__get__(None, cls)` may be a
+                // new object on every read (`lazy_property`): the class entry is guarded
+                // instead, and the value taken as it comes.
+                if let Ok(ty) = value.cast::<pyo3::types::PyType>() {
+                    let key = pyo3::types::PyString::new(py, name);
+                    if let Some(entry) = super::guard_values::class_lookup(ty.as_any(), &key) {
+                        if super::ops_objects::python_descriptor_get(&entry)?.is_some() {
+                            self.guard_class(ty.as_any(), name)?;
+                            return self.wrap(&attr, None);
+                        }
+                    }
+                }
                 // Read-only lookups on a real dict (registries, config tables) stay tracked so
                 // that what they read is guarded through item sources.
                 // Only the dict's own C methods: a subclass may override them in Python, and

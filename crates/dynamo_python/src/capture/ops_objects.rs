@@ -6,7 +6,7 @@
 use super::break_reasons::BreakKind;
 use crate::imports::ImportModule;
 use pyo3::prelude::*;
-use pyo3::types::PyType;
+use pyo3::types::{PyString, PyType};
 
 use std::rc::Rc;
 
@@ -141,6 +141,17 @@ impl<'py> Tracer<'py> {
                             BreakKind::UnreplayableSideEffect,
                             format!("deleting .{name}, which the object does not have"),
                         )
+                    }
+                }
+                if let Some(&dict) = self.instance_dicts.get(&obj) {
+                    let key = OwnedRef::from_bound(PyString::new(py, name).as_any());
+                    if let VarKind::Dict(entries) = &mut self.vars[dict.0 as usize].kind {
+                        match value {
+                            Some(v) => super::vars::dict_set(py, entries, key, v),
+                            None => {
+                                entries.retain(|(k, _)| k.bind(py).ne(key.bind(py)).unwrap_or(true))
+                            }
+                        }
                     }
                 }
                 return Ok(());
@@ -518,6 +529,19 @@ impl<'py> Tracer<'py> {
         if let Some((_, v)) = attrs.iter().find(|(n, _)| n == name) {
             return Ok(*v);
         }
+        if name == "__dict__" && !*model_output {
+            if let Some(&dict) = self.instance_dicts.get(&obj) {
+                return Ok(dict);
+            }
+            let entries = attrs
+                .iter()
+                .map(|(n, v)| (OwnedRef::from_bound(PyString::new(py, n).as_any()), *v))
+                .collect();
+            let dict = self.add(VarKind::Dict(entries), None);
+            self.private_containers.insert(dict);
+            self.instance_dicts.insert(obj, dict);
+            return Ok(dict);
+        }
         let (cls, model_output) = (cls.bind(py).clone(), *model_output);
         // Everything below is read from the class.
         self.guard_class(&cls, name)?;
@@ -577,6 +601,14 @@ impl<'py> Tracer<'py> {
             let func = attr.getattr("__func__")?;
             return Ok(self.method(cls_var, name, Some(OwnedRef::from_bound(&func))));
         }
+        if let Some(get) = python_descriptor_get(&attr)? {
+            // A descriptor written in Python (torch.distributions' `lazy_property`): its
+            // `__get__(instance, cls)`, inlined; the descriptor is the class entry guarded
+            // above.
+            let descriptor = self.wrap(&attr, None)?;
+            let cls_var = self.wrap(&cls, None)?;
+            return self.call_python(&get, vec![descriptor, obj, cls_var], Vec::new());
+        }
         // Class data (constants, nested classes, functions from elsewhere), read through the
         // class so that what it holds is guarded like any other read.
         let value = cls.getattr(name)?;
@@ -623,6 +655,19 @@ impl<'py> Tracer<'py> {
     }
 }
 
+/// The `__get__` of `attr`'s class when it is Python code: a descriptor written in Python
+/// (not a function, property, classmethod or staticmethod, which are handled as such).
+pub fn python_descriptor_get<'py>(attr: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyAny>>> {
+    let ty = attr.get_type();
+    if ty.is(attr.py().get_type::<pyo3::types::PyFunction>()) {
+        return Ok(None);
+    }
+    match ty.getattr("__get__") {
+        Ok(get) if get.is_instance_of::<pyo3::types::PyFunction>() => Ok(Some(get)),
+        _ => Ok(None),
+    }
+}
+
 /// The source of a class the guard holds itself.
 pub fn class_source(ty: &Bound<'_, PyType>) -> std::rc::Rc<super::source::Source> {
     let name = ty
@@ -638,6 +683,9 @@ pub fn class_source(ty: &Bound<'_, PyType>) -> std::rc::Rc<super::source::Source
 /// Whether `module` is torch itself or one of its submodules (whose classes keep state the
 /// translator does not model), not merely a name starting with "torch": torchvision's and
 /// torchaudio's plain classes (`ImageList`) are user-level Python like any other.
+/// Whether classes of `module` are torch's own, made by torch's rules rather than as
+/// plain Python objects — except `torch.distributions`, plain Python classes throughout.
 fn is_torch_module(module: &str) -> bool {
-    module == "torch" || module.starts_with("torch.")
+    (module == "torch" || module.starts_with("torch."))
+        && !module.starts_with("torch.distributions.")
 }

@@ -328,6 +328,13 @@ fn rebuild_inline(tracer: &Tracer<'_>, id: VarId, r: &mut Rebuilder) -> CResult<
             }
         }
         VarKind::List(_) => contents_plan(tracer, id, r)?,
+        VarKind::Dict(_) if tracer.instance_dicts.values().any(|&d| d == id) => {
+            // A copy would not be the object's own `__dict__`.
+            return unsupported(
+                BreakKind::ValueNotRebuildable,
+                "the __dict__ of an object made while tracing, kept after the graph",
+            );
+        }
         VarKind::Dict(_) => {
             let plain = contents_plan(tracer, id, r)?;
             if let Some(&factory) = tracer.dict_defaults.get(&id) {

@@ -166,6 +166,10 @@ pub struct Tracer<'py> {
     pub effects_floor: u32,
     /// Trackers of the lists and dicts read from private objects (not to be changed).
     pub private_containers: std::collections::HashSet<VarId>,
+    /// `obj.__dict__` of each instance made in the trace whose `__dict__` was read: a dict
+    /// tracker kept equal to the instance's attributes (stores and deletes update both; the
+    /// dict itself may not be changed, and it is not rebuilt after the graph).
+    pub instance_dicts: HashMap<VarId, VarId>,
     /// `STORE_GLOBAL`s, in order: (the globals dict, name, value). Later loads of the name
     /// see the value; the generated code replays the last store to each name.
     pub global_stores: Vec<(OwnedRef, String, VarId)>,
@@ -269,6 +273,7 @@ impl<'py> Tracer<'py> {
             effects: 0,
             effects_floor: u32::MAX,
             private_containers: Default::default(),
+            instance_dicts: HashMap::new(),
             global_stores: Vec::new(),
             root_code: None,
             dynamic: None,

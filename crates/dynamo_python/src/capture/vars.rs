@@ -157,6 +157,13 @@ pub enum LazyIter {
     Enumerate { iterator: VarId, index: i64 },
     /// `map(func, *iterators)`: `func` called on one item of each.
     Map { func: VarId, iterators: Vec<VarId> },
+    /// `itertools.groupby(items, key)`: `(key, group)` pairs, the groups (iterators over
+    /// runs of items with equal keys) computed when it was made. Moving on empties the
+    /// group handed out before, as Python's shared underlying iterator does.
+    GroupBy {
+        groups: Vec<(VarId, VarId)>,
+        next: usize,
+    },
 }
 
 /// `d[key] = value` on a dict tracker's entries, as Python does it: an existing (equal) key
