@@ -933,7 +933,33 @@ def try_finally_runs(x):
     finally:
         out.append(2)
     return x * len(out)
-@case(T34, gap='a class statement inside the traced function (LOAD_BUILD_CLASS)')
+@case(T34)
+def raise_caught_in_the_frame(x):
+    try:
+        raise ValueError("done")
+    except ValueError as e:
+        return x + len(str(e))
+@case(T34)
+def raise_from_caught_by_outer_handler(x):
+    y = x * 2
+    try:
+        try:
+            raise KeyError("k") from ValueError("v")
+        except ValueError:
+            return y - 1
+    except KeyError as e:
+        return y + isinstance(e.__cause__, ValueError)
+@case(T34, gap='a class statement inside the traced function (LOAD_BUILD_CLASS): a new class on every call')
+def class_statement_with_a_method(x):
+    y = x + 1
+
+    class Scaler:
+        scale = 2
+
+        def twice(self, t):
+            return t * self.scale
+    return Scaler().twice(y) - 1
+@case(T34, gap='a class statement inside the traced function (LOAD_BUILD_CLASS): a new class on every call')
 def raise_and_catch_custom(x):
     class Stop(Exception):
         pass

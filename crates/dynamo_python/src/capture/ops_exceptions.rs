@@ -242,10 +242,13 @@ impl<'py> Tracer<'py> {
         )
     }
 
-    /// `RAISE_VARARGS` in inlined code: `raise E`, `raise E(...)`, `raise E from cause`.
+    /// `RAISE_VARARGS` in inlined code, or in a `try` block of the compiled frame: `raise E`,
+    /// `raise E(...)`, `raise E from cause`.
     /// A bare `raise` (the exception being handled) is not traced.
     pub(super) fn op_raise(&mut self, f: &mut FrameState<'py>, argc: u32) -> CResult<Flow> {
-        if f.is_root || argc == 0 {
+        // In the compiled frame itself only inside a `try` whose handler the trace follows
+        // (`catch`); a raise that would leave the frame is a graph break.
+        if (f.is_root && !self.in_try) || argc == 0 {
             return unsupported(
                 BreakKind::UnsupportedInstruction,
                 "the RAISE_VARARGS instruction",
