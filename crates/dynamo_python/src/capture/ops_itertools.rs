@@ -287,15 +287,7 @@ impl<'py> Tracer<'py> {
                 }
             }
         }
-        let keys = match key {
-            Some(f) => self.without_effects("a sort key", |t| {
-                items
-                    .iter()
-                    .map(|&item| t.call_function(f, vec![item], Vec::new()))
-                    .collect::<CResult<Vec<_>>>()
-            })?,
-            None => items.clone(),
-        };
+        let keys = self.keys_of(&items, key, "a sort key")?;
         let mut values = Vec::with_capacity(keys.len());
         for &k in &keys {
             // Tuples of constants too (`sorted(d.items())`): compared as Python compares them.
@@ -336,6 +328,20 @@ impl<'py> Tracer<'py> {
         Ok(order.into_iter().map(|i| items[i]).collect())
     }
 
+    /// `key(item)` for each of `items` (the items themselves without `key`), all called
+    /// now — so only if that changes nothing (`what` names the function in messages).
+    fn keys_of(&mut self, items: &[VarId], key: Option<VarId>, what: &str) -> CResult<Vec<VarId>> {
+        match key {
+            Some(f) => self.without_effects(what, |t| {
+                items
+                    .iter()
+                    .map(|&item| t.call_function(f, vec![item], Vec::new()))
+                    .collect::<CResult<Vec<_>>>()
+            }),
+            None => Ok(items.to_vec()),
+        }
+    }
+
     /// `itertools.groupby(items, key)`: runs of items whose keys (the items themselves
     /// without `key`) compare equal to the run's first, as a lazy iterator of `(key, group)`
     /// (see `LazyIter::GroupBy`). Keys must be known values; `key` is called on every item
@@ -344,15 +350,7 @@ impl<'py> Tracer<'py> {
         let py = self.py;
         let key =
             key.filter(|&k| !matches!(self.kind(k), VarKind::Const(c) if c.bind(py).is_none()));
-        let keys = match key {
-            Some(f) => self.without_effects("a groupby key function", |t| {
-                items
-                    .iter()
-                    .map(|&item| t.call_function(f, vec![item], Vec::new()))
-                    .collect::<CResult<Vec<_>>>()
-            })?,
-            None => items.clone(),
-        };
+        let keys = self.keys_of(&items, key, "a groupby key function")?;
         let mut runs: Vec<(VarId, Bound<'py, PyAny>, Vec<VarId>)> = Vec::new();
         for (item, key) in items.into_iter().zip(keys) {
             if self.contains_tensor(key) {
