@@ -95,20 +95,7 @@ impl<'py> Tracer<'py> {
         }
         let result = match obj.call1(PyTuple::new(self.py, values)?) {
             Ok(result) => result,
-            Err(err) if err.is_instance_of::<pyo3::exceptions::PyIndexError>(self.py) => {
-                let message = err.value(self.py).str()?.into_any();
-                return self.raise_builtin("IndexError", message);
-            }
-            Err(err) if err.is_instance_of::<pyo3::exceptions::PyValueError>(self.py) => {
-                let message = err.value(self.py).str()?.into_any();
-                return self.raise_builtin("ValueError", message);
-            }
-            Err(err) => {
-                return unsupported(
-                    BreakKind::ExceptionWhileTracing,
-                    format!("deque.{name} raised {err} while tracing"),
-                )
-            }
+            Err(err) => return self.deque_error(err, &format!("deque.{name}")),
         };
         if result.get_type().is(&deque_type) {
             return Ok(Some(self.fresh_deque(&result)));
@@ -162,11 +149,7 @@ impl<'py> Tracer<'py> {
         };
         let deque = match deque_type.call1((PyList::new(self.py, elements)?, &maxlen)) {
             Ok(deque) => deque,
-            Err(err) => {
-                let class = err.get_type(self.py).name()?.to_string();
-                let message = err.value(self.py).str()?.into_any();
-                return self.raise_builtin(&class, message);
-            }
+            Err(err) => return self.deque_error(err, "collections.deque()"),
         };
         Ok(self.fresh_deque(&deque))
     }
@@ -301,11 +284,7 @@ impl<'py> Tracer<'py> {
         let index = self.python_value(index)?;
         match real.get_item(&index) {
             Ok(item) => Ok(Some(self.deque_item(&item))),
-            Err(err) => {
-                let class = err.get_type(self.py).name()?.to_string();
-                let message = err.value(self.py).str()?.into_any();
-                self.raise_builtin(&class, message)
-            }
+            Err(err) => self.deque_error(err, "deque indexing"),
         }
     }
 
@@ -327,11 +306,29 @@ impl<'py> Tracer<'py> {
         let index = self.python_value(index)?;
         let element = self.deque_element(value)?;
         if let Err(err) = real.set_item(&index, element) {
-            let class = err.get_type(self.py).name()?.to_string();
-            let message = err.value(self.py).str()?.into_any();
-            return self.raise_builtin(&class, message);
+            return self.deque_error(err, "deque item assignment");
         }
         Ok(true)
+    }
+
+    /// What an operation on a deque the trace owns raised, `what` it was: the same error
+    /// raised in the traced code (the traced code may catch it) for Python's own error
+    /// classes, anything else a graph break.
+    fn deque_error<T>(&mut self, err: PyErr, what: &str) -> CResult<T> {
+        let py = self.py;
+        let class = err.get_type(py);
+        let builtin = class
+            .getattr("__module__")
+            .is_ok_and(|m| m.to_string() == "builtins");
+        if !builtin {
+            return unsupported(
+                BreakKind::ExceptionWhileTracing,
+                format!("{what} raised {err} while tracing"),
+            );
+        }
+        let name = class.name()?.to_string();
+        let message = err.value(py).str()?.into_any();
+        self.raise_builtin(&name, message)
     }
 
     /// The real deque of `id` for a trace-time evaluation (`==`, `str()`): refused while it
