@@ -40,8 +40,10 @@ lint: $(DEPS)
 test-rust:
 	cargo test --workspace --quiet
 
+# Tests run on every core (pytest-xdist); worksteal evens out the long model and zoo tests.
+# Each worker is its own process, so no test may depend on another having run first.
 test-python: build
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto --dist worksteal
 
 test: lint test-rust test-python
 

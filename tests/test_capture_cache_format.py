@@ -36,7 +36,16 @@ EQUAL_VALUE = [
 ]
 
 
-@pytest.mark.parametrize("obj", SAME_OBJECT, ids=repr)
+def _stable_id(obj) -> str:
+    """A test id that is the same in every process (pytest-xdist workers must collect the same
+    ids): the qualified name where there is one, never a repr holding an address."""
+    name = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None)
+    if isinstance(obj, dict):
+        name = f"dict-of-{obj.get('__name__')}"
+    return str(name) if name is not None else repr(obj)
+
+
+@pytest.mark.parametrize("obj", SAME_OBJECT, ids=_stable_id)
 def test_named_objects_are_found_again(obj) -> None:
     encoded = _persist.encode(obj)
     assert json.loads(json.dumps(encoded)) == encoded  # plain JSON
