@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorConfig, FakeTensorMode
 
 from dynamo_rs._capture import _plain_dense, to_fake
+from dynamo_rs._fakes import wrap_meta
 
 
 def observed(t: torch.Tensor) -> dict:
@@ -87,3 +88,44 @@ def test_real_models_inputs_agree():
     assert sum(_plain_dense(t) for t in tensors) >= len(tensors) - 20  # num_batches_tracked are 0-dim
     for t in tensors:
         assert observed(to_fake(mode, t)) == observed(reference.from_tensor(t, static_shapes=True))
+
+
+def _constructed(mode, meta, device, requires_grad=None):
+    fake = FakeTensor(mode, meta, device)
+    if requires_grad:
+        fake.requires_grad_(True)
+    return fake
+
+
+@pytest.mark.parametrize("shape,stride,dtype,requires_grad", [
+    ((3, 5), (5, 1), torch.float32, None),
+    ((3, 5), (1, 3), torch.float64, True),
+    ((2, 3, 4, 5), (60, 1, 15, 3), torch.bfloat16, False),
+    ((7,), (1,), torch.int64, None),
+    ((), (), torch.bool, None),
+])
+def test_wrapped_meta_is_the_constructors_fake(shape, stride, dtype, requires_grad):
+    """`wrap_meta` builds, from a template, the object `FakeTensor(mode, meta, device)` builds:
+    the same instance state, dispatch keys, flags, and the same behaviour under the mode."""
+    mode = FakeTensorMode()
+    ours = wrap_meta(mode, torch.empty_strided(shape, stride, dtype=dtype, device="meta"),
+                     torch.device("cpu"), requires_grad)
+    theirs = _constructed(mode, torch.empty_strided(shape, stride, dtype=dtype, device="meta"),
+                          torch.device("cpu"), requires_grad)
+    assert vars(ours) == vars(theirs)
+    assert observed(ours) == observed(theirs)
+    assert ours.fake_mode is mode and ours.constant is None and ours.item_memo is None
+    with mode:
+        assert observed(ours * 2) == observed(theirs * 2)
+
+
+def test_wrapped_meta_per_mode_and_in_debug_mode(monkeypatch):
+    first, second = FakeTensorMode(), FakeTensorMode()
+    meta = torch.empty(2, 3, device="meta")
+    assert wrap_meta(first, meta, torch.device("cpu")).fake_mode is first
+    assert wrap_meta(second, meta, torch.device("cpu")).fake_mode is second
+    # The constructor's debug mode records a traceback per fake tensor: the template (made
+    # without it) would leave that out, so the constructor runs.
+    monkeypatch.setattr(FakeTensorConfig, "debug", True)
+    debugged = wrap_meta(FakeTensorMode(), meta, torch.device("cpu"))
+    assert hasattr(debugged, "_debug_trace")

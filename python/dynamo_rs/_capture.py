@@ -20,6 +20,7 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.utils._mode_utils import no_dispatch
 
 from dynamo_rs import _fake_memo, _meta_rules, config
+from dynamo_rs._fakes import wrap_meta
 
 
 class NodeRef:
@@ -74,10 +75,7 @@ def strided_fake(mode: FakeTensorMode, shape, stride, dtype, device, requires_gr
     meta = torch.empty_strided(shape, stride, dtype=dtype, device="meta")
     if offset:
         meta = meta.as_strided(shape, stride, offset)
-    fake = FakeTensor(mode, meta, device)
-    if requires_grad:
-        fake.requires_grad_(True)
-    return fake
+    return wrap_meta(mode, meta, device, requires_grad)
 
 
 _FAST_STORAGES: "weakref.WeakKeyDictionary[FakeTensorMode, set[int]]" = weakref.WeakKeyDictionary()
@@ -244,7 +242,10 @@ def _foldable() -> set:
             # entries used, only with no torch-dispatch mode active (the guard checks).
             torch._C._len_torch_dispatch_stack,
             # Type promotion: a function of dtypes alone.
-            torch.promote_types, torch.can_cast}
+            torch.promote_types, torch.can_cast,
+            # API-usage logging (torchvision calls it in every `stochastic_depth`): it only
+            # records a name, once per process, so it runs at trace time and never in a graph.
+            torch._C._log_api_usage_once}
     try:
         import numpy as np
     except ImportError:

@@ -24,6 +24,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 from dynamo_rs import _meta_rules
+from dynamo_rs._fakes import wrap_meta
 
 _CONSTANT_TYPES = (bool, int, float, str, type(None), torch.dtype, torch.device, torch.memory_format,
                    torch.layout)
@@ -80,8 +81,8 @@ def lookup(mode: FakeTensorMode, target, args, kwargs):
         return key, None
     is_tuple, layouts = memo[key[0]]
     made = tuple(None if layout is None else
-                 FakeTensor(mode, torch.empty_strided(layout[0], layout[1], dtype=layout[2], device="meta"),
-                            layout[3])
+                 wrap_meta(mode, torch.empty_strided(layout[0], layout[1], dtype=layout[2], device="meta"),
+                           layout[3])
                  for layout in layouts)
     return key, (made if is_tuple else made[0])
 

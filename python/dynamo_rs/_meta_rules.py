@@ -21,13 +21,22 @@ import operator
 
 import torch
 import torch.nn.functional as F
+from torch._subclasses import fake_tensor as fake_tensor_module
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 from dynamo_rs import _native
+from dynamo_rs._fakes import wrap_meta
 
 _FLOATS = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64})
 _HALF = frozenset({torch.float16, torch.bfloat16})
 _NUMBERS = (int, float)
+
+
+# `FakeTensor.layout` and `.device` are Python properties (an mkldnn check; the meta device
+# inside kernels): the rules run on every traced operation, so they read the underlying
+# values directly, with the same meaning.
+_tensor_layout = torch.Tensor.layout.__get__
+_has_mkldnn = fake_tensor_module._dispatch_keys_has_mkldnn
 
 
 def _plain(mode: FakeTensorMode, t) -> bool:
@@ -36,7 +45,8 @@ def _plain(mode: FakeTensorMode, t) -> bool:
         type(t) is FakeTensor
         and t.fake_mode is mode
         and t.constant is None
-        and t.layout is torch.strided
+        and not _has_mkldnn(t.dispatch_keys)
+        and _tensor_layout(t) is torch.strided
         and not t.is_conj()
         and not t.is_neg()
         and all(type(s) is int and s > 0 for s in t.shape)
@@ -54,14 +64,14 @@ def _ready(mode: FakeTensorMode, *tensors) -> bool:
     """Every tensor plain, on one device, in a plain context."""
     if not all(_plain(mode, t) for t in tensors):
         return False
-    device = tensors[0].device
-    return all(t.device == device for t in tensors) and _plain_context(tensors)
+    device = tensors[0]._fake_device
+    return all(t._fake_device == device for t in tensors) and _plain_context(tensors)
 
 
 def _new(mode: FakeTensorMode, like: FakeTensor, sizes, strides, dtype=None) -> FakeTensor:
     """A fresh fake tensor (its own storage)."""
     meta = torch.empty_strided(sizes, strides, dtype=dtype or like.dtype, device="meta")
-    return FakeTensor(mode, meta, like.device)
+    return wrap_meta(mode, meta, like.fake_device)
 
 
 def _view(mode: FakeTensorMode, base: FakeTensor, sizes, strides, offset=None) -> FakeTensor:
@@ -71,7 +81,7 @@ def _view(mode: FakeTensorMode, base: FakeTensor, sizes, strides, offset=None) -
     meta.set_(base.untyped_storage(), base.storage_offset() if offset is None else offset, sizes, strides)
     if base.requires_grad:
         meta.requires_grad_(True)
-    return FakeTensor(mode, meta, base.device)
+    return wrap_meta(mode, meta, base.fake_device)
 
 
 def _elementwise(mode: FakeTensorMode, operands, dtype) -> FakeTensor | None:
