@@ -98,7 +98,14 @@ def test_binary_elementwise(mode, seed):
                     b = strided(rng, broadcast_partner(rng, shape), rng.choice(DTYPES))
             args = (b, a) if rng.random() < 0.3 and not isinstance(op, str) else (a, b)
             tally.run(mode, op, args)
-    assert tally.answered > 300
+    assert tally.answered > 200
+    with torch.no_grad():
+        with mode:
+            x = torch.empty(2, 4, 8, 8)
+        for target, args in ((F.hardtanh, (x, 0.0, 6.0)), (F.relu6, (x,)), (F.avg_pool2d, (x, 3, 2, 1)),
+                             (F.group_norm, (x, 2)), (F.pad, (x, (1, 2, 0, 1)))):
+            tally.run(mode, target, args)
+            assert _meta_rules.infer(mode, target, args, {}) is not None, target
 
 
 @SEEDS
@@ -146,6 +153,13 @@ def test_unary_and_casts(mode, seed):
             else:
                 tally.run(mode, rng.choice(["float", "half", "double", "bfloat16"]), (x,))
     assert tally.answered > 200
+    with torch.no_grad():
+        with mode:
+            x = torch.empty(2, 4, 8, 8)
+        for target, args in ((F.hardtanh, (x, 0.0, 6.0)), (F.relu6, (x,)), (F.avg_pool2d, (x, 3, 2, 1)),
+                             (F.group_norm, (x, 2)), (F.pad, (x, (1, 2, 0, 1)))):
+            tally.run(mode, target, args)
+            assert _meta_rules.infer(mode, target, args, {}) is not None, target
 
 
 def _refactored(rng: random.Random, numel: int):
@@ -312,6 +326,13 @@ def test_basic_indexing_and_split(mode, seed):
                     split = [cut, shape[dim] - cut] if 0 < cut < shape[dim] else [shape[dim]]
                 tally.run(mode, rng.choice(["split", torch.split]), (x, split, dim))
     assert tally.answered > 200
+    with torch.no_grad():
+        with mode:
+            x = torch.empty(2, 4, 8, 8)
+        for target, args in ((F.hardtanh, (x, 0.0, 6.0)), (F.relu6, (x,)), (F.avg_pool2d, (x, 3, 2, 1)),
+                             (F.group_norm, (x, 2)), (F.pad, (x, (1, 2, 0, 1)))):
+            tally.run(mode, target, args)
+            assert _meta_rules.infer(mode, target, args, {}) is not None, target
 
 
 @SEEDS
@@ -408,6 +429,63 @@ def test_layers(mode, seed):
             tally.run(mode, "softmax", (x, dim))
             tally.run(mode, torch.softmax, (x,), {"dim": dim})
     assert tally.answered > 700
+
+
+@SEEDS
+def test_clamps_pooling_padding_and_group_norm(mode, seed):
+    """hardtanh / relu6 (MobileNet's ReLU6), avg_pool2d, group_norm and constant pad, in any layout and
+    with arguments torch rejects (the rules must leave those to FakeTensorMode)."""
+    rng = random.Random(11 + 1000 * seed)
+    tally = Tally()
+    with torch.no_grad():
+        for _ in range(150):
+            with mode:
+                x = strided(rng, random_shape(rng), dtype=rng.choice(DTYPES))
+            low, high = rng.choice([(-1.0, 1.0), (0.0, 6.0), (0, 6), (2.0, -2.0), (True, 3)])
+            inplace = rng.random() < 0.3 and x.is_contiguous()
+            for target, args in ((F.hardtanh, (x, low, high, inplace)), (F.relu6, (x, inplace)),
+                                 (F.hardtanh, (x,))):
+                try:
+                    tally.run(mode, target, args)
+                except (RuntimeError, ValueError):
+                    assert _meta_rules.infer(mode, target, args, {}) is None
+            with mode:
+                x = strided(rng, [rng.randint(1, 2), rng.randint(1, 3), rng.randint(1, 9), rng.randint(1, 9)],
+                            dtype=rng.choice(DTYPES))
+            args = (x, rng.choice([1, 2, 3, (2, 1), (3, 2)]), rng.choice([None, 1, 2, (2, 1)]),
+                    rng.choice([0, 1, (1, 0), 2]))
+            kwargs = rng.choice([{}, {"count_include_pad": False}, {"ceil_mode": True}, {"divisor_override": 2}])
+            try:
+                tally.run(mode, F.avg_pool2d, args, kwargs)
+            except RuntimeError:
+                assert _meta_rules.infer(mode, F.avg_pool2d, args, kwargs) is None
+            with mode:
+                groups = rng.choice([1, 2, 3])
+                c = groups * rng.randint(1, 3) + (1 if rng.random() < 0.1 else 0)
+                x = strided(rng, [rng.randint(1, 2), c] + random_shape(rng, ndim=rng.randint(0, 2)),
+                            dtype=rng.choice(DTYPES))
+                w = torch.empty(c, dtype=x.dtype) if rng.random() < 0.7 else None
+                b = torch.empty(c, dtype=x.dtype) if w is not None and rng.random() < 0.7 else None
+            try:
+                tally.run(mode, F.group_norm, (x, groups, w, b))
+            except (RuntimeError, ValueError):
+                assert _meta_rules.infer(mode, F.group_norm, (x, groups, w, b), {}) is None
+            with mode:
+                x = strided(rng, random_shape(rng, ndim=rng.randint(1, 4)), dtype=rng.choice(DTYPES))
+            pads = [rng.choice([0, 1, 2, -1]) for _ in range(2 * rng.randint(1, 3))]
+            kwargs = rng.choice([{}, {"value": 1.5}, {"mode": "constant", "value": 0}, {"mode": "reflect"}])
+            try:
+                tally.run(mode, F.pad, (x, pads), kwargs)
+            except (RuntimeError, ValueError, NotImplementedError):
+                assert _meta_rules.infer(mode, F.pad, (x, pads), kwargs) is None
+    assert tally.answered > 200
+    with torch.no_grad():
+        with mode:
+            x = torch.empty(2, 4, 8, 8)
+        for target, args in ((F.hardtanh, (x, 0.0, 6.0)), (F.relu6, (x,)), (F.avg_pool2d, (x, 3, 2, 1)),
+                             (F.group_norm, (x, 2)), (F.pad, (x, (1, 2, 0, 1)))):
+            tally.run(mode, target, args)
+            assert _meta_rules.infer(mode, target, args, {}) is not None, target
 
 
 @SEEDS

@@ -154,6 +154,22 @@ def _gelu(mode, args, kwargs):
     return _float_unary(mode, x)
 
 
+def _hardtanh(mode, args, kwargs):
+    """hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False) — ReLU6's clamp."""
+    bound = _bind(lambda input, min_val=-1.0, max_val=1.0, inplace=False: (input, min_val, max_val, inplace),
+                  args, kwargs)
+    if bound is None:
+        return None
+    x, low, high, inplace = bound
+    if type(inplace) is not bool or type(low) not in _NUMBERS or type(high) not in _NUMBERS or low > high:
+        return None  # torch raises for min_val > max_val: FakeTensorMode says so
+    # Under FakeTensorMode hardtanh decomposes into a clamp, whose strides for size-1
+    # dimensions of a permuted input follow the decomposition's rule, not TensorIterator's.
+    if not _ready(mode, x) or not _canonical(x):
+        return None
+    return _float_unary(mode, x, inplace)
+
+
 def _dropout(mode, args, kwargs):
     bound = _bind(
         lambda input, p=0.5, training=True, inplace=False:
@@ -490,6 +506,81 @@ def _max_pool2d(mode, args, kwargs):
     if sizes is None:
         return None
     return _contiguous(mode, x, (n, c, *sizes[2:]))
+
+
+def _pad(mode, args, kwargs):
+    """F.pad(input, pad, mode="constant", value=None), constant mode with no negative pad
+    (a negative pad crops through a view first)."""
+    bound = _bind(lambda input, pad, mode="constant", value=None: (input, pad, mode, value), args, kwargs)
+    if bound is None:
+        return None
+    x, pads, pad_mode, value = bound
+    if pad_mode != "constant" or (value is not None and type(value) not in _NUMBERS):
+        return None
+    if not isinstance(pads, (tuple, list)) or len(pads) % 2 or not all(type(p) is int and p >= 0 for p in pads):
+        return None
+    if not _ready(mode, x) or len(pads) // 2 > x.dim() or not _canonical(x):
+        return None
+    sizes = list(x.shape)
+    for i in range(len(pads) // 2):
+        sizes[x.dim() - 1 - i] += pads[2 * i] + pads[2 * i + 1]
+    return _contiguous(mode, x, tuple(sizes))
+
+
+def _relu6_as_hardtanh(args, kwargs):
+    """relu6(input, inplace=False) as the hardtanh(input, 0, 6, inplace) it computes."""
+    bound = _bind(lambda input, inplace=False: (input, inplace), args, kwargs)
+    return ((None,), {}) if bound is None else ((bound[0], 0.0, 6.0, bound[1]), {})
+
+
+def _avg_pool2d(mode, args, kwargs):
+    bound = _bind(
+        lambda input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
+        divisor_override=None: (input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override),
+        args, kwargs)
+    if bound is None:
+        return None
+    x, kernel, stride, padding, ceil_mode, count_include_pad, divisor = bound
+    if ceil_mode is not False or type(count_include_pad) is not bool or divisor is not None:
+        return None
+    if not _ready(mode, x) or x.dim() != 4 or not _canonical(x) or x.dtype not in _FLOATS:
+        return None
+    kernel = _pair(kernel, 2)
+    stride = kernel if stride is None or stride == [] or stride == () else _pair(stride, 2)
+    padding = _pair(padding, 2)
+    if kernel is None or stride is None or padding is None:
+        return None
+    if any(k <= 0 for k in kernel) or any(s <= 0 for s in stride) or any(p < 0 for p in padding):
+        return None
+    if any(2 * p > k for p, k in zip(padding, kernel)):
+        return None  # torch: "pad should be at most half of kernel size"
+    n, c = x.shape[:2]
+    sizes = _native.conv_output_sizes((n, 1, *x.shape[2:]), (c, 1, *kernel), stride, padding, (1, 1), 1)
+    if sizes is None:
+        return None
+    return _contiguous(mode, x, (n, c, *sizes[2:]))
+
+
+def _group_norm(mode, args, kwargs):
+    bound = _bind(
+        lambda input, num_groups, weight=None, bias=None, eps=1e-5: (input, num_groups, weight, bias),
+        args, kwargs)
+    if bound is None:
+        return None
+    x, groups, w, b = bound
+    tensors = [t for t in (x, w, b) if t is not None]
+    if type(groups) is not int or groups <= 0 or not _ready(mode, *tensors) or not _same_float(*tensors):
+        return None
+    if x.dim() < 2 or not _canonical(x) or x.shape[1] % groups:
+        return None
+    spatial = 1
+    for size in x.shape[2:]:
+        spatial *= size
+    if x.shape[0] * x.shape[1] // groups * spatial == 1:
+        return None  # F.group_norm raises for one value per group (`_verify_batch_size`)
+    if any(tuple(t.shape) != (x.shape[1],) for t in tensors[1:]):
+        return None
+    return _contiguous(mode, x, tuple(x.shape))
 
 
 def _sdpa(mode, args, kwargs):
@@ -848,7 +939,8 @@ RULES = {
     torch.neg: _unary, operator.neg: _unary, "neg": _unary,
     F.relu: _with_inplace, torch.relu: _unary, "relu": _unary,
     F.silu: _with_inplace, F.hardswish: _with_inplace, F.hardsigmoid: _with_inplace,
-    F.gelu: _gelu, F.dropout: _dropout,
+    F.gelu: _gelu, F.dropout: _dropout, F.hardtanh: _hardtanh,
+    F.relu6: lambda mode, args, kwargs: _hardtanh(mode, *_relu6_as_hardtanh(args, kwargs)),
     operator.add: _binary(), operator.sub: _binary(), operator.mul: _binary(),
     operator.truediv: _binary(true_division=True),
     torch.add: _binary(), torch.sub: _binary(), torch.mul: _binary(),
@@ -858,7 +950,8 @@ RULES = {
     operator.imul: _binary(inplace=True), operator.itruediv: _binary(true_division=True, inplace=True),
     # layers
     F.linear: _linear, torch.addmm: _addmm, torch.conv2d: _conv2d, F.conv2d: _conv2d,
-    F.batch_norm: _batch_norm, F.layer_norm: _layer_norm,
+    F.batch_norm: _batch_norm, F.layer_norm: _layer_norm, F.group_norm: _group_norm,
+    F.avg_pool2d: _avg_pool2d, F.pad: _pad,
     # views
     "view": _reshaping(False), "reshape": _reshaping(True), torch.reshape: _torch_reshape,
     "view_as": _reshaping_as(False), "reshape_as": _reshaping_as(True), F.normalize: _normalize,
