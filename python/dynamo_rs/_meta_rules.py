@@ -527,6 +527,71 @@ def _pad(mode, args, kwargs):
     return _contiguous(mode, x, tuple(sizes))
 
 
+def _block_geometry(kernel, dilation, padding, stride):
+    """kernel, dilation, padding, stride of unfold/fold as pairs of valid ints, or None."""
+    kernel, dilation, padding, stride = (_pair(v, 2) for v in (kernel, dilation, padding, stride))
+    if kernel is None or dilation is None or padding is None or stride is None:
+        return None
+    if any(v <= 0 for v in (*kernel, *dilation, *stride)) or any(p < 0 for p in padding):
+        return None
+    return kernel, dilation, padding, stride
+
+
+def _blocks(spatial, kernel, dilation, padding, stride):
+    """How many sliding blocks fit along each spatial dimension (the convolution's output
+    size), or None when some dimension has none."""
+    counts = tuple((size + 2 * p - d * (k - 1) - 1) // s + 1
+                   for size, k, d, p, s in zip(spatial, kernel, dilation, padding, stride))
+    return counts if all(c > 0 for c in counts) else None
+
+
+def _unfold(mode, args, kwargs):
+    """F.unfold (im2col) of a batched image: (N, C, H, W) -> (N, C * kh * kw, blocks), a
+    fresh contiguous tensor."""
+    bound = _bind(lambda input, kernel_size, dilation=1, padding=0, stride=1:
+                  (input, kernel_size, dilation, padding, stride), args, kwargs)
+    if bound is None:
+        return None
+    x, *geometry = bound
+    geometry = _block_geometry(*geometry)
+    # The decomposition indexes the (padded) input, whose layout the result keeps.
+    if geometry is None or not _ready(mode, x) or x.dim() != 4 or x.dtype not in _FLOATS or not _canonical(x):
+        return None
+    counts = _blocks(x.shape[2:], *geometry)
+    if counts is None:
+        return None
+    kernel = geometry[0]
+    sizes = (x.shape[0], x.shape[1] * kernel[0] * kernel[1], counts[0] * counts[1])
+    if min(sizes) == 1:
+        return None  # the decomposition's reshapes leave their own strides on size-1 dimensions
+    return _contiguous(mode, x, sizes)
+
+
+def _fold(mode, args, kwargs):
+    """F.fold (col2im) of batched blocks: (N, C * kh * kw, blocks) -> (N, C, H, W). torch's
+    decomposition sums the blocks into a fresh (N, C, H + 2 ph, W + 2 pw) buffer and cuts the
+    padding off by a constant pad of negative widths: with no padding, or padding on both
+    dimensions, the result is a fresh contiguous tensor; with padding on one dimension only
+    it is a copy of a view whose layout follows `clone`'s own rules (declined)."""
+    bound = _bind(lambda input, output_size, kernel_size, dilation=1, padding=0, stride=1:
+                  (input, output_size, kernel_size, dilation, padding, stride), args, kwargs)
+    if bound is None:
+        return None
+    x, size, *geometry = bound
+    size, geometry = _pair(size, 2), _block_geometry(*geometry)
+    if size is None or geometry is None or not _ready(mode, x) or x.dim() != 3 or x.dtype not in _FLOATS \
+            or not _canonical(x):
+        return None
+    kernel, _, padding, _ = geometry
+    counts = _blocks(size, *geometry)
+    if counts is None or x.shape[1] % (kernel[0] * kernel[1]) or x.shape[2] != counts[0] * counts[1]:
+        return None
+    sizes = (x.shape[0], x.shape[1] // (kernel[0] * kernel[1]), *size)
+    if (padding[0] > 0) != (padding[1] > 0) or min(sizes) == 1:
+        return None
+    return _contiguous(mode, x, sizes)
+
+
 def _relu6_as_hardtanh(args, kwargs):
     """relu6(input, inplace=False) as the hardtanh(input, 0, 6, inplace) it computes."""
     bound = _bind(lambda input, inplace=False: (input, inplace), args, kwargs)
@@ -951,7 +1016,7 @@ RULES = {
     # layers
     F.linear: _linear, torch.addmm: _addmm, torch.conv2d: _conv2d, F.conv2d: _conv2d,
     F.batch_norm: _batch_norm, F.layer_norm: _layer_norm, F.group_norm: _group_norm,
-    F.avg_pool2d: _avg_pool2d, F.pad: _pad,
+    F.avg_pool2d: _avg_pool2d, F.pad: _pad, F.unfold: _unfold, F.fold: _fold,
     # views
     "view": _reshaping(False), "reshape": _reshaping(True), torch.reshape: _torch_reshape,
     "view_as": _reshaping_as(False), "reshape_as": _reshaping_as(True), F.normalize: _normalize,
