@@ -129,10 +129,17 @@ def make_function(code, globals, defaults, kwdefaults, closure):
     return fn
 
 
+_log_api_usage_once = torch._C._log_api_usage_once
+
+
 def run_fake(mode: FakeTensorMode, target, args, kwargs):
     """Runs one traced operation on fake tensors, returning its fake result: by our own
     shape rules where one applies (`_meta_rules`), else by what the same call on inputs of
     the same metadata gave earlier in this trace (`_fake_memo`), else through FakeTensorMode."""
+    if target is _log_api_usage_once:
+        # torchvision calls it in every `stochastic_depth`; it records a name (once per
+        # process) and stays in the graph, as under TorchDynamo: no fake dispatch needed.
+        return None
     # Our rules compute static shapes only: with symbolic sizes in the trace, torch's own
     # meta functions (which record the guards they rely on) answer everything.
     symbolic = getattr(mode, "dynamo_rs_symbolic", False)
@@ -242,10 +249,7 @@ def _foldable() -> set:
             # entries used, only with no torch-dispatch mode active (the guard checks).
             torch._C._len_torch_dispatch_stack,
             # Type promotion: a function of dtypes alone.
-            torch.promote_types, torch.can_cast,
-            # API-usage logging (torchvision calls it in every `stochastic_depth`): it only
-            # records a name, once per process, so it runs at trace time and never in a graph.
-            torch._C._log_api_usage_once}
+            torch.promote_types, torch.can_cast}
     try:
         import numpy as np
     except ImportError:
