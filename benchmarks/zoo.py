@@ -238,6 +238,9 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--only")
     parser.add_argument("--worker")
+    parser.add_argument("--update", action="store_true",
+                        help="with --only: replace these models' rows in out/zoo.json and the README "
+                             "table (re-measuring rows a busy machine disturbed)")
     options = parser.parse_args()
     if options.worker:
         worker(options.worker.split(","))
@@ -249,13 +252,17 @@ def main() -> int:
     rows = run_all(names)
     out = os.path.join(HERE, "out")
     os.makedirs(out, exist_ok=True)
-    name = "zoo-quick.json" if options.quick or options.only else "zoo.json"
-    with open(os.path.join(out, name), "w") as f:
+    if options.update and options.only:
+        with open(os.path.join(out, "zoo.json")) as f:
+            remeasured = {row["model"]: row for row in rows}
+            rows = [remeasured.get(row["model"], row) for row in json.load(f)]
+    full = options.update or not (options.quick or options.only)
+    with open(os.path.join(out, "zoo.json" if full else "zoo-quick.json"), "w") as f:
         json.dump(rows, f, indent=1)
     text = table(rows)
     print(text)
     print(f"zoo: {len(rows)} models in {time.time() - start:.0f} s")
-    if not (options.quick or options.only):
+    if full:
         write_readme(text)
     return 1 if any(verdict(r) == "WRONG" for r in rows) else 0
 
