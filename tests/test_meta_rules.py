@@ -413,7 +413,7 @@ def test_layers(mode, seed):
 @SEEDS
 def test_clamps_pooling_padding_and_group_norm(mode, seed):
     """hardtanh / relu6 (MobileNet's ReLU6), avg_pool2d, group_norm, constant pad, unfold and fold
-    (VOLO's outlook attention), in any layout and
+    (VOLO's outlook attention) and row lookups by an index tensor, in any layout and
     with arguments torch rejects (the rules must leave those to FakeTensorMode)."""
     rng = random.Random(11 + 1000 * seed)
     tally = Tally()
@@ -481,14 +481,24 @@ def test_clamps_pooling_padding_and_group_norm(mode, seed):
                 tally.run(mode, F.fold, (blocks, size), geometry)
             except RuntimeError:
                 assert _meta_rules.infer(mode, F.fold, (blocks, size), geometry) is None
+            with mode:
+                table = strided(rng, random_shape(rng, ndim=rng.randint(1, 3), low=1, high=5),
+                                dtype=rng.choice(DTYPES))
+                positions = strided(rng, random_shape(rng, ndim=rng.randint(1, 2), low=1, high=5),
+                                    dtype=rng.choice([torch.int64, torch.int64, torch.int32, torch.bool]))
+            if positions.dtype is not torch.bool:
+                tally.run(mode, operator.getitem, (table, positions))
+            else:
+                assert _meta_rules.infer(mode, operator.getitem, (table, positions), {}) is None
     assert tally.answered > 200
     with torch.no_grad():
         with mode:
             x = torch.empty(2, 4, 8, 8)
             blocks = torch.empty(2, 36, 4)
+            positions = torch.empty(5, 3, dtype=torch.int64)
         for target, args in ((F.hardtanh, (x, 0.0, 6.0)), (F.relu6, (x,)), (F.avg_pool2d, (x, 3, 2, 1)),
                              (F.group_norm, (x, 2)), (F.pad, (x, (1, 2, 0, 1))), (F.unfold, (x, 3)),
-                             (F.fold, (blocks, (3, 3), 2))):
+                             (F.fold, (blocks, (3, 3), 2)), (operator.getitem, (x, positions))):
             tally.run(mode, target, args)
             assert _meta_rules.infer(mode, target, args, {}) is not None, target
 

@@ -856,6 +856,8 @@ def _getitem(mode, args, kwargs):
     x, index = args
     if not isinstance(x, FakeTensor) or not _ready(mode, x):
         return None
+    if isinstance(index, FakeTensor):
+        return _take_rows(mode, x, index)
     items = _index_items(index)
     if items is None:
         return None
@@ -863,6 +865,22 @@ def _getitem(mode, args, kwargs):
     if layout is None or not all(s > 0 for s in layout[0]):
         return None
     return _view(mode, x, *layout)
+
+
+def _take_rows(mode, x, index):
+    """`x[index]` with an integer index tensor (a lookup table indexed by precomputed
+    positions, as Swin's relative-position bias): rows of `x` gathered into a fresh tensor of
+    sizes `index.shape + x.shape[1:]`, for canonical operands with no size-1 dimension in the
+    result (whose strides torch's index kernel chooses by its own rule). Boolean masks select
+    a data-dependent number of rows: FakeTensorMode's business."""
+    if index.dtype not in (torch.int64, torch.int32) or not _ready(mode, x, index) or x.dim() == 0:
+        return None
+    if not _canonical(x) or not _canonical(index):
+        return None
+    sizes = (*index.shape, *x.shape[1:])
+    if min(sizes) == 1:
+        return None
+    return _contiguous(mode, x, sizes)
 
 
 def _split(mode, args, kwargs):
