@@ -9,8 +9,8 @@ is a fixed function of (mode, device). `wrap_meta` builds exactly that in about 
 
 The template dict is taken from a FakeTensor made by the real constructor (per mode and
 device), so any state a torch version adds is carried over; where the shortcut would not build
-the same object (the constructor's debug mode, a meta fake device, a dict that differs from
-the template in anything but the fake mode), the real constructor runs.
+the same object (the constructor's debug mode, which records a traceback per tensor, or a meta
+fake device, which it refuses), the real constructor runs.
 """
 
 from __future__ import annotations

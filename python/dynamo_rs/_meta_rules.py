@@ -170,6 +170,12 @@ def _hardtanh(mode, args, kwargs):
     return _float_unary(mode, x, inplace)
 
 
+def _relu6(mode, args, kwargs):
+    """relu6(input, inplace=False): hardtanh(input, 0, 6, inplace)."""
+    bound = _bind(lambda input, inplace=False: (input, inplace), args, kwargs)
+    return None if bound is None else _hardtanh(mode, (bound[0], 0.0, 6.0, bound[1]), {})
+
+
 def _dropout(mode, args, kwargs):
     bound = _bind(
         lambda input, p=0.5, training=True, inplace=False:
@@ -481,6 +487,29 @@ def _adaptive_avg_pool2d(mode, args, kwargs):
     return _contiguous(mode, x, (*x.shape[:2], *size))
 
 
+def _sliding_blocks(spatial, kernel, stride, padding, dilation):
+    """How many positions a window takes along each spatial dimension (a one-channel
+    convolution's output size), or None when it does not fit somewhere (torch raises)."""
+    sizes = _native.conv_output_sizes((1, 1, *spatial), (1, 1, *kernel), stride, padding, dilation, 1)
+    return None if sizes is None else tuple(sizes[2:])
+
+
+def _pool2d(mode, x, kernel, stride, padding, dilation):
+    """The fresh (N, C, *windows) result of a 2-d pooling of a canonical float image, or
+    None."""
+    if not _ready(mode, x) or x.dim() != 4 or not _canonical(x) or x.dtype not in _FLOATS:
+        return None
+    kernel = _pair(kernel, 2)
+    stride = kernel if stride is None or stride == [] or stride == () else _pair(stride, 2)
+    padding, dilation = _pair(padding, 2), _pair(dilation, 2)
+    if kernel is None or stride is None or padding is None or dilation is None:
+        return None
+    if any(2 * p > k for p, k in zip(padding, kernel)):
+        return None  # torch: "pad should be at most half of effective kernel size"
+    windows = _sliding_blocks(x.shape[2:], kernel, stride, padding, dilation)
+    return None if windows is None else _contiguous(mode, x, (*x.shape[:2], *windows))
+
+
 def _max_pool2d(mode, args, kwargs):
     bound = _bind(
         lambda input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False:
@@ -491,21 +520,20 @@ def _max_pool2d(mode, args, kwargs):
     x, kernel, stride, padding, dilation, ceil_mode, return_indices = bound
     if ceil_mode is not False or return_indices is not False:
         return None
-    if not _ready(mode, x) or x.dim() != 4 or not _canonical(x) or x.dtype not in _FLOATS:
+    return _pool2d(mode, x, kernel, stride, padding, dilation)
+
+
+def _avg_pool2d(mode, args, kwargs):
+    bound = _bind(
+        lambda input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
+        divisor_override=None: (input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override),
+        args, kwargs)
+    if bound is None:
         return None
-    kernel = _pair(kernel, 2)
-    stride = kernel if stride is None or stride == [] or stride == () else _pair(stride, 2)
-    padding, dilation = _pair(padding, 2), _pair(dilation, 2)
-    if kernel is None or stride is None or padding is None or dilation is None:
+    x, kernel, stride, padding, ceil_mode, count_include_pad, divisor = bound
+    if ceil_mode is not False or type(count_include_pad) is not bool or divisor is not None:
         return None
-    if any(2 * p > k for p, k in zip(padding, kernel)):
-        return None  # torch: "pad should be at most half of effective kernel size"
-    # The output size is the convolution's with a one-channel kernel of the same extent.
-    n, c = x.shape[:2]
-    sizes = _native.conv_output_sizes((n, 1, *x.shape[2:]), (c, 1, *kernel), stride, padding, dilation, 1)
-    if sizes is None:
-        return None
-    return _contiguous(mode, x, (n, c, *sizes[2:]))
+    return _pool2d(mode, x, kernel, stride, padding, 1)
 
 
 def _pad(mode, args, kwargs):
@@ -528,21 +556,9 @@ def _pad(mode, args, kwargs):
 
 
 def _block_geometry(kernel, dilation, padding, stride):
-    """kernel, dilation, padding, stride of unfold/fold as pairs of valid ints, or None."""
-    kernel, dilation, padding, stride = (_pair(v, 2) for v in (kernel, dilation, padding, stride))
-    if kernel is None or dilation is None or padding is None or stride is None:
-        return None
-    if any(v <= 0 for v in (*kernel, *dilation, *stride)) or any(p < 0 for p in padding):
-        return None
-    return kernel, dilation, padding, stride
-
-
-def _blocks(spatial, kernel, dilation, padding, stride):
-    """How many sliding blocks fit along each spatial dimension (the convolution's output
-    size), or None when some dimension has none."""
-    counts = tuple((size + 2 * p - d * (k - 1) - 1) // s + 1
-                   for size, k, d, p, s in zip(spatial, kernel, dilation, padding, stride))
-    return counts if all(c > 0 for c in counts) else None
+    """kernel, dilation, padding, stride of unfold/fold as pairs of ints, or None."""
+    geometry = tuple(_pair(v, 2) for v in (kernel, dilation, padding, stride))
+    return None if any(v is None for v in geometry) else geometry
 
 
 def _unfold(mode, args, kwargs):
@@ -557,10 +573,10 @@ def _unfold(mode, args, kwargs):
     # The decomposition indexes the (padded) input, whose layout the result keeps.
     if geometry is None or not _ready(mode, x) or x.dim() != 4 or x.dtype not in _FLOATS or not _canonical(x):
         return None
-    counts = _blocks(x.shape[2:], *geometry)
+    kernel, dilation, padding, stride = geometry
+    counts = _sliding_blocks(x.shape[2:], kernel, stride, padding, dilation)
     if counts is None:
         return None
-    kernel = geometry[0]
     sizes = (x.shape[0], x.shape[1] * kernel[0] * kernel[1], counts[0] * counts[1])
     if min(sizes) == 1:
         return None  # the decomposition's reshapes leave their own strides on size-1 dimensions
@@ -582,48 +598,14 @@ def _fold(mode, args, kwargs):
     if size is None or geometry is None or not _ready(mode, x) or x.dim() != 3 or x.dtype not in _FLOATS \
             or not _canonical(x):
         return None
-    kernel, _, padding, _ = geometry
-    counts = _blocks(size, *geometry)
+    kernel, dilation, padding, stride = geometry
+    counts = _sliding_blocks(size, kernel, stride, padding, dilation)
     if counts is None or x.shape[1] % (kernel[0] * kernel[1]) or x.shape[2] != counts[0] * counts[1]:
         return None
     sizes = (x.shape[0], x.shape[1] // (kernel[0] * kernel[1]), *size)
     if (padding[0] > 0) != (padding[1] > 0) or min(sizes) == 1:
         return None
     return _contiguous(mode, x, sizes)
-
-
-def _relu6_as_hardtanh(args, kwargs):
-    """relu6(input, inplace=False) as the hardtanh(input, 0, 6, inplace) it computes."""
-    bound = _bind(lambda input, inplace=False: (input, inplace), args, kwargs)
-    return ((None,), {}) if bound is None else ((bound[0], 0.0, 6.0, bound[1]), {})
-
-
-def _avg_pool2d(mode, args, kwargs):
-    bound = _bind(
-        lambda input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
-        divisor_override=None: (input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override),
-        args, kwargs)
-    if bound is None:
-        return None
-    x, kernel, stride, padding, ceil_mode, count_include_pad, divisor = bound
-    if ceil_mode is not False or type(count_include_pad) is not bool or divisor is not None:
-        return None
-    if not _ready(mode, x) or x.dim() != 4 or not _canonical(x) or x.dtype not in _FLOATS:
-        return None
-    kernel = _pair(kernel, 2)
-    stride = kernel if stride is None or stride == [] or stride == () else _pair(stride, 2)
-    padding = _pair(padding, 2)
-    if kernel is None or stride is None or padding is None:
-        return None
-    if any(k <= 0 for k in kernel) or any(s <= 0 for s in stride) or any(p < 0 for p in padding):
-        return None
-    if any(2 * p > k for p, k in zip(padding, kernel)):
-        return None  # torch: "pad should be at most half of kernel size"
-    n, c = x.shape[:2]
-    sizes = _native.conv_output_sizes((n, 1, *x.shape[2:]), (c, 1, *kernel), stride, padding, (1, 1), 1)
-    if sizes is None:
-        return None
-    return _contiguous(mode, x, (n, c, *sizes[2:]))
 
 
 def _group_norm(mode, args, kwargs):
@@ -1023,7 +1005,7 @@ RULES = {
     F.relu: _with_inplace, torch.relu: _unary, "relu": _unary,
     F.silu: _with_inplace, F.hardswish: _with_inplace, F.hardsigmoid: _with_inplace,
     F.gelu: _gelu, F.dropout: _dropout, F.hardtanh: _hardtanh,
-    F.relu6: lambda mode, args, kwargs: _hardtanh(mode, *_relu6_as_hardtanh(args, kwargs)),
+    F.relu6: _relu6,
     operator.add: _binary(), operator.sub: _binary(), operator.mul: _binary(),
     operator.truediv: _binary(true_division=True),
     torch.add: _binary(), torch.sub: _binary(), torch.mul: _binary(),
