@@ -102,6 +102,32 @@ def test_binary_elementwise(mode, seed):
 
 
 @SEEDS
+def test_binary_with_a_zero_dim_tensor_operand(mode, seed):
+    """A 0-d tensor operand takes another path through FakeTensorMode than a Python number
+    does: a lone dense operand's strides are kept, size-1 dimensions included."""
+    rng = random.Random(7 + 1000 * seed)
+    tally = Tally()
+    ops = [operator.add, operator.sub, operator.mul, operator.truediv, torch.add, torch.mul, torch.div,
+           "add", "mul", "div"]
+    with torch.no_grad():
+        # The layouts first seen wrong: permuted, dense, a size-1 dimension in the middle.
+        for sizes, strides in [((1, 4, 1, 2), (8, 1, 1, 4)), ((4, 4, 1, 4), (16, 1, 1, 4))]:
+            for op in ops:
+                with mode:
+                    a = torch.empty_strided(sizes, strides, dtype=torch.float16)
+                    b = torch.empty((), dtype=torch.float32)
+                tally.run(mode, op, (a, b))
+        for _ in range(300):
+            op = rng.choice(ops)
+            with mode:
+                a = strided(rng, random_shape(rng, ndim=rng.randint(1, 4)), rng.choice(DTYPES))
+                b = torch.empty((), dtype=rng.choice(DTYPES))
+            args = (b, a) if rng.random() < 0.3 and not isinstance(op, str) else (a, b)
+            tally.run(mode, op, args)
+    assert tally.answered > 150
+
+
+@SEEDS
 def test_inplace_elementwise(mode, seed):
     rng = random.Random(1 + 1000 * seed)
     tally = Tally()
@@ -701,3 +727,49 @@ def test_repeated_calls_are_remembered_within_a_trace(monkeypatch, fn, dispatche
         torch.testing.assert_close(dynamo_rs.compile(fn, backend="eager")(x), fn(x))
     name = "cumsum" if fn is _repeated_blocks else "diagonal"
     assert calls.count(name) == dispatches, calls
+
+
+def test_strides_seen_by_user_code_match_eager():
+    """What a compiled function reads from a result's `.stride()` and `.is_contiguous()` is what
+    eager gives (a wrong stride in a rule is a wrong answer, not only wrong metadata): binary
+    operations over permuted and channels-last inputs with a 0-d tensor, a number or a tensor.
+    One divergence is torch's own: with a Python number, FakeTensorMode (and so TorchDynamo)
+    renumbers the strides of size-1 dimensions that eager keeps; there the answer must be
+    TorchDynamo's and agree with eager on every other dimension."""
+    from dynamo_rs.testing import CompileCounter
+
+    def layouts_of(x, other):
+        results = [x / other, x + other, x * other, torch.div(x, other), torch.add(other, x)]
+        return [(r.stride(), r.is_contiguous(), r.is_contiguous(memory_format=torch.channels_last))
+                for r in results], results
+
+    def sized(layouts, x):
+        return [([st for s, st in zip(x.shape, strides) if s != 1], flags) for strides, *flags in layouts]
+
+    inputs = [
+        torch.empty_strided((1, 4, 1, 2), (8, 1, 1, 4)).normal_(),
+        torch.empty_strided((4, 4, 1, 4), (16, 1, 1, 4)).normal_().double(),
+        torch.randn(2, 1, 3, 4).permute(3, 1, 0, 2),
+        torch.randn(1, 3, 1, 5).to(memory_format=torch.channels_last),
+        torch.randn(3, 4),
+    ]
+    others = [torch.tensor(2.0), torch.tensor(3, dtype=torch.int64), torch.tensor(0.5, dtype=torch.float64),
+              torch.randn(1, 1), 2.5]
+    for x in inputs:
+        for half in (False, True):
+            for other in others:
+                x_in = x.half() if half else x
+                dynamo_rs.reset()
+                counter = CompileCounter()
+                expected_layouts, expected = layouts_of(x_in, other)
+                got_layouts, got = dynamo_rs.compile(layouts_of, backend=counter)(x_in, other)
+                where = (x_in.shape, x_in.stride(), x_in.dtype, other)
+                if isinstance(other, torch.Tensor) and other.dim() == 0:
+                    assert got_layouts == expected_layouts, where
+                else:
+                    assert sized(got_layouts, x_in) == sized(expected_layouts, x_in), where
+                    torch._dynamo.reset()
+                    assert got_layouts == torch.compile(layouts_of, backend="eager")(x_in, other)[0], where
+                for g, e in zip(got, expected):
+                    torch.testing.assert_close(g, e)
+                assert counter.frame_count == 1

@@ -99,6 +99,13 @@ def _elementwise(mode: FakeTensorMode, operands, dtype) -> FakeTensor | None:
             return None
         if converts and not _native.is_non_overlapping_and_dense(o.shape, o.stride()):
             return None
+    if len(tensors) == 1 and any(isinstance(o, FakeTensor) and o.dim() == 0 for o in operands):
+        # A 0-d tensor operand (not a Python number) sends FakeTensorMode to PrimTorch's
+        # reference, which gives a lone dense operand's strides to the result exactly, size-1
+        # dimensions included ([1, 4, 1, 2] with strides (8, 1, 1, 4) stays so).
+        (t,) = tensors
+        if _native.is_non_overlapping_and_dense(t.shape, t.stride()):
+            return _new(mode, t, t.shape, t.stride(), dtype)
     layouts = [((), ()) if isinstance(o, _NUMBERS) else (o.shape, o.stride()) for o in operands]
     layout = _native.elementwise_layout(layouts)
     if layout is None:
