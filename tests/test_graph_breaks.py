@@ -848,6 +848,70 @@ def _no_grad_helper(x):
     return y
 
 
+class _Boxes:
+    """A plain object holding tensors (as torchvision's `ImageList`)."""
+
+    def __init__(self, tensors, sizes):
+        self.tensors = tensors
+        self.sizes = sizes
+
+
+class _ProposalHead(torch.nn.Module):
+    """Called with a plain object and an `OrderedDict` of tensors: no tensor among its
+    arguments, yet its frame computes with its parameters (torchvision's RPN)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Linear(3, 3)
+
+    def forward(self, boxes, features):
+        scores = [self.conv(f) for f in features.values()]
+        print("proposals", len(scores))
+        return [s * boxes.tensors.sum() for s in scores]
+
+
+class _Detector(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.head = _ProposalHead()
+
+    def forward(self, x):
+        boxes = _Boxes(x * 2, [3])
+        features = collections.OrderedDict(a=x.relu(), b=x.sigmoid())
+        return self.head(boxes, features)
+
+
+_detector = _Detector()
+
+
+def module_called_with_objects_after_a_break(x):
+    return _detector(x)
+
+
+def _ones_scaled(n):
+    print("making", n)
+    return torch.ones(n) * 2
+
+
+def helper_naming_torch_with_int_arguments(x):
+    return x + _ones_scaled(3)
+
+
+def _run_module(module, n):
+    print("running", n)
+    return module(torch.ones(2, n))
+
+
+def module_passed_as_an_argument(x):
+    return _run_module(_detector.head.conv, 3) + x
+
+
+def tracing_state_and_determinism(x):
+    if torch._C._get_tracing_state() is None and not torch.are_deterministic_algorithms_enabled():
+        return x + 1
+    return x - 1
+
+
 CASES = {
     "print between": (print_between, [(t(3),)], 0),
     "print first": (print_first, [(t(3),)], 0),
@@ -948,6 +1012,13 @@ CASES = {
     "no_grad-decorated helper": (no_grad_decorated_helper, [(t(3),)], 0),
     "comprehensions around a break": (comprehensions_around_a_break, [(t(3),)], 0),
     "cell written after a break": (cell_written_after_break, [(t(3),)], 0),
+    # Frames with no tensor among their arguments that TorchDynamo compiles: a module's
+    # forward given objects and an OrderedDict holding tensors, a helper that names `torch`,
+    # a module passed in (each reached after its caller broke at the call).
+    "module called with objects after a break": (module_called_with_objects_after_a_break, [(t(2, 3),)], 0),
+    "helper naming torch, int arguments": (helper_naming_torch_with_int_arguments, [(t(3),)], 0),
+    "module passed as an argument": (module_passed_as_an_argument, [(t(2, 3),)], 0),
+    "JIT tracing state and determinism folded": (tracing_state_and_determinism, [(t(3),)], 0),
 }
 
 
@@ -1099,3 +1170,31 @@ def test_explain_reports_graphs_breaks_and_ops() -> None:
     assert all("print_twice" in reason.where for reason in ours.break_reasons)
     text = str(ours)
     assert "Graph count: 3" in text and "Break reasons:" in text
+
+
+def test_tracing_state_and_global_settings_fold_to_constants() -> None:
+    """`torch._C._get_tracing_state()` (no JIT tracer: None), the deterministic-algorithms and
+    autocast settings are answered while tracing, as TorchDynamo answers them (the settings are
+    part of torch's global state, which every entry's guard checks): no graph operation for
+    them, and turning determinism on recompiles and takes the other branch."""
+    def fn(x):
+        if torch._C._get_tracing_state() is not None or torch.is_autocast_cache_enabled() is None:
+            return x * 3
+        if torch.are_deterministic_algorithms_enabled() or torch.is_deterministic_algorithms_warn_only_enabled():
+            return x - 1
+        return x + 1
+
+    x = t(3)
+    ours = dynamo_rs.explain(fn)(x)
+    torch._dynamo.reset()
+    theirs = torch._dynamo.explain(fn)(x)
+    assert ours.op_count == theirs.op_count == 1
+    counter = CompileCounter()
+    compiled = dynamo_rs.compile(fn, backend=counter)
+    torch.testing.assert_close(compiled(x), fn(x))
+    try:
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        torch.testing.assert_close(compiled(x), fn(x))
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert counter.frame_count == 2

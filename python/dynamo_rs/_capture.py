@@ -244,7 +244,11 @@ def _foldable() -> set:
             # `Module.to(...)`'s argument parsing: (device, dtype, non_blocking, format).
             torch._C._nn._parse_to,
             # Autocast state: part of torch's global state, which every entry's guard checks.
-            torch.is_autocast_enabled, torch.get_autocast_dtype,
+            torch.is_autocast_enabled, torch.get_autocast_dtype, torch.is_autocast_cpu_enabled,
+            torch.is_autocast_cache_enabled, torch._C._is_any_autocast_enabled,
+            # So is the deterministic-algorithms setting (torchvision's roi_align asks it).
+            torch.are_deterministic_algorithms_enabled,
+            torch.is_deterministic_algorithms_warn_only_enabled,
             # 0 while tracing, as when the graph runs: frames are compiled, and their
             # entries used, only with no torch-dispatch mode active (the guard checks).
             torch._C._len_torch_dispatch_stack,

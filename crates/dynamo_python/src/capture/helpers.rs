@@ -48,6 +48,8 @@ pub struct Helpers<'py> {
     /// Predicates that are false for everything the translator tracks (`has_torch_function`
     /// on plain tensors and constants, `torch.compiler.is_exporting`).
     pub always_false: Vec<Bound<'py, PyAny>>,
+    /// Functions that answer None while we trace (no JIT tracer is active).
+    pub always_none: Vec<Bound<'py, PyAny>>,
     /// Functions that report whether code is being compiled: true while tracing.
     pub is_compiling: Vec<Bound<'py, PyAny>>,
     /// `torch._assert`: checked while tracing when its condition is known.
@@ -146,10 +148,27 @@ impl<'py> Helpers<'py> {
                 always_false.push(f);
             }
         }
+        // Nor FX symbolic tracing or ONNX export (TorchDynamo folds these the same way).
+        for (module, name) in [
+            ("torch.fx._symbolic_trace", "is_fx_tracing"),
+            ("torch.fx._symbolic_trace", "is_fx_symbolic_tracing"),
+            ("torch.onnx", "is_in_onnx_export"),
+        ] {
+            if let Ok(f) = py.import_module(module).and_then(|m| m.getattr(name)) {
+                always_false.push(f);
+            }
+        }
+        // The JIT tracer's state: none (torchvision's `_is_tracing()` returns it).
+        let always_none = torch
+            .getattr("_C")?
+            .getattr("_get_tracing_state")
+            .into_iter()
+            .collect();
         Ok(Helpers {
             module_sequences,
             module_dict: nn.getattr("ModuleDict")?,
             always_false,
+            always_none,
             new_fake_mode: shapes.getattr("new_fake_mode")?,
             to_fake: capture.getattr("to_fake")?,
             input_fake: shapes.getattr("input_fake")?,

@@ -473,7 +473,7 @@ impl Converter {
 
         tracer.root_code = Some(OwnedRef::from_bound(&code));
         tracer.dynamic = self.dynamic;
-        let mut state = frame_state(&code, globals, builtins, true)?;
+        let mut state = frame_state(&code, globals.clone(), builtins, true)?;
         let argcount: usize = code.getattr("co_argcount")?.extract::<usize>()?
             + code.getattr("co_kwonlyargcount")?.extract::<usize>()?;
         let flags: u32 = code.getattr("co_flags")?.extract()?;
@@ -490,16 +490,20 @@ impl Converter {
                 if slot >= argcount && slot < nargs {
                     tracer.vars[id.0 as usize].source = None;
                 }
-                any_tensor |= tracer.contains_tensor(id);
+                any_tensor |= tracer.contains_tensor(id) || is_module_or_class(&h, &value)?;
                 state.locals[slot] = Some(id);
             }
         }
-        // A frame with no tensor among its inputs runs as it is (most are plain Python
-        // helpers called by code that runs eagerly), except a resume function: the rest of a
-        // frame split at a graph break, which may make tensors from the values it gets.
+        // A frame with nothing of torch's among its inputs or globals runs as it is (most are
+        // plain Python helpers called by code that runs eagerly), except a resume function:
+        // the rest of a frame split at a graph break, which may make tensors from the values
+        // it gets. Modules count (a submodule's `forward` called with an `ImageList` and an
+        // `OrderedDict` of features computes with its parameters), and so does a global
+        // `torch` module the code names (it may make tensors), as for TorchDynamo.
         let name = code.getattr("co_name")?.extract::<String>()?;
         let is_resume = name.starts_with(graph_break::RESUME_PREFIX);
-        if (!any_tensor && !is_resume) || name.starts_with(graph_break::HANDLER_PREFIX) {
+        let torch_related = any_tensor || names_torch_module(&h, &code, &globals)?;
+        if (!torch_related && !is_resume) || name.starts_with(graph_break::HANDLER_PREFIX) {
             return Ok(None);
         }
         let slot_names = state.slot_names.clone();
@@ -1123,4 +1127,39 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(guards::take_graph_inputs, m)?)?;
     persist::register(m)?;
     Ok(())
+}
+
+/// An `nn.Module` or a subclass of it.
+fn is_module_or_class(h: &Helpers<'_>, value: &Bound<'_, PyAny>) -> PyResult<bool> {
+    if value.is_instance(&h.module_type)? {
+        return Ok(true);
+    }
+    Ok(value
+        .cast::<pyo3::types::PyType>()
+        .is_ok_and(|class| class.is_subclass(&h.module_type).unwrap_or(false)))
+}
+
+/// Whether one of the global names `code` reads is `torch` or a module of torch's.
+fn names_torch_module(
+    h: &Helpers<'_>,
+    code: &Bound<'_, PyAny>,
+    globals: &Bound<'_, PyDict>,
+) -> PyResult<bool> {
+    let module_type = h.torch.get_type();
+    for name in code.getattr("co_names")?.try_iter()? {
+        let Some(value) = globals.get_item(name?)? else {
+            continue;
+        };
+        if value.is(&h.torch) {
+            return Ok(true);
+        }
+        if value.is_instance(&module_type)? {
+            if let Ok(module_name) = value.getattr("__name__")?.extract::<String>() {
+                if module_name.starts_with("torch.") {
+                    return Ok(true);
+                }
+            }
+        }
+    }
+    Ok(false)
 }

@@ -374,6 +374,7 @@ impl<'py> Tracer<'py> {
         let user_function = obj.get_type().is(&h.function_type)
             && !h.is_compiling.iter().any(|f| f.is(obj))
             && !h.always_false.iter().any(|f| f.is(obj))
+            && !h.always_none.iter().any(|f| f.is(obj))
             && !h.foldable.contains(obj).unwrap_or(true)
             && !h.is_graph_function.call1((obj,))?.is_truthy()?;
         // A module call reads what it needs through the module's source (`call_module`); an
@@ -408,6 +409,9 @@ impl<'py> Tracer<'py> {
                 );
             }
             return Ok(self.constant(&false.into_pyobject(py)?.to_owned().into_any()));
+        }
+        if h.always_none.iter().any(|f| f.is(obj)) && args.is_empty() && kwargs.is_empty() {
+            return Ok(self.constant(&py.None().into_bound(py)));
         }
         if obj.is_instance(&h.module_type)? {
             return self.call_module(callee, obj, args, kwargs);
