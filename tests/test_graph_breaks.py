@@ -1198,3 +1198,21 @@ def test_tracing_state_and_global_settings_fold_to_constants() -> None:
     finally:
         torch.use_deterministic_algorithms(False)
     assert counter.frame_count == 2
+
+
+def test_callees_of_a_split_frame_are_traced_once() -> None:
+    """A break three calls deep: the root frame is traced twice (to fail, then to stop at the
+    call), and each callee, reached next as a frame of its own, once — stopped where the
+    root's trace saw it fail — instead of twice; each resume function once. Same graphs,
+    breaks and results as tracing every callee twice."""
+    counter = CompileCounter()
+    compiled = dynamo_rs.compile(depth3, backend=counter)
+    x = t(3)
+    with contextlib.redirect_stdout(io.StringIO()):
+        torch.testing.assert_close(compiled(x), depth3(x))
+    converter = compiled._dynamo_rs_converter
+    outcomes = [outcome for _, _, outcome in converter.frames]
+    assert outcomes == ["split"] * 4 + ["graph"] * 4
+    assert converter.traces == 2 + 3 + 4
+    assert len(converter.breaks) == 4
+    assert all("_inner3" in where for where, _ in converter.breaks)

@@ -193,3 +193,27 @@ def test_object_guarded_by_identity_is_not_kept_alive() -> None:
     MODEL = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Tanh())
     torch.testing.assert_close(compiled(x), uses_global_model(x))
     MODEL = None
+
+
+def test_garbage_collector_paused_only_while_tracing() -> None:
+    """The cyclic collector is paused while a frame is traced, on again while the backend
+    compiles (Inductor makes cyclic garbage in quantity) and afterwards; a program that turned
+    it off keeps it off."""
+    seen = []
+
+    def backend(gm, example_inputs):
+        seen.append(gc.isenabled())
+        return gm.forward
+
+    def fn(x):
+        return x.sin() + 1
+
+    for enabled in (True, False):
+        dynamo_rs.reset()
+        (gc.enable if enabled else gc.disable)()
+        try:
+            dynamo_rs.compile(fn, backend=backend)(torch.randn(3))
+            assert gc.isenabled() == enabled
+        finally:
+            gc.enable()
+    assert seen == [True, False]

@@ -530,6 +530,45 @@ def test_clamps_pooling_padding_and_group_norm(mode, seed):
 
 
 @SEEDS
+def test_clamp_and_interpolate(mode, seed):
+    """clamp with number bounds over every layout and dtype; F.interpolate (nearest,
+    bilinear) by size or scale factor over contiguous, channels-last and permuted images."""
+    rng = random.Random(11 + 1000 * seed)
+    tally = Tally()
+    with torch.no_grad():
+        for _ in range(400):
+            with mode:
+                if rng.random() < 0.5:
+                    x = strided(rng, random_shape(rng, ndim=rng.randint(1, 4)), rng.choice(DTYPES))
+                    low, high = rng.choice([None, 0, -1.5, 2]), rng.choice([None, 5, 3.5])
+                    op = rng.choice([torch.clamp, "clamp"])
+                    if rng.random() < 0.7:
+                        args, kwargs = (x,), {"min": low, "max": high}
+                    else:
+                        args, kwargs = (x, low, high), {}
+                else:
+                    x = torch.empty(rng.randint(1, 3), rng.randint(1, 5), rng.randint(1, 9), rng.randint(1, 9),
+                                    dtype=rng.choice([torch.float32, torch.float16]))
+                    if rng.random() < 0.3:
+                        x = x.to(memory_format=torch.channels_last)
+                    if rng.random() < 0.1:
+                        x = x.permute(0, 1, 3, 2)
+                    how = rng.choice(["nearest", "bilinear"])
+                    op, args = F.interpolate, (x,)
+                    if rng.random() < 0.5:
+                        size = rng.choice([rng.randint(1, 12), (rng.randint(1, 12), rng.randint(1, 12)),
+                                           torch.Size([4, 6])])
+                        kwargs = {"size": size, "mode": how}
+                    else:
+                        kwargs = {"scale_factor": rng.choice([2, 2.0, 0.5, 1.7, (2, 3), 5.0, 0.3]), "mode": how,
+                                  "recompute_scale_factor": rng.choice([None, True, False])}
+                    if how == "bilinear":
+                        kwargs["align_corners"] = rng.choice([None, False, True])
+            tally.run(mode, op, args, kwargs)
+    assert tally.answered > 150
+
+
+@SEEDS
 def test_batch_statistics_normalize_and_reshape_as(mode, seed):
     """Batch norm over the batch's own statistics (no running stats: NFNets' weight
     standardisation), F.normalize, `reshape_as`/`view_as`, in random layouts and sizes."""

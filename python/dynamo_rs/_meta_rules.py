@@ -17,6 +17,7 @@ suite) every answer is checked against FakeTensorMode's.
 
 from __future__ import annotations
 
+import math
 import operator
 
 import torch
@@ -175,6 +176,28 @@ def _hardtanh(mode, args, kwargs):
     if not _ready(mode, x) or not _canonical(x):
         return None
     return _float_unary(mode, x, inplace)
+
+
+def _clamp(mode, args, kwargs):
+    """clamp(input, min=None, max=None) with numbers for bounds: a dense input's strides are
+    kept, another input's order is kept. Inputs with size-1 dimensions are declined unless
+    canonical (FakeTensorMode renumbers their strides by rules of its own)."""
+    bound = _bind(lambda input, min=None, max=None: (input, min, max), args, kwargs)
+    if bound is None:
+        return None
+    x, low, high = bound
+    if not isinstance(x, FakeTensor) or not _ready(mode, x) or (low is None and high is None):
+        return None
+    bounds = [b for b in (low, high) if b is not None]
+    if not all(type(b) in _NUMBERS for b in bounds):
+        return None
+    if x.dtype not in _FLOATS and not (x.dtype in (torch.int64, torch.int32) and all(type(b) is int for b in bounds)):
+        return None  # a float bound makes an integer result floating; bool is refused
+    if 1 in x.shape and not _canonical(x):
+        return None  # the strides of size-1 dimensions follow rules of their own
+    if _native.is_non_overlapping_and_dense(x.shape, x.stride()):
+        return _new(mode, x, x.shape, x.stride())
+    return _elementwise(mode, (x,), x.dtype)
 
 
 def _relu6(mode, args, kwargs):
@@ -515,6 +538,53 @@ def _pool2d(mode, x, kernel, stride, padding, dilation):
         return None  # torch: "pad should be at most half of effective kernel size"
     windows = _sliding_blocks(x.shape[2:], kernel, stride, padding, dilation)
     return None if windows is None else _contiguous(mode, x, (*x.shape[:2], *windows))
+
+
+def _interpolate(mode, args, kwargs):
+    """`F.interpolate` of a 4-d float image, `nearest` or `bilinear`, to a size given or by
+    a scale factor: (N, C, H', W') with H' = floor(H * scale) as torch computes it, in the
+    input's layout (contiguous or channels-last; size-1 dimensions, where the layout is
+    ambiguous, are left to FakeTensorMode)."""
+    bound = _bind(
+        lambda input, size=None, scale_factor=None, mode="nearest", align_corners=None,
+        recompute_scale_factor=None, antialias=False:
+        (input, size, scale_factor, mode, align_corners, recompute_scale_factor, antialias),
+        args, kwargs)
+    if bound is None:
+        return None
+    x, size, scale, how, align_corners, recompute, antialias = bound
+    if antialias is not False or not isinstance(x, FakeTensor) or not _ready(mode, x):
+        return None
+    if how == "nearest":
+        if align_corners is not None:
+            return None  # torch raises: align_corners only for the linear modes
+    elif how != "bilinear" or align_corners not in (None, True, False):
+        return None
+    if x.dim() != 4 or x.dtype not in _FLOATS or min(x.shape[1:]) == 1:
+        return None
+    channels_last = x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()
+    if not (_canonical(x) or channels_last):
+        return None
+    if (size is None) == (scale is None) or recompute not in (None, True, False):
+        return None
+    if size is not None:
+        if recompute:
+            return None  # torch raises
+        sizes = [size, size] if type(size) is int else list(size) if isinstance(size, (tuple, list)) else None
+        if sizes is None or len(sizes) != 2 or not all(type(s) is int for s in sizes):
+            return None
+    else:
+        scales = [scale, scale] if type(scale) in _NUMBERS else list(scale) if isinstance(scale, (tuple, list)) else None
+        if scales is None or len(scales) != 2 or not all(type(f) in _NUMBERS and f > 0 for f in scales):
+            return None
+        sizes = [math.floor(float(n) * f) for n, f in zip(x.shape[2:], scales)]
+    if min(sizes) <= 1:
+        return None  # empty results raise; size-1 dimensions make the layout ambiguous
+    out = (x.shape[0], x.shape[1], *sizes)
+    if channels_last:
+        n, c, h, w = out
+        return _new(mode, x, out, (h * w * c, 1, w * c, c))
+    return _contiguous(mode, x, out)
 
 
 def _max_pool2d(mode, args, kwargs):
@@ -1012,7 +1082,7 @@ RULES = {
     F.relu: _with_inplace, torch.relu: _unary, "relu": _unary,
     F.silu: _with_inplace, F.hardswish: _with_inplace, F.hardsigmoid: _with_inplace,
     F.gelu: _gelu, F.dropout: _dropout, F.hardtanh: _hardtanh,
-    F.relu6: _relu6,
+    F.relu6: _relu6, torch.clamp: _clamp, "clamp": _clamp,
     operator.add: _binary(), operator.sub: _binary(), operator.mul: _binary(),
     operator.truediv: _binary(true_division=True),
     torch.add: _binary(), torch.sub: _binary(), torch.mul: _binary(),
@@ -1034,7 +1104,7 @@ RULES = {
     operator.getitem: _getitem, "split": _split, torch.split: _split, "chunk": _chunk, torch.chunk: _chunk, "unbind": _unbind, torch.unbind: _unbind,
     # layers, continued
     F.embedding: _embedding, torch.cat: _cat, F.adaptive_avg_pool2d: _adaptive_avg_pool2d,
-    F.max_pool2d: _max_pool2d, F.scaled_dot_product_attention: _sdpa,
+    F.max_pool2d: _max_pool2d, F.scaled_dot_product_attention: _sdpa, F.interpolate: _interpolate,
     operator.matmul: _matmul, torch.matmul: _matmul, "matmul": _matmul, torch.bmm: _bmm,
     "bmm": _bmm,
     F.softmax: _softmax, torch.softmax: _softmax, "softmax": _softmax,

@@ -89,14 +89,23 @@ pub fn split_point(state: &FrameState<'_>, code: &Bound<'_, PyAny>) -> CResult<O
     let Some(index) = state.pc.checked_sub(1) else {
         return Ok(None);
     };
-    let Some(ins) = state.instructions.get(index) else {
-        return Ok(None);
+    Ok((state.is_root && can_split_at(&state.instructions, code, index)?).then_some(index))
+}
+
+/// Whether the frame of `code` could be split at instruction `index` when it is the root of
+/// a trace: an instruction the generated code can run itself, outside loops, in a function
+/// that is not a generator.
+pub fn can_split_at(
+    instructions: &[Instruction],
+    code: &Bound<'_, PyAny>,
+    index: usize,
+) -> CResult<bool> {
+    let Some(ins) = instructions.get(index) else {
+        return Ok(false);
     };
-    let splittable = state.is_root
-        && continuation(ins).is_some()
-        && !in_loop(&state.instructions, index)
-        && code.getattr("co_flags")?.extract::<u32>()? & GENERATOR_FLAGS == 0;
-    Ok(splittable.then_some(index))
+    Ok(continuation(ins).is_some()
+        && !in_loop(instructions, index)
+        && code.getattr("co_flags")?.extract::<u32>()? & GENERATOR_FLAGS == 0)
 }
 
 /// The name of every resume function starts with this: the hook compiles them even when

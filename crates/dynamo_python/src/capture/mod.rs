@@ -51,7 +51,7 @@ pub mod source;
 pub mod translator;
 pub mod vars;
 
-use self::break_reasons::BreakKind;
+use self::break_reasons::{Break, BreakKind};
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
@@ -88,7 +88,28 @@ pub struct Converter {
     /// (a backend given as a callable, which no later process can be known to share).
     cache_key: Option<String>,
     stats: std::sync::Mutex<ConverterStats>,
+    /// Where functions inlined into a frame that failed will be split when they run as frames
+    /// of their own (see `SplitHint`).
+    split_hints: std::sync::Mutex<Vec<SplitHint>>,
 }
+
+/// A frame split at a graph break inside an inlined call runs that call as it is, and the
+/// hook is then called for the callee's frame, whose trace fails at the same place (the call
+/// into the next function, or the unsupported instruction itself). The first trace already
+/// saw where: the callee's frame is traced once, stopped right there, instead of once to
+/// fail and once more to stop. A hint is used once; a trace that fails before reaching its
+/// instruction (another path) is done again the usual way.
+#[derive(Debug)]
+struct SplitHint {
+    code: OwnedRef,
+    index: usize,
+    /// The break's place and reason, as the failing trace reported them.
+    location: String,
+    reason: Break,
+}
+
+/// Hints kept at most (the oldest are dropped): they are taken right after being made.
+const MAX_SPLIT_HINTS: usize = 64;
 
 /// What a converter has done, for tests, the demo and the benchmarks.
 #[derive(Debug, Default)]
@@ -106,6 +127,9 @@ struct ConverterStats {
     traces: usize,
     /// Entries read back from the persistent capture cache instead of traced.
     loaded: usize,
+    /// Every call of the converter: the frame's qualified name, the seconds it took and what
+    /// came of it, for finding where a model's capture time goes.
+    frames: Vec<(String, f64, &'static str)>,
 }
 
 impl Converter {
@@ -144,6 +168,7 @@ impl Converter {
             dynamic,
             cache_key,
             stats: std::sync::Mutex::new(ConverterStats::default()),
+            split_hints: std::sync::Mutex::new(Vec::new()),
         }
     }
 
@@ -195,6 +220,13 @@ impl Converter {
         self.stats().loaded
     }
 
+    /// Every frame the converter was called for, in order: (qualified name, seconds, outcome
+    /// — "graph", "split", "eager", "skipped", or "error").
+    #[getter]
+    fn frames(&self) -> Vec<(String, f64, &'static str)> {
+        self.stats().frames.clone()
+    }
+
     /// The backend graphs are handed to.
     #[getter]
     fn backend(&self, py: Python<'_>) -> Py<PyAny> {
@@ -214,6 +246,61 @@ impl Converter {
     }
 
     fn __call__(
+        slf: &Bound<'_, Self>,
+        py: Python<'_>,
+        frame: &Bound<'_, PyAny>,
+        cache_size: usize,
+    ) -> PyResult<Py<PyAny>> {
+        let start = std::time::Instant::now();
+        let (breaks_before, failures_before) = {
+            let stats = slf.get().stats();
+            (stats.breaks.len(), stats.failures.len())
+        };
+        // Capture makes many short-lived objects (trackers, fake tensors, FX nodes) and few
+        // cycles: the cyclic collector, run every few hundred allocations, would walk the
+        // same survivors again and again (10-25% of a large model's capture). It is paused
+        // while a frame compiles and resumed after (unless the program had it off).
+        // The backend's own compilation runs with the collector on (`with_collector`).
+        let gc = py.import_module("gc")?;
+        let collecting = gc.call_method0("isenabled")?.is_truthy()?;
+        if collecting {
+            gc.call_method0("disable")?;
+        }
+        let paused_before = GC_PAUSED.with(|p| p.replace(collecting));
+        let result = Self::compile_frame(slf, py, frame, cache_size);
+        GC_PAUSED.with(|p| p.set(paused_before));
+        if collecting {
+            gc.call_method0("enable")?;
+        }
+        let outcome = match &result {
+            Err(_) => "error",
+            Ok(r) if r.is_none(py) => "skipped",
+            Ok(r) if r.bind(py).is(crate::eval_frame::hook::skip_sentinel(py)) => {
+                if slf.get().stats().failures.len() > failures_before {
+                    "eager"
+                } else {
+                    "skipped"
+                }
+            }
+            Ok(_) if slf.get().stats().breaks.len() > breaks_before => "split",
+            Ok(_) => "graph",
+        };
+        let name = frame
+            .getattr("f_code")
+            .and_then(|c| c.getattr("co_qualname"))
+            .and_then(|n| n.extract::<String>())
+            .unwrap_or_default();
+        slf.get()
+            .stats()
+            .frames
+            .push((name, start.elapsed().as_secs_f64(), outcome));
+        result
+    }
+}
+
+impl Converter {
+    /// The converter's work for one frame (see `__call__`).
+    fn compile_frame(
         slf: &Bound<'_, Self>,
         py: Python<'_>,
         frame: &Bound<'_, PyAny>,
@@ -266,8 +353,40 @@ impl Converter {
         let mut tracer = new_tracer()?;
         this.lap("setup", start);
         let mut split_at = None;
-        let mut converted = this.convert(py, &mut tracer, frame, slf.as_any(), None, &mut split_at);
-        restore_grad_mode()?;
+        let mut converted = None;
+        if let Some(hint) = this.take_split_hint(frame)? {
+            let hinted = this.convert(
+                py,
+                &mut tracer,
+                frame,
+                slf.as_any(),
+                Some(hint.index),
+                &mut None,
+            );
+            restore_grad_mode()?;
+            match hinted {
+                Ok(entry) => {
+                    if tracer.reached_stop && entry.is_some() {
+                        this.stats()
+                            .breaks
+                            .push((hint.location.clone(), hint.reason.to_string()));
+                        log_graph_break(py, &hint.location, &hint.reason, None)?;
+                    }
+                    converted = Some(Ok(entry));
+                }
+                Err(CaptureError::Python(err)) if always_raised(py, &err) => return Err(err),
+                // Another path than the one the hint was made on: trace the usual way.
+                Err(_) => tracer = new_tracer()?,
+            }
+        }
+        let mut converted = match converted {
+            Some(done) => done,
+            None => {
+                let first = this.convert(py, &mut tracer, frame, slf.as_any(), None, &mut split_at);
+                restore_grad_mode()?;
+                first
+            }
+        };
         if let (Err(CaptureError::Unsupported(reason)), Some(index), false) =
             (&converted, split_at, this.fullgraph)
         {
@@ -439,6 +558,42 @@ impl Converter {
         Ok(())
     }
 
+    /// Records where the inlined frames a failed trace unwound through will split (see
+    /// `SplitHint`).
+    fn remember_split_hints(&self, tracer: &Tracer<'_>, reason: &Break) {
+        if tracer.unwound.is_empty() {
+            return;
+        }
+        let mut hints = self.split_hints.lock().unwrap_or_else(|e| e.into_inner());
+        for (code, index, depth) in &tracer.unwound {
+            hints.retain(|h| h.code.as_ptr() != code.as_ptr());
+            hints.push(SplitHint {
+                code: code.clone(),
+                index: *index,
+                location: tracer.location_from(*depth),
+                reason: reason.clone(),
+            });
+        }
+        let excess = hints.len().saturating_sub(MAX_SPLIT_HINTS);
+        hints.drain(..excess);
+    }
+
+    /// The hint made for `frame`'s code, if any (removed: a hint is used once).
+    fn take_split_hint(&self, frame: &Bound<'_, PyAny>) -> PyResult<Option<SplitHint>> {
+        if self.fullgraph {
+            return Ok(None);
+        }
+        let mut hints = self.split_hints.lock().unwrap_or_else(|e| e.into_inner());
+        if hints.is_empty() {
+            return Ok(None);
+        }
+        let code = frame.getattr("f_code")?;
+        Ok(hints
+            .iter()
+            .position(|h| h.code.as_ptr() == code.as_ptr())
+            .map(|i| hints.remove(i)))
+    }
+
     /// Adds the time since `since` to `phase` and returns now.
     fn lap(&self, phase: &'static str, since: std::time::Instant) -> std::time::Instant {
         let now = std::time::Instant::now();
@@ -519,6 +674,9 @@ impl Converter {
                 self.lap("failed translation", t);
                 if stop_at.is_none() {
                     *split_at = graph_break::split_point(&state, &code)?;
+                    if let CaptureError::Unsupported(reason) = &err {
+                        self.remember_split_hints(tracer, reason);
+                    }
                 }
                 return Err(err);
             }
@@ -694,10 +852,12 @@ impl Converter {
             .collect();
         let example_list = PyList::new(py, &examples)?;
         let compiled =
-            match py.import_module("dynamo_rs._shapes")?.call_method1(
-                "call_backend",
-                (self.backend.bind(py), &gm, &example_list, &tracer.fake_mode),
-            ) {
+            match with_collector(py, || {
+                py.import_module("dynamo_rs._shapes")?.call_method1(
+                    "call_backend",
+                    (self.backend.bind(py), &gm, &example_list, &tracer.fake_mode),
+                )
+            }) {
                 Ok(c) if c.is_callable() => c,
                 Ok(c) => {
                     return Err(CaptureError::Python(BackendCompilerFailed::new_err(
@@ -1162,4 +1322,23 @@ fn names_torch_module(
         }
     }
     Ok(false)
+}
+
+thread_local! {
+    /// Whether this thread's converter paused the cyclic garbage collector while it compiles
+    /// a frame (`Converter::__call__`).
+    static GC_PAUSED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` with the cyclic garbage collector on if the converter paused it: a backend's
+/// compilation (Inductor's lowering) makes cyclic garbage in quantity.
+fn with_collector<'py, T>(py: Python<'py>, f: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
+    if !GC_PAUSED.with(|p| p.get()) {
+        return f();
+    }
+    let gc = py.import_module("gc")?;
+    gc.call_method0("enable")?;
+    let result = f();
+    gc.call_method0("disable")?;
+    result
 }

@@ -169,6 +169,7 @@ impl<'py> Tracer<'py> {
         f.pc = handler.target.index();
         // The frames the exception came through were left without popping their place.
         self.location_stack.truncate(locations);
+        self.unwound.retain(|&(_, _, depth)| depth < locations);
         Ok(true)
     }
 

@@ -91,6 +91,14 @@ pub struct Tracer<'py> {
     /// The frames being translated, innermost last: (qualname, filename, current line).
     /// Only the line changes per instruction; the text is made when an error needs it.
     pub location_stack: Vec<(Rc<str>, Rc<str>, u32)>,
+    /// Inlined frames a failure unwound through, innermost first: their code, the
+    /// instruction each was at (the failing one, or the call into the next), when the frame
+    /// could be split there as a root, and its depth in `location_stack`. The frame hook
+    /// calls those functions next as frames of their own, which then fail at the same place
+    /// (see `Converter::split_hints`).
+    pub unwound: Vec<(OwnedRef, usize, usize)>,
+    /// Whether the trace stopped at `stop_at`.
+    pub reached_stop: bool,
     /// Whether the instruction being translated is covered by an exception handler.
     pub in_try: bool,
     /// Grad mode as the traced code sees it (changed by grad-mode `with` blocks).
@@ -245,6 +253,8 @@ impl<'py> Tracer<'py> {
             guards: GuardSet::default(),
             depth: 0,
             location_stack: Vec::new(),
+            unwound: Vec::new(),
+            reached_stop: false,
             in_try: false,
             grad_enabled: true,
             tuple_fields: HashMap::new(),
@@ -1181,6 +1191,7 @@ impl<'py> Tracer<'py> {
                 loc.2 = frame.lines[frame.pc].unwrap_or(0) as u32;
             }
             if frame.is_root && self.stop_at == Some(frame.pc) {
+                self.reached_stop = true;
                 break Err(CaptureError::BreakPoint);
             }
             frame.pc += 1;
@@ -1203,16 +1214,34 @@ impl<'py> Tracer<'py> {
                 },
             }
         };
-        if result.is_ok() {
-            self.location_stack.pop();
+        match &result {
+            Ok(_) => {
+                self.location_stack.pop();
+            }
+            Err(CaptureError::Unsupported(_)) if !frame.is_root && self.stop_at.is_none() => {
+                let index = frame.pc.saturating_sub(1);
+                if super::graph_break::can_split_at(&frame.instructions, &frame.code, index)? {
+                    self.unwound
+                        .push((OwnedRef::from_bound(&frame.code), index, locations - 1));
+                }
+            }
+            Err(_) => {}
         }
         result
     }
 
     /// Where the translator is: the innermost frame first, then the frames it was inlined from.
     pub fn location(&self) -> String {
+        self.location_from(0)
+    }
+
+    /// `location()` as seen from the frame at `depth` of `location_stack` outward-in: that
+    /// frame and those inlined into it.
+    pub fn location_from(&self, depth: usize) -> String {
         let mut parts: Vec<String> = self
             .location_stack
+            .get(depth..)
+            .unwrap_or_default()
             .iter()
             .rev()
             .map(|(qualname, filename, line)| format!("{qualname} ({filename}:{line})"))
