@@ -341,6 +341,60 @@ def test_basic_indexing_and_split(mode, seed):
 
 
 @SEEDS
+def test_setitem_with_basic_indices(mode, seed):
+    """`x[index] = value` (basic indices, numbers or tensors that broadcast, other dtypes, extra
+    leading size-1 dimensions, expanded destinations, values that do not fit): the rule answers
+    "no value" exactly when FakeTensorMode accepts the store, and raises nothing itself."""
+    rng = random.Random(13 + 1000 * seed)
+    tally = Tally()
+
+    def random_item(size):
+        kind = rng.random()
+        if kind < 0.3:
+            return rng.randrange(-size - 1, size + 1)  # sometimes out of range
+        if kind < 0.85:
+            return slice(rng.choice([None, 0, 1, -2]), rng.choice([None, 2, -1, 10]), rng.choice([None, 1, 2]))
+        return rng.choice([None, Ellipsis])
+
+    with torch.no_grad():
+        for _ in range(300):
+            shape = random_shape(rng, ndim=rng.randint(1, 4), high=5)
+            with mode:
+                x = strided(rng, shape, rng.choice(DTYPES))
+            items = [random_item(s) for s in shape[: rng.randint(1, len(shape))]]
+            index = items[0] if len(items) == 1 else tuple(items)
+            kind = rng.random()
+            if kind < 0.4:
+                value = rng.choice([0, 1.5, -2, True, 2**40, float("inf")])
+            else:
+                try:
+                    with mode:
+                        view_shape = list(x[index].shape)
+                except IndexError:
+                    view_shape = list(shape)
+                value_shape = broadcast_partner(rng, view_shape)
+                if rng.random() < 0.2:
+                    value_shape = [1, *value_shape]
+                if rng.random() < 0.1 and value_shape:
+                    value_shape[-1] += 1  # does not broadcast
+                with mode:
+                    value = strided(rng, value_shape, rng.choice(DTYPES))
+            try:
+                with mode:
+                    operator.setitem(x, index, value)
+                accepted = True
+            except Exception:  # torch refuses the store: the rule must not answer
+                accepted = False
+            ours = _meta_rules.infer(mode, operator.setitem, (x, index, value), {})
+            if ours is None:
+                tally.declined += 1
+                continue
+            assert accepted, (x.shape, x.stride(), x.dtype, index, value)
+            tally.run(mode, operator.setitem, (x, index, value))
+    assert tally.answered > 100
+
+
+@SEEDS
 def test_layers(mode, seed):
     rng = random.Random(5 + 1000 * seed)
     tally = Tally()

@@ -148,7 +148,7 @@ def run_fake(mode: FakeTensorMode, target, args, kwargs):
         if result is not None:
             if config.verify_meta_rules:
                 _meta_rules.check(mode, target, args, kwargs, result)
-            return result
+            return None if result is _meta_rules.NO_VALUE else result
     if symbolic:
         # As TorchDynamo traces: composite operations (`pad`, `interpolate`) decompose
         # through torch's Python decompositions, which keep sizes symbolic where the C++

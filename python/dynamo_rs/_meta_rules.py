@@ -926,6 +926,62 @@ def _getitem(mode, args, kwargs):
     return _view(mode, x, *layout)
 
 
+class _NoValue:
+    """What a rule answers for an operation whose result is None (`x[i] = v`): a rule's None
+    means "no answer"."""
+
+    def __repr__(self) -> str:
+        return "NO_VALUE"
+
+
+NO_VALUE = _NoValue()
+
+# Python ints a tensor of each integer dtype can be filled with.
+_INT_RANGES = {torch.int64: (-2**63, 2**63), torch.int32: (-2**31, 2**31)}
+
+
+def _setitem(mode, args, kwargs):
+    """`x[index] = value` with a basic index (ints, slices, None, Ellipsis) into a plain tensor
+    that no autograd rule concerns, and a number or a tensor that broadcasts to the indexed
+    part: FakeTensorMode would only check that and answer None (`x` keeps its metadata)."""
+    if kwargs or len(args) != 3:
+        return None
+    x, index, value = args
+    if not isinstance(x, FakeTensor) or not _ready(mode, x) or x.requires_grad:
+        return None
+    items = None if isinstance(index, torch.Tensor) else _index_items(index)
+    if items is None:
+        return None
+    layout = _native.index_layout(x.shape, x.stride(), x.storage_offset(), items)
+    if layout is None or not all(s > 0 for s in layout[0]):
+        return None
+    if any(st == 0 and s > 1 for s, st in zip(x.shape, x.stride())):
+        return None  # elements that share memory cannot be written
+    if isinstance(value, FakeTensor):
+        if not _ready(mode, value) or value.requires_grad or value._fake_device != x._fake_device:
+            return None
+        if value.is_complex() and not x.is_complex():
+            return None
+        if value.untyped_storage()._cdata == x.untyped_storage()._cdata:
+            return None  # overlapping source and destination: torch's own checks
+        sizes = list(value.shape)
+        while len(sizes) > len(layout[0]) and sizes[0] == 1:
+            sizes.pop(0)  # leading size-1 dimensions are dropped, as torch's copy does
+        if len(sizes) > len(layout[0]):
+            return None
+        if not all(v in (1, t) for v, t in zip(reversed(sizes), reversed(layout[0]))):
+            return None
+        return NO_VALUE
+    if type(value) is float and x.dtype.is_floating_point:
+        return NO_VALUE
+    if type(value) is int and (x.dtype.is_floating_point or x.dtype in _INT_RANGES
+                               and _INT_RANGES[x.dtype][0] <= value < _INT_RANGES[x.dtype][1]):
+        return NO_VALUE
+    if type(value) is bool and x.dtype is torch.bool:
+        return NO_VALUE
+    return None
+
+
 def _take_rows(mode, x, index):
     """`x[index]` with an integer index tensor (a lookup table indexed by precomputed
     positions, as Swin's relative-position bias): rows of `x` gathered into a fresh tensor of
@@ -1101,7 +1157,7 @@ RULES = {
     "transpose": _transpose, torch.transpose: _transpose,
     "unsqueeze": _unsqueeze, torch.unsqueeze: _unsqueeze, "flatten": _flatten, torch.flatten: _flatten,
     "expand": _sized_view(_native.expand_layout), "contiguous": _contiguous_method,
-    operator.getitem: _getitem, "split": _split, torch.split: _split, "chunk": _chunk, torch.chunk: _chunk, "unbind": _unbind, torch.unbind: _unbind,
+    operator.getitem: _getitem, operator.setitem: _setitem, "split": _split, torch.split: _split, "chunk": _chunk, torch.chunk: _chunk, "unbind": _unbind, torch.unbind: _unbind,
     # layers, continued
     F.embedding: _embedding, torch.cat: _cat, F.adaptive_avg_pool2d: _adaptive_avg_pool2d,
     F.max_pool2d: _max_pool2d, F.scaled_dot_product_attention: _sdpa, F.interpolate: _interpolate,
@@ -1136,6 +1192,10 @@ def check(mode: FakeTensorMode, target, args, kwargs, ours) -> None:
         else:
             reference = target(*args, **kwargs)
 
+    if ours is NO_VALUE or reference is None:
+        if ours is not NO_VALUE or reference is not None:
+            _mismatch(target, f"ours {ours!r}, torch {reference!r}")
+        return
     if isinstance(ours, tuple) != isinstance(reference, tuple) or (
             isinstance(ours, tuple) and len(ours) != len(reference)
         ):
