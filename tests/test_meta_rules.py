@@ -163,8 +163,10 @@ def test_unary_and_casts(mode, seed):
             choice = rng.random()
             if choice < 0.6:
                 tally.run(mode, rng.choice(ops), (x,))
-            elif choice < 0.7:
+            elif choice < 0.65:
                 tally.run(mode, F.gelu, (x,), {"approximate": "tanh"})
+            elif choice < 0.7:
+                tally.run(mode, F.leaky_relu, (x, rng.choice([0.01, 0.2, 1])), {"inplace": rng.random() < 0.3})
             elif choice < 0.8:
                 tally.run(mode, rng.choice([operator.pow, "pow"]), (x, rng.choice([2, 0.5, 3.0])))
             elif choice < 0.9:
@@ -392,6 +394,36 @@ def test_setitem_with_basic_indices(mode, seed):
             assert accepted, (x.shape, x.stride(), x.dtype, index, value)
             tally.run(mode, operator.setitem, (x, index, value))
     assert tally.answered > 100
+
+
+@SEEDS
+def test_attention_with_a_mask(mode, seed):
+    """scaled_dot_product_attention with boolean and additive masks of every rank that
+    broadcasts, contiguous and permuted (heads-last) queries, equal and differing head sizes:
+    where torch's CPU dispatch may pick the flash kernel or the math path."""
+    rng = random.Random(17 + 1000 * seed)
+    tally = Tally()
+    with torch.no_grad():
+        for _ in range(150):
+            b, h, length, s, e, ev = (rng.choice([1, 2, 3, 5, 8]) for _ in range(6))
+            dtype = rng.choice([torch.float32, torch.float64, torch.float16])
+            heads_last = rng.random() < 0.5
+            with mode:
+                def qkv(sizes):
+                    if heads_last:
+                        return torch.empty(sizes[0], sizes[2], sizes[1], sizes[3], dtype=dtype).permute(0, 2, 1, 3)
+                    return torch.empty(sizes, dtype=dtype)
+
+                q, k, v = qkv((b, h, length, e)), qkv((b, h, s, e)), qkv((b, h, s, ev))
+                mask_shape = rng.choice([(length, s), (h, length, s), (b, h, length, s), (1, 1, length, s),
+                                         (b, 1, length, s), (1, s), (length, 1)])
+                mask_dtype = rng.choice([torch.bool, dtype, torch.float32])
+                mask = torch.empty(mask_shape, dtype=mask_dtype)
+            kwargs = {"attn_mask": mask}
+            if rng.random() < 0.2:
+                kwargs["scale"] = 0.5
+            tally.run(mode, F.scaled_dot_product_attention, (q, k, v), kwargs)
+    assert tally.answered > 60
 
 
 @SEEDS

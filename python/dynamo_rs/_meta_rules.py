@@ -152,6 +152,16 @@ def _with_inplace(mode, args, kwargs):
     return _float_unary(mode, x, inplace)
 
 
+def _leaky_relu(mode, args, kwargs):
+    bound = _bind(lambda input, negative_slope=0.01, inplace=False: (input, negative_slope, inplace), args, kwargs)
+    if bound is None:
+        return None
+    x, slope, inplace = bound
+    if type(inplace) is not bool or type(slope) not in _NUMBERS:
+        return None
+    return _float_unary(mode, x, inplace)
+
+
 def _gelu(mode, args, kwargs):
     bound = _bind(lambda input, approximate="none": (input, approximate), args, kwargs)
     if bound is None:
@@ -719,7 +729,9 @@ def _sdpa(mode, args, kwargs):
     if bound is None:
         return None
     q, k, v, mask, dropout_p, is_causal, scale, enable_gqa = bound
-    if mask is not None or dropout_p != 0.0 or type(is_causal) is not bool or enable_gqa is not False:
+    if mask is not None:
+        return _sdpa_with_mask(mode, q, k, v, mask, dropout_p, is_causal, scale, enable_gqa)
+    if dropout_p != 0.0 or type(is_causal) is not bool or enable_gqa is not False:
         return None
     if not (scale is None or type(scale) is float):
         return None
@@ -740,6 +752,34 @@ def _sdpa(mode, args, kwargs):
     if math in order and order.index(math) < order.index(flash):
         return None
     return _elementwise(mode, (q,), q.dtype)
+
+
+def _sdpa_with_mask(mode, q, k, v, mask, dropout_p, is_causal, scale, enable_gqa):
+    """Attention with an additive (same float dtype) or boolean mask that broadcasts to
+    (batch, heads, L, S) — Swin's and TinyViT's relative-position bias. torch's CPU dispatch
+    takes the math path, whose result is a fresh contiguous (batch, heads, L, Ev), for a 3-d
+    mask or differing head sizes; otherwise it may take the flash kernel (laid out like the
+    query), so only a canonical query, for which both agree, is answered."""
+    if dropout_p != 0.0 or is_causal is not False or enable_gqa is not False:
+        return None
+    if not (scale is None or type(scale) is float):
+        return None
+    if not isinstance(mask, FakeTensor) or not _ready(mode, q, k, v, mask) or not _same_float(q, k, v):
+        return None
+    if q.device.type != "cpu" or not (mask.dtype is torch.bool or mask.dtype == q.dtype):
+        return None
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4 or not 2 <= mask.dim() <= 4:
+        return None
+    (b, h, length, e), (bk, hk, s, ek), (bv, hv, sv, ev) = q.shape, k.shape, v.shape
+    if not (b == bk == bv and h == hk == hv and e == ek and s == sv) or min(b, h, length, s, e, ev) == 0:
+        return None
+    target = (b, h, length, s)
+    sizes = tuple(mask.shape)
+    if not all(m in (1, t) for m, t in zip(reversed(sizes), reversed(target))):
+        return None
+    if mask.dim() != 3 and e == ev and not _canonical(q):
+        return None
+    return _contiguous(mode, q, (b, h, length, ev))
 
 
 # --- views -------------------------------------------------------------------------------
@@ -1137,7 +1177,7 @@ RULES = {
     torch.neg: _unary, operator.neg: _unary, "neg": _unary,
     F.relu: _with_inplace, torch.relu: _unary, "relu": _unary,
     F.silu: _with_inplace, F.hardswish: _with_inplace, F.hardsigmoid: _with_inplace,
-    F.gelu: _gelu, F.dropout: _dropout, F.hardtanh: _hardtanh,
+    F.gelu: _gelu, F.dropout: _dropout, F.hardtanh: _hardtanh, F.leaky_relu: _leaky_relu,
     F.relu6: _relu6, torch.clamp: _clamp, "clamp": _clamp,
     operator.add: _binary(), operator.sub: _binary(), operator.mul: _binary(),
     operator.truediv: _binary(true_division=True),
