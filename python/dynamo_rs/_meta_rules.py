@@ -737,6 +737,8 @@ def _sdpa(mode, args, kwargs):
         return None
     if not _ready(mode, q, k, v) or not _same_float(q, k, v) or q.device.type != "cpu":
         return None
+    if q.dim() != 4 and q.dim() == k.dim() == v.dim() >= 3:
+        return _sdpa_math(mode, q, k, v)
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         return None
     if not q.shape[0] == k.shape[0] == v.shape[0] or not q.shape[1] == k.shape[1] == v.shape[1]:
@@ -752,6 +754,19 @@ def _sdpa(mode, args, kwargs):
     if math in order and order.index(math) < order.index(flash):
         return None
     return _elementwise(mode, (q,), q.dtype)
+
+
+def _sdpa_math(mode, q, k, v):
+    """Attention over other than four dimensions (timm's Twins and Hiera keep a window
+    dimension): the fused CPU kernels take 4-d inputs only, so torch takes the math path,
+    whose result is a fresh contiguous (*batch, L, Ev). Batch dimensions must match."""
+    batch, (length, e), (s, ek), (sv, ev) = q.shape[:-2], q.shape[-2:], k.shape[-2:], v.shape[-2:]
+    if k.shape[:-2] != batch or v.shape[:-2] != batch or e != ek or s != sv:
+        return None
+    sizes = (*batch, length, ev)
+    if min(sizes) == 0 or s == 0:
+        return None
+    return _contiguous(mode, q, sizes)
 
 
 def _sdpa_with_mask(mode, q, k, v, mask, dropout_p, is_causal, scale, enable_gqa):
