@@ -425,9 +425,10 @@ def test_attention_with_a_mask(mode, seed):
             tally.run(mode, F.scaled_dot_product_attention, (q, k, v), kwargs)
             # Three or five dimensions (a window dimension before the heads), no mask.
             with mode:
-                extra = [rng.choice([1, 2, 3])] if rng.random() < 0.7 else []
-                q3, k3, v3 = (torch.empty(*extra, t.shape[2], t.shape[1], t.shape[3], dtype=dtype).transpose(-2, -3)
-                              if heads_last else torch.empty(*extra, *t.shape[1:], dtype=dtype)
+                extra = [rng.choice([1, 2, 3])] * rng.choice([0, 1, 2])
+                q3, k3, v3 = (torch.empty(*extra, t.shape[0], t.shape[2], t.shape[1], t.shape[3],
+                                          dtype=dtype).transpose(-2, -3)
+                              if heads_last else torch.empty(*extra, *t.shape, dtype=dtype)
                               for t in (q, k, v))
             tally.run(mode, F.scaled_dot_product_attention, (q3, k3, v3), {"dropout_p": 0.0})
     assert tally.answered > 60

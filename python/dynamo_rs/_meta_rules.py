@@ -737,7 +737,7 @@ def _sdpa(mode, args, kwargs):
         return None
     if not _ready(mode, q, k, v) or not _same_float(q, k, v) or q.device.type != "cpu":
         return None
-    if q.dim() != 4 and q.dim() == k.dim() == v.dim() >= 3:
+    if q.dim() == k.dim() == v.dim() >= 5:
         return _sdpa_math(mode, q, k, v)
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         return None
@@ -757,9 +757,10 @@ def _sdpa(mode, args, kwargs):
 
 
 def _sdpa_math(mode, q, k, v):
-    """Attention over other than four dimensions (timm's Twins and Hiera keep a window
-    dimension): the fused CPU kernels take 4-d inputs only, so torch takes the math path,
-    whose result is a fresh contiguous (*batch, L, Ev). Batch dimensions must match."""
+    """Attention over five or more dimensions (timm's Twins and Hiera keep a window dimension
+    before the heads): the fused CPU kernels take 4-d inputs only, so torch takes the math
+    path, whose result is a fresh contiguous (*batch, L, Ev). Batch dimensions must match.
+    (Three dimensions are laid out like the query by another route: FakeTensorMode's.)"""
     batch, (length, e), (s, ek), (sv, ev) = q.shape[:-2], q.shape[-2:], k.shape[-2:], v.shape[-2:]
     if k.shape[:-2] != batch or v.shape[:-2] != batch or e != ek or s != sv:
         return None
