@@ -435,6 +435,36 @@ def test_attention_with_a_mask(mode, seed):
 
 
 @SEEDS
+def test_multi_head_attention_forward(mode, seed):
+    """`F.multi_head_attention_forward` as `nn.MultiheadAttention` calls it: self- and
+    cross-attention, inputs transposed from batch-first, dropout in and out of training,
+    weights asked for or not."""
+    rng = random.Random(19 + 1000 * seed)
+    tally = Tally()
+    with torch.no_grad():
+        for _ in range(60):
+            length, source, batch = rng.choice([1, 2, 5]), rng.choice([1, 3, 5]), rng.choice([1, 2, 3])
+            heads = rng.choice([1, 2, 4])
+            e = heads * rng.choice([1, 2, 8])
+            dtype = rng.choice([torch.float32, torch.float64])
+            with mode:
+                def activation(*sizes):
+                    if rng.random() < 0.4:
+                        return torch.empty(sizes[1], sizes[0], sizes[2], dtype=dtype).transpose(0, 1)
+                    return torch.empty(*sizes, dtype=dtype)
+
+                q = activation(length, batch, e)
+                k = q if rng.random() < 0.5 and length == source else activation(source, batch, e)
+                v = k if rng.random() < 0.7 else activation(source, batch, e)
+                w_in, b_in = torch.empty(3 * e, e, dtype=dtype), torch.empty(3 * e, dtype=dtype)
+                w_out, b_out = torch.empty(e, e, dtype=dtype), torch.empty(e, dtype=dtype)
+            args = (q, k, v, e, heads, w_in, b_in, None, None, False, rng.choice([0.0, 0.1]), w_out, b_out)
+            kwargs = {"training": rng.choice([False, True]), "need_weights": rng.choice([False, False, True])}
+            tally.run(mode, F.multi_head_attention_forward, args, kwargs)
+    assert tally.answered > 15
+
+
+@SEEDS
 def test_layers(mode, seed):
     rng = random.Random(5 + 1000 * seed)
     tally = Tally()

@@ -798,6 +798,47 @@ def _sdpa_with_mask(mode, q, k, v, mask, dropout_p, is_causal, scale, enable_gqa
     return _contiguous(mode, q, (b, h, length, ev))
 
 
+def _multi_head_attention(mode, args, kwargs):
+    """`F.multi_head_attention_forward` as `nn.MultiheadAttention` calls it on its slow path
+    (torchvision's ViT): batched (L, N, E) inputs, packed input projection, no masks, no extra
+    key/value biases, no dropout, `need_weights=False`. The output projection's result viewed
+    as (L, N, E) is fresh and contiguous; the weights are None."""
+    bound = _bind(
+        lambda query, key, value, embed_dim_to_check, num_heads, in_proj_weight, in_proj_bias,
+        bias_k, bias_v, add_zero_attn, dropout_p, out_proj_weight, out_proj_bias, training=True,
+        key_padding_mask=None, need_weights=True, attn_mask=None, use_separate_proj_weight=False,
+        q_proj_weight=None, k_proj_weight=None, v_proj_weight=None, static_k=None, static_v=None,
+        average_attn_weights=True, is_causal=False:
+        (query, key, value, embed_dim_to_check, num_heads, in_proj_weight, in_proj_bias, bias_k, bias_v,
+         add_zero_attn, dropout_p, out_proj_weight, out_proj_bias, training, key_padding_mask, need_weights,
+         attn_mask, use_separate_proj_weight, q_proj_weight, k_proj_weight, v_proj_weight, static_k,
+         static_v, is_causal),
+        args, kwargs)
+    if bound is None:
+        return None
+    (q, k, v, embed_dim, heads, w_in, b_in, bias_k, bias_v, zero_attn, dropout_p, w_out, b_out, training,
+     padding_mask, need_weights, attn_mask, separate, qw, kw, vw, static_k, static_v, is_causal) = bound
+    if need_weights is not False or is_causal is not False or zero_attn is not False or separate is not False:
+        return None
+    if any(x is not None for x in (bias_k, bias_v, padding_mask, attn_mask, qw, kw, vw, static_k, static_v)):
+        return None
+    if not (dropout_p == 0.0 or training is False) or type(heads) is not int or heads <= 0:
+        return None
+    tensors = [t for t in (q, k, v, w_in, b_in, w_out, b_out) if t is not None]
+    if not all(isinstance(t, FakeTensor) for t in tensors) or not _ready(mode, *tensors) or not _same_float(*tensors):
+        return None
+    if q.dim() != 3 or k.dim() != 3 or v.dim() != 3 or b_in is None or b_out is None:
+        return None
+    length, batch, e = q.shape
+    if e != embed_dim or e % heads or k.shape != v.shape or k.shape[1] != batch or k.shape[2] != e:
+        return None
+    if tuple(w_in.shape) != (3 * e, e) or tuple(b_in.shape) != (3 * e,):
+        return None
+    if tuple(w_out.shape) != (e, e) or tuple(b_out.shape) != (e,) or min(length, batch, e, k.shape[0]) == 0:
+        return None
+    return _contiguous(mode, q, (length, batch, e)), None
+
+
 # --- views -------------------------------------------------------------------------------
 
 
@@ -1217,6 +1258,7 @@ RULES = {
     # layers, continued
     F.embedding: _embedding, torch.cat: _cat, F.adaptive_avg_pool2d: _adaptive_avg_pool2d,
     F.max_pool2d: _max_pool2d, F.scaled_dot_product_attention: _sdpa, F.interpolate: _interpolate,
+    F.multi_head_attention_forward: _multi_head_attention,
     operator.matmul: _matmul, torch.matmul: _matmul, "matmul": _matmul, torch.bmm: _bmm,
     "bmm": _bmm,
     F.softmax: _softmax, torch.softmax: _softmax, "softmax": _softmax,
@@ -1268,6 +1310,10 @@ def check(mode: FakeTensorMode, target, args, kwargs, ours) -> None:
         }
 
     for mine, theirs in pairs:
+        if mine is None or theirs is None:
+            if mine is not theirs:
+                _mismatch(target, f"ours {mine!r}, torch {theirs!r}")
+            continue
         mine, theirs = describe(mine), describe(theirs)
         if mine != theirs:
             _mismatch(target, f"ours {mine}, torch {theirs}")
