@@ -591,10 +591,7 @@ def _interpolate(mode, args, kwargs):
     if min(sizes) <= 1:
         return None  # empty results raise; size-1 dimensions make the layout ambiguous
     out = (x.shape[0], x.shape[1], *sizes)
-    if channels_last:
-        n, c, h, w = out
-        return _new(mode, x, out, (h * w * c, 1, w * c, c))
-    return _contiguous(mode, x, out)
+    return _new(mode, x, out, _native.strides_in_format(out, channels_last))
 
 
 def _max_pool2d(mode, args, kwargs):
@@ -718,10 +715,17 @@ def _group_norm(mode, args, kwargs):
 
 
 def _sdpa(mode, args, kwargs):
-    """`scaled_dot_product_attention` where torch's CPU dispatch certainly takes the flash
-    kernel, whose result is laid out like `empty_like(query)`. Every other case (a mask,
-    dropout, differing head sizes, a last dimension that is not unit-stride, grouped-query
-    attention, flash disabled or ranked after math) is FakeTensorMode's."""
+    """`scaled_dot_product_attention` where torch's CPU dispatch's choice is certain:
+    - the flash kernel, laid out like `empty_like(query)`: 4-d, no mask, equal head sizes,
+      unit-stride last dimensions, flash enabled and ranked before math;
+    - the math path, a fresh contiguous (*batch, L, Ev): five or more dimensions (timm's
+      Twins and Hiera keep a window dimension before the heads; the fused kernels take 4-d
+      only), or a mask (boolean, or additive of the query's dtype, broadcasting to (B, H, L, S):
+      Swin's and TinyViT's relative-position bias) that is 3-d or with differing head sizes;
+    - with another mask flash may be taken: answered only for a canonical query, on which
+      both agree.
+    Dropout, grouped-query attention and everything else (3-d inputs, laid out like the query
+    by another route, among them) are FakeTensorMode's."""
     bound = _bind(
         lambda query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, *, enable_gqa=False:
         (query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa),
@@ -729,73 +733,40 @@ def _sdpa(mode, args, kwargs):
     if bound is None:
         return None
     q, k, v, mask, dropout_p, is_causal, scale, enable_gqa = bound
-    if mask is not None:
-        return _sdpa_with_mask(mode, q, k, v, mask, dropout_p, is_causal, scale, enable_gqa)
     if dropout_p != 0.0 or type(is_causal) is not bool or enable_gqa is not False:
         return None
     if not (scale is None or type(scale) is float):
         return None
-    if not _ready(mode, q, k, v) or not _same_float(q, k, v) or q.device.type != "cpu":
+    tensors = (q, k, v) if mask is None else (q, k, v, mask)
+    if not all(isinstance(t, FakeTensor) for t in tensors) or not _ready(mode, *tensors):
         return None
-    if q.dim() == k.dim() == v.dim() >= 5:
-        return _sdpa_math(mode, q, k, v)
-    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+    if not _same_float(q, k, v) or q.device.type != "cpu" or not q.dim() == k.dim() == v.dim() >= 4:
         return None
-    if not q.shape[0] == k.shape[0] == v.shape[0] or not q.shape[1] == k.shape[1] == v.shape[1]:
+    *batch, length, e = q.shape
+    *key_batch, s, ek = k.shape
+    *value_batch, sv, ev = v.shape
+    if key_batch != batch or value_batch != batch or e != ek or s != sv or 0 in (*batch, length, s, e, ev):
         return None
-    if not q.shape[3] == k.shape[3] == v.shape[3] or k.shape[2] != v.shape[2]:
+    math_result = (*batch, length, ev)
+    if q.dim() >= 5:
+        return None if mask is not None or is_causal else _contiguous(mode, q, math_result)
+    if mask is not None:
+        if is_causal or not (mask.dtype is torch.bool or mask.dtype == q.dtype) or not 2 <= mask.dim() <= 4:
+            return None
+        if not all(m in (1, t) for m, t in zip(reversed(mask.shape), reversed((*batch, length, s)))):
+            return None
+        if mask.dim() == 3 or e != ev or _canonical(q):
+            return _contiguous(mode, q, math_result)
         return None
-    if q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1:
+    if e != ev or q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1:
         return None
     order = torch._C._get_sdp_priority_order()
-    flash, math = int(torch._C._SDPBackend.FLASH_ATTENTION), int(torch._C._SDPBackend.MATH)
+    flash, math_path = int(torch._C._SDPBackend.FLASH_ATTENTION), int(torch._C._SDPBackend.MATH)
     if not torch._C._get_flash_sdp_enabled() or flash not in order:
         return None
-    if math in order and order.index(math) < order.index(flash):
+    if math_path in order and order.index(math_path) < order.index(flash):
         return None
     return _elementwise(mode, (q,), q.dtype)
-
-
-def _sdpa_math(mode, q, k, v):
-    """Attention over five or more dimensions (timm's Twins and Hiera keep a window dimension
-    before the heads): the fused CPU kernels take 4-d inputs only, so torch takes the math
-    path, whose result is a fresh contiguous (*batch, L, Ev). Batch dimensions must match.
-    (Three dimensions are laid out like the query by another route: FakeTensorMode's.)"""
-    batch, (length, e), (s, ek), (sv, ev) = q.shape[:-2], q.shape[-2:], k.shape[-2:], v.shape[-2:]
-    if k.shape[:-2] != batch or v.shape[:-2] != batch or e != ek or s != sv:
-        return None
-    sizes = (*batch, length, ev)
-    if min(sizes) == 0 or s == 0:
-        return None
-    return _contiguous(mode, q, sizes)
-
-
-def _sdpa_with_mask(mode, q, k, v, mask, dropout_p, is_causal, scale, enable_gqa):
-    """Attention with an additive (same float dtype) or boolean mask that broadcasts to
-    (batch, heads, L, S) — Swin's and TinyViT's relative-position bias. torch's CPU dispatch
-    takes the math path, whose result is a fresh contiguous (batch, heads, L, Ev), for a 3-d
-    mask or differing head sizes; otherwise it may take the flash kernel (laid out like the
-    query), so only a canonical query, for which both agree, is answered."""
-    if dropout_p != 0.0 or is_causal is not False or enable_gqa is not False:
-        return None
-    if not (scale is None or type(scale) is float):
-        return None
-    if not isinstance(mask, FakeTensor) or not _ready(mode, q, k, v, mask) or not _same_float(q, k, v):
-        return None
-    if q.device.type != "cpu" or not (mask.dtype is torch.bool or mask.dtype == q.dtype):
-        return None
-    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4 or not 2 <= mask.dim() <= 4:
-        return None
-    (b, h, length, e), (bk, hk, s, ek), (bv, hv, sv, ev) = q.shape, k.shape, v.shape
-    if not (b == bk == bv and h == hk == hv and e == ek and s == sv) or min(b, h, length, s, e, ev) == 0:
-        return None
-    target = (b, h, length, s)
-    sizes = tuple(mask.shape)
-    if not all(m in (1, t) for m, t in zip(reversed(sizes), reversed(target))):
-        return None
-    if mask.dim() != 3 and e == ev and not _canonical(q):
-        return None
-    return _contiguous(mode, q, (b, h, length, ev))
 
 
 def _multi_head_attention(mode, args, kwargs):
@@ -824,10 +795,10 @@ def _multi_head_attention(mode, args, kwargs):
         return None
     if not (dropout_p == 0.0 or training is False) or type(heads) is not int or heads <= 0:
         return None
-    tensors = [t for t in (q, k, v, w_in, b_in, w_out, b_out) if t is not None]
+    tensors = (q, k, v, w_in, b_in, w_out, b_out)
     if not all(isinstance(t, FakeTensor) for t in tensors) or not _ready(mode, *tensors) or not _same_float(*tensors):
         return None
-    if q.dim() != 3 or k.dim() != 3 or v.dim() != 3 or b_in is None or b_out is None:
+    if q.dim() != 3 or k.dim() != 3 or v.dim() != 3:
         return None
     length, batch, e = q.shape
     if e != embed_dim or e % heads or k.shape != v.shape or k.shape[1] != batch or k.shape[2] != e:
