@@ -19,7 +19,7 @@ import torch.fx
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.utils._mode_utils import no_dispatch
 
-from dynamo_rs import _fake_memo, _meta_rules, config
+from dynamo_rs import _fake_memo, _meta_rules, _symbolic_rules, config
 from dynamo_rs._fakes import wrap_meta
 
 
@@ -140,15 +140,25 @@ def run_fake(mode: FakeTensorMode, target, args, kwargs):
         # torchvision calls it in every `stochastic_depth`; it records a name (once per
         # process) and stays in the graph, as under TorchDynamo: no fake dispatch needed.
         return None
-    # Our rules compute static shapes only: with symbolic sizes in the trace, torch's own
-    # meta functions (which record the guards they rely on) answer everything.
+    # With symbolic sizes in the trace (dynamic shapes) an operation on symbolic values is
+    # answered by the symbolic rules, which decide nothing a guard would have to settle;
+    # one whose arguments are all static is answered as in a static trace.
     symbolic = getattr(mode, "dynamo_rs_symbolic", False)
-    if config.meta_rules and not symbolic:
-        result = _meta_rules.infer(mode, target, args, kwargs)
+    static_call = not symbolic or _symbolic_rules.all_static(args, kwargs)
+    if config.meta_rules:
+        rules = _meta_rules if static_call else _symbolic_rules
+        result = rules.infer(mode, target, args, kwargs)
         if result is not None:
             if config.verify_meta_rules:
                 _meta_rules.check(mode, target, args, kwargs, result)
             return None if result is _meta_rules.NO_VALUE else result
+    remembered_key = (None, None)
+    if config.meta_rules and static_call:
+        remembered_key, remembered = _fake_memo.lookup(mode, target, args, kwargs)
+        if remembered is not None:
+            if config.verify_meta_rules:
+                _meta_rules.check(mode, target, args, kwargs, remembered)
+            return remembered
     if symbolic:
         # As TorchDynamo traces: composite operations (`pad`, `interpolate`) decompose
         # through torch's Python decompositions, which keep sizes symbolic where the C++
@@ -158,16 +168,9 @@ def run_fake(mode: FakeTensorMode, target, args, kwargs):
         with mode, enable_python_dispatcher():
             result = _call(target, args, kwargs)
     else:
-        remembered_key = (None, None)
-        if config.meta_rules:
-            remembered_key, remembered = _fake_memo.lookup(mode, target, args, kwargs)
-            if remembered is not None:
-                if config.verify_meta_rules:
-                    _meta_rules.check(mode, target, args, kwargs, remembered)
-                return remembered
         with mode:
             result = _call(target, args, kwargs)
-        _fake_memo.remember(mode, remembered_key, result)
+    _fake_memo.remember(mode, remembered_key, result)
     env = mode.shape_env
     if env is not None and env.pending_fresh_unbacked_symbols:
         # `.item()` under capture_scalar_outputs made an unbacked symbol: bind it to this

@@ -1255,11 +1255,23 @@ mismatches: list[str] = []
 def check(mode: FakeTensorMode, target, args, kwargs, ours) -> None:
     """Raises AssertionError unless `ours` describes what FakeTensorMode gives (the frame
     then falls back, as for any internal failure) and records the difference."""
+    env = mode.shape_env
+    recorded = None if env is None else (len(env.guards), len(env.replacements))
     with mode:
         if isinstance(target, str):
             reference = getattr(args[0], target)(*args[1:], **kwargs)
         else:
             reference = target(*args, **kwargs)
+    if env is not None and (len(env.guards), len(env.replacements)) != recorded:
+        # A rule records no more than its answer relies on: if FakeTensorMode needed more (a
+        # guard, a replacement of one symbol by another), the rule's answer may not hold
+        # for every size the graph will serve — unless what it recorded follows from what
+        # the rule did.
+        from dynamo_rs._symbolic_rules import implied_by_sizes
+
+        extra = [g.expr for g in env.guards[recorded[0]:] if not implied_by_sizes(env, g.expr)]
+        if extra or len(env.replacements) != recorded[1]:
+            _mismatch(target, f"FakeTensorMode recorded guards the rule did not: {extra}")
 
     if ours is NO_VALUE or reference is None:
         if ours is not NO_VALUE or reference is not None:
@@ -1273,8 +1285,11 @@ def check(mode: FakeTensorMode, target, args, kwargs, ours) -> None:
 
     def describe(t):
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        # Symbolic sizes compare as sympy expressions (structurally): comparing SymInts
+        # with == would record guards.
         return {
-            "sizes": tuple(t.shape), "strides": t.stride(), "offset": t.storage_offset(),
+            "sizes": tuple(map(_expr, t.shape)), "strides": tuple(map(_expr, t.stride())),
+            "offset": _expr(t.storage_offset()),
             "dtype": t.dtype, "device": t.device, "requires_grad": t.requires_grad,
             "is an argument": [t is a for a in tensors],
             "shares storage with": [t.untyped_storage()._cdata == a.untyped_storage()._cdata for a in tensors],
@@ -1288,6 +1303,11 @@ def check(mode: FakeTensorMode, target, args, kwargs, ours) -> None:
         mine, theirs = describe(mine), describe(theirs)
         if mine != theirs:
             _mismatch(target, f"ours {mine}, torch {theirs}")
+
+
+def _expr(size):
+    """An int as itself, a SymInt as its sympy expression."""
+    return size.node.expr if isinstance(size, torch.SymInt) else size
 
 
 def _mismatch(target, difference: str):

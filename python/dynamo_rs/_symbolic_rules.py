@@ -1,0 +1,1013 @@
+"""Fake results of common operations on tensors with symbolic sizes (dynamic shapes).
+
+With symbolic sizes FakeTensorMode answers every operation through torch's Python meta
+functions and decompositions over sympy expressions: 1–6 ms per operation (an inference
+`batch_norm` decomposes into some twenty symbolic operations). For the operations below the
+result's sizes and strides follow from the inputs' without a single decision on a symbolic
+value, so they are computed here directly, with the same torch helpers (and so the same sympy
+expressions) FakeTensorMode would use.
+
+The one rule every rule keeps: **no decision on a symbolic value that a guard would have to
+settle.** A comparison of two SymInts through `==`, `<` or `bool()` records a guard in the
+ShapeEnv (and could record one FakeTensorMode would not, or miss one it would). Sizes are
+compared *structurally* (`_same`: the same sympy expression) or by what the ShapeEnv already
+knows without recording anything (`known_not_one`, `_holds`: a symbol's range, guards
+recorded earlier); where neither tells, the rule declines (returns None) and FakeTensorMode
+answers, recording what it must. The exceptions record exactly the guard torch's own meta
+function records for the same call: a batch norm's `Ne(size, 1)` for sizes its statistics
+broadcast against (`_settle`), and the convolution backend's choice (asked of torch itself).
+
+Layouts: row-major inputs give row-major results; elementwise operations on transposed or
+sliced operands follow PrimTorch's ordering of the dimensions by stride (every comparison
+decided as above); views keep or re-cut a row-major block. With `config.verify_meta_rules`
+(on in the test suite) every answer is checked against FakeTensorMode's: the same sympy
+expressions for sizes and strides, and no guard recorded by FakeTensorMode that the rule did
+not record or that does not follow from what it recorded (see `_meta_rules.check`).
+"""
+
+from __future__ import annotations
+
+import operator
+
+import sympy
+import torch
+import torch.nn.functional as F
+from torch._prims_common import make_contiguous_strides_for
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+from torch.utils._sympy.functions import FloorDiv
+
+from dynamo_rs import _meta_rules as static
+from dynamo_rs._meta_rules import _bind, _FLOATS, _has_mkldnn, _new, _NUMBERS, _plain_context, _tensor_layout, _view
+
+_SymInt = torch.SymInt
+
+
+def _expr(value):
+    """An int as itself, a SymInt as its sympy expression."""
+    return value.node.expr if type(value) is _SymInt else value
+
+
+def _same(a, b) -> bool:
+    """Whether two sizes are the same by structure (the same int, or the same sympy
+    expression) — never by evaluating a symbolic comparison, which would record a guard."""
+    return bool(_expr(a) == _expr(b))
+
+
+def _same_sizes(a, b) -> bool:
+    return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+
+
+def _is_one(size) -> bool:
+    return type(size) is int and size == 1
+
+
+def _known_not_one(size) -> bool:
+    """Whether a backed symbolic size is known not to be 1 without recording anything: from
+    its symbol's range (an input size is at least 2: 0 and 1 are specialised) or from guards
+    recorded earlier."""
+    return known_not_one(size.node.shape_env, size.node.expr)
+
+
+def known_not_one(env, expr) -> bool:
+    """`_known_not_one` of a sympy expression in `env`."""
+    # Known stays known (guards are only added); an unknown answer is asked again once a
+    # guard has been recorded since. The ShapeEnv's own cache of static answers is not
+    # cleared when a guard is recorded, so the uncached evaluation is asked.
+    answers = env.__dict__.setdefault("_dynamo_rs_not_one", {})
+    answer = answers.get(expr)
+    if answer is not None and (answer is True or answer == len(env.guards)):
+        return answer is True
+    # Asked in two forms: which one the ShapeEnv's pattern matching against what recorded
+    # guards imply recognises depends on how sympy normalised the expression.
+    for question in (sympy.Ne(expr, 1), sympy.Ne(expr - 1, 0)):
+        if _known(env, question):
+            answers[expr] = True
+            return True
+    answers[expr] = len(env.guards)
+    return False
+
+
+def _size_ok(size, maybe_one: bool) -> bool:
+    """A static positive size, or a symbolic one with a value behind it (unbacked symbols
+    from `.item()` / `nonzero()` are left to FakeTensorMode).
+
+    Torch's meta functions treat a size of 1 apart (broadcasting, the ambiguous strides of
+    size-1 dimensions), so on a symbolic size that might be 1 most of them record a guard
+    that it is not. Unless the rule says its answer holds for 1 as well (`maybe_one`), a
+    symbolic size must be known not to be 1 already — the first operation on a new derived
+    size, such as a strided convolution's output, then goes through FakeTensorMode, or
+    through a rule that records that guard itself (`_settle`)."""
+    if type(size) is int:
+        return size > 0
+    if type(size) is not _SymInt or free_unbacked_symbols(size):
+        return False
+    return maybe_one or _known_not_one(size)
+
+
+def _plain(mode: FakeTensorMode, t, maybe_one: bool = False) -> bool:
+    """A fake tensor of `mode` the rules can describe: `_meta_rules._plain`, with sizes that
+    may be symbolic (see `_size_ok`)."""
+    return (
+        type(t) is FakeTensor
+        and t.fake_mode is mode
+        and t.constant is None
+        and not _has_mkldnn(t.dispatch_keys)
+        and _tensor_layout(t) is torch.strided
+        and not t.is_conj()
+        and not t.is_neg()
+        and all(_size_ok(s, maybe_one) for s in t.shape)
+    )
+
+
+def _ready(mode: FakeTensorMode, *tensors, maybe_one: bool = False) -> bool:
+    if not all(_plain(mode, t, maybe_one) for t in tensors):
+        return False
+    device = tensors[0]._fake_device
+    return all(t._fake_device == device for t in tensors) and _plain_context(tensors)
+
+
+def _settle(t: FakeTensor) -> bool:
+    """Records that each symbolic size of `t` is not 1 (the guard torch's meta functions
+    record when they broadcast it), or returns False when one is 1 now (the rule then
+    declines, before recording anything)."""
+    unknown = [s for s in t.shape if type(s) is _SymInt and not _known_not_one(s)]
+    if any(s.node.hint is None or s.node.hint == 1 for s in unknown):
+        return False
+    for s in unknown:
+        if not bool(s != 1):  # records the guard `Ne(s, 1)`; true by the hint
+            return False
+    return True
+
+
+def _known(env, question) -> bool:
+    """Whether `question` (a sympy boolean) holds by what `env` knows, recording nothing."""
+    known = type(env)._maybe_evaluate_static.__wrapped__(env, question)
+    return known is not None and bool(known)
+
+
+def implied_by_sizes(env, guard) -> bool:
+    """Whether `guard` (a sympy boolean) follows from sizes being non-negative integers and
+    from what `env` knows of each: `Ne(P, 1)` for a product P of sizes each known not to be
+    1 (torch records it for the ambiguous strides of a block of dimensions after a rule
+    recorded `Ne(size, 1)` for each), and `P >= 2` for a product of sizes each known to be
+    at least 1, one of them known not to be 1 (an element count). See `_meta_rules.check`."""
+    if isinstance(guard, sympy.Ne) and guard.rhs == 1:
+        product, need = guard.lhs, "not one"
+    elif isinstance(guard, (sympy.Ge, sympy.Gt)) and guard.rhs == (2 if isinstance(guard, sympy.Ge) else 1):
+        product, need = guard.lhs, "at least two"
+    elif isinstance(guard, (sympy.Le, sympy.Lt)) and guard.lhs == (2 if isinstance(guard, sympy.Le) else 1):
+        product, need = guard.rhs, "at least two"
+    else:
+        return False
+    bases = []
+    for factor in sympy.Mul.make_args(product):
+        base, exponent = factor.as_base_exp()
+        if not (exponent.is_Integer and exponent > 0):
+            return False
+        bases.append(base)
+    if need == "not one":
+        return all(known_not_one(env, b) for b in bases)
+    return all(_known(env, sympy.Ge(b, 1)) for b in bases) and any(known_not_one(env, b) for b in bases)
+
+
+def _row_major(sizes) -> tuple:
+    """`make_contiguous_strides_for(sizes)`, remembered per ShapeEnv by the sizes' expressions
+    (the SymInt arithmetic costs some 100 µs a shape; a model meets each shape many times)."""
+    env = next((s.node.shape_env for s in sizes if type(s) is _SymInt), None)
+    if env is None:
+        return make_contiguous_strides_for(sizes)
+    memo = env.__dict__.setdefault("_dynamo_rs_row_major", {})
+    key = tuple(map(_expr, sizes))
+    strides = memo.get(key)
+    if strides is None:
+        strides = memo[key] = tuple(make_contiguous_strides_for(sizes))
+    return strides
+
+
+def _canonical(t: FakeTensor) -> bool:
+    """Row-major with the strides a fresh tensor of its sizes gets (structurally), at
+    offset 0."""
+    return _same(t.storage_offset(), 0) and _same_sizes(t.stride(), _row_major(t.shape))
+
+
+def _fresh(mode, like, sizes, dtype=None) -> FakeTensor:
+    return _new(mode, like, sizes, _row_major(sizes), dtype)
+
+
+def _static_ints(values) -> bool:
+    return all(type(v) is int for v in values)
+
+
+def _pair(value, n):
+    return static._pair(value, n)
+
+
+# --- elementwise -------------------------------------------------------------------------
+
+
+class _Undecided(Exception):
+    """A comparison of symbolic sizes that only a guard could settle: the rule declines."""
+
+
+def _holds(a, b, relation) -> bool:
+    """`relation(a, b)` for two sizes, decided without recording anything, or _Undecided."""
+    if type(a) is int and type(b) is int:
+        return relation(a, b)
+    env = (a if type(a) is _SymInt else b).node.shape_env
+    question = relation(sympy.sympify(_expr(a)), sympy.sympify(_expr(b)))
+    if question in (sympy.true, sympy.false):
+        return bool(question)
+    known = type(env)._maybe_evaluate_static.__wrapped__(env, question)
+    if known is None:
+        raise _Undecided
+    return bool(known)
+
+
+def _at_least(a, b) -> bool:
+    """PrimTorch's `ge` for strides and sizes (both non-negative): b is 0, or a is not 0 and
+    a >= b or b divides a."""
+    if _holds(b, 0, sympy.Eq):
+        return True
+    if _holds(a, 0, sympy.Eq):
+        return False
+    return _holds(a, b, sympy.Ge) or _holds(sympy.Mod(_expr(a), _expr(b)) if type(a) is _SymInt or type(b) is _SymInt
+                                              else a % b, 0, sympy.Eq)
+
+
+def _physical_order(shape, operand_strides):
+    """PrimTorch's `compute_elementwise_output_logical_to_physical_perm` (its insertion sort of
+    the dimensions by the operands' strides, broadcast dimensions skipped), with every
+    comparison decided without a guard — or _Undecided."""
+    def should_swap(a, b):
+        for strides in operand_strides:
+            sa, sb = strides[a], strides[b]
+            if _holds(sa, 0, sympy.Eq) or _holds(sb, 0, sympy.Eq):
+                continue
+            if _holds(sa, sb, sympy.Eq):
+                if _at_least(shape[b], shape[a]):
+                    continue
+                return 1
+            if _at_least(sb, sa):
+                return -1
+            if _at_least(sa, sb):
+                return 1
+        return 0
+
+    n = len(shape)
+    perm = list(reversed(range(n)))
+    for i in range(1, n):
+        dim1 = i
+        for dim0 in reversed(range(i)):
+            comparison = should_swap(perm[dim0], perm[dim1])
+            if comparison > 0:
+                perm[dim0], perm[dim1] = perm[dim1], perm[dim0]
+                dim1 = dim0
+            elif comparison < 0:
+                break
+    return list(reversed(perm))
+
+
+def _elementwise_strides(shape, operands):
+    """The strides of an elementwise result of `shape` over tensor `operands` (broadcast to
+    it), as PrimTorch computes them: row-major when every operand is, else dense in the
+    physical order of the operands' strides. None where that takes a guard, or where torch
+    takes paths not modelled (size-1 dimensions, a 4- or 5-d operand that may be
+    channels-last)."""
+    if all(_canonical(t) for t in operands):
+        return _row_major(shape)
+    if any(_is_one(s) for s in shape):
+        return None
+    expanded = []
+    for t in operands:
+        if t.dim() in (4, 5) and not _not_channels_last(t):
+            return None
+        pad = len(shape) - t.dim()
+        strides = [0] * pad
+        for d, (size, stride) in enumerate(zip(t.shape, t.stride())):
+            strides.append(0 if _is_one(size) else stride)
+        expanded.append(strides)
+    try:
+        perm = _physical_order(shape, expanded)
+    except _Undecided:
+        return None
+    physical = _row_major([shape[d] for d in perm])
+    strides = [None] * len(shape)
+    for position, d in enumerate(perm):
+        strides[d] = physical[position]
+    return tuple(strides)
+
+
+def _float_unary(mode, x, inplace=False):
+    if not isinstance(x, FakeTensor) or not _ready(mode, x) or x.dtype not in _FLOATS:
+        return None
+    if inplace:
+        return x if _canonical(x) else None
+    strides = _elementwise_strides(x.shape, [x])
+    return None if strides is None else _new(mode, x, x.shape, strides)
+
+
+def _unary(mode, args, kwargs):
+    if kwargs or len(args) != 1:
+        return None
+    return _float_unary(mode, args[0])
+
+
+def _with_inplace(mode, args, kwargs):
+    bound = _bind(lambda input, inplace=False: (input, inplace), args, kwargs)
+    if bound is None or type(bound[1]) is not bool:
+        return None
+    return _float_unary(mode, *bound)
+
+
+def _gelu(mode, args, kwargs):
+    bound = _bind(lambda input, approximate="none": (input, approximate), args, kwargs)
+    if bound is None or bound[1] not in ("none", "tanh"):
+        return None
+    return _float_unary(mode, bound[0])
+
+
+def _dropout(mode, args, kwargs):
+    bound = _bind(lambda input, p=0.5, training=True, inplace=False: (input, p, training, inplace), args, kwargs)
+    if bound is None:
+        return None
+    x, p, training, inplace = bound
+    if training is not False or type(inplace) is not bool or not isinstance(p, _NUMBERS) or not 0 <= p <= 1:
+        return None
+    return x if isinstance(x, FakeTensor) and _ready(mode, x) else None
+
+
+def _broadcast(shapes):
+    """The broadcast of `shapes` decided by structure alone: per dimension (aligned from the
+    right) the sizes that are not a static 1 must all be the same expression; None when they
+    are not (torch would have to compare them, and record a guard)."""
+    rank = max(len(s) for s in shapes)
+    out = []
+    for i in range(rank):
+        sizes = [s[len(s) - rank + i] for s in shapes if len(s) - rank + i >= 0]
+        wide = [s for s in sizes if not _is_one(s)]
+        if not wide:
+            out.append(1)
+        elif all(_same(s, wide[0]) for s in wide[1:]):
+            out.append(wide[0])
+        else:
+            return None
+    return out
+
+
+def _binary(true_division: bool = False, inplace: bool = False):
+    """Elementwise arithmetic on tensors of one float dtype and Python numbers: operands
+    row-major, shapes broadcast by structure; the result is row-major (`a op= b`: `a`)."""
+    def rule(mode, args, kwargs):
+        if kwargs or len(args) != 2:
+            return None
+        tensors = [o for o in args if isinstance(o, FakeTensor)]
+        if not tensors or not _ready(mode, *tensors):
+            return None
+        dtype = tensors[0].dtype
+        for o in args:
+            if isinstance(o, FakeTensor):
+                if o.dtype != dtype or dtype not in _FLOATS or o.dim() == 0:
+                    return None
+            elif type(o) not in _NUMBERS or (type(o) is int and not -2**63 <= o < 2**63):
+                return None
+        shape = _broadcast([t.shape for t in tensors])
+        if shape is None:
+            return None
+        a, b = args
+        if inplace and isinstance(a, FakeTensor):
+            if not _same_sizes(a.shape, shape) or not all(_canonical(t) for t in tensors):
+                return None
+            if isinstance(b, FakeTensor) and b.untyped_storage()._cdata == a.untyped_storage()._cdata:
+                return None
+            return a
+        strides = _elementwise_strides(shape, tensors)
+        return None if strides is None else _new(mode, tensors[0], tuple(shape), strides, dtype)
+    return rule
+
+
+# --- layers ------------------------------------------------------------------------------
+
+
+def _batch_norm(mode, args, kwargs):
+    """Inference batch norm (running statistics given): the input's sizes, row-major."""
+    bound = _bind(
+        lambda input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5:
+        (input, running_mean, running_var, weight, bias, training),
+        args, kwargs)
+    if bound is None:
+        return None
+    x, mean, var, w, b, training = bound
+    if training is not False or mean is None or var is None:
+        return None
+    tensors = [t for t in (x, mean, var, w, b) if t is not None]
+    if not _ready(mode, *tensors, maybe_one=True) or not static._same_float(*tensors) or x.dim() < 2:
+        return None
+    channels = x.shape[1]
+    if type(channels) is not int or any(tuple(t.shape) != (channels,) for t in tensors[1:]):
+        return None
+    # The statistics broadcast against the input: torch records that its symbolic sizes
+    # are not 1, and so does the rule (the first batch norm after a strided convolution).
+    if not _canonical(x) or not _settle(x):
+        return None
+    return _new(mode, x, x.shape, x.stride())
+
+
+def _layer_norm(mode, args, kwargs):
+    bound = _bind(
+        lambda input, normalized_shape, weight=None, bias=None, eps=1e-5:
+        (input, normalized_shape, weight, bias),
+        args, kwargs)
+    if bound is None:
+        return None
+    x, shape, w, b = bound
+    shape = (shape,) if type(shape) is int else shape
+    if not isinstance(shape, (tuple, list, torch.Size)) or not shape or not _static_ints(shape):
+        return None
+    tensors = [t for t in (x, w, b) if t is not None]
+    if not _ready(mode, *tensors) or not static._same_float(*tensors) or not _canonical(x):
+        return None
+    shape = tuple(shape)
+    if x.dim() < len(shape) or not _same_sizes(x.shape[x.dim() - len(shape):], shape):
+        return None
+    if any(tuple(t.shape) != shape for t in tensors[1:]):
+        return None
+    return _new(mode, x, x.shape, x.stride())
+
+
+def _softmax(mode, args, kwargs):
+    bound = _bind(lambda input, dim, _stacklevel=3, dtype=None: (input, dim, dtype), args, kwargs)
+    if bound is None:
+        return None
+    x, dim, dtype = bound
+    if dtype is not None or type(dim) is not int or not isinstance(x, FakeTensor):
+        return None
+    if not _ready(mode, x) or x.dtype not in _FLOATS or x.dim() == 0 or not -x.dim() <= dim < x.dim():
+        return None
+    return _new(mode, x, x.shape, x.stride()) if _canonical(x) else None
+
+
+def _conv_size(size, kernel, stride, padding, dilation):
+    """The number of window positions along one dimension, by the formula torch's meta
+    functions use (so the same sympy expression for a symbolic size)."""
+    return (size + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
+
+
+def _conv2d(mode, args, kwargs):
+    """2-d convolution of a row-major image (symbolic batch and spatial sizes, static channels)
+    with a static row-major weight, on the row-major path."""
+    bound = _bind(
+        lambda input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1:
+        (input, weight, bias, stride, padding, dilation, groups),
+        args, kwargs)
+    if bound is None:
+        return None
+    x, w, b, stride, padding, dilation, groups = bound
+    tensors = (x, w) if b is None else (x, w, b)
+    # The output sizes' formula and the row-major layout hold for sizes of 1 as well.
+    if not _ready(mode, *tensors, maybe_one=True) or not static._same_float(*tensors) \
+            or type(groups) is not int or groups < 1:
+        return None
+    if padding == "valid":
+        padding = 0
+    stride, padding, dilation = _pair(stride, 2), _pair(padding, 2), _pair(dilation, 2)
+    if stride is None or padding is None or dilation is None or x.dim() != 4 or w.dim() != 4:
+        return None
+    if not _static_ints(w.shape) or not _static_ints(w.stride()) or not static._canonical(w):
+        return None
+    if type(x.shape[1]) is not int or x.shape[1] != w.shape[1] * groups or w.shape[0] % groups:
+        return None
+    if b is not None and tuple(b.shape) != (w.shape[0],):
+        return None
+    if not _canonical(x) or not all(s > 0 for s in stride) or not all(p >= 0 for p in padding):
+        return None
+    # Which kernel runs, and so the output's memory format, torch decides from the tensors
+    # (asked as FakeTensorMode asks it, so it records the same guards: NNPACK, for one,
+    # takes batches of 16 or more).
+    backend = torch._C._select_conv_backend(
+        x, w, bias=b, stride=list(stride), padding=list(padding), dilation=list(dilation),
+        transposed=False, output_padding=[0, 0], groups=groups)
+    if torch._C._conv_determine_backend_memory_format(x, w, backend) != torch.contiguous_format:
+        return None
+    spatial = [_conv_size(x.shape[2 + i], w.shape[2 + i], stride[i], padding[i], dilation[i]) for i in range(2)]
+    if any(type(s) is int and s < 1 for s in spatial):
+        return None
+    return _fresh(mode, x, (x.shape[0], w.shape[0], *spatial))
+
+
+def _max_pool2d(mode, args, kwargs):
+    bound = _bind(
+        lambda input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False:
+        (input, kernel_size, stride, padding, dilation, ceil_mode, return_indices),
+        args, kwargs)
+    if bound is None:
+        return None
+    x, kernel, stride, padding, dilation, ceil_mode, return_indices = bound
+    if ceil_mode is not False or return_indices is not False:
+        return None
+    if not isinstance(x, FakeTensor) or not _ready(mode, x) or x.dim() != 4 or x.dtype not in _FLOATS:
+        return None
+    if type(x.shape[1]) is not int or not _canonical(x):
+        return None
+    kernel = _pair(kernel, 2)
+    stride = kernel if stride is None or stride == [] or stride == () else _pair(stride, 2)
+    padding, dilation = _pair(padding, 2), _pair(dilation, 2)
+    if kernel is None or stride is None or padding is None or dilation is None:
+        return None
+    if any(2 * p > k for p, k in zip(padding, kernel)) or not all(s > 0 for s in stride):
+        return None
+    spatial = [_conv_size(x.shape[2 + i], kernel[i], stride[i], padding[i], dilation[i]) for i in range(2)]
+    if any(type(s) is int and s < 1 for s in spatial):
+        return None
+    return _fresh(mode, x, (*x.shape[:2], *spatial))
+
+
+def _adaptive_avg_pool2d(mode, args, kwargs):
+    bound = _bind(lambda input, output_size: (input, output_size), args, kwargs)
+    if bound is None:
+        return None
+    x, size = bound
+    if not isinstance(x, FakeTensor) or not _ready(mode, x) or x.dim() != 4 or x.dtype not in _FLOATS:
+        return None
+    if type(x.shape[1]) is not int or not _canonical(x):
+        return None
+    size = (size, size) if type(size) is int else size
+    if not isinstance(size, (tuple, list)) or len(size) != 2 or not all(type(s) is int and s > 0 for s in size):
+        return None
+    return _fresh(mode, x, (*x.shape[:2], *size))
+
+
+def _linear(mode, args, kwargs):
+    bound = _bind(lambda input, weight, bias=None: (input, weight, bias), args, kwargs)
+    if bound is None:
+        return None
+    x, w, b = bound
+    tensors = (x, w) if b is None else (x, w, b)
+    if not _ready(mode, *tensors) or not static._same_float(*tensors):
+        return None
+    if x.dim() < 1 or w.dim() != 2 or not _static_ints(w.shape) or not _same(x.shape[-1], w.shape[1]):
+        return None
+    if b is not None and tuple(b.shape) != (w.shape[0],):
+        return None
+    if not _canonical(x):
+        return None
+    return _fresh(mode, x, (*x.shape[:-1], w.shape[0]))
+
+
+def _addmm(mode, args, kwargs):
+    """`addmm(bias, m1, m2)` with a row-major `m1` of symbolic rows and a static `m2`."""
+    bound = _bind(lambda input, mat1, mat2, *, beta=1, alpha=1: (input, mat1, mat2, beta, alpha), args, kwargs)
+    if bound is None:
+        return None
+    b, m1, m2, beta, alpha = bound
+    if not isinstance(beta, _NUMBERS) or not isinstance(alpha, _NUMBERS):
+        return None
+    if not _ready(mode, b, m1, m2) or not static._same_float(b, m1, m2):
+        return None
+    if m1.dim() != 2 or m2.dim() != 2 or not _same(m1.shape[1], m2.shape[0]) or not _canonical(m1):
+        return None
+    out = (m1.shape[0], m2.shape[1])
+    if b.dim() > 2 or not _static_ints(b.shape) or _broadcast([b.shape, out]) is None:
+        return None
+    if len(b.shape) == 2 and not _is_one(b.shape[0]) or b.shape[-1] not in (1, out[1]):
+        return None
+    return _fresh(mode, m1, out)
+
+
+# --- views -------------------------------------------------------------------------------
+
+
+def _numel(sizes):
+    total = 1
+    for s in sizes:
+        total = total * s
+    return total
+
+
+def _compact(sizes, strides) -> bool:
+    """Whether dimensions `sizes` with `strides` are one row-major block (each stride the
+    next one times the next size, by structure), whatever its innermost stride."""
+    return all(_same(strides[i], strides[i + 1] * sizes[i + 1]) for i in range(len(sizes) - 1))
+
+
+def _reshaping(copy_allowed: bool):
+    """`view` / `reshape` to sizes given as ints and SymInts (at most one -1, inferred only
+    where the division is exact by structure): the same sizes (the input's own layout), or
+    a common leading part with the rest one row-major block re-cut (the input's strides for
+    the leading part, the block's innermost stride times row-major strides for the rest) —
+    which covers splitting and merging heads over a slice of a fused projection."""
+    def rule(mode, args, kwargs):
+        if kwargs or not args or not isinstance(args[0], FakeTensor) or not _ready(mode, args[0]):
+            return None
+        x, rest = args[0], args[1:]
+        if len(rest) == 1 and isinstance(rest[0], (tuple, list, torch.Size)):
+            rest = tuple(rest[0])
+        if not all(type(s) in (int, _SymInt) for s in rest):
+            return None
+        if any(type(s) is int and s < 1 and s != -1 for s in rest) or \
+                any(type(s) is _SymInt and not _size_ok(s, False) for s in rest):
+            return None
+        free = [i for i, s in enumerate(rest) if type(s) is int and s == -1]
+        if len(free) > 1:
+            return None
+        numel = _numel(x.shape)
+        sizes = list(rest)
+        if free:
+            known = _numel(s for i, s in enumerate(rest) if i != free[0])
+            inferred = numel // known
+            # Only an exact quotient (the sympy division left no floor): otherwise torch
+            # checks divisibility, which may need a guard.
+            if type(inferred) is _SymInt and inferred.node.expr.atoms(FloorDiv):
+                return None
+            if type(inferred) is int and (type(numel) is not int or type(known) is not int or numel % known):
+                return None
+            if type(inferred) is _SymInt and inferred.node.expr.is_Integer:
+                inferred = int(inferred.node.expr)
+            if not _size_ok(inferred, False):
+                return None
+            sizes[free[0]] = inferred
+        if _same_sizes(sizes, x.shape):
+            return _view(mode, x, x.shape, x.stride())
+        if _canonical(x) and not any(_is_one(t) for t in sizes):
+            return _view(mode, x, tuple(sizes), _row_major(sizes), 0)
+        prefix = 0
+        while prefix < min(len(sizes), x.dim()) and _same(sizes[prefix], x.shape[prefix]):
+            prefix += 1
+        old_sizes, old_strides = x.shape[prefix:], x.stride()[prefix:]
+        tail = sizes[prefix:]
+        if not old_sizes or not tail or any(_is_one(t) for t in tail) or any(_is_one(t) for t in old_sizes):
+            return None  # size-1 dimensions get strides by rules of their own
+        if not _compact(old_sizes, old_strides) or not _same(_numel(tail), _numel(old_sizes)):
+            return None
+        inner = old_strides[-1]
+        tail_strides = tuple(inner * t for t in _row_major(tail)) if not _same(inner, 1) else _row_major(tail)
+        return _view(mode, x, tuple(sizes), (*x.stride()[:prefix], *tail_strides))
+    return rule
+
+
+def _contiguous_method(mode, args, kwargs):
+    """`x.contiguous()`: `x` itself when row-major, else a row-major copy. Other layouts
+    that torch also counts as contiguous (size-1 dimensions with other strides) are left
+    to it."""
+    if kwargs or len(args) != 1 or not isinstance(args[0], FakeTensor) or not _ready(mode, args[0]):
+        return None
+    x = args[0]
+    if _canonical(x):
+        return x
+    if any(_is_one(s) for s in x.shape):
+        return None
+    if _compact(x.shape, x.stride()) and _same(x.stride()[-1], 1):
+        return None  # row-major at an offset: torch's business
+    return _fresh(mode, x, x.shape)
+
+
+def _split(mode, args, kwargs):
+    """`x.split(n, dim)` along a dimension of static size at a static stride: views at
+    static offsets."""
+    bound = _bind(lambda tensor, split_size_or_sections, dim=0: (tensor, split_size_or_sections, dim), args, kwargs)
+    if bound is None:
+        return None
+    x, split, dim = bound
+    if type(dim) is not int or type(split) is not int or split < 1 or not isinstance(x, FakeTensor):
+        return None
+    if not _ready(mode, x) or not -x.dim() <= dim < x.dim():
+        return None
+    dim %= x.dim()
+    size, stride, offset = x.shape[dim], x.stride()[dim], x.storage_offset()
+    if type(size) is not int or type(stride) is not int:
+        return None
+    parts = []
+    for start in range(0, size, split):
+        sizes = list(x.shape)
+        sizes[dim] = min(split, size - start)
+        parts.append(_view(mode, x, tuple(sizes), x.stride(), offset + start * stride))
+    return tuple(parts) if parts else None
+
+
+def _pow(mode, args, kwargs):
+    if kwargs or len(args) != 2 or type(args[1]) not in _NUMBERS:
+        return None
+    return _float_unary(mode, args[0])
+
+
+def _embedding(mode, args, kwargs):
+    bound = _bind(
+        lambda input, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False, sparse=False:
+        (input, weight, max_norm, sparse),
+        args, kwargs)
+    if bound is None:
+        return None
+    idx, w, max_norm, sparse = bound
+    if max_norm is not None or sparse is not False or not _ready(mode, idx, w):
+        return None
+    if idx.dtype not in (torch.int64, torch.int32) or w.dim() != 2 or w.dtype not in _FLOATS:
+        return None
+    if not _static_ints(w.shape) or not _canonical(idx):
+        return None
+    return _fresh(mode, w, (*idx.shape, w.shape[1]))
+
+
+def _unsqueeze(mode, args, kwargs):
+    """`x.unsqueeze(d)` of a row-major tensor: a row-major view."""
+    bound = _bind(lambda input, dim: (input, dim), args, kwargs)
+    if bound is None:
+        return None
+    x, dim = bound
+    if not isinstance(x, FakeTensor) or type(dim) is not int or not _ready(mode, x) or not _canonical(x):
+        return None
+    if not -x.dim() - 1 <= dim <= x.dim():
+        return None
+    dim %= x.dim() + 1
+    sizes = (*x.shape[:dim], 1, *x.shape[dim:])
+    return _view(mode, x, sizes, _row_major(sizes))
+
+
+def _flatten(mode, args, kwargs):
+    bound = _bind(lambda input, start_dim=0, end_dim=-1: (input, start_dim, end_dim), args, kwargs)
+    if bound is None:
+        return None
+    x, start, end = bound
+    if not isinstance(x, FakeTensor) or type(start) is not int or type(end) is not int or x.dim() == 0:
+        return None
+    n = x.dim()
+    start, end = start + n if start < 0 else start, end + n if end < 0 else end
+    if not 0 <= start < end < n:
+        return None  # one dimension (the input itself) or out of range: torch's business
+    sizes = list(x.shape)
+    return _reshaping(True)(mode, (x, (*sizes[:start], _numel(sizes[start:end + 1]), *sizes[end + 1:])), {})
+
+
+def _transpose(mode, args, kwargs):
+    """A transpose of any layout: the sizes and strides swapped (the same SymInts)."""
+    bound = _bind(lambda input, dim0, dim1: (input, dim0, dim1), args, kwargs)
+    if bound is None:
+        return None
+    x, d0, d1 = bound
+    if not isinstance(x, FakeTensor) or type(d0) is not int or type(d1) is not int or not _ready(mode, x):
+        return None
+    n = x.dim()
+    if n == 0 or not -n <= d0 < n or not -n <= d1 < n:
+        return None
+    d0, d1 = d0 % n, d1 % n
+    sizes, strides = list(x.shape), list(x.stride())
+    sizes[d0], sizes[d1] = sizes[d1], sizes[d0]
+    strides[d0], strides[d1] = strides[d1], strides[d0]
+    return _view(mode, x, tuple(sizes), tuple(strides))
+
+
+def _permute(mode, args, kwargs):
+    if kwargs or not args or not isinstance(args[0], FakeTensor) or not _ready(mode, args[0]):
+        return None
+    x, dims = args[0], args[1:]
+    if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
+        dims = tuple(dims[0])
+    n = x.dim()
+    if len(dims) != n or not _static_ints(dims) or not all(-n <= d < n for d in dims):
+        return None
+    dims = [d % n for d in dims]
+    if sorted(dims) != list(range(n)):
+        return None
+    sizes, strides = x.shape, x.stride()
+    return _view(mode, x, tuple(sizes[d] for d in dims), tuple(strides[d] for d in dims))
+
+
+def _not_channels_last(t: FakeTensor) -> bool:
+    """Whether a tensor certainly does not suggest the channels-last format (so that `cat`
+    gives a row-major result): not 4-d, row-major, or with a static stride other than 1 on
+    its static channel dimension of more than one channel."""
+    if t.dim() != 4 or _canonical(t):
+        return True
+    channels, stride = t.shape[1], t.stride()[1]
+    return type(channels) is int and channels > 1 and type(stride) is int and stride != 1
+
+
+def _cat(mode, args, kwargs):
+    """`torch.cat` of tensors of one float dtype and rank, equal (by structure) but for the
+    joined dimension, none suggesting channels-last: a row-major result. One-dimensional
+    empty tensors are skipped, as torch does (an empty cache concatenated with new keys)."""
+    bound = _bind(lambda tensors, dim=0: (tensors, dim), args, kwargs)
+    if bound is None:
+        return None
+    tensors, dim = bound
+    if not isinstance(tensors, (tuple, list)) or not tensors or type(dim) is not int:
+        return None
+    if not all(isinstance(t, FakeTensor) for t in tensors) or not static._same_float(*tensors):
+        return None
+    kept = [t for t in tensors if not (t.dim() == 1 and _same(t.shape[0], 0))]
+    if not kept or not _ready(mode, *kept):
+        return None
+    if any(t.fake_mode is not mode or t._fake_device != kept[0]._fake_device for t in tensors):
+        return None
+    first = kept[0]
+    n = first.dim()
+    if n == 0 or not -n <= dim < n or not all(t.dim() == n for t in kept):
+        return None
+    d = dim % n
+    for t in kept:
+        if not _same_sizes(t.shape[:d], first.shape[:d]) or not _same_sizes(t.shape[d + 1:], first.shape[d + 1:]):
+            return None
+        if not _not_channels_last(t):
+            return None
+    total = kept[0].shape[d]
+    for t in kept[1:]:
+        total = total + t.shape[d]
+    sizes = list(first.shape)
+    sizes[d] = total
+    if not _size_ok(total, False):
+        return None
+    return _fresh(mode, first, tuple(sizes))
+
+
+def _getitem(mode, args, kwargs):
+    """Basic indexing by a tuple of slices (and an Ellipsis): a slice is either the whole
+    dimension (`:` or `0:`), or has static bounds and step on a dimension of static size
+    and stride. A view at a moved offset."""
+    if kwargs or len(args) != 2:
+        return None
+    x, index = args
+    if not isinstance(x, FakeTensor) or not _ready(mode, x):
+        return None
+    items = list(index) if type(index) is tuple else [index]
+    if sum(item is Ellipsis for item in items) > 1 or not all(type(i) is slice or i is Ellipsis for i in items):
+        return None
+    if Ellipsis in items:
+        at = items.index(Ellipsis)
+        fill = x.dim() - (len(items) - 1)
+        if fill < 0:
+            return None
+        items = items[:at] + [slice(None)] * fill + items[at + 1:]
+    if len(items) > x.dim():
+        return None
+    items += [slice(None)] * (x.dim() - len(items))
+    sizes, strides = list(x.shape), x.stride()
+    offset = x.storage_offset()
+    for d, item in enumerate(items):
+        if item.step is None and item.stop is None and item.start in (None, 0):
+            continue  # the whole dimension
+        if type(sizes[d]) is not int or type(strides[d]) is not int:
+            return None
+        if not all(p is None or type(p) is int for p in (item.start, item.stop, item.step)):
+            return None
+        start, stop, step = item.indices(sizes[d])
+        if step < 1:
+            return None
+        length = len(range(start, stop, step))
+        if length < 1:
+            return None
+        sizes[d] = length
+        offset = offset + start * strides[d]
+        if step != 1:
+            strides = (*strides[:d], strides[d] * step, *strides[d + 1:])
+    return _view(mode, x, tuple(sizes), tuple(strides), offset)
+
+
+def _cast(dtype_of_method):
+    """`x.to(dtype)` / `x.float()`...: `x` itself when it has that dtype already, else a
+    copy in a float dtype, row-major for a row-major `x`."""
+    def rule(mode, args, kwargs):
+        if dtype_of_method is None:
+            if len(args) == 2 and not kwargs:
+                dtype = args[1]
+            elif len(args) == 1 and list(kwargs) == ["dtype"]:
+                dtype = kwargs["dtype"]
+            else:
+                return None
+        elif len(args) != 1 or kwargs:
+            return None
+        else:
+            dtype = dtype_of_method
+        x = args[0]
+        if not isinstance(dtype, torch.dtype) or not isinstance(x, FakeTensor) or not _ready(mode, x):
+            return None
+        if x.dtype is torch.bool:
+            return None
+        if dtype == x.dtype:
+            return x
+        if dtype not in _FLOATS or not _canonical(x):
+            return None
+        return _new(mode, x, x.shape, x.stride(), dtype)
+    return rule
+
+
+def _sdpa(mode, args, kwargs):
+    """`scaled_dot_product_attention` on torch's CPU flash path (4-d, no mask, no dropout,
+    no grouped heads, equal static head sizes, unit-stride last dimensions, flash enabled and
+    ranked before math): laid out like `empty_like(query)`."""
+    bound = _bind(
+        lambda query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, *, enable_gqa=False:
+        (query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa),
+        args, kwargs)
+    if bound is None:
+        return None
+    q, k, v, mask, dropout_p, is_causal, scale, enable_gqa = bound
+    if mask is not None or dropout_p != 0.0 or type(is_causal) is not bool or enable_gqa is not False:
+        return None
+    if not (scale is None or type(scale) is float):
+        return None
+    if not all(isinstance(t, FakeTensor) for t in (q, k, v)) or not _ready(mode, q, k, v):
+        return None
+    if not static._same_float(q, k, v) or q.device.type != "cpu" or not q.dim() == k.dim() == v.dim() == 4:
+        return None
+    if not _same_sizes(q.shape[:2], k.shape[:2]) or not _same_sizes(q.shape[:2], v.shape[:2]):
+        return None
+    e, ek, ev = q.shape[3], k.shape[3], v.shape[3]
+    if type(e) is not int or e != ek or e != ev or not _same(k.shape[2], v.shape[2]):
+        return None
+    if any(t.stride(-1) != 1 or type(t.stride(-1)) is not int for t in (q, k, v)):
+        return None
+    order = torch._C._get_sdp_priority_order()
+    flash, math_path = int(torch._C._SDPBackend.FLASH_ATTENTION), int(torch._C._SDPBackend.MATH)
+    if not torch._C._get_flash_sdp_enabled() or flash not in order:
+        return None
+    if math_path in order and order.index(math_path) < order.index(flash):
+        return None
+    strides = _elementwise_strides(q.shape, [q])
+    return None if strides is None else _new(mode, q, q.shape, strides)
+
+
+def _mean(mode, args, kwargs):
+    """`x.mean(dims, keepdim)` of a row-major float tensor over listed dimensions."""
+    bound = _bind(lambda input, dim=None, keepdim=False, *, dtype=None: (input, dim, keepdim, dtype), args, kwargs)
+    if bound is None:
+        return None
+    x, dim, keepdim, dtype = bound
+    if dtype is not None or type(keepdim) is not bool or not isinstance(x, FakeTensor):
+        return None
+    if not _ready(mode, x) or x.dtype not in _FLOATS or x.dim() == 0 or not _canonical(x):
+        return None
+    dims = (dim,) if type(dim) is int else dim
+    if not isinstance(dims, (tuple, list)) or not dims or not _static_ints(dims):
+        return None
+    n = x.dim()
+    if not all(-n <= d < n for d in dims):
+        return None
+    wrapped = {d % n for d in dims}
+    if len(wrapped) != len(dims):
+        return None
+    if keepdim:
+        sizes = tuple(1 if d in wrapped else s for d, s in enumerate(x.shape))
+    else:
+        sizes = tuple(s for d, s in enumerate(x.shape) if d not in wrapped)
+    return _fresh(mode, x, sizes)
+
+
+_CASTS = {"float": torch.float32, "double": torch.float64, "half": torch.float16, "bfloat16": torch.bfloat16}
+
+
+RULES = {
+    torch.tanh: _unary, "tanh": _unary, torch.sigmoid: _unary, "sigmoid": _unary,
+    torch.rsqrt: _unary, "rsqrt": _unary, torch.sqrt: _unary, "sqrt": _unary,
+    torch.exp: _unary, "exp": _unary, torch.cos: _unary, "cos": _unary, torch.sin: _unary, "sin": _unary,
+    torch.neg: _unary, operator.neg: _unary, "neg": _unary,
+    F.relu: _with_inplace, torch.relu: _unary, "relu": _unary,
+    F.silu: _with_inplace, F.hardswish: _with_inplace, F.hardsigmoid: _with_inplace,
+    F.gelu: _gelu, F.dropout: _dropout,
+    operator.add: _binary(), operator.sub: _binary(), operator.mul: _binary(),
+    operator.truediv: _binary(true_division=True),
+    torch.add: _binary(), torch.sub: _binary(), torch.mul: _binary(), torch.div: _binary(true_division=True),
+    "add": _binary(), "sub": _binary(), "mul": _binary(), "div": _binary(true_division=True),
+    operator.iadd: _binary(inplace=True), operator.isub: _binary(inplace=True),
+    operator.imul: _binary(inplace=True), operator.itruediv: _binary(true_division=True, inplace=True),
+    F.linear: _linear, torch.addmm: _addmm, torch.conv2d: _conv2d, F.conv2d: _conv2d,
+    F.batch_norm: _batch_norm, F.layer_norm: _layer_norm,
+    F.max_pool2d: _max_pool2d, F.adaptive_avg_pool2d: _adaptive_avg_pool2d,
+    F.softmax: _softmax, torch.softmax: _softmax, "softmax": _softmax,
+    "view": _reshaping(False), "reshape": _reshaping(True), "flatten": _flatten, torch.flatten: _flatten,
+    "transpose": _transpose, torch.transpose: _transpose, "permute": _permute, torch.permute: _permute,
+    "contiguous": _contiguous_method, "split": _split, torch.split: _split,
+    operator.pow: _pow, torch.pow: _pow, "pow": _pow, F.embedding: _embedding,
+    "unsqueeze": _unsqueeze, torch.unsqueeze: _unsqueeze,
+    torch.cat: _cat, operator.getitem: _getitem, torch.mean: _mean, "mean": _mean,
+    F.scaled_dot_product_attention: _sdpa,
+    "to": _cast(None), **{name: _cast(dtype) for name, dtype in _CASTS.items()},
+}
+
+
+_SYMBOLIC_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
+
+
+def all_static(args, kwargs) -> bool:
+    """Whether no argument holds a symbolic value: no SymInt/SymFloat/SymBool, and every
+    tensor's sizes, strides and offset ints (lists, tuples and dicts looked into)."""
+    def static(value) -> bool:
+        kind = type(value)
+        if kind is FakeTensor:
+            return (all(type(s) is int for s in value.shape) and all(type(s) is int for s in value.stride())
+                    and type(value.storage_offset()) is int)
+        if kind in (tuple, list):
+            return all(static(v) for v in value)
+        if kind is dict:
+            return all(static(v) for v in value.values())
+        return not isinstance(value, _SYMBOLIC_TYPES)
+    return all(static(a) for a in args) and all(static(v) for v in kwargs.values())
+
+
+def infer(mode: FakeTensorMode, target, args, kwargs):
+    """The fake result of `target(*args, **kwargs)` with symbolic sizes about, or None."""
+    try:
+        rule = RULES.get(target)
+    except TypeError:  # an unhashable callable
+        return None
+    if rule is None:
+        return None
+    return rule(mode, args, kwargs)

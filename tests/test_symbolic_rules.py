@@ -1,0 +1,200 @@
+"""Our shape rules for symbolic sizes (`dynamo_rs._symbolic_rules`) against FakeTensorMode.
+
+Each case makes fake inputs with symbolic sizes in a fresh ShapeEnv (row-major, transposed,
+sliced, and sizes derived by a strided convolution, which may be 1), runs one operation
+through `_capture.run_fake` — our rule where one answers — and, with `verify_meta_rules`
+on (conftest), the same call through FakeTensorMode: sizes and strides must be the same
+sympy expressions, and FakeTensorMode must not need a guard the rule did not record. The
+sweep also checks that the rules answer the row-major cases at all (a rule that always
+declined would pass the comparison).
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+import random
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
+
+from dynamo_rs import _capture, _meta_rules, _symbolic_rules
+
+SEEDS = pytest.mark.parametrize("seed", range(int(os.environ.get("DYNAMO_RS_META_SEEDS", "1"))))
+
+
+class Symbolic:
+    """A fresh ShapeEnv and fake mode marked symbolic, as a dynamic trace makes them."""
+
+    def __init__(self) -> None:
+        self.env = ShapeEnv()
+        self.mode = FakeTensorMode(shape_env=self.env)
+        self.mode.dynamo_rs_symbolic = True
+
+    def fake(self, *shape, dynamic=None, dtype=torch.float32):
+        """A fake of a random tensor of `shape`, the dimensions in `dynamic` (all but the
+        last by default) symbolic."""
+        dynamic = range(len(shape) - 1) if dynamic is None else dynamic
+        context = StatelessSymbolicContext(
+            dynamic_sizes=[DimDynamic.DYNAMIC if d in dynamic else DimDynamic.STATIC for d in range(len(shape))])
+        real = torch.randn(*shape).to(dtype) if dtype.is_floating_point else torch.randint(0, 5, shape)
+        return self.mode.from_tensor(real, symbolic_context=context)
+
+    def static(self, *shape, dtype=torch.float32):
+        return self.mode.from_tensor(torch.randn(*shape).to(dtype), static_shapes=True)
+
+    def run(self, target, *args, **kwargs):
+        """The operation through `run_fake` (rule, then verified against FakeTensorMode);
+        returns (result, whether a symbolic rule answered)."""
+        answered = _symbolic_rules.infer(self.mode, target, args, kwargs) is not None
+        return _capture.run_fake(self.mode, target, args, kwargs), answered
+
+    def under(self, fn):
+        """`fn()` through FakeTensorMode itself (to make layouts: views, derived sizes)."""
+        from torch._dispatch.python import enable_python_dispatcher
+
+        with self.mode, enable_python_dispatcher():
+            return fn()
+
+
+def test_rules_agree_on_row_major_inputs() -> None:
+    """Every rule on row-major inputs with symbolic batch and sequence sizes: answered, and
+    the same as FakeTensorMode (the verification raises otherwise)."""
+    s = Symbolic()
+    x = s.fake(3, 5, 8)
+    w, b = s.static(6, 8), s.static(6)
+    cases = [
+        (F.relu, (x,), {}), (torch.tanh, (x,), {}), ("neg", (x,), {}), (F.gelu, (x,), {}),
+        (F.dropout, (x,), {"p": 0.1, "training": False}), (operator.add, (x, x), {}),
+        (operator.mul, (x, 2.0), {}), (operator.truediv, (x, s.static(8)), {}),
+        (F.layer_norm, (x, (8,), s.static(8), s.static(8)), {}), (F.softmax, (x, -1), {}),
+        (F.linear, (x, w, b), {}), ("view", (x, x.shape[0], x.shape[1], 2, 4), {}),
+        ("view", (x, -1, 8), {}), ("reshape", (x, x.shape[0], -1), {}), ("transpose", (x, 0, 1), {}),
+        ("permute", (x, 2, 0, 1), {}), ("contiguous", (x,), {}), ("split", (x, 3, 2), {}),
+        (operator.pow, (x, 2.0), {}), ("unsqueeze", (x, 1), {}), (torch.cat, ([x, x], 1), {}),
+        (operator.getitem, (x, (Ellipsis, slice(None, 4))), {}), ("float", (x,), {}),
+        ("to", (x, torch.float64), {}), ("mean", (x, -1), {"keepdim": True}),
+        (F.embedding, (s.fake(3, 5, dynamic=(0, 1), dtype=torch.int64), s.static(10, 8)), {}),
+        (torch.addmm, (b, s.fake(7, 8), s.static(8, 6)), {}),
+    ]
+    for target, args, kwargs in cases:
+        _, answered = s.run(target, *args, **kwargs)
+        assert answered, target
+    assert not _meta_rules.mismatches
+
+
+def test_images_through_convolutions() -> None:
+    """A resnet stem and block with a symbolic batch and image size: the strided
+    convolution's output size may be 1, so the first batch norm after it records that it is
+    not (as torch's own decomposition does), and everything after is answered by rules."""
+    s = Symbolic()
+    x = s.fake(2, 3, 32, 32, dynamic=(0, 2, 3))
+    conv1, conv2 = s.static(8, 3, 7, 7), s.static(8, 8, 3, 3)
+    stats = [s.static(8) for _ in range(4)]
+    y, answered = s.run(F.conv2d, x, conv1, None, 2, 3)
+    assert answered
+    guards = len(s.env.guards)
+    y, answered = s.run(F.batch_norm, y, *stats[:2], *stats[2:], False)
+    assert answered and len(s.env.guards) > guards  # `Ne(size, 1)` recorded by the rule
+    y, _ = s.run(F.relu, y, inplace=True)
+    y, answered = s.run(F.max_pool2d, y, 3, 2, 1)
+    assert answered
+    z, _ = s.run(F.conv2d, y, conv2, None, 1, 1)
+    z, _ = s.run(F.batch_norm, z, *stats[:2], *stats[2:], False)
+    z, answered = s.run(operator.iadd, z, y)
+    assert answered
+    pooled, answered = s.run(F.adaptive_avg_pool2d, z, 1)
+    assert answered
+    flat, answered = s.run("flatten", pooled, 1)
+    assert answered
+    assert not _meta_rules.mismatches
+
+
+def test_attention_layouts() -> None:
+    """GPT-2's and Llama's layouts: heads split out of a slice of a fused projection,
+    transposed, halves of the head dimension rotated, an empty cache concatenated."""
+    s = Symbolic()
+    qkv = s.fake(2, 6, 48)
+    q, k, v = s.run("split", qkv, 16, 2)[0]
+    heads, answered = s.run("view", q, q.shape[0], q.shape[1], 4, 4)
+    assert answered
+    heads, _ = s.run("transpose", heads, 1, 2)
+    first, answered = s.run(operator.getitem, heads, (Ellipsis, slice(None, 2)))
+    second, _ = s.run(operator.getitem, heads, (Ellipsis, slice(2, None)))
+    assert answered
+    rotated, answered = s.run(torch.cat, [s.run("neg", second)[0], first], -1)
+    assert answered
+    cos = s.under(lambda: torch.empty(1, 1, heads.shape[2], 4))
+    mixed, answered = s.run(operator.mul, heads, cos)
+    assert answered
+    summed, answered = s.run(operator.add, mixed, rotated)
+    assert answered
+    cache = s.static(0)
+    s.run(torch.cat, [cache, summed], -2)
+    merged, _ = s.run("transpose", summed, 1, 2)
+    s.run("reshape", merged, merged.shape[0], merged.shape[1], -1)
+    assert not _meta_rules.mismatches
+
+
+UNARY = [F.relu, torch.tanh, torch.sigmoid, "neg", torch.exp, F.silu]
+BINARY = [operator.add, operator.sub, operator.mul, operator.truediv]
+
+
+def _layout(s: Symbolic, rng: random.Random, shape, dynamic):
+    """A fake of `shape` (symbolic in `dynamic`) row-major, transposed or sliced."""
+    kind = rng.choice(["row-major", "row-major", "transposed", "sliced"])
+    if kind == "transposed" and len(shape) > 1:
+        a, b = rng.sample(range(len(shape)), 2)
+        swapped = list(shape)
+        swapped[a], swapped[b] = swapped[b], swapped[a]
+        moved = [b if d == a else a if d == b else d for d in dynamic]
+        return s.under(lambda: s.fake(*swapped, dynamic=moved).transpose(a, b))
+    if kind == "sliced":
+        wide = list(shape)
+        wide[-1] *= 2
+        return s.under(lambda: s.fake(*wide, dynamic=dynamic)[..., :shape[-1]])
+    return s.fake(*shape, dynamic=dynamic)
+
+
+@SEEDS
+def test_random_elementwise_and_views(seed) -> None:
+    """Random layouts (row-major, transposed, sliced) and broadcasts through the elementwise
+    and view rules; every answer verified against FakeTensorMode."""
+    rng = random.Random(7000 + seed)
+    answered_any = 0
+    for _ in range(60):
+        s = Symbolic()
+        ndim = rng.randint(1, 4)
+        shape = [rng.randint(2, 5) for _ in range(ndim)]
+        dynamic = [d for d in range(ndim) if rng.random() < 0.6]
+        x = _layout(s, rng, shape, dynamic)
+        choice = rng.random()
+        if choice < 0.3:
+            answered_any += s.run(rng.choice(UNARY), x)[1]
+        elif choice < 0.7:
+            if rng.random() < 0.5:
+                other = rng.choice([2.0, 3, -1.5])
+            else:
+                other = s.under(lambda: torch.empty([1 if rng.random() < 0.4 else x.shape[d]
+                                                     for d in range(rng.randint(0, ndim) and ndim)] or [1]))
+            answered_any += s.run(rng.choice(BINARY), x, other)[1]
+        elif choice < 0.85:
+            d0, d1 = rng.randrange(ndim), rng.randrange(ndim)
+            answered_any += s.run("transpose", x, d0, d1)[1]
+        else:
+            answered_any += s.run("reshape", x, -1)[1]
+    assert answered_any > 10
+    assert not _meta_rules.mismatches
+
+
+def test_a_size_that_is_not_known_to_be_other_than_one_is_left_to_torch() -> None:
+    """Right after a strided convolution nothing is known of its output size: elementwise
+    rules (whose answer would differ for a size of 1) leave it to FakeTensorMode."""
+    s = Symbolic()
+    x = s.fake(2, 3, 16, 16, dynamic=(0, 2, 3))
+    y = s.under(lambda: F.conv2d(x, torch.empty(4, 3, 3, 3), stride=2))
+    assert _symbolic_rules.infer(s.mode, F.relu, (y,), {}) is None
+    assert _symbolic_rules.infer(s.mode, "view", (y, -1), {}) is None
