@@ -123,6 +123,24 @@ def table(results: dict) -> str:
                              f"{us('torch.compile', key='torch.compile_us')} | {r['ratio']:.1f}×{flag} |")
         lines.append("")
         lines.append("⚠ = dynamo-rs is slower than TorchDynamo here.")
+    dynamic = results["sections"].get("dynamic")
+    if dynamic:
+        when = f" — measured {dynamic['date']}" if dynamic.get("date") else ""
+        lines += ["", f"Dynamic shapes (`dynamic=True`): capture with a cold fake-tensor cache, and per call on "
+                  f"another size than the one compiled (no-op backend){when}:", "",
+                  "| model | dynamo-rs capture | TorchDynamo capture | speed-up | graphs | dynamo-rs per call | "
+                  "TorchDynamo per call | ratio |", "|---|---|---|---|---|---|---|---|"]
+        for name, r in dynamic["models"].items():
+            speedup = r["speedup"]
+            flag = " ⚠" if not speedup or speedup < 10 else ""
+            graphs = "/".join(str(g) for g in r["graphs"])
+            lines.append(
+                f"| {name} | {r['capture_s']['dynamo_rs']*1e3:.0f} ms | {r['capture_s']['torch.compile']*1e3:.0f} ms | "
+                f"{f'**{speedup:.1f}×**' if speedup else 'below noise'}{flag} | {graphs} | "
+                f"{r['per_call_us']['dynamo_rs']:.1f} µs | {r['per_call_us']['torch.compile']:.1f} µs | "
+                f"{r['per_call_ratio']:.1f}× |")
+        lines.append("")
+        lines.append("⚠ = below the 10× target (capture time is the first call minus an eager call).")
     scaling = results["sections"].get("scaling")
     if scaling:
         lines += ["", "Scaling (first call with `backend=CompileCounter`, medians [min–max] of 3 runs; "
