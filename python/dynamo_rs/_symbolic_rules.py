@@ -58,6 +58,36 @@ def _same_sizes(a, b) -> bool:
     return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
 
 
+def _simple(size) -> bool:
+    """A static size, or a product of symbols and numbers (no floor division, remainder,
+    sum): sizes torch reshapes without guards."""
+    if type(size) is int:
+        return True
+    for factor in sympy.Mul.make_args(_expr(size)):
+        base, exponent = factor.as_base_exp()
+        if not (base.is_Symbol or base.is_Integer) or not exponent.is_Integer:
+            return False
+    return True
+
+
+def _tame(size) -> bool:
+    """A size whose expression torch's meta functions reason about without guards of their
+    own: static, or sums and products of symbols with at most one level of floor division by
+    a number (a convolution's or pooling's output, `(s - 1)//2 + 1`). Window partitions and
+    paddings (`(s + Mod(7 - Mod(s, 7), 7))//7`, divisions of divisions) are left to
+    FakeTensorMode, which records what its reshapes of them need."""
+    if type(size) is int:
+        return True
+    expr = _expr(size)
+    if expr.has(sympy.Mod, sympy.Max, sympy.Min) or any(f.has(sympy.Mod) for f in expr.atoms(FloorDiv)):
+        return False
+    for division in expr.atoms(FloorDiv):
+        numerator, divisor = division.args
+        if not divisor.is_Integer or numerator.atoms(FloorDiv):
+            return False
+    return True
+
+
 def _is_one(size) -> bool:
     return type(size) is int and size == 1
 
@@ -100,7 +130,7 @@ def _size_ok(size, maybe_one: bool) -> bool:
     through a rule that records that guard itself (`_settle`)."""
     if type(size) is int:
         return size > 0
-    if type(size) is not _SymInt or free_unbacked_symbols(size):
+    if type(size) is not _SymInt or free_unbacked_symbols(size) or not _tame(size):
         return False
     return maybe_one or _known_not_one(size)
 
@@ -132,10 +162,14 @@ def _settle(t: FakeTensor) -> bool:
     record when they broadcast it), or returns False when one is 1 now (the rule then
     declines, before recording anything)."""
     unknown = [s for s in t.shape if type(s) is _SymInt and not _known_not_one(s)]
-    if any(s.node.hint is None or s.node.hint == 1 for s in unknown):
+    if any(s.node.hint is None or s.node.hint in (0, 1) for s in unknown):
         return False
     for s in unknown:
-        if not bool(s != 1):  # records the guard `Ne(s, 1)`; true by the hint
+        # Records `Ne(s, 1)` and, unless known, `Ne(s, 0)` (torch checks the element count
+        # is not 0); both true by the hint.
+        if not bool(s != 1):
+            return False
+        if not _known(s.node.shape_env, sympy.Ne(s.node.expr, 0)) and not bool(s != 0):
             return False
     return True
 
@@ -152,6 +186,14 @@ def implied_by_sizes(env, guard) -> bool:
     1 (torch records it for the ambiguous strides of a block of dimensions after a rule
     recorded `Ne(size, 1)` for each), and `P >= 2` for a product of sizes each known to be
     at least 1, one of them known not to be 1 (an element count). See `_meta_rules.check`."""
+    if isinstance(guard, sympy.Ne) and guard.rhs == 0:
+        # An element count is not 0 when no factor is (after taking common factors out:
+        # `(h - 1)*(32*h - 32)` is `32*(h - 1)**2`).
+        for factor in sympy.Mul.make_args(sympy.factor_terms(guard.lhs)):
+            base, exponent = factor.as_base_exp()
+            if not (exponent.is_Integer and exponent > 0) or not _known(env, sympy.Ne(base, 0)):
+                return False
+        return True
     if isinstance(guard, sympy.Ne) and guard.rhs == 1:
         product, need = guard.lhs, "not one"
     elif isinstance(guard, (sympy.Ge, sympy.Gt)) and guard.rhs == (2 if isinstance(guard, sympy.Ge) else 1):
@@ -519,6 +561,14 @@ def _max_pool2d(mode, args, kwargs):
     spatial = [_conv_size(x.shape[2 + i], kernel[i], stride[i], padding[i], dilation[i]) for i in range(2)]
     if any(type(s) is int and s < 1 for s in spatial):
         return None
+    # torch checks each output size is at least 1 (recording the guard where that is not
+    # known): so does the rule, declining where it does not hold now.
+    unknown = [s for s in spatial if type(s) is _SymInt and not _known(s.node.shape_env, sympy.Ge(s.node.expr, 1))]
+    if any(s.node.hint is None or s.node.hint < 1 for s in unknown):
+        return None
+    for s in unknown:
+        if not bool(s >= 1):
+            return None
     return _fresh(mode, x, (*x.shape[:2], *spatial))
 
 
@@ -546,6 +596,10 @@ def _linear(mode, args, kwargs):
     if not _ready(mode, *tensors) or not static._same_float(*tensors):
         return None
     if x.dim() < 1 or w.dim() != 2 or not _static_ints(w.shape) or not _same(x.shape[-1], w.shape[1]):
+        return None
+    # torch folds the leading dimensions into one and unfolds them again; on sizes that are
+    # floor divisions and remainders (windows, padded images) that takes guards of its own.
+    if x.dim() > 3 or not all(_simple(size) for size in x.shape):
         return None
     if b is not None and tuple(b.shape) != (w.shape[0],):
         return None
@@ -628,6 +682,8 @@ def _reshaping(copy_allowed: bool):
             sizes[free[0]] = inferred
         if _same_sizes(sizes, x.shape):
             return _view(mode, x, x.shape, x.stride())
+        if not _same(_numel(sizes), numel):
+            return None  # torch would check the element counts agree: a guard
         if _canonical(x) and not any(_is_one(t) for t in sizes):
             return _view(mode, x, tuple(sizes), _row_major(sizes), 0)
         prefix = 0
