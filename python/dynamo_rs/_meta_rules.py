@@ -124,6 +124,43 @@ def _bind(signature, args, kwargs):
         return None
 
 
+# The parameters of the operations the rules answer, as torch declares them (shared with
+# `_symbolic_rules`): each binds a call's arguments and returns the ones a rule reads.
+SIGNATURES = {
+    "with_inplace": lambda input, inplace=False: (input, inplace),
+    "gelu": lambda input, approximate="none": (input, approximate),
+    "dropout": lambda input, p=0.5, training=True, inplace=False: (input, p, training, inplace),
+    "batch_norm": (
+        lambda input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5:
+        (input, running_mean, running_var, weight, bias, training)),
+    "layer_norm": (
+        lambda input, normalized_shape, weight=None, bias=None, eps=1e-5:
+        (input, normalized_shape, weight, bias)),
+    "softmax": lambda input, dim, _stacklevel=3, dtype=None: (input, dim, dtype),
+    "conv2d": (
+        lambda input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1:
+        (input, weight, bias, stride, padding, dilation, groups)),
+    "max_pool2d": (
+        lambda input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False:
+        (input, kernel_size, stride, padding, dilation, ceil_mode, return_indices)),
+    "adaptive_pool": lambda input, output_size: (input, output_size),
+    "linear": lambda input, weight, bias=None: (input, weight, bias),
+    "addmm": lambda input, mat1, mat2, *, beta=1, alpha=1: (input, mat1, mat2, beta, alpha),
+    "split": lambda tensor, split_size_or_sections, dim=0: (tensor, split_size_or_sections, dim),
+    "embedding": (
+        lambda input, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False, sparse=False:
+        (input, weight, max_norm, sparse)),
+    "unsqueeze": lambda input, dim: (input, dim),
+    "flatten": lambda input, start_dim=0, end_dim=-1: (input, start_dim, end_dim),
+    "transpose": lambda input, dim0, dim1: (input, dim0, dim1),
+    "cat": lambda tensors, dim=0: (tensors, dim),
+    "sdpa": (
+        lambda query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, *, enable_gqa=False:
+        (query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)),
+    "mean": lambda input, dim=None, keepdim=False, *, dtype=None: (input, dim, keepdim, dtype),
+}
+
+
 def _float_unary(mode, x, inplace=False):
     if not _ready(mode, x) or x.dtype not in _FLOATS:
         return None
@@ -143,7 +180,7 @@ def _unary(mode, args, kwargs):
 
 def _with_inplace(mode, args, kwargs):
     """relu / silu / hardswish / hardsigmoid (input, inplace=False)."""
-    bound = _bind(lambda input, inplace=False: (input, inplace), args, kwargs)
+    bound = _bind(SIGNATURES["with_inplace"], args, kwargs)
     if bound is None:
         return None
     x, inplace = bound
@@ -163,7 +200,7 @@ def _leaky_relu(mode, args, kwargs):
 
 
 def _gelu(mode, args, kwargs):
-    bound = _bind(lambda input, approximate="none": (input, approximate), args, kwargs)
+    bound = _bind(SIGNATURES["gelu"], args, kwargs)
     if bound is None:
         return None
     x, approximate = bound
@@ -212,15 +249,12 @@ def _clamp(mode, args, kwargs):
 
 def _relu6(mode, args, kwargs):
     """relu6(input, inplace=False): hardtanh(input, 0, 6, inplace)."""
-    bound = _bind(lambda input, inplace=False: (input, inplace), args, kwargs)
+    bound = _bind(SIGNATURES["with_inplace"], args, kwargs)
     return None if bound is None else _hardtanh(mode, (bound[0], 0.0, 6.0, bound[1]), {})
 
 
 def _dropout(mode, args, kwargs):
-    bound = _bind(
-        lambda input, p=0.5, training=True, inplace=False:
-        (input, p, training, inplace),
-        args, kwargs)
+    bound = _bind(SIGNATURES["dropout"], args, kwargs)
     if bound is None:
         return None
     x, p, training, inplace = bound
@@ -283,7 +317,7 @@ def _contiguous(mode, x, sizes):
 
 
 def _linear(mode, args, kwargs):
-    bound = _bind(lambda input, weight, bias=None: (input, weight, bias), args, kwargs)
+    bound = _bind(SIGNATURES["linear"], args, kwargs)
     if bound is None:
         return None
     x, w, b = bound
@@ -298,10 +332,7 @@ def _linear(mode, args, kwargs):
 
 
 def _addmm(mode, args, kwargs):
-    bound = _bind(
-        lambda input, mat1, mat2, *, beta=1, alpha=1:
-        (input, mat1, mat2, beta, alpha),
-        args, kwargs)
+    bound = _bind(SIGNATURES["addmm"], args, kwargs)
     if bound is None:
         return None
     b, m1, m2, beta, alpha = bound
@@ -353,7 +384,7 @@ def _bmm(mode, args, kwargs):
 
 def _softmax(mode, args, kwargs):
     """softmax over a dimension of a contiguous float tensor, no dtype: same layout."""
-    bound = _bind(lambda input, dim, _stacklevel=3, dtype=None: (input, dim, dtype), args, kwargs)
+    bound = _bind(SIGNATURES["softmax"], args, kwargs)
     if bound is None:
         return None
     x, dim, dtype = bound
@@ -375,10 +406,7 @@ def _pair(value, n):
 
 
 def _conv2d(mode, args, kwargs):
-    bound = _bind(
-        lambda input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1:
-        (input, weight, bias, stride, padding, dilation, groups),
-        args, kwargs)
+    bound = _bind(SIGNATURES["conv2d"], args, kwargs)
     if bound is None:
         return None
     x, w, b, stride, padding, dilation, groups = bound
@@ -409,10 +437,7 @@ def _conv2d(mode, args, kwargs):
 
 
 def _batch_norm(mode, args, kwargs):
-    bound = _bind(
-        lambda input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5:
-        (input, running_mean, running_var, weight, bias, training),
-        args, kwargs)
+    bound = _bind(SIGNATURES["batch_norm"], args, kwargs)
     if bound is None:
         return None
     x, mean, var, w, b, training = bound
@@ -440,10 +465,7 @@ def _batch_norm(mode, args, kwargs):
 
 
 def _layer_norm(mode, args, kwargs):
-    bound = _bind(
-        lambda input, normalized_shape, weight=None, bias=None, eps=1e-5:
-        (input, normalized_shape, weight, bias),
-        args, kwargs)
+    bound = _bind(SIGNATURES["layer_norm"], args, kwargs)
     if bound is None:
         return None
     x, shape, w, b = bound
@@ -464,10 +486,7 @@ def _layer_norm(mode, args, kwargs):
 
 
 def _embedding(mode, args, kwargs):
-    bound = _bind(
-        lambda input, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False, sparse=False:
-        (input, weight, max_norm, sparse),
-        args, kwargs)
+    bound = _bind(SIGNATURES["embedding"], args, kwargs)
     if bound is None:
         return None
     idx, w, max_norm, sparse = bound
@@ -480,7 +499,7 @@ def _embedding(mode, args, kwargs):
 
 
 def _cat(mode, args, kwargs):
-    bound = _bind(lambda tensors, dim=0: (tensors, dim), args, kwargs)
+    bound = _bind(SIGNATURES["cat"], args, kwargs)
     if bound is None:
         return None
     tensors, dim = bound
@@ -511,7 +530,7 @@ def _cat(mode, args, kwargs):
 
 
 def _adaptive_avg_pool2d(mode, args, kwargs):
-    bound = _bind(lambda input, output_size: (input, output_size), args, kwargs)
+    bound = _bind(SIGNATURES["adaptive_pool"], args, kwargs)
     if bound is None:
         return None
     x, size = bound
@@ -595,10 +614,7 @@ def _interpolate(mode, args, kwargs):
 
 
 def _max_pool2d(mode, args, kwargs):
-    bound = _bind(
-        lambda input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False:
-        (input, kernel_size, stride, padding, dilation, ceil_mode, return_indices),
-        args, kwargs)
+    bound = _bind(SIGNATURES["max_pool2d"], args, kwargs)
     if bound is None:
         return None
     x, kernel, stride, padding, dilation, ceil_mode, return_indices = bound
@@ -726,10 +742,7 @@ def _sdpa(mode, args, kwargs):
       both agree.
     Dropout, grouped-query attention and everything else (3-d inputs, laid out like the query
     by another route, among them) are FakeTensorMode's."""
-    bound = _bind(
-        lambda query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, *, enable_gqa=False:
-        (query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa),
-        args, kwargs)
+    bound = _bind(SIGNATURES["sdpa"], args, kwargs)
     if bound is None:
         return None
     q, k, v, mask, dropout_p, is_causal, scale, enable_gqa = bound
@@ -914,7 +927,7 @@ def _sized_view(layout_of):
 
 
 def _transpose(mode, args, kwargs):
-    bound = _bind(lambda input, dim0, dim1: (input, dim0, dim1), args, kwargs)
+    bound = _bind(SIGNATURES["transpose"], args, kwargs)
     if bound is None:
         return None
     x, d0, d1 = bound
@@ -929,7 +942,7 @@ def _transpose(mode, args, kwargs):
 
 
 def _unsqueeze(mode, args, kwargs):
-    bound = _bind(lambda input, dim: (input, dim), args, kwargs)
+    bound = _bind(SIGNATURES["unsqueeze"], args, kwargs)
     if bound is None:
         return None
     x, dim = bound
@@ -940,7 +953,7 @@ def _unsqueeze(mode, args, kwargs):
 
 
 def _flatten(mode, args, kwargs):
-    bound = _bind(lambda input, start_dim=0, end_dim=-1: (input, start_dim, end_dim), args, kwargs)
+    bound = _bind(SIGNATURES["flatten"], args, kwargs)
     if bound is None:
         return None
     x, start, end = bound
@@ -1067,10 +1080,7 @@ def _take_rows(mode, x, index):
 
 
 def _split(mode, args, kwargs):
-    bound = _bind(
-        lambda tensor, split_size_or_sections, dim=0:
-        (tensor, split_size_or_sections, dim),
-        args, kwargs)
+    bound = _bind(SIGNATURES["split"], args, kwargs)
     if bound is None:
         return None
     x, split, dim = bound
@@ -1168,10 +1178,7 @@ def _cast(dtype_of_method):
 
 
 def _mean(mode, args, kwargs):
-    bound = _bind(
-        lambda input, dim=None, keepdim=False, *, dtype=None:
-        (input, dim, keepdim, dtype),
-        args, kwargs)
+    bound = _bind(SIGNATURES["mean"], args, kwargs)
     if bound is None:
         return None
     x, dim, keepdim, dtype = bound

@@ -38,7 +38,7 @@ from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 from torch.utils._sympy.functions import FloorDiv
 
 from dynamo_rs import _meta_rules as static
-from dynamo_rs._meta_rules import _bind, _FLOATS, _has_mkldnn, _new, _NUMBERS, _plain_context, _tensor_layout, _view
+from dynamo_rs._meta_rules import SIGNATURES, _bind, _FLOATS, _has_mkldnn, _new, _NUMBERS, _plain_context, _tensor_layout, _view
 
 _SymInt = torch.SymInt
 
@@ -356,21 +356,21 @@ def _unary(mode, args, kwargs):
 
 
 def _with_inplace(mode, args, kwargs):
-    bound = _bind(lambda input, inplace=False: (input, inplace), args, kwargs)
+    bound = _bind(SIGNATURES["with_inplace"], args, kwargs)
     if bound is None or type(bound[1]) is not bool:
         return None
     return _float_unary(mode, *bound)
 
 
 def _gelu(mode, args, kwargs):
-    bound = _bind(lambda input, approximate="none": (input, approximate), args, kwargs)
+    bound = _bind(SIGNATURES["gelu"], args, kwargs)
     if bound is None or bound[1] not in ("none", "tanh"):
         return None
     return _float_unary(mode, bound[0])
 
 
 def _dropout(mode, args, kwargs):
-    bound = _bind(lambda input, p=0.5, training=True, inplace=False: (input, p, training, inplace), args, kwargs)
+    bound = _bind(SIGNATURES["dropout"], args, kwargs)
     if bound is None:
         return None
     x, p, training, inplace = bound
@@ -433,10 +433,7 @@ def _binary(true_division: bool = False, inplace: bool = False):
 
 def _batch_norm(mode, args, kwargs):
     """Inference batch norm (running statistics given): the input's sizes, row-major."""
-    bound = _bind(
-        lambda input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5:
-        (input, running_mean, running_var, weight, bias, training),
-        args, kwargs)
+    bound = _bind(SIGNATURES["batch_norm"], args, kwargs)
     if bound is None:
         return None
     x, mean, var, w, b, training = bound
@@ -456,10 +453,7 @@ def _batch_norm(mode, args, kwargs):
 
 
 def _layer_norm(mode, args, kwargs):
-    bound = _bind(
-        lambda input, normalized_shape, weight=None, bias=None, eps=1e-5:
-        (input, normalized_shape, weight, bias),
-        args, kwargs)
+    bound = _bind(SIGNATURES["layer_norm"], args, kwargs)
     if bound is None:
         return None
     x, shape, w, b = bound
@@ -478,7 +472,7 @@ def _layer_norm(mode, args, kwargs):
 
 
 def _softmax(mode, args, kwargs):
-    bound = _bind(lambda input, dim, _stacklevel=3, dtype=None: (input, dim, dtype), args, kwargs)
+    bound = _bind(SIGNATURES["softmax"], args, kwargs)
     if bound is None:
         return None
     x, dim, dtype = bound
@@ -498,10 +492,7 @@ def _conv_size(size, kernel, stride, padding, dilation):
 def _conv2d(mode, args, kwargs):
     """2-d convolution of a row-major image (symbolic batch and spatial sizes, static channels)
     with a static row-major weight, on the row-major path."""
-    bound = _bind(
-        lambda input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1:
-        (input, weight, bias, stride, padding, dilation, groups),
-        args, kwargs)
+    bound = _bind(SIGNATURES["conv2d"], args, kwargs)
     if bound is None:
         return None
     x, w, b, stride, padding, dilation, groups = bound
@@ -538,10 +529,7 @@ def _conv2d(mode, args, kwargs):
 
 
 def _max_pool2d(mode, args, kwargs):
-    bound = _bind(
-        lambda input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False:
-        (input, kernel_size, stride, padding, dilation, ceil_mode, return_indices),
-        args, kwargs)
+    bound = _bind(SIGNATURES["max_pool2d"], args, kwargs)
     if bound is None:
         return None
     x, kernel, stride, padding, dilation, ceil_mode, return_indices = bound
@@ -573,7 +561,7 @@ def _max_pool2d(mode, args, kwargs):
 
 
 def _adaptive_avg_pool2d(mode, args, kwargs):
-    bound = _bind(lambda input, output_size: (input, output_size), args, kwargs)
+    bound = _bind(SIGNATURES["adaptive_pool"], args, kwargs)
     if bound is None:
         return None
     x, size = bound
@@ -588,7 +576,7 @@ def _adaptive_avg_pool2d(mode, args, kwargs):
 
 
 def _linear(mode, args, kwargs):
-    bound = _bind(lambda input, weight, bias=None: (input, weight, bias), args, kwargs)
+    bound = _bind(SIGNATURES["linear"], args, kwargs)
     if bound is None:
         return None
     x, w, b = bound
@@ -610,7 +598,7 @@ def _linear(mode, args, kwargs):
 
 def _addmm(mode, args, kwargs):
     """`addmm(bias, m1, m2)` with a row-major `m1` of symbolic rows and a static `m2`."""
-    bound = _bind(lambda input, mat1, mat2, *, beta=1, alpha=1: (input, mat1, mat2, beta, alpha), args, kwargs)
+    bound = _bind(SIGNATURES["addmm"], args, kwargs)
     if bound is None:
         return None
     b, m1, m2, beta, alpha = bound
@@ -720,7 +708,7 @@ def _contiguous_method(mode, args, kwargs):
 def _split(mode, args, kwargs):
     """`x.split(n, dim)` along a dimension of static size at a static stride: views at
     static offsets."""
-    bound = _bind(lambda tensor, split_size_or_sections, dim=0: (tensor, split_size_or_sections, dim), args, kwargs)
+    bound = _bind(SIGNATURES["split"], args, kwargs)
     if bound is None:
         return None
     x, split, dim = bound
@@ -747,10 +735,7 @@ def _pow(mode, args, kwargs):
 
 
 def _embedding(mode, args, kwargs):
-    bound = _bind(
-        lambda input, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False, sparse=False:
-        (input, weight, max_norm, sparse),
-        args, kwargs)
+    bound = _bind(SIGNATURES["embedding"], args, kwargs)
     if bound is None:
         return None
     idx, w, max_norm, sparse = bound
@@ -765,7 +750,7 @@ def _embedding(mode, args, kwargs):
 
 def _unsqueeze(mode, args, kwargs):
     """`x.unsqueeze(d)` of a row-major tensor: a row-major view."""
-    bound = _bind(lambda input, dim: (input, dim), args, kwargs)
+    bound = _bind(SIGNATURES["unsqueeze"], args, kwargs)
     if bound is None:
         return None
     x, dim = bound
@@ -779,7 +764,7 @@ def _unsqueeze(mode, args, kwargs):
 
 
 def _flatten(mode, args, kwargs):
-    bound = _bind(lambda input, start_dim=0, end_dim=-1: (input, start_dim, end_dim), args, kwargs)
+    bound = _bind(SIGNATURES["flatten"], args, kwargs)
     if bound is None:
         return None
     x, start, end = bound
@@ -795,7 +780,7 @@ def _flatten(mode, args, kwargs):
 
 def _transpose(mode, args, kwargs):
     """A transpose of any layout: the sizes and strides swapped (the same SymInts)."""
-    bound = _bind(lambda input, dim0, dim1: (input, dim0, dim1), args, kwargs)
+    bound = _bind(SIGNATURES["transpose"], args, kwargs)
     if bound is None:
         return None
     x, d0, d1 = bound
@@ -841,7 +826,7 @@ def _cat(mode, args, kwargs):
     """`torch.cat` of tensors of one float dtype and rank, equal (by structure) but for the
     joined dimension, none suggesting channels-last: a row-major result. One-dimensional
     empty tensors are skipped, as torch does (an empty cache concatenated with new keys)."""
-    bound = _bind(lambda tensors, dim=0: (tensors, dim), args, kwargs)
+    bound = _bind(SIGNATURES["cat"], args, kwargs)
     if bound is None:
         return None
     tensors, dim = bound
@@ -949,10 +934,7 @@ def _sdpa(mode, args, kwargs):
     """`scaled_dot_product_attention` on torch's CPU flash path (4-d, no mask, no dropout,
     no grouped heads, equal static head sizes, unit-stride last dimensions, flash enabled and
     ranked before math): laid out like `empty_like(query)`."""
-    bound = _bind(
-        lambda query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, *, enable_gqa=False:
-        (query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa),
-        args, kwargs)
+    bound = _bind(SIGNATURES["sdpa"], args, kwargs)
     if bound is None:
         return None
     q, k, v, mask, dropout_p, is_causal, scale, enable_gqa = bound
@@ -983,7 +965,7 @@ def _sdpa(mode, args, kwargs):
 
 def _mean(mode, args, kwargs):
     """`x.mean(dims, keepdim)` of a row-major float tensor over listed dimensions."""
-    bound = _bind(lambda input, dim=None, keepdim=False, *, dtype=None: (input, dim, keepdim, dtype), args, kwargs)
+    bound = _bind(SIGNATURES["mean"], args, kwargs)
     if bound is None:
         return None
     x, dim, keepdim, dtype = bound
