@@ -198,3 +198,28 @@ def test_a_size_that_is_not_known_to_be_other_than_one_is_left_to_torch() -> Non
     y = s.under(lambda: F.conv2d(x, torch.empty(4, 3, 3, 3), stride=2))
     assert _symbolic_rules.infer(s.mode, F.relu, (y,), {}) is None
     assert _symbolic_rules.infer(s.mode, "view", (y, -1), {}) is None
+
+
+def test_sizes_torch_reshapes_with_guards_of_its_own_are_left_to_it() -> None:
+    """Families met in timm and torchvision under `dynamic=True`, where torch's view or
+    reshape divides sizes (tokens back into an image), pads to a window multiple (`Mod`),
+    pads "same" (`Max`) or takes a square root of a size: the rules decline or agree, and
+    FakeTensorMode records nothing the rule did not (the verification raises otherwise)."""
+    s = Symbolic()
+    image = s.fake(1, 8, 16, 16, dynamic=(2, 3))
+    features = s.under(lambda: F.conv2d(image, torch.empty(8, 8, 3, 3), stride=2, padding=1))
+    h, w = features.shape[2], features.shape[3]
+    tokens = s.under(lambda: features.flatten(2).transpose(1, 2))          # (1, h*w, 8)
+    s.run("reshape", tokens, 1, h, w, 8)                                  # tokens -> image
+    s.run("view", s.under(lambda: tokens.contiguous()), 1, h, w, 8)
+    windowed = s.under(lambda: F.pad(features, (0, (7 - w % 7) % 7, 0, (7 - h % 7) % 7)))
+    hp, wp = windowed.shape[2], windowed.shape[3]
+    assert not _symbolic_rules._tame(hp)
+    s.run("view", windowed, 1, 8, hp // 7, 7, wp // 7, 7)
+    s.run(F.relu, windowed)
+    same = s.under(lambda: F.pad(image, (0, max(0, 2 - image.shape[3] % 2), 0, max(0, 2 - image.shape[2] % 2))))
+    stats = [s.static(8) for _ in range(4)]
+    s.run(F.batch_norm, same, *stats[:2], *stats[2:], False)
+    side = s.under(lambda: torch.sym_int(torch.sym_sqrt(tokens.shape[1])))
+    s.run("reshape", s.under(lambda: tokens.contiguous()), 1, side, side, 8)
+    assert not _meta_rules.mismatches

@@ -72,20 +72,27 @@ def _simple(size) -> bool:
 
 def _tame(size) -> bool:
     """A size whose expression torch's meta functions reason about without guards of their
-    own: static, or sums and products of symbols with at most one level of floor division by
-    a number (a convolution's or pooling's output, `(s - 1)//2 + 1`). Window partitions and
-    paddings (`(s + Mod(7 - Mod(s, 7), 7))//7`, divisions of divisions) are left to
-    FakeTensorMode, which records what its reshapes of them need."""
+    own: static, or sums and products (integer powers) of symbols and numbers with at most
+    one level of floor division by a number (a convolution's or pooling's output,
+    `(s - 1)//2 + 1`). Anything else — window partitions and paddings (`Mod`, divisions of
+    divisions), `Max` of a "same" padding, square roots of sizes — is left to FakeTensorMode,
+    which records what its reshapes of them need."""
     if type(size) is int:
         return True
-    expr = _expr(size)
-    if expr.has(sympy.Mod, sympy.Max, sympy.Min) or any(f.has(sympy.Mod) for f in expr.atoms(FloorDiv)):
+
+    def tame(expr, inside_division: bool) -> bool:
+        if expr.is_Symbol or expr.is_Integer:
+            return True
+        if isinstance(expr, (sympy.Add, sympy.Mul)):
+            return all(tame(arg, inside_division) for arg in expr.args)
+        if isinstance(expr, sympy.Pow):
+            return expr.exp.is_Integer and expr.exp > 0 and tame(expr.base, inside_division)
+        if isinstance(expr, FloorDiv):
+            numerator, divisor = expr.args
+            return not inside_division and divisor.is_Integer and tame(numerator, True)
         return False
-    for division in expr.atoms(FloorDiv):
-        numerator, divisor = division.args
-        if not divisor.is_Integer or numerator.atoms(FloorDiv):
-            return False
-    return True
+
+    return tame(_expr(size), False)
 
 
 def _is_one(size) -> bool:
@@ -632,6 +639,24 @@ def _compact(sizes, strides) -> bool:
     return all(_same(strides[i], strides[i + 1] * sizes[i + 1]) for i in range(len(sizes) - 1))
 
 
+def _carried(sizes, old) -> bool:
+    """Whether every symbolic size of a view is one of the input's sizes, or the product of a
+    run of them (dimensions kept or merged, by structure). Splitting a symbolic size into
+    symbolic parts (tokens back into an image, `(h*w) -> (h, w)`) torch answers by division
+    unless the input is row-major, with sizes like `(h**2)//h` and guards that they agree;
+    and over sizes that are not products of symbols, row-major strides take forms
+    (`Max(1, h)`) torch's view does not: both left to it, except a row-major input viewed
+    with products of symbols (`(b*t, c) -> (b, t, c)`)."""
+    runs = {_expr(s) for s in old}
+    exprs = [_expr(s) for s in old]
+    for start in range(len(exprs)):
+        product = exprs[start]
+        for end in range(start + 1, len(exprs)):
+            product = product * exprs[end]
+            runs.add(product)
+    return all(type(s) is int or _expr(s) in runs for s in sizes)
+
+
 def _reshaping(copy_allowed: bool):
     """`view` / `reshape` to sizes given as ints and SymInts (at most one -1, inferred only
     where the division is exact by structure): the same sizes (the input's own layout), or
@@ -672,6 +697,8 @@ def _reshaping(copy_allowed: bool):
             return _view(mode, x, x.shape, x.stride())
         if not _same(_numel(sizes), numel):
             return None  # torch would check the element counts agree: a guard
+        if not _carried(sizes, x.shape) and not (_canonical(x) and all(_simple(t) for t in sizes)):
+            return None
         if _canonical(x) and not any(_is_one(t) for t in sizes):
             return _view(mode, x, tuple(sizes), _row_major(sizes), 0)
         prefix = 0
