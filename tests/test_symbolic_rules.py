@@ -223,3 +223,19 @@ def test_sizes_torch_reshapes_with_guards_of_its_own_are_left_to_it() -> None:
     side = s.under(lambda: torch.sym_int(torch.sym_sqrt(tokens.shape[1])))
     s.run("reshape", s.under(lambda: tokens.contiguous()), 1, side, side, 8)
     assert not _meta_rules.mismatches
+
+
+def test_a_square_split_into_its_sides_is_left_to_torch() -> None:
+    """`(1, s*s, c) -> (1, s, s, c)` with `s` a symbol (DaViT's window size passed as an
+    int): torch's view divides (`(s**2)//s`), so the rule declines; `(b*t, c) -> (b, t, c)`
+    (GPT-2's Conv1D) divides exactly and is answered."""
+    s = Symbolic()
+    side = s.fake(5, 3, dynamic=(0,)).shape[0]
+    square = s.under(lambda: torch.empty(1, side * side, 4))
+    assert _symbolic_rules.infer(s.mode, "view", (square, 1, side, side, 4), {}) is None
+    s.run("view", square, 1, side, side, 4)
+    x = s.fake(3, 5, 8, dynamic=(0, 1))
+    flat = s.under(lambda: torch.empty(x.shape[0] * x.shape[1], 8))
+    _, answered = s.run("view", flat, x.shape[0], x.shape[1], 8)
+    assert answered
+    assert not _meta_rules.mismatches

@@ -95,6 +95,21 @@ def _tame(size) -> bool:
     return tame(_expr(size), False)
 
 
+def _square_free(size) -> bool:
+    """A static size, or a product of distinct symbols and a number: what torch's floor
+    division simplifies exactly when a view splits it (`(b*t)//b` is `t`; `(h**2)//h` stays)."""
+    if type(size) is int:
+        return True
+    bases = []
+    for factor in sympy.Mul.make_args(_expr(size)):
+        if factor.is_Integer:
+            continue
+        if not factor.is_Symbol or factor in bases:
+            return False
+        bases.append(factor)
+    return True
+
+
 def _is_one(size) -> bool:
     return type(size) is int and size == 1
 
@@ -643,10 +658,10 @@ def _carried(sizes, old) -> bool:
     """Whether every symbolic size of a view is one of the input's sizes, or the product of a
     run of them (dimensions kept or merged, by structure). Splitting a symbolic size into
     symbolic parts (tokens back into an image, `(h*w) -> (h, w)`) torch answers by division
-    unless the input is row-major, with sizes like `(h**2)//h` and guards that they agree;
-    and over sizes that are not products of symbols, row-major strides take forms
-    (`Max(1, h)`) torch's view does not: both left to it, except a row-major input viewed
-    with products of symbols (`(b*t, c) -> (b, t, c)`)."""
+    with sizes like `(h**2)//h` and guards that they agree; and over sizes that are not
+    products of symbols, row-major strides take forms (`Max(1, h)`) torch's view does not:
+    both left to it, except a row-major input whose sizes and the view's are products of
+    distinct symbols (`(b*t, c) -> (b, t, c)`), which torch's division splits exactly."""
     runs = {_expr(s) for s in old}
     exprs = [_expr(s) for s in old]
     for start in range(len(exprs)):
@@ -697,7 +712,8 @@ def _reshaping(copy_allowed: bool):
             return _view(mode, x, x.shape, x.stride())
         if not _same(_numel(sizes), numel):
             return None  # torch would check the element counts agree: a guard
-        if not _carried(sizes, x.shape) and not (_canonical(x) and all(_simple(t) for t in sizes)):
+        if not _carried(sizes, x.shape) and not (
+                _canonical(x) and all(_square_free(t) for t in (*sizes, *x.shape))):
             return None
         if _canonical(x) and not any(_is_one(t) for t in sizes):
             return _view(mode, x, tuple(sizes), _row_major(sizes), 0)
