@@ -11,7 +11,7 @@ The one rule every rule keeps: **no decision on a symbolic value that a guard wo
 settle.** A comparison of two SymInts through `==`, `<` or `bool()` records a guard in the
 ShapeEnv (and could record one FakeTensorMode would not, or miss one it would). Sizes are
 compared *structurally* (`_same`: the same sympy expression) or by what the ShapeEnv already
-knows without recording anything (`known_not_one`, `_holds`: a symbol's range, guards
+knows without recording anything (`known_not_one`, `_static_answer`: a symbol's range, guards
 recorded earlier); where neither tells, the rule declines (returns None) and FakeTensorMode
 answers, recording what it must. The exceptions record exactly the guard torch's own meta
 function records for the same call: a batch norm's `Ne(size, 1)` for sizes its statistics
@@ -38,7 +38,8 @@ from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 from torch.utils._sympy.functions import FloorDiv
 
 from dynamo_rs import _meta_rules as static
-from dynamo_rs._meta_rules import SIGNATURES, _bind, _FLOATS, _has_mkldnn, _new, _NUMBERS, _plain_context, _tensor_layout, _view
+from dynamo_rs._meta_rules import (
+    SIGNATURES, _bind, _FLOATS, _has_mkldnn, _new, _NUMBERS, _pair, _plain_context, _tensor_layout, _view)
 
 _SymInt = torch.SymInt
 
@@ -124,8 +125,7 @@ def _known_not_one(size) -> bool:
 def known_not_one(env, expr) -> bool:
     """`_known_not_one` of a sympy expression in `env`."""
     # Known stays known (guards are only added); an unknown answer is asked again once a
-    # guard has been recorded since. The ShapeEnv's own cache of static answers is not
-    # cleared when a guard is recorded, so the uncached evaluation is asked.
+    # guard has been recorded since.
     answers = env.__dict__.setdefault("_dynamo_rs_not_one", {})
     answer = answers.get(expr)
     if answer is not None and (answer is True or answer == len(env.guards)):
@@ -196,10 +196,21 @@ def _settle(t: FakeTensor) -> bool:
     return True
 
 
+def _static_answer(env, question):
+    """True or False when what `env` knows (ranges, recorded guards) decides `question` (a
+    sympy boolean) without recording anything, else None. Asked uncached: the ShapeEnv's
+    cache of static answers is not cleared when a guard is recorded."""
+    if question in (sympy.true, sympy.false):
+        return bool(question)
+    if env is None:
+        return None
+    answer = type(env)._maybe_evaluate_static.__wrapped__(env, question)
+    return None if answer is None else bool(answer)
+
+
 def _known(env, question) -> bool:
-    """Whether `question` (a sympy boolean) holds by what `env` knows, recording nothing."""
-    known = type(env)._maybe_evaluate_static.__wrapped__(env, question)
-    return known is not None and bool(known)
+    """Whether `question` holds by what `env` knows, recording nothing."""
+    return _static_answer(env, question) is True
 
 
 def implied_by_sizes(env, guard) -> bool:
@@ -263,103 +274,17 @@ def _static_ints(values) -> bool:
     return all(type(v) is int for v in values)
 
 
-def _pair(value, n):
-    return static._pair(value, n)
-
-
 # --- elementwise -------------------------------------------------------------------------
-
-
-class _Undecided(Exception):
-    """A comparison of symbolic sizes that only a guard could settle: the rule declines."""
-
-
-def _holds(a, b, relation) -> bool:
-    """`relation(a, b)` for two sizes, decided without recording anything, or _Undecided."""
-    if type(a) is int and type(b) is int:
-        return relation(a, b)
-    env = (a if type(a) is _SymInt else b).node.shape_env
-    question = relation(sympy.sympify(_expr(a)), sympy.sympify(_expr(b)))
-    if question in (sympy.true, sympy.false):
-        return bool(question)
-    known = type(env)._maybe_evaluate_static.__wrapped__(env, question)
-    if known is None:
-        raise _Undecided
-    return bool(known)
-
-
-def _at_least(a, b) -> bool:
-    """PrimTorch's `ge` for strides and sizes (both non-negative): b is 0, or a is not 0 and
-    a >= b or b divides a."""
-    if _holds(b, 0, sympy.Eq):
-        return True
-    if _holds(a, 0, sympy.Eq):
-        return False
-    return _holds(a, b, sympy.Ge) or _holds(sympy.Mod(_expr(a), _expr(b)) if type(a) is _SymInt or type(b) is _SymInt
-                                              else a % b, 0, sympy.Eq)
-
-
-def _physical_order(shape, operand_strides):
-    """PrimTorch's `compute_elementwise_output_logical_to_physical_perm` (its insertion sort of
-    the dimensions by the operands' strides, broadcast dimensions skipped), with every
-    comparison decided without a guard — or _Undecided."""
-    def should_swap(a, b):
-        for strides in operand_strides:
-            sa, sb = strides[a], strides[b]
-            if _holds(sa, 0, sympy.Eq) or _holds(sb, 0, sympy.Eq):
-                continue
-            if _holds(sa, sb, sympy.Eq):
-                if _at_least(shape[b], shape[a]):
-                    continue
-                return 1
-            if _at_least(sb, sa):
-                return -1
-            if _at_least(sa, sb):
-                return 1
-        return 0
-
-    n = len(shape)
-    perm = list(reversed(range(n)))
-    for i in range(1, n):
-        dim1 = i
-        for dim0 in reversed(range(i)):
-            comparison = should_swap(perm[dim0], perm[dim1])
-            if comparison > 0:
-                perm[dim0], perm[dim1] = perm[dim1], perm[dim0]
-                dim1 = dim0
-            elif comparison < 0:
-                break
-    return list(reversed(perm))
 
 
 def _elementwise_strides(shape, operands):
     """The strides of an elementwise result of `shape` over tensor `operands` (broadcast to
-    it), as PrimTorch computes them: row-major when every operand is, else dense in the
-    physical order of the operands' strides. None where that takes a guard, or where torch
-    takes paths not modelled (size-1 dimensions, a 4- or 5-d operand that may be
-    channels-last)."""
-    if all(_canonical(t) for t in operands):
-        return _row_major(shape)
-    if any(_is_one(s) for s in shape):
-        return None
-    expanded = []
-    for t in operands:
-        if t.dim() in (4, 5) and not _not_channels_last(t):
-            return None
-        pad = len(shape) - t.dim()
-        strides = [0] * pad
-        for d, (size, stride) in enumerate(zip(t.shape, t.stride())):
-            strides.append(0 if _is_one(size) else stride)
-        expanded.append(strides)
-    try:
-        perm = _physical_order(shape, expanded)
-    except _Undecided:
-        return None
-    physical = _row_major([shape[d] for d in perm])
-    strides = [None] * len(shape)
-    for position, d in enumerate(perm):
-        strides[d] = physical[position]
-    return tuple(strides)
+    it): row-major when every operand is row-major, else None. Over transposed or sliced
+    operands torch orders the dimensions by stride (and checks density) with comparisons
+    that, between a symbolic and a static value (`s1` against a stride of 5), record guards;
+    a mirror of that ordering answered without them, which a sweep of real symbolic
+    layouts showed to be unsound — so those are FakeTensorMode's."""
+    return _row_major(shape) if all(_canonical(t) for t in operands) else None
 
 
 def _float_unary(mode, x, inplace=False):
