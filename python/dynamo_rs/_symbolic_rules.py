@@ -18,8 +18,9 @@ function records for the same call: a batch norm's `Ne(size, 1)` for sizes its s
 broadcast against (`_settle`), and the convolution backend's choice (asked of torch itself).
 
 Layouts: row-major inputs give row-major results; elementwise operations on transposed or
-sliced operands follow PrimTorch's ordering of the dimensions by stride (every comparison
-decided as above); views keep or re-cut a row-major block. With `config.verify_meta_rules`
+sliced operands are FakeTensorMode's (its ordering of dimensions by stride may record
+guards); views keep a layout, or re-cut a row-major block; transposes, slices and splits
+move strides and offsets as they are. With `config.verify_meta_rules`
 (on in the test suite) every answer is checked against FakeTensorMode's: the same sympy
 expressions for sizes and strides, and no guard recorded by FakeTensorMode that the rule did
 not record or that does not follow from what it recorded (see `_meta_rules.check`).
