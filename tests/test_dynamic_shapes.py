@@ -9,6 +9,8 @@ models (GPT-2, Llama, BERT, resnet18) over many sizes."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 import torch._dynamo
@@ -335,6 +337,40 @@ def int_isinstance(x, n):
     return x
 
 
+def square_grid(x):
+    # Tokens back to a square grid, as ViT-style models do (`int(N ** 0.5)`).
+    n = int(x.shape[1] ** 0.5)
+    pos = torch.arange(n)
+    distance = (pos[:, None] - pos[None, :]).float()
+    return x.reshape(x.shape[0], n, n, -1).sum(-1) + distance
+
+
+def grid_from_int(x, n):
+    # timm's convit: a frame given the token count as an int builds a grid of its root.
+    side = int(n ** 0.5)
+    ind = torch.arange(side, dtype=torch.float32).view(1, -1) - torch.arange(side, dtype=torch.float32).view(-1, 1)
+    return x + ind.repeat(side, side).sum()
+
+
+def math_sqrt_of_size(x):
+    return x * math.sqrt(x.shape[0]) + math.floor(x.shape[0] / 3)
+
+
+def rotary_heads(x):
+    # Rotary embeddings on transposed heads (Llama): elementwise work on non-contiguous
+    # layouts with symbolic strides, broadcast against a (1, 1, t, d) table.
+    b, t, _ = x.shape
+    q = x.view(b, t, 2, 4).transpose(1, 2)
+    angle = torch.arange(t, dtype=x.dtype)[None, None, :, None] * torch.ones(4)
+    rotated = torch.cat((-q[..., 2:], q[..., :2]), dim=-1)
+    return (q * angle.cos() + rotated * angle.sin()).transpose(1, 2).reshape(b, t, 8)
+
+
+def sliced_elementwise(x):
+    half = x[:, : x.shape[1] // 2]
+    return half.exp() * 2.0 - half.t().t().sigmoid() + x[:, :1]
+
+
 def ints(fn_values, size=8):
     return [(r(size), n) for n in fn_values]
 
@@ -400,6 +436,11 @@ CASES = {
     "bmm": (batch_matmul, [(r(n, 3, 4), r(n, 5, 4)) for n in (2, 3, 6)]),
     "two symbols": (mul_two_sizes, [(r(n, 3), r(n + 2, 3)) for n in (2, 3, 6)]),
     "dim() stays static": (dim_is_static, sizes(2, 3, 6)),
+    "square grid from int(n ** 0.5)": (square_grid, [(r(2, n * n, 3),) for n in (3, 4, 5, 7)]),
+    "a grid from the root of an int": (grid_from_int, ints((9, 16, 25, 49))),
+    "math.sqrt and floor of a size": (math_sqrt_of_size, sizes(4, 9, 16)),
+    "rotary embedding on transposed heads": (rotary_heads, [(r(2, n, 8),) for n in (3, 5, 9)]),
+    "elementwise on slices and transposes": (sliced_elementwise, [(r(3, n),) for n in (4, 6, 10)]),
     "an int that changes": (int_scale, ints((3, 4, 5, 9, 1, 0))),
     "a branch on an int that changes": (int_branch, ints((3, 4, 6, 7, 2))),
     "slicing by an int that changes": (int_slice, ints((2, 3, 4, 5))),
@@ -717,3 +758,36 @@ def test_item_stays_a_graph_break_by_default() -> None:
     torch.compile(item_scales, backend=theirs)(x, y)
     torch.testing.assert_close(dynamo_rs.compile(item_scales, backend=ours)(x, y), item_scales(x, y))
     assert (ours.frame_count, ours.op_count) == (theirs.frame_count, theirs.op_count) == (2, 3)
+
+
+def _evaluate(expr, reads):
+    """A reference evaluation of `_shapes`' guard expressions (nested tuples)."""
+    tag = expr[0]
+    if tag == "v":
+        return reads[expr[1]]
+    if tag in ("i", "f", "b"):
+        return expr[1]
+    args = [_evaluate(e, reads) for e in expr[1:]]
+    ops = {"pow": lambda a, b: a ** b, "float": float, "trunc": math.trunc, "floor": math.floor,
+           "eq": lambda a, b: a == b, "ge": lambda a, b: a >= b, "truediv": lambda a, b: a / b}
+    return ops[tag](*args)
+
+
+def test_shape_guards_over_roots_of_sizes_translate() -> None:
+    """Guards torch records for `int(n ** 0.5)` of a symbolic int (timm's convit builds its
+    relative positions from the root of the token count): float powers, truncation and
+    conversions are part of the native guard language, not a reason to run eagerly."""
+    import sympy
+    from torch.utils._sympy.functions import FloatPow, Identity, ToFloat, TruncToFloat, TruncToInt
+
+    from dynamo_rs import _shapes
+
+    s = sympy.Symbol("s0", integer=True, positive=True)
+    root = TruncToInt(FloatPow(ToFloat(s), 0.5))
+    for guard, holds_at in ((sympy.Eq(root, 14), {196: True, 195: False, 225: False}),
+                            (root >= 0, {196: True, 2: True}),
+                            (sympy.Eq(TruncToFloat(FloatPow(ToFloat(Identity(s)), 0.5)), 3.0),
+                             {9: True, 16: False})):
+        plan = _shapes._translate(guard, {s: 0})
+        for value, expected in holds_at.items():
+            assert bool(_evaluate(plan, [value])) is expected, (guard, value)

@@ -244,6 +244,12 @@ def _translate(expr, symbol_reads: dict):
             return ("add", [tr(a) for a in e.args])
         if isinstance(e, sympy.Mul):
             return ("mul", [tr(a) for a in e.args])
+        if isinstance(e, (F.FloatPow, F.PowByNatural)):
+            return ("pow", tr(e.args[0]), tr(e.args[1]))
+        if isinstance(e, F.Identity):
+            return tr(e.args[0])
+        if isinstance(e, F.TruncToFloat):
+            return ("float", ("trunc", tr(e.args[0])))
         if isinstance(e, sympy.Pow):
             base, exp = e.args
             if isinstance(exp, sympy.Integer) and int(exp) < 0:

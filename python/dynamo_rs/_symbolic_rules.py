@@ -17,10 +17,11 @@ answers, recording what it must. The exceptions record exactly the guard torch's
 function records for the same call: a batch norm's `Ne(size, 1)` for sizes its statistics
 broadcast against (`_settle`), and the convolution backend's choice (asked of torch itself).
 
-Layouts: row-major inputs give row-major results; elementwise operations on transposed or
-sliced operands are FakeTensorMode's (its ordering of dimensions by stride may record
-guards); views keep a layout, or re-cut a row-major block; transposes, slices and splits
-move strides and offsets as they are. With `config.verify_meta_rules`
+Layouts: row-major inputs give row-major results; elementwise operations on transposed,
+sliced or broadcast operands take torch's own layout steps with every comparison settled by
+what the ShapeEnv knows (`_symbolic_layout`; where torch would record a guard they are
+FakeTensorMode's); views keep a layout, or re-cut a row-major block; transposes, slices and
+splits move strides and offsets as they are. With `config.verify_meta_rules`
 (on in the test suite) every answer is checked against FakeTensorMode's: the same sympy
 expressions for sizes and strides, and no guard recorded by FakeTensorMode that the rule did
 not record or that does not follow from what it recorded (see `_meta_rules.check`).
@@ -39,6 +40,8 @@ from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 from torch.utils._sympy.functions import FloorDiv
 
 from dynamo_rs import _meta_rules as static
+from dynamo_rs import _symbolic_layout
+from dynamo_rs._symbolic_layout import static_answer as _static_answer
 from dynamo_rs._meta_rules import (
     SIGNATURES, _bind, _FLOATS, _has_mkldnn, _new, _NUMBERS, _pair, _plain_context, _tensor_layout, _view)
 
@@ -197,18 +200,6 @@ def _settle(t: FakeTensor) -> bool:
     return True
 
 
-def _static_answer(env, question):
-    """True or False when what `env` knows (ranges, recorded guards) decides `question` (a
-    sympy boolean) without recording anything, else None. Asked uncached: the ShapeEnv's
-    cache of static answers is not cleared when a guard is recorded."""
-    if question in (sympy.true, sympy.false):
-        return bool(question)
-    if env is None:
-        return None
-    answer = type(env)._maybe_evaluate_static.__wrapped__(env, question)
-    return None if answer is None else bool(answer)
-
-
 def _known(env, question) -> bool:
     """Whether `question` holds by what `env` knows, recording nothing."""
     return _static_answer(env, question) is True
@@ -278,29 +269,39 @@ def _static_ints(values) -> bool:
 # --- elementwise -------------------------------------------------------------------------
 
 
-def _elementwise_strides(shape, operands):
+def _elementwise_strides(shape, operands, prims: bool = False, binary: bool = False,
+                         scalar: bool = False):
     """The strides of an elementwise result of `shape` over tensor `operands` (broadcast to
-    it): row-major when every operand is row-major, else None. Over transposed or sliced
-    operands torch orders the dimensions by stride (and checks density) with comparisons
-    that, between a symbolic and a static value (`s1` against a stride of 5), record guards;
-    a mirror of that ordering answered without them, which a sweep of real symbolic
-    layouts showed to be unsound — so those are FakeTensorMode's."""
-    return _row_major(shape) if all(_canonical(t) for t in operands) else None
+    it): row-major when every operand is row-major. Over transposed, sliced or broadcast
+    operands, for operations torch computes through PrimTorch's elementwise meta (`prims`:
+    the `_unary` ones and `add`/`sub`/`mul`/`div`), the strides its layout code gives when
+    it decides them without a guard (`_symbolic_layout`); else None. Only for sizes that
+    are products of symbols: torch lays results out with `Max(1, size)` in some paths and
+    `size` in others (by what the ShapeEnv knows), and the two forms are one expression only
+    when sympy itself knows the size is positive. `binary`/`scalar`: see `_symbolic_layout`."""
+    if all(_canonical(t) for t in operands):
+        return _row_major(shape)
+    if not prims or not all(_simple(s) for s in shape):
+        return None
+    try:
+        return _symbolic_layout.elementwise_strides(shape, operands, _row_major, binary, scalar)
+    except _symbolic_layout.Undecided:
+        return None
 
 
-def _float_unary(mode, x, inplace=False):
+def _float_unary(mode, x, inplace=False, prims=False):
     if not isinstance(x, FakeTensor) or not _ready(mode, x) or x.dtype not in _FLOATS:
         return None
     if inplace:
         return x if _canonical(x) else None
-    strides = _elementwise_strides(x.shape, [x])
+    strides = _elementwise_strides(x.shape, [x], prims=prims)
     return None if strides is None else _new(mode, x, x.shape, strides)
 
 
 def _unary(mode, args, kwargs):
     if kwargs or len(args) != 1:
         return None
-    return _float_unary(mode, args[0])
+    return _float_unary(mode, args[0], prims=True)
 
 
 def _with_inplace(mode, args, kwargs):
@@ -371,7 +372,11 @@ def _binary(true_division: bool = False, inplace: bool = False):
             if isinstance(b, FakeTensor) and b.untyped_storage()._cdata == a.untyped_storage()._cdata:
                 return None
             return a
-        strides = _elementwise_strides(shape, tensors)
+        if not isinstance(a, FakeTensor):
+            # `2 - x`, `2 / x`: torch's reversed operations (`rsub`, `reciprocal`).
+            if not all(_canonical(t) for t in tensors):
+                return None
+        strides = _elementwise_strides(shape, tensors, prims=True, binary=True, scalar=len(tensors) == 1)
         return None if strides is None else _new(mode, tensors[0], tuple(shape), strides, dtype)
     return rule
 
@@ -928,8 +933,7 @@ def _sdpa(mode, args, kwargs):
         return None
     if math_path in order and order.index(math_path) < order.index(flash):
         return None
-    strides = _elementwise_strides(q.shape, [q])
-    return None if strides is None else _new(mode, q, q.shape, strides)
+    return _new(mode, q, q.shape, _row_major(q.shape)) if _canonical(q) else None
 
 
 def _mean(mode, args, kwargs):
