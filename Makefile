@@ -36,6 +36,7 @@ lint: $(DEPS)
 	cargo clippy --workspace --all-targets --quiet -- -D warnings
 	$(PY) tools/gen_opcodes.py --check
 	$(PY) tools/graph_break_docs.py --check
+	$(PY) tools/check_wildcard_arms.py
 
 test-rust:
 	cargo test --workspace --quiet

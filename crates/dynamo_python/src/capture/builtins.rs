@@ -92,7 +92,27 @@ impl<'py> Tracer<'py> {
                 VarKind::Dict(entries) => entries.len(),
                 VarKind::DictView { dict, .. } => match self.kind(*dict) {
                     VarKind::Dict(entries) => entries.len(),
-                    other => {
+                    other @ (VarKind::Tensor { .. }
+                    | VarKind::Symbolic { .. }
+                    | VarKind::Slice(_)
+                    | VarKind::Const(_)
+                    | VarKind::Object(_)
+                    | VarKind::Tuple(_)
+                    | VarKind::List(_)
+                    | VarKind::DictView { .. }
+                    | VarKind::Null
+                    | VarKind::Method { .. }
+                    | VarKind::Iter { .. }
+                    | VarKind::Generator { .. }
+                    | VarKind::Lazy(_)
+                    | VarKind::Function(_)
+                    | VarKind::Partial { .. }
+                    | VarKind::CellRef(_)
+                    | VarKind::Super { .. }
+                    | VarKind::Instance { .. }
+                    | VarKind::GradModeContext { .. }
+                    | VarKind::GradModeWrapped { .. }
+                    | VarKind::GradModeExit { .. }) => {
                         return unsupported(
                             BreakKind::UnsupportedOperation,
                             format!("len() of a view of {}", kind_name(other)),
@@ -112,7 +132,21 @@ impl<'py> Tracer<'py> {
                     }
                     n
                 }
-                other => {
+                other @ (VarKind::Symbolic { .. }
+                | VarKind::Slice(_)
+                | VarKind::Null
+                | VarKind::Method { .. }
+                | VarKind::Iter { .. }
+                | VarKind::Generator { .. }
+                | VarKind::Lazy(_)
+                | VarKind::Function(_)
+                | VarKind::Partial { .. }
+                | VarKind::CellRef(_)
+                | VarKind::Super { .. }
+                | VarKind::Instance { .. }
+                | VarKind::GradModeContext { .. }
+                | VarKind::GradModeWrapped { .. }
+                | VarKind::GradModeExit { .. }) => {
                     return unsupported(
                         BreakKind::UnsupportedOperation,
                         format!("len() of {}", kind_name(other)),
@@ -199,7 +233,22 @@ impl<'py> Tracer<'py> {
                     None => PyDict::new(py).into_any(),
                 },
                 VarKind::Const(v) | VarKind::Object(v) => v.bind(py).clone(),
-                other => {
+                other @ (VarKind::Symbolic { .. }
+                | VarKind::Slice(_)
+                | VarKind::DictView { .. }
+                | VarKind::Null
+                | VarKind::Method { .. }
+                | VarKind::Iter { .. }
+                | VarKind::Generator { .. }
+                | VarKind::Lazy(_)
+                | VarKind::Function(_)
+                | VarKind::Partial { .. }
+                | VarKind::CellRef(_)
+                | VarKind::Super { .. }
+                | VarKind::Instance { .. }
+                | VarKind::GradModeContext { .. }
+                | VarKind::GradModeWrapped { .. }
+                | VarKind::GradModeExit { .. }) => {
                     return unsupported(
                         BreakKind::UnsupportedOperation,
                         format!("isinstance() of {}", kind_name(other)),
@@ -225,7 +274,24 @@ impl<'py> Tracer<'py> {
                 VarKind::Instance { cls, attrs, .. } => {
                     attrs.iter().any(|(n, _)| *n == attr) || cls.bind(py).hasattr(attr.as_str())?
                 }
-                _ => {
+                VarKind::Symbolic { .. }
+                | VarKind::Slice(_)
+                | VarKind::Tuple(_)
+                | VarKind::List(_)
+                | VarKind::Dict(_)
+                | VarKind::DictView { .. }
+                | VarKind::Null
+                | VarKind::Method { .. }
+                | VarKind::Iter { .. }
+                | VarKind::Generator { .. }
+                | VarKind::Lazy(_)
+                | VarKind::Function(_)
+                | VarKind::Partial { .. }
+                | VarKind::CellRef(_)
+                | VarKind::Super { .. }
+                | VarKind::GradModeContext { .. }
+                | VarKind::GradModeWrapped { .. }
+                | VarKind::GradModeExit { .. } => {
                     return unsupported(BreakKind::UnsupportedOperation, "getattr() on a container")
                 }
             };

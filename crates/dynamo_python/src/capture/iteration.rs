@@ -85,7 +85,17 @@ impl<'py> Tracer<'py> {
                 }
                 Ok(rows)
             }
-            other => unsupported(
+            other @ (VarKind::Symbolic { .. }
+            | VarKind::Slice(_)
+            | VarKind::Null
+            | VarKind::Method { .. }
+            | VarKind::Function(_)
+            | VarKind::Partial { .. }
+            | VarKind::CellRef(_)
+            | VarKind::Super { .. }
+            | VarKind::GradModeContext { .. }
+            | VarKind::GradModeWrapped { .. }
+            | VarKind::GradModeExit { .. }) => unsupported(
                 BreakKind::UnsupportedOperation,
                 format!("iterating over {}", kind_name(other)),
             ),

@@ -58,7 +58,27 @@ impl<'py> Tracer<'py> {
     fn key(&self, id: VarId) -> CResult<OwnedRef> {
         match self.kind(id) {
             VarKind::Const(v) => Ok(v.clone()),
-            other => unsupported(
+            other @ (VarKind::Tensor { .. }
+            | VarKind::Symbolic { .. }
+            | VarKind::Slice(_)
+            | VarKind::Object(_)
+            | VarKind::Tuple(_)
+            | VarKind::List(_)
+            | VarKind::Dict(_)
+            | VarKind::DictView { .. }
+            | VarKind::Null
+            | VarKind::Method { .. }
+            | VarKind::Iter { .. }
+            | VarKind::Generator { .. }
+            | VarKind::Lazy(_)
+            | VarKind::Function(_)
+            | VarKind::Partial { .. }
+            | VarKind::CellRef(_)
+            | VarKind::Super { .. }
+            | VarKind::Instance { .. }
+            | VarKind::GradModeContext { .. }
+            | VarKind::GradModeWrapped { .. }
+            | VarKind::GradModeExit { .. }) => unsupported(
                 BreakKind::UnsupportedOperation,
                 format!("a dict key that is {}", kind_name(other)),
             ),
@@ -175,7 +195,27 @@ impl<'py> Tracer<'py> {
         let list = self.owned_at(f, depth, "LIST_APPEND")?;
         match &mut self.vars[list.0 as usize].kind {
             VarKind::List(items) => items.push(value),
-            _ => {
+            VarKind::Tensor { .. }
+            | VarKind::Symbolic { .. }
+            | VarKind::Slice(_)
+            | VarKind::Const(_)
+            | VarKind::Object(_)
+            | VarKind::Tuple(_)
+            | VarKind::Dict(_)
+            | VarKind::DictView { .. }
+            | VarKind::Null
+            | VarKind::Method { .. }
+            | VarKind::Iter { .. }
+            | VarKind::Generator { .. }
+            | VarKind::Lazy(_)
+            | VarKind::Function(_)
+            | VarKind::Partial { .. }
+            | VarKind::CellRef(_)
+            | VarKind::Super { .. }
+            | VarKind::Instance { .. }
+            | VarKind::GradModeContext { .. }
+            | VarKind::GradModeWrapped { .. }
+            | VarKind::GradModeExit { .. } => {
                 return unsupported(
                     BreakKind::UnsupportedOperation,
                     "LIST_APPEND on something that is not a traced list",
@@ -191,7 +231,27 @@ impl<'py> Tracer<'py> {
         let list = self.owned_at(f, depth, "LIST_EXTEND")?;
         match &mut self.vars[list.0 as usize].kind {
             VarKind::List(items) => items.extend(new_items),
-            _ => {
+            VarKind::Tensor { .. }
+            | VarKind::Symbolic { .. }
+            | VarKind::Slice(_)
+            | VarKind::Const(_)
+            | VarKind::Object(_)
+            | VarKind::Tuple(_)
+            | VarKind::Dict(_)
+            | VarKind::DictView { .. }
+            | VarKind::Null
+            | VarKind::Method { .. }
+            | VarKind::Iter { .. }
+            | VarKind::Generator { .. }
+            | VarKind::Lazy(_)
+            | VarKind::Function(_)
+            | VarKind::Partial { .. }
+            | VarKind::CellRef(_)
+            | VarKind::Super { .. }
+            | VarKind::Instance { .. }
+            | VarKind::GradModeContext { .. }
+            | VarKind::GradModeWrapped { .. }
+            | VarKind::GradModeExit { .. } => {
                 return unsupported(
                     BreakKind::UnsupportedOperation,
                     "LIST_EXTEND on something that is not a traced list",
@@ -216,7 +276,27 @@ impl<'py> Tracer<'py> {
         let dict = self.owned_at(f, depth, "MAP_ADD")?;
         match &mut self.vars[dict.0 as usize].kind {
             VarKind::Dict(entries) => entries.push((key, value)),
-            _ => {
+            VarKind::Tensor { .. }
+            | VarKind::Symbolic { .. }
+            | VarKind::Slice(_)
+            | VarKind::Const(_)
+            | VarKind::Object(_)
+            | VarKind::Tuple(_)
+            | VarKind::List(_)
+            | VarKind::DictView { .. }
+            | VarKind::Null
+            | VarKind::Method { .. }
+            | VarKind::Iter { .. }
+            | VarKind::Generator { .. }
+            | VarKind::Lazy(_)
+            | VarKind::Function(_)
+            | VarKind::Partial { .. }
+            | VarKind::CellRef(_)
+            | VarKind::Super { .. }
+            | VarKind::Instance { .. }
+            | VarKind::GradModeContext { .. }
+            | VarKind::GradModeWrapped { .. }
+            | VarKind::GradModeExit { .. } => {
                 return unsupported(
                     BreakKind::Internal,
                     "MAP_ADD on something that is not a traced dict",
@@ -230,7 +310,27 @@ impl<'py> Tracer<'py> {
         let update = self.pop(f)?;
         let new_entries = match self.kind(update) {
             VarKind::Dict(entries) => entries.clone(),
-            other => {
+            other @ (VarKind::Tensor { .. }
+            | VarKind::Symbolic { .. }
+            | VarKind::Slice(_)
+            | VarKind::Const(_)
+            | VarKind::Object(_)
+            | VarKind::Tuple(_)
+            | VarKind::List(_)
+            | VarKind::DictView { .. }
+            | VarKind::Null
+            | VarKind::Method { .. }
+            | VarKind::Iter { .. }
+            | VarKind::Generator { .. }
+            | VarKind::Lazy(_)
+            | VarKind::Function(_)
+            | VarKind::Partial { .. }
+            | VarKind::CellRef(_)
+            | VarKind::Super { .. }
+            | VarKind::Instance { .. }
+            | VarKind::GradModeContext { .. }
+            | VarKind::GradModeWrapped { .. }
+            | VarKind::GradModeExit { .. }) => {
                 return unsupported(
                     BreakKind::UnsupportedOperation,
                     format!("dict update from {}", kind_name(other)),
@@ -245,7 +345,27 @@ impl<'py> Tracer<'py> {
                     super::vars::dict_set(py, entries, k, v);
                 }
             }
-            _ => {
+            VarKind::Tensor { .. }
+            | VarKind::Symbolic { .. }
+            | VarKind::Slice(_)
+            | VarKind::Const(_)
+            | VarKind::Object(_)
+            | VarKind::Tuple(_)
+            | VarKind::List(_)
+            | VarKind::DictView { .. }
+            | VarKind::Null
+            | VarKind::Method { .. }
+            | VarKind::Iter { .. }
+            | VarKind::Generator { .. }
+            | VarKind::Lazy(_)
+            | VarKind::Function(_)
+            | VarKind::Partial { .. }
+            | VarKind::CellRef(_)
+            | VarKind::Super { .. }
+            | VarKind::Instance { .. }
+            | VarKind::GradModeContext { .. }
+            | VarKind::GradModeWrapped { .. }
+            | VarKind::GradModeExit { .. } => {
                 return unsupported(
                     BreakKind::UnsupportedOperation,
                     "DICT_UPDATE on something that is not a traced dict",

@@ -220,7 +220,27 @@ impl<'py> Tracer<'py> {
                         kwargs.push((k.bind(self.py).to_string(), v));
                     }
                 }
-                other => {
+                other @ (VarKind::Tensor { .. }
+                | VarKind::Symbolic { .. }
+                | VarKind::Slice(_)
+                | VarKind::Const(_)
+                | VarKind::Object(_)
+                | VarKind::Tuple(_)
+                | VarKind::List(_)
+                | VarKind::DictView { .. }
+                | VarKind::Null
+                | VarKind::Method { .. }
+                | VarKind::Iter { .. }
+                | VarKind::Generator { .. }
+                | VarKind::Lazy(_)
+                | VarKind::Function(_)
+                | VarKind::Partial { .. }
+                | VarKind::CellRef(_)
+                | VarKind::Super { .. }
+                | VarKind::Instance { .. }
+                | VarKind::GradModeContext { .. }
+                | VarKind::GradModeWrapped { .. }
+                | VarKind::GradModeExit { .. }) => {
                     return unsupported(
                         BreakKind::UnsupportedOperation,
                         format!("**kwargs from {}", kind_name(other)),
@@ -265,7 +285,27 @@ impl<'py> Tracer<'py> {
             for item in self.items_of(closure)? {
                 match self.kind(item) {
                     VarKind::CellRef(cell) => cells.push(cell.clone()),
-                    other => {
+                    other @ (VarKind::Tensor { .. }
+                    | VarKind::Symbolic { .. }
+                    | VarKind::Slice(_)
+                    | VarKind::Const(_)
+                    | VarKind::Object(_)
+                    | VarKind::Tuple(_)
+                    | VarKind::List(_)
+                    | VarKind::Dict(_)
+                    | VarKind::DictView { .. }
+                    | VarKind::Null
+                    | VarKind::Method { .. }
+                    | VarKind::Iter { .. }
+                    | VarKind::Generator { .. }
+                    | VarKind::Lazy(_)
+                    | VarKind::Function(_)
+                    | VarKind::Partial { .. }
+                    | VarKind::Super { .. }
+                    | VarKind::Instance { .. }
+                    | VarKind::GradModeContext { .. }
+                    | VarKind::GradModeWrapped { .. }
+                    | VarKind::GradModeExit { .. }) => {
                         return unsupported(
                             BreakKind::ValueNotRebuildable,
                             format!("a closure made of {}", kind_name(other)),
@@ -348,7 +388,23 @@ impl<'py> Tracer<'py> {
                 let method = self.get_attr(callee, "__call__")?;
                 self.call_function(method, args, kwargs)
             }
-            other => unsupported(
+            other @ (VarKind::Tensor { .. }
+            | VarKind::Symbolic { .. }
+            | VarKind::Slice(_)
+            | VarKind::Tuple(_)
+            | VarKind::List(_)
+            | VarKind::Dict(_)
+            | VarKind::DictView { .. }
+            | VarKind::Null
+            | VarKind::Iter { .. }
+            | VarKind::Generator { .. }
+            | VarKind::Lazy(_)
+            | VarKind::CellRef(_)
+            | VarKind::Super { .. }
+            | VarKind::Instance { .. }
+            | VarKind::GradModeContext { .. }
+            | VarKind::GradModeWrapped { .. }
+            | VarKind::GradModeExit { .. }) => unsupported(
                 BreakKind::UnsupportedCall,
                 format!("calling {}", kind_name(other)),
             ),

@@ -92,7 +92,28 @@ impl<'py> Tracer<'py> {
                                 let value = self.constant(&c.get_item(1)?);
                                 (key, value)
                             }
-                            other => {
+                            other @ (VarKind::Tensor { .. }
+                            | VarKind::Symbolic { .. }
+                            | VarKind::Slice(_)
+                            | VarKind::Const(_)
+                            | VarKind::Object(_)
+                            | VarKind::Tuple(_)
+                            | VarKind::List(_)
+                            | VarKind::Dict(_)
+                            | VarKind::DictView { .. }
+                            | VarKind::Null
+                            | VarKind::Method { .. }
+                            | VarKind::Iter { .. }
+                            | VarKind::Generator { .. }
+                            | VarKind::Lazy(_)
+                            | VarKind::Function(_)
+                            | VarKind::Partial { .. }
+                            | VarKind::CellRef(_)
+                            | VarKind::Super { .. }
+                            | VarKind::Instance { .. }
+                            | VarKind::GradModeContext { .. }
+                            | VarKind::GradModeWrapped { .. }
+                            | VarKind::GradModeExit { .. }) => {
                                 return unsupported(
                                     BreakKind::UnsupportedOperation,
                                     format!(
@@ -164,7 +185,28 @@ impl<'py> Tracer<'py> {
     fn constant_key(&self, key: VarId, cls: &Bound<'py, PyAny>) -> CResult<OwnedRef> {
         match self.kind(key) {
             VarKind::Const(k) if self.h.is_constant(&k.bind(self.py).clone())? => Ok(k.clone()),
-            other => unsupported(
+            other @ (VarKind::Tensor { .. }
+            | VarKind::Symbolic { .. }
+            | VarKind::Slice(_)
+            | VarKind::Const(_)
+            | VarKind::Object(_)
+            | VarKind::Tuple(_)
+            | VarKind::List(_)
+            | VarKind::Dict(_)
+            | VarKind::DictView { .. }
+            | VarKind::Null
+            | VarKind::Method { .. }
+            | VarKind::Iter { .. }
+            | VarKind::Generator { .. }
+            | VarKind::Lazy(_)
+            | VarKind::Function(_)
+            | VarKind::Partial { .. }
+            | VarKind::CellRef(_)
+            | VarKind::Super { .. }
+            | VarKind::Instance { .. }
+            | VarKind::GradModeContext { .. }
+            | VarKind::GradModeWrapped { .. }
+            | VarKind::GradModeExit { .. }) => unsupported(
                 BreakKind::UnsupportedOperation,
                 format!(
                     "{}() with a key that is {}",

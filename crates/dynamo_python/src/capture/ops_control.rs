@@ -80,7 +80,25 @@ impl<'py> Tracer<'py> {
             VarKind::Iter { .. } | VarKind::Generator { .. } | VarKind::Lazy(_) => {
                 self.iter_advance(iter)?
             }
-            other => {
+            other @ (VarKind::Tensor { .. }
+            | VarKind::Symbolic { .. }
+            | VarKind::Slice(_)
+            | VarKind::Const(_)
+            | VarKind::Object(_)
+            | VarKind::Tuple(_)
+            | VarKind::List(_)
+            | VarKind::Dict(_)
+            | VarKind::DictView { .. }
+            | VarKind::Null
+            | VarKind::Method { .. }
+            | VarKind::Function(_)
+            | VarKind::Partial { .. }
+            | VarKind::CellRef(_)
+            | VarKind::Super { .. }
+            | VarKind::Instance { .. }
+            | VarKind::GradModeContext { .. }
+            | VarKind::GradModeWrapped { .. }
+            | VarKind::GradModeExit { .. }) => {
                 return unsupported(
                     BreakKind::UnsupportedOperation,
                     format!("FOR_ITER over {}", kind_name(other)),

@@ -204,7 +204,23 @@ impl<'py> Tracer<'py> {
                 );
                 Ok(())
             }
-            other => unsupported(
+            other @ (VarKind::Tensor { .. }
+            | VarKind::Symbolic { .. }
+            | VarKind::Slice(_)
+            | VarKind::DictView { .. }
+            | VarKind::Null
+            | VarKind::Method { .. }
+            | VarKind::Iter { .. }
+            | VarKind::Generator { .. }
+            | VarKind::Lazy(_)
+            | VarKind::Function(_)
+            | VarKind::Partial { .. }
+            | VarKind::CellRef(_)
+            | VarKind::Super { .. }
+            | VarKind::Instance { .. }
+            | VarKind::GradModeContext { .. }
+            | VarKind::GradModeWrapped { .. }
+            | VarKind::GradModeExit { .. }) => unsupported(
                 BreakKind::UnsupportedCall,
                 format!("copy.deepcopy of {}", super::translator::kind_name(other)),
             ),

@@ -138,7 +138,27 @@ impl<'py> Tracer<'py> {
         let maxlen = match maxlen {
             Some(m) => match self.kind(m) {
                 VarKind::Const(v) => v.bind(self.py).clone(),
-                _ => {
+                VarKind::Tensor { .. }
+                | VarKind::Symbolic { .. }
+                | VarKind::Slice(_)
+                | VarKind::Object(_)
+                | VarKind::Tuple(_)
+                | VarKind::List(_)
+                | VarKind::Dict(_)
+                | VarKind::DictView { .. }
+                | VarKind::Null
+                | VarKind::Method { .. }
+                | VarKind::Iter { .. }
+                | VarKind::Generator { .. }
+                | VarKind::Lazy(_)
+                | VarKind::Function(_)
+                | VarKind::Partial { .. }
+                | VarKind::CellRef(_)
+                | VarKind::Super { .. }
+                | VarKind::Instance { .. }
+                | VarKind::GradModeContext { .. }
+                | VarKind::GradModeWrapped { .. }
+                | VarKind::GradModeExit { .. } => {
                     return unsupported(
                         BreakKind::UnsupportedOperation,
                         "collections.deque() with a maxlen not known while tracing",

@@ -207,7 +207,20 @@ impl<'py> Tracer<'py> {
                 self.pin_identity(id);
                 v.bind(py).clone()
             }
-            other => {
+            other @ (VarKind::DictView { .. }
+            | VarKind::Null
+            | VarKind::Method { .. }
+            | VarKind::Iter { .. }
+            | VarKind::Generator { .. }
+            | VarKind::Lazy(_)
+            | VarKind::Function(_)
+            | VarKind::Partial { .. }
+            | VarKind::CellRef(_)
+            | VarKind::Super { .. }
+            | VarKind::Instance { .. }
+            | VarKind::GradModeContext { .. }
+            | VarKind::GradModeWrapped { .. }
+            | VarKind::GradModeExit { .. }) => {
                 return unsupported(
                     BreakKind::UnsupportedOperation,
                     format!("{} as an operation argument", kind_name(other)),
@@ -256,7 +269,20 @@ impl<'py> Tracer<'py> {
                 self.pin_identity(id);
                 Arg::Const(v.clone())
             }
-            other => {
+            other @ (VarKind::DictView { .. }
+            | VarKind::Null
+            | VarKind::Method { .. }
+            | VarKind::Iter { .. }
+            | VarKind::Generator { .. }
+            | VarKind::Lazy(_)
+            | VarKind::Function(_)
+            | VarKind::Partial { .. }
+            | VarKind::CellRef(_)
+            | VarKind::Super { .. }
+            | VarKind::Instance { .. }
+            | VarKind::GradModeContext { .. }
+            | VarKind::GradModeWrapped { .. }
+            | VarKind::GradModeExit { .. }) => {
                 return unsupported(
                     BreakKind::UnsupportedOperation,
                     format!("{} as a graph argument", kind_name(other)),

@@ -300,7 +300,27 @@ impl<'py> Tracer<'py> {
             }
             match self.kind(k) {
                 VarKind::Const(v) => values.push(v.bind(py).clone()),
-                other => {
+                other @ (VarKind::Tensor { .. }
+                | VarKind::Symbolic { .. }
+                | VarKind::Slice(_)
+                | VarKind::Object(_)
+                | VarKind::Tuple(_)
+                | VarKind::List(_)
+                | VarKind::Dict(_)
+                | VarKind::DictView { .. }
+                | VarKind::Null
+                | VarKind::Method { .. }
+                | VarKind::Iter { .. }
+                | VarKind::Generator { .. }
+                | VarKind::Lazy(_)
+                | VarKind::Function(_)
+                | VarKind::Partial { .. }
+                | VarKind::CellRef(_)
+                | VarKind::Super { .. }
+                | VarKind::Instance { .. }
+                | VarKind::GradModeContext { .. }
+                | VarKind::GradModeWrapped { .. }
+                | VarKind::GradModeExit { .. }) => {
                     return unsupported(
                         BreakKind::UnsupportedOperation,
                         format!(

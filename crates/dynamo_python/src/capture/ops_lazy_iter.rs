@@ -123,7 +123,29 @@ impl<'py> Tracer<'py> {
         let py = self.py;
         let lazy = match self.kind(id) {
             VarKind::Lazy(lazy) => lazy.clone(),
-            _ => return unsupported(BreakKind::Internal, "advancing a lazy iterator that is not"),
+            VarKind::Tensor { .. }
+            | VarKind::Symbolic { .. }
+            | VarKind::Slice(_)
+            | VarKind::Const(_)
+            | VarKind::Object(_)
+            | VarKind::Tuple(_)
+            | VarKind::List(_)
+            | VarKind::Dict(_)
+            | VarKind::DictView { .. }
+            | VarKind::Null
+            | VarKind::Method { .. }
+            | VarKind::Iter { .. }
+            | VarKind::Generator { .. }
+            | VarKind::Function(_)
+            | VarKind::Partial { .. }
+            | VarKind::CellRef(_)
+            | VarKind::Super { .. }
+            | VarKind::Instance { .. }
+            | VarKind::GradModeContext { .. }
+            | VarKind::GradModeWrapped { .. }
+            | VarKind::GradModeExit { .. } => {
+                return unsupported(BreakKind::Internal, "advancing a lazy iterator that is not")
+            }
         };
         let (item, after) = match lazy {
             LazyIter::Count { next, step } => {

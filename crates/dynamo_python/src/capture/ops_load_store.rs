@@ -528,7 +528,20 @@ impl<'py> Tracer<'py> {
                 };
                 self.wrap(&attr, source)
             }
-            other => unsupported(
+            other @ (VarKind::Symbolic { .. }
+            | VarKind::Slice(_)
+            | VarKind::DictView { .. }
+            | VarKind::Null
+            | VarKind::Method { .. }
+            | VarKind::Iter { .. }
+            | VarKind::Generator { .. }
+            | VarKind::Lazy(_)
+            | VarKind::Function(_)
+            | VarKind::Partial { .. }
+            | VarKind::CellRef(_)
+            | VarKind::GradModeContext { .. }
+            | VarKind::GradModeWrapped { .. }
+            | VarKind::GradModeExit { .. }) => unsupported(
                 BreakKind::UnsupportedOperation,
                 format!(
                     "attribute {name:?} of {}",

@@ -49,7 +49,24 @@ impl<'py> Tracer<'py> {
             VarKind::Tuple(items) | VarKind::List(items) => items.len(),
             VarKind::Dict(entries) => entries.len(),
             VarKind::Const(v) => v.bind(self.py).len()?,
-            other => {
+            other @ (VarKind::Tensor { .. }
+            | VarKind::Symbolic { .. }
+            | VarKind::Slice(_)
+            | VarKind::Object(_)
+            | VarKind::DictView { .. }
+            | VarKind::Null
+            | VarKind::Method { .. }
+            | VarKind::Iter { .. }
+            | VarKind::Generator { .. }
+            | VarKind::Lazy(_)
+            | VarKind::Function(_)
+            | VarKind::Partial { .. }
+            | VarKind::CellRef(_)
+            | VarKind::Super { .. }
+            | VarKind::Instance { .. }
+            | VarKind::GradModeContext { .. }
+            | VarKind::GradModeWrapped { .. }
+            | VarKind::GradModeExit { .. }) => {
                 return unsupported(
                     BreakKind::UnsupportedOperation,
                     format!("len() of {} in a match statement", kind_name(other)),
@@ -80,7 +97,23 @@ impl<'py> Tracer<'py> {
             VarKind::Tuple(_) | VarKind::List(_) => flag == TPFLAGS_SEQUENCE,
             VarKind::Dict(_) => flag == TPFLAGS_MAPPING,
             VarKind::Tensor { .. } | VarKind::Symbolic { .. } => false,
-            _ => match self.type_flag(subject, flag)? {
+            VarKind::Slice(_)
+            | VarKind::Const(_)
+            | VarKind::Object(_)
+            | VarKind::DictView { .. }
+            | VarKind::Null
+            | VarKind::Method { .. }
+            | VarKind::Iter { .. }
+            | VarKind::Generator { .. }
+            | VarKind::Lazy(_)
+            | VarKind::Function(_)
+            | VarKind::Partial { .. }
+            | VarKind::CellRef(_)
+            | VarKind::Super { .. }
+            | VarKind::Instance { .. }
+            | VarKind::GradModeContext { .. }
+            | VarKind::GradModeWrapped { .. }
+            | VarKind::GradModeExit { .. } => match self.type_flag(subject, flag)? {
                 Some(answer) => answer,
                 None => {
                     return unsupported(

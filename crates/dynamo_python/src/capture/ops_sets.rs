@@ -72,7 +72,26 @@ impl<'py> Tracer<'py> {
             .map(|&id| match self.kind(id) {
                 VarKind::Const(v) => Ok(v.bind(self.py).clone()),
                 VarKind::Tensor { .. } => self.tensor_key(id),
-                other => unsupported(
+                other @ (VarKind::Symbolic { .. }
+                | VarKind::Slice(_)
+                | VarKind::Object(_)
+                | VarKind::Tuple(_)
+                | VarKind::List(_)
+                | VarKind::Dict(_)
+                | VarKind::DictView { .. }
+                | VarKind::Null
+                | VarKind::Method { .. }
+                | VarKind::Iter { .. }
+                | VarKind::Generator { .. }
+                | VarKind::Lazy(_)
+                | VarKind::Function(_)
+                | VarKind::Partial { .. }
+                | VarKind::CellRef(_)
+                | VarKind::Super { .. }
+                | VarKind::Instance { .. }
+                | VarKind::GradModeContext { .. }
+                | VarKind::GradModeWrapped { .. }
+                | VarKind::GradModeExit { .. }) => unsupported(
                     BreakKind::UnsupportedOperation,
                     format!("a set element that is {}", kind_name(other)),
                 ),

@@ -58,7 +58,26 @@ impl<'py> Tracer<'py> {
         let cls = match self.kind(context) {
             VarKind::Instance { cls, .. } => cls.bind(py).clone(),
             VarKind::Object(o) => o.bind(py).get_type().into_any(),
-            other => {
+            other @ (VarKind::Tensor { .. }
+            | VarKind::Symbolic { .. }
+            | VarKind::Slice(_)
+            | VarKind::Const(_)
+            | VarKind::Tuple(_)
+            | VarKind::List(_)
+            | VarKind::Dict(_)
+            | VarKind::DictView { .. }
+            | VarKind::Null
+            | VarKind::Method { .. }
+            | VarKind::Iter { .. }
+            | VarKind::Generator { .. }
+            | VarKind::Lazy(_)
+            | VarKind::Function(_)
+            | VarKind::Partial { .. }
+            | VarKind::CellRef(_)
+            | VarKind::Super { .. }
+            | VarKind::GradModeContext { .. }
+            | VarKind::GradModeWrapped { .. }
+            | VarKind::GradModeExit { .. }) => {
                 return unsupported(
                     BreakKind::ContextManager,
                     format!("a with statement on {}", kind_name(other)),

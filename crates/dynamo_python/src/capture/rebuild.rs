@@ -183,7 +183,26 @@ fn contents_plan(tracer: &Tracer<'_>, id: VarId, r: &mut Rebuilder) -> CResult<R
             Some(deque) => deque_items_plan(tracer, deque, r)?,
             None => return unsupported(BreakKind::Internal, "internal: the contents of a deque"),
         },
-        other => {
+        other @ (VarKind::Tensor { .. }
+        | VarKind::Symbolic { .. }
+        | VarKind::Slice(_)
+        | VarKind::Const(_)
+        | VarKind::Object(_)
+        | VarKind::Tuple(_)
+        | VarKind::DictView { .. }
+        | VarKind::Null
+        | VarKind::Method { .. }
+        | VarKind::Iter { .. }
+        | VarKind::Generator { .. }
+        | VarKind::Lazy(_)
+        | VarKind::Function(_)
+        | VarKind::Partial { .. }
+        | VarKind::CellRef(_)
+        | VarKind::Super { .. }
+        | VarKind::Instance { .. }
+        | VarKind::GradModeContext { .. }
+        | VarKind::GradModeWrapped { .. }
+        | VarKind::GradModeExit { .. }) => {
             return unsupported(
                 BreakKind::Internal,
                 format!("internal: the contents of {}", translator::kind_name(other)),

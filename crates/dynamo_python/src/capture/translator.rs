@@ -478,7 +478,17 @@ impl<'py> Tracer<'py> {
             VarKind::DictView { dict, which } => {
                 self.python_value(*dict)?.call_method0(which.method())?
             }
-            other => {
+            other @ (VarKind::Null
+            | VarKind::Method { .. }
+            | VarKind::Generator { .. }
+            | VarKind::Lazy(_)
+            | VarKind::Function(_)
+            | VarKind::CellRef(_)
+            | VarKind::Super { .. }
+            | VarKind::Instance { .. }
+            | VarKind::GradModeContext { .. }
+            | VarKind::GradModeWrapped { .. }
+            | VarKind::GradModeExit { .. }) => {
                 return unsupported(
                     BreakKind::ValueNotRebuildable,
                     format!("{} used as a Python value", kind_name(other)),
@@ -1170,7 +1180,9 @@ impl<'py> Tracer<'py> {
     pub fn run(&mut self, frame: &mut FrameState<'py>) -> CResult<VarId> {
         match self.run_frame(frame)? {
             Flow::Return(value) => Ok(value),
-            _ => unsupported(BreakKind::Internal, "a frame yielded outside a generator"),
+            Flow::Continue | Flow::Yield(_) => {
+                unsupported(BreakKind::Internal, "a frame yielded outside a generator")
+            }
         }
     }
 
