@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import os
 import signal
 import sys
 import warnings
@@ -25,6 +26,15 @@ def _timeout(signum, frame):
     raise TimeoutError
 
 
+def _marker():
+    """A file this process writes the seed it is running to, if the parent asked for one
+    (`DYNAMO_RS_FUZZ_MARKERS`: a directory; the file is named by the process id)."""
+    directory = os.environ.get("DYNAMO_RS_FUZZ_MARKERS")
+    if not directory:
+        return None
+    return os.open(os.path.join(directory, str(os.getpid())), os.O_WRONLY | os.O_CREAT, 0o644)
+
+
 def run_range(task):
     start, count, verify = task
     setup()
@@ -37,7 +47,13 @@ def run_range(task):
     dynamo_rs.config.verify_meta_rules = verify
     signal.signal(signal.SIGALRM, _timeout)
     found, captured, fallbacks, errors = [], 0, collections.Counter(), collections.Counter()
+    marker = _marker()
     for seed in range(start, start + count):
+        if marker is not None:
+            # Which seed this process is running, for when it crashes (see __main__).
+            os.pwrite(marker, f"{seed:<12d}".encode(), 0)
+        if os.environ.get("DYNAMO_RS_FUZZ_SELF_TEST_CRASH") == str(seed):
+            os.kill(os.getpid(), signal.SIGSEGV)  # checks that a crash is reported
         program = generate(seed)
         _meta_rules.mismatches.clear()
         signal.alarm(20)
