@@ -27,7 +27,6 @@ import torch
 from torch import sym_max
 from torch.fx.experimental.symbolic_shapes import sym_and, sym_eq, sym_or
 
-_SymInt = torch.SymInt
 _SymBool = torch.SymBool
 
 

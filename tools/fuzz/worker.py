@@ -29,10 +29,16 @@ def _timeout(signum, frame):
 def _marker():
     """A file this process writes the seed it is running to, if the parent asked for one
     (`DYNAMO_RS_FUZZ_MARKERS`: a directory; the file is named by the process id)."""
+    global _MARKER
     directory = os.environ.get("DYNAMO_RS_FUZZ_MARKERS")
     if not directory:
         return None
-    return os.open(os.path.join(directory, str(os.getpid())), os.O_WRONLY | os.O_CREAT, 0o644)
+    if _MARKER is None:  # opened once per process, kept for every range it runs
+        _MARKER = os.open(os.path.join(directory, str(os.getpid())), os.O_WRONLY | os.O_CREAT, 0o644)
+    return _MARKER
+
+
+_MARKER = None
 
 
 def run_range(task):
