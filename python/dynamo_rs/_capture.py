@@ -36,6 +36,23 @@ def new_fake_mode() -> FakeTensorMode:
     return FakeTensorMode(allow_non_fake_inputs=False)
 
 
+def release_real_tensor_memos(mode: FakeTensorMode) -> None:
+    """Drops what `mode` remembers about real tensors and storages, once the trace (and the
+    backend, which may convert more) is done with it.
+
+    The converter keys those memos by weak references with callbacks on the real tensors.
+    A fake mode is full of reference cycles, so once dropped it waits for the cycle
+    collector — with its weak references still on the real tensors. CPython 3.11 crashes
+    when a tensor holding ten or more such references is freed and the collector runs
+    during that free and frees some of them (`PyObject_ClearWeakRefs` walks a list it read
+    before the collection): a parameter seen by a dozen captures, then deleted, was enough.
+    New dictionaries in place of the old ones free the old references at once, while nothing
+    is being freed. The memos are a cache: a mode used again converts anew."""
+    describer = mode.fake_tensor_converter.meta_converter.describer
+    describer.lookup_tensor = type(describer.lookup_tensor)()
+    describer.lookup_storage = type(describer.lookup_storage)()
+
+
 def to_fake(mode: FakeTensorMode, tensor: torch.Tensor) -> torch.Tensor:
     """The fake twin of a real graph input, memoized per mode (a tensor reached through two
     sources, like tied weights, gets one fake).

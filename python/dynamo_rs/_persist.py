@@ -1027,6 +1027,7 @@ _AT_SOURCE = {
 
 def _bind(entry: dict, frame, converter):
     from dynamo_rs import _native
+    from dynamo_rs._capture import release_real_tensor_memos
     from dynamo_rs._shapes import call_backend, new_fake_mode
 
     spec = entry["guards"]
@@ -1087,10 +1088,13 @@ def _bind(entry: dict, frame, converter):
     # The entry holds: compile its graph (the backend's own caches make this fast).
     examples = [reader.value(i) for i in inputs]
     mode = new_fake_mode()
-    gm = rebuild_graph(entry["graph"], mode, examples)
-    start = time.perf_counter()
-    compiled = call_backend(converter.backend, gm, examples, mode)
-    backend_seconds = time.perf_counter() - start
+    try:
+        gm = rebuild_graph(entry["graph"], mode, examples)
+        start = time.perf_counter()
+        compiled = call_backend(converter.backend, gm, examples, mode)
+        backend_seconds = time.perf_counter() - start
+    finally:
+        release_real_tensor_memos(mode)
     if not callable(compiled):
         raise Mismatch("the backend returned something not callable")
     token = _native.DisabledFunction(compiled)

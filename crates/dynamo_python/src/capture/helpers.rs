@@ -11,6 +11,9 @@ pub const MODULE_TABLES: [&str; 3] = ["_parameters", "_buffers", "_modules"];
 #[derive(Debug)]
 pub struct Helpers<'py> {
     pub new_fake_mode: Bound<'py, PyAny>,
+    /// `_capture.release_real_tensor_memos`: run on the trace's fake mode when the tracer
+    /// goes away.
+    pub release_real_tensor_memos: Bound<'py, PyAny>,
     pub to_fake: Bound<'py, PyAny>,
     /// `_shapes.input_fake`: a graph input's fake, symbolic in the dimensions the
     /// dynamic-shape policy picks.
@@ -170,6 +173,7 @@ impl<'py> Helpers<'py> {
             always_false,
             always_none,
             new_fake_mode: shapes.getattr("new_fake_mode")?,
+            release_real_tensor_memos: capture.getattr("release_real_tensor_memos")?,
             to_fake: capture.getattr("to_fake")?,
             input_fake: shapes.getattr("input_fake")?,
             symbolic_dims: shapes.getattr("symbolic_dims")?,

@@ -224,6 +224,17 @@ impl std::fmt::Debug for Tracer<'_> {
     }
 }
 
+impl Drop for Tracer<'_> {
+    /// The fake mode may outlive the tracer (a backend's compiled code can hold it), but what
+    /// it remembers about real tensors must not: see `_capture.release_real_tensor_memos`
+    /// (a crash in CPython's weak-reference clearing otherwise).
+    fn drop(&mut self) {
+        if let Err(err) = self.h.release_real_tensor_memos.call1((&self.fake_mode,)) {
+            err.write_unraisable(self.py, Some(&self.fake_mode));
+        }
+    }
+}
+
 /// The methods through which the trace reads a dict's entries; a dict subclass overriding
 /// none of them is read like a dict (see `guard_by_contents`).
 const DICT_LOOKUPS: &[&str] = &[
