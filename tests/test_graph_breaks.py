@@ -912,6 +912,50 @@ def tracing_state_and_determinism(x):
     return x - 1
 
 
+# --- slices with tensor bounds: the bounds' arithmetic joins the graph, indexing breaks -----
+
+
+def slice_by_tensor_bounds(x):
+    lo = (x[0] > 0).long()
+    hi = lo + 2
+    return x[lo:hi] * 2
+
+
+def store_into_slice_by_tensor_bounds(x):
+    out = torch.zeros(6)
+    start = (x.abs().argmax() % 3)
+    out[start:start + 3] = x.sin()
+    return out + 1
+
+
+def slices_by_tensor_bounds_in_a_tuple(x):
+    a = (x.sum() > 0).long()
+    return x[a:a + 1, 1:3].cos()
+
+
+def list_sliced_by_tensor_bounds(x):
+    items = [x, x * 2, x * 3, x * 4]
+    n = (x.sum() > 0).long() + 1
+    return sum(items[0:n]).relu()
+
+
+SLICE_OF_TENSORS = slice(torch.tensor(1), torch.tensor(3))
+
+
+def global_slice_holding_tensors(x):
+    return x[SLICE_OF_TENSORS] + 1
+
+
+def paste_like(mask, box):
+    w = int(box[2] - box[0] + 1)
+    mask = torch.nn.functional.interpolate(mask[None, None], size=(w, w), mode="bilinear")[0, 0]
+    im = torch.zeros(12, 12)
+    x0 = max(box[0], 0)
+    x1 = min(box[2] + 1, 12)
+    im[x0:x1, x0:x1] = mask[(x0 - box[0]):(x1 - box[0]), (x0 - box[0]):(x1 - box[0])]
+    return im
+
+
 CASES = {
     "print between": (print_between, [(t(3),)], 0),
     "print first": (print_first, [(t(3),)], 0),
@@ -1019,6 +1063,16 @@ CASES = {
     "helper naming torch, int arguments": (helper_naming_torch_with_int_arguments, [(t(3),)], 0),
     "module passed as an argument": (module_passed_as_an_argument, [(t(2, 3),)], 0),
     "JIT tracing state and determinism folded": (tracing_state_and_determinism, [(t(3),)], 0),
+    # TorchDynamo runs the rest of a frame after an instruction it cannot trace as plain
+    # bytecode ("step_unsupported"); we resume after the indexing and compile the rest: one
+    # more graph.
+    "slice by tensor bounds": (slice_by_tensor_bounds, [(torch.ones(4),), (-torch.ones(4),)], 1),
+    "store into a slice by tensor bounds": (store_into_slice_by_tensor_bounds, [(t(3),)], 1),
+    "tensor-bounded slice in a tuple index": (slices_by_tensor_bounds_in_a_tuple, [(torch.ones(3, 4),), (-torch.ones(3, 4),)], 1),
+    # (and the two calls hand lists of two lengths to the resume function: one graph each)
+    "list sliced by tensor bounds": (list_sliced_by_tensor_bounds, [(torch.ones(3),), (-torch.ones(3),)], 2),
+    "global slice holding tensors": (global_slice_holding_tensors, [(t(5),)], 1),
+    "paste a mask (torchvision's paste_mask_in_image)": (paste_like, [(torch.rand(5, 5), torch.tensor([2, 3, 7, 9])), (torch.rand(5, 5), torch.tensor([0, 1, 4, 4]))], 0),
 }
 
 
@@ -1034,6 +1088,7 @@ EXPLAIN_DELTAS = {
     # The second call takes the other path: one more resume function of ours.
     "exception out of no_grad caught outside": 1,
     "try/except catching the call at the break": 1,
+    "list sliced by tensor bounds": 1,
 }
 
 
@@ -1216,3 +1271,30 @@ def test_callees_of_a_split_frame_are_traced_once() -> None:
     assert converter.traces == 2 + 3 + 4
     assert len(converter.breaks) == 4
     assert all("_inner3" in where for where, _ in converter.breaks)
+
+
+LIST_SLICE = slice(torch.tensor(0), torch.tensor(2))
+
+
+def list_by_global_slice_of_tensors(x):
+    items = [x, x * 2, x * 3]
+    return sum(items[LIST_SLICE]) + 1
+
+
+@pytest.mark.parametrize("fn, window", [(global_slice_holding_tensors, SLICE_OF_TENSORS),
+                                        (list_by_global_slice_of_tensors, LIST_SLICE)])
+def test_slice_holding_tensors_is_not_a_constant(fn, window) -> None:
+    """A slice whose bounds are tensors is not an immutable constant: the tensors change in
+    place, and the next call must see the new bounds (a guard on the slice's value would
+    compare the same tensor objects and pass)."""
+    compiled = dynamo_rs.compile(fn, backend=CompileCounter())
+    x = torch.randn(5)
+    saved = window.start.item(), window.stop.item()
+    try:
+        torch.testing.assert_close(compiled(x), fn(x))
+        window.start.fill_(1)
+        window.stop.fill_(3)
+        torch.testing.assert_close(compiled(x), fn(x))
+    finally:
+        window.start.fill_(saved[0])
+        window.stop.fill_(saved[1])

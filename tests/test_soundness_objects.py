@@ -131,3 +131,60 @@ def test_attribute_store_matches_eager(fn, make) -> None:
         compiled_args = (x, compiled_obj) if make else (x,)
         torch.testing.assert_close(compiled(*compiled_args), fn(*eager_args))
         assert _state(compiled_obj) == _state(eager_obj)
+
+
+class Position:
+    """An index whose value changes while the object stays the same."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __index__(self) -> int:
+        return self.n
+
+
+POSITION = Position(0)
+
+
+def list_item_at_position(x):
+    items = [x, x * 2, x * 3]
+    return items[POSITION] + 1
+
+
+def tuple_slice_from_position(x):
+    items = (x, x * 2, x * 3)
+    return sum(items[POSITION:]) + 1
+
+
+def tensor_item_at_position(x):
+    return x[POSITION] + 1
+
+
+def tensor_slice_from_position(x):
+    return x[POSITION:] * 2
+
+
+def tensor_slice_to_position(x):
+    return x[:POSITION] * 2
+
+
+def narrow_at_position(x):
+    return x.narrow(0, POSITION, 2) + 1
+
+
+INDEX_CASES = [list_item_at_position, tuple_slice_from_position, tensor_item_at_position,
+               tensor_slice_from_position, tensor_slice_to_position, narrow_at_position]
+
+
+@pytest.mark.parametrize("fn", INDEX_CASES, ids=[f.__name__ for f in INDEX_CASES])
+def test_object_with_index_read_on_every_call(fn) -> None:
+    """An object used as an index (its `__index__`) is read again on every call: the object
+    is the same (its identity guard holds), its value is not."""
+    compiled = dynamo_rs.compile(fn, backend=CompileCounter())
+    x = torch.arange(5.0)
+    try:
+        for n in (1, 2, 1, 0):
+            POSITION.n = n
+            torch.testing.assert_close(compiled(x), fn(x))
+    finally:
+        POSITION.n = 0

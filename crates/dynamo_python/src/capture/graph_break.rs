@@ -70,7 +70,7 @@ fn continuation(ins: &Instruction) -> Option<Continuation> {
         StoreGlobal => run(1, 0),
         DeleteSubscr | StoreAttr => run(2, 0),
         FormatValue => run(1 + usize::from(arg & 4 != 0), 1),
-        BuildString => run(arg, 1),
+        BuildString | BuildSlice => run(arg, 1),
         RaiseVarargs => Some(Continuation::Raise { pops: arg }),
         // A context manager the translator does not follow: entered by the generated code,
         // the block's body (under its cleanup handler) runs in the resume function.

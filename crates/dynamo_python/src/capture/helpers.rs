@@ -216,8 +216,17 @@ impl<'py> Helpers<'py> {
         })
     }
 
-    /// Whether `value` is an immutable constant (tuples of constants included).
+    /// Whether `value` is an immutable constant (tuples of constants included; a slice only
+    /// when its bounds are — `slice(t0, t1)` holds tensors that can change).
     pub fn is_constant(&self, value: &Bound<'py, PyAny>) -> PyResult<bool> {
+        if let Ok(slice) = value.cast::<pyo3::types::PySlice>() {
+            for bound in ["start", "stop", "step"] {
+                if !self.is_constant(&slice.getattr(bound)?)? {
+                    return Ok(false);
+                }
+            }
+            return Ok(true);
+        }
         if value.is_instance(&self.constant_types)? {
             return Ok(true);
         }

@@ -637,6 +637,23 @@ impl<'py> Tracer<'py> {
             );
         }
         let key = self.python_value(index)?;
+        // A sequence indexed by an object (not a constant): its `__index__` or the bounds of
+        // a slice holding tensors can change without the object changing, and the items
+        // picked here would be folded into the trace.
+        let sequence = match self.kind(container) {
+            VarKind::Tuple(_) | VarKind::List(_) => true,
+            VarKind::Object(v) => v.bind(py).is_instance(&self.h.module_sequences)?,
+            _ => false,
+        };
+        if sequence && matches!(self.kind(index), VarKind::Object(_)) {
+            return unsupported(
+                BreakKind::UnsupportedOperation,
+                format!(
+                    "indexing a sequence with a {} that is not a constant",
+                    key.get_type().name()?
+                ),
+            );
+        }
         if matches!(
             self.kind(container),
             VarKind::Instance {

@@ -5,7 +5,7 @@
 use super::break_reasons::BreakKind;
 use crate::imports::ImportModule;
 use pyo3::prelude::*;
-use pyo3::types::{PySlice, PyString};
+use pyo3::types::PyString;
 
 use super::translator::{kind_name, unsupported, CResult, Flow, FrameState, Tracer};
 use super::vars::{VarId, VarKind};
@@ -85,29 +85,75 @@ impl<'py> Tracer<'py> {
         }
     }
 
+    /// Why a slice tracker with these bounds cannot be used as a value (folded into a
+    /// constant slice, or passed to a graph operation), if it cannot: constants and symbolic
+    /// sizes can (a symbolic one is specialised or stays symbolic), and so can immutable
+    /// integers reached as objects (NumPy's, guarded by identity); tensors cannot (read with
+    /// `__index__`, a data-dependent `.item()`); nor can other objects, whose `__index__`
+    /// could answer differently on the next call with the object unchanged.
+    pub(super) fn slice_bound_check(&self, parts: &[VarId]) -> CResult<()> {
+        for &part in parts {
+            match self.kind(part) {
+                VarKind::Const(_) | VarKind::Symbolic { .. } => {}
+                VarKind::Object(v) if self.immutable_integer(&v.bind(self.py).clone())? => {}
+                _ if self.contains_tensor(part) => {
+                    return unsupported(
+                        BreakKind::UnsupportedOperation,
+                        "a slice with tensor bounds",
+                    )
+                }
+                other => {
+                    return unsupported(
+                        BreakKind::UnsupportedOperation,
+                        format!("a slice bound that is {}", kind_name(other)),
+                    )
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// An `int` (subclasses included: `operator.index` takes their value, not their
+    /// `__index__`) or a NumPy integer scalar.
+    fn immutable_integer(&self, value: &Bound<'py, PyAny>) -> CResult<bool> {
+        if value.is_instance_of::<pyo3::types::PyInt>() {
+            return Ok(true);
+        }
+        let numpy_scalar = value
+            .get_type()
+            .getattr("__module__")
+            .is_ok_and(|m| m.to_string() == "numpy");
+        Ok(numpy_scalar
+            && value.is_instance(&self.py.import_module("numpy")?.getattr("integer")?)?)
+    }
+
     pub(super) fn op_build_slice(&mut self, f: &mut FrameState<'py>, n: u32) -> CResult<Flow> {
         let parts = self.popn(f, n as usize)?;
-        if parts.iter().any(|&p| self.contains_tensor(p)) {
-            return unsupported(
-                BreakKind::UnsupportedOperation,
-                "a slice with tensor bounds",
-            );
-        }
-        if parts.iter().any(|&p| self.is_symbolic(p)) {
-            let id = self.add(VarKind::Slice(parts), None);
-            f.stack.push(id);
-            return Ok(Flow::Continue);
-        }
-        let values = parts
-            .iter()
-            .map(|&p| self.python_value(p))
-            .collect::<CResult<Vec<_>>>()?;
         let py = self.py;
+        // Constant bounds make a constant slice (an immutable integer object, guarded by
+        // identity, by its value). Others (symbolic sizes, tensors, objects with `__index__`)
+        // keep the slice a tracker: what uses it decides (`slice_bound_check`) — a tensor
+        // indexed by tensor bounds breaks the graph there, after the bounds' arithmetic
+        // joined the graph before.
+        let mut values = Vec::with_capacity(parts.len());
+        for &part in &parts {
+            match self.kind(part) {
+                VarKind::Const(v) => values.push(v.bind(py).clone()),
+                VarKind::Object(v) if self.immutable_integer(&v.bind(py).clone())? => {
+                    self.pin_identity(part);
+                    values.push(self.h.operator.getattr("index")?.call1((v.bind(py),))?);
+                }
+                _ => {
+                    let id = self.add(VarKind::Slice(parts), None);
+                    f.stack.push(id);
+                    return Ok(Flow::Continue);
+                }
+            }
+        }
         let slice = py
             .import_module("builtins")?
             .getattr("slice")?
             .call1(pyo3::types::PyTuple::new(py, values)?)?;
-        let _ = PySlice::new(py, 0, 0, 1);
         let id = self.constant(&slice);
         f.stack.push(id);
         Ok(Flow::Continue)

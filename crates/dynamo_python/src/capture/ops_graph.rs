@@ -186,6 +186,7 @@ impl<'py> Tracer<'py> {
             )?
             .into_any(),
             VarKind::Slice(parts) => {
+                self.slice_bound_check(parts)?;
                 py.import_module("builtins")?
                     .getattr("slice")?
                     .call1(PyTuple::new(
@@ -202,6 +203,14 @@ impl<'py> Tracer<'py> {
                     d.set_item(k.bind(py), self.fake_value(*v)?)?;
                 }
                 d.into_any()
+            }
+            // An existing slice is an object (not a constant) only when its bounds are not
+            // constants: tensors, most likely.
+            VarKind::Object(v) if v.bind(py).is_instance_of::<pyo3::types::PySlice>() => {
+                return unsupported(
+                    BreakKind::UnsupportedOperation,
+                    "a slice with tensor bounds",
+                )
             }
             VarKind::Const(v) | VarKind::Object(v) => {
                 self.pin_identity(id);
@@ -240,7 +249,8 @@ impl<'py> Tracer<'py> {
                     .collect::<CResult<_>>()?,
             ),
             VarKind::Slice(parts) => Arg::Slice(
-                parts
+                self.slice_bound_check(parts)
+                    .map(|()| parts)?
                     .iter()
                     .map(|&i| self.graph_arg(i))
                     .collect::<CResult<_>>()?,

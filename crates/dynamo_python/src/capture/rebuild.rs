@@ -500,10 +500,21 @@ fn rebuild_inline(tracer: &Tracer<'_>, id: VarId, r: &mut Rebuilder) -> CResult<
         VarKind::GradModeExit { previous } => Rebuild::Const(OwnedRef::from_bound(
             ops_with::GradModeExit::get(py, *previous)?.as_any(),
         )),
+        // A slice with bounds from the graph (tensors), on the stack at the break where a
+        // tensor is indexed by it.
+        VarKind::Slice(parts) => Rebuild::Call {
+            func: Box::new(Rebuild::Const(OwnedRef::from_bound(
+                &tracer.h.builtins.getattr("slice")?,
+            ))),
+            args: parts
+                .iter()
+                .map(|&p| rebuild_plan(tracer, p, r))
+                .collect::<CResult<_>>()?,
+            kwargs: Vec::new(),
+        },
         // Kinds the generated code cannot make (listed, so that a new kind must be placed
         // here or given a plan).
-        other @ (VarKind::Slice(_)
-        | VarKind::DictView { .. }
+        other @ (VarKind::DictView { .. }
         | VarKind::Null
         // A generator's frame, suspended mid-way, is not an object the code can make.
         | VarKind::Generator { .. }

@@ -414,6 +414,7 @@ impl<'py> Tracer<'py> {
             VarKind::Const(v) | VarKind::Object(v) => v.bind(py).clone(),
             VarKind::Symbolic { fake, .. } => self.specialize(&fake.bind(py).clone())?,
             VarKind::Slice(parts) => {
+                self.slice_bound_check(parts)?;
                 let parts = parts
                     .iter()
                     .map(|&p| self.python_value(p))
@@ -521,7 +522,7 @@ impl<'py> Tracer<'py> {
     pub fn contains_tensor(&self, id: VarId) -> bool {
         match self.kind(id) {
             VarKind::Tensor { .. } => true,
-            VarKind::Tuple(items) | VarKind::List(items) => {
+            VarKind::Tuple(items) | VarKind::List(items) | VarKind::Slice(items) => {
                 items.iter().any(|&i| self.contains_tensor(i))
             }
             VarKind::Dict(entries) => entries.iter().any(|(_, v)| self.contains_tensor(*v)),
