@@ -6,7 +6,8 @@ Graph counts are compared with TorchDynamo's on the same model and input (torch 
 with `torch._dynamo.explain`; TorchDynamo takes minutes on these, so its counts are recorded
 here): within ±20% for each. maskrcnn's `paste_mask_in_image` takes `max(box[0], 0)` /
 `min(box[2] + 1, im_w)` of 0-d tensors once per detection; these are graph operations (clamp /
-where), not breaks, as under TorchDynamo (39 graphs vs its 40; 62 when each was a break)."""
+where), not breaks, as under TorchDynamo; its slice with those tensors as bounds breaks the graph
+at the indexing, after the bounds' arithmetic (40 graphs, as TorchDynamo's)."""
 
 from __future__ import annotations
 

@@ -193,6 +193,12 @@ impl<'py> Tracer<'py> {
                         }
                     }
                 }
+                if name == "_buffers" && self.buffer_stores.contains(&(value.as_ptr() as usize)) {
+                    return unsupported(
+                        BreakKind::UnreplayableSideEffect,
+                        "reading the buffers of a module after this trace replaced one of them",
+                    );
+                }
                 match self.mutated_attr(&value, name) {
                     Some(Some(stored)) => return Ok(stored),
                     Some(None) => {

@@ -273,6 +273,9 @@ impl<'py> Tracer<'py> {
         let Some(value) = value else {
             return Ok(false); // `Module.__delattr__` has its own rules
         };
+        if self.buffer_store(real, source, name, value)? {
+            return Ok(true);
+        }
         let plain_value = match self.kind(value) {
             VarKind::Tensor { .. } => self.source(value).is_none(),
             VarKind::Const(_) | VarKind::Tuple(_) | VarKind::List(_) | VarKind::Dict(_) => true,
@@ -299,6 +302,56 @@ impl<'py> Tracer<'py> {
                 super::guards::GuardKind::Contains(OwnedRef::from_bound(&key), false),
             );
         }
+        Ok(true)
+    }
+
+    /// Whether `module.name = tensor` replaces one of the module's buffers with a tensor the
+    /// graph computed (a cache a model refreshes when the input size changes, as timm's
+    /// ConViT's `rel_indices`): `Module.__setattr__` registers it as that buffer, which
+    /// replaying the store after the graph does the same way; reads of `module.name` later
+    /// in the trace see the stored tensor, and the `_buffers` dict itself is not read again
+    /// in this trace. Guarded: the name stays a buffer and no parameter or submodule.
+    fn buffer_store(
+        &mut self,
+        real: &Bound<'py, PyAny>,
+        source: &Rc<super::source::Source>,
+        name: &str,
+        value: VarId,
+    ) -> CResult<bool> {
+        let py = self.py;
+        let computed_tensor =
+            matches!(self.kind(value), VarKind::Tensor { .. }) && self.source(value).is_none();
+        if !computed_tensor {
+            return Ok(false);
+        }
+        let dict = real.getattr("__dict__")?;
+        let key = pyo3::types::PyString::new(py, name).into_any();
+        let mut tables = Vec::new();
+        for table in super::helpers::MODULE_TABLES {
+            let Ok(entries) = dict.get_item(table) else {
+                return Ok(false);
+            };
+            if !entries.is_exact_instance_of::<pyo3::types::PyDict>() {
+                return Ok(false);
+            }
+            tables.push((table, entries.contains(&key)?));
+        }
+        if tables
+            != [
+                ("_parameters", false),
+                ("_buffers", true),
+                ("_modules", false),
+            ]
+        {
+            return Ok(false);
+        }
+        for (table, present) in tables {
+            self.guards.add(
+                Rc::new(super::source::Source::Attr(source.clone(), table.into())),
+                super::guards::GuardKind::Contains(OwnedRef::from_bound(&key), present),
+            );
+        }
+        self.buffer_stores.insert(real.as_ptr() as usize);
         Ok(true)
     }
 

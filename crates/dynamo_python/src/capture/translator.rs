@@ -193,6 +193,9 @@ pub struct Tracer<'py> {
     /// Graph nodes made by traces whose result was not used (see `ops_autograd`): dropped
     /// from the graph unless a kept node refers to them.
     pub discarded_nodes: Vec<std::ops::Range<usize>>,
+    /// Modules (by address) whose buffer this trace replaced through `Module.__setattr__`
+    /// (replayed after the graph): their `_buffers` dict is not read in the same trace.
+    pub buffer_stores: std::collections::HashSet<usize>,
 }
 
 /// A graph input whose fake has symbolic sizes or strides.
@@ -301,6 +304,7 @@ impl<'py> Tracer<'py> {
             dynamic_inputs: Vec::new(),
             specializations: Default::default(),
             discarded_nodes: Vec::new(),
+            buffer_stores: Default::default(),
         })
     }
 
