@@ -791,3 +791,25 @@ def test_shape_guards_over_roots_of_sizes_translate() -> None:
         plan = _shapes._translate(guard, {s: 0})
         for value, expected in holds_at.items():
             assert bool(_evaluate(plan, [value])) is expected, (guard, value)
+
+
+def _specialised_then_converted(t, n):
+    seen = {n}  # a set element: n's value is needed, the symbol is specialised
+    return float(n), n / 2, int(n * 1.5), n == 4, len(seen), t + 1
+
+
+def _converted(t, n):
+    return float(n), float(n) * 2, t + 1
+
+
+@pytest.mark.parametrize("fn", [_specialised_then_converted, _converted])
+def test_int_argument_converted_keeps_python_types(fn) -> None:
+    """Numbers computed from an int argument that changed (made symbolic) keep eager's Python
+    types: `float(n)` is a float even when the ShapeEnv knows its value (fuzzer seed 272798:
+    it came back as the int 4)."""
+    compiled = dynamo_rs.compile(fn, backend=CompileCounter())
+    for n in (3, 4, 5, 4):
+        expected, actual = fn(torch.ones(2), n), compiled(torch.ones(2), n)
+        assert [type(v) for v in actual] == [type(v) for v in expected], (n, actual, expected)
+        assert actual[:-1] == expected[:-1]
+        torch.testing.assert_close(actual[-1], expected[-1])

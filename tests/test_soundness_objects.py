@@ -172,15 +172,53 @@ def narrow_at_position(x):
     return x.narrow(0, POSITION, 2) + 1
 
 
+def expand_by_position(x):
+    return x.expand(POSITION, 5) + 1
+
+
+def zeros_of_position(x):
+    return torch.zeros(POSITION) + x.sum()
+
+
+def sum_over_range_of_position(x):
+    return sum(x[i] for i in range(POSITION)) + x.sum()
+
+
+def int_and_round_of_position(x):
+    return x * int(POSITION) + round(POSITION)
+
+
 INDEX_CASES = [list_item_at_position, tuple_slice_from_position, tensor_item_at_position,
-               tensor_slice_from_position, tensor_slice_to_position, narrow_at_position]
+               tensor_slice_from_position, tensor_slice_to_position, narrow_at_position,
+               expand_by_position, zeros_of_position, sum_over_range_of_position,
+               int_and_round_of_position]
 
 
+class _RoundablePosition(Position):
+    def __int__(self) -> int:
+        return self.n
+
+    def __round__(self, ndigits=None) -> int:
+        return self.n
+
+
+@pytest.mark.parametrize("backend", ["counter", "aot_eager"])
 @pytest.mark.parametrize("fn", INDEX_CASES, ids=[f.__name__ for f in INDEX_CASES])
-def test_object_with_index_read_on_every_call(fn) -> None:
-    """An object used as an index (its `__index__`) is read again on every call: the object
-    is the same (its identity guard holds), its value is not."""
-    compiled = dynamo_rs.compile(fn, backend=CompileCounter())
+def test_object_with_index_read_on_every_call(fn, backend) -> None:
+    """An object used as an index (its `__index__`, `__int__`, `__round__`) is read again on
+    every call: the object is the same (its identity guard holds), its value is not. Under
+    `aot_eager` too, which bakes whatever the graph holds when it compiles."""
+    global POSITION
+    saved = POSITION
+    POSITION = _RoundablePosition(0)
+    try:
+        _check_positions(fn, backend)
+    finally:
+        POSITION = saved
+
+
+def _check_positions(fn, backend) -> None:
+    compiled = dynamo_rs.compile(fn, backend=CompileCounter() if backend == "counter" else backend)
     x = torch.arange(5.0)
     try:
         for n in (1, 2, 1, 0):

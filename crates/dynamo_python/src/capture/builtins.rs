@@ -13,6 +13,20 @@ use super::translator::{kind_name, unsupported, CResult, CaptureError, Tracer};
 use super::vars::{VarId, VarKind};
 use crate::eval_frame::owned::OwnedRef;
 
+/// Conversions a builtin may run on an object argument; when a class defines one in Python,
+/// its answer depends on the object's state (`Position.__index__` returning `self.n`).
+const NUMERIC_CONVERSIONS: &[&str] = &[
+    "__index__",
+    "__int__",
+    "__float__",
+    "__complex__",
+    "__abs__",
+    "__round__",
+    "__trunc__",
+    "__floor__",
+    "__ceil__",
+];
+
 impl<'py> Tracer<'py> {
     /// `setattr(obj, "name", value)` / `delattr(obj, "name")` with a constant name: the
     /// attribute store or delete the statement form would make; None for other calls.
@@ -456,11 +470,28 @@ impl<'py> Tracer<'py> {
         if !leaves_iterators {
             for &arg in args.iter().chain(kwargs.iter().map(|(_, v)| v)) {
                 if let VarKind::Object(obj) = self.kind(arg) {
-                    if obj.bind(py).get_type().hasattr("__next__")? {
+                    let obj_type = obj.bind(py).get_type();
+                    if obj_type.hasattr("__next__")? {
                         return unsupported(
                             BreakKind::UnsupportedOperation,
                             format!("{name}() of an iterator that exists outside the trace"),
                         );
+                    }
+                    // `range(obj)`, `int(obj)`, `round(obj)`: a conversion written in Python
+                    // reads the object's state, which its identity guard does not cover.
+                    for dunder in NUMERIC_CONVERSIONS {
+                        if obj_type
+                            .getattr(*dunder)
+                            .is_ok_and(|f| f.is_instance(&self.h.function_type).unwrap_or(false))
+                        {
+                            return unsupported(
+                                BreakKind::UnsupportedOperation,
+                                format!(
+                                    "{name}() of a {} object, whose {dunder} is Python code",
+                                    obj_type.name()?
+                                ),
+                            );
+                        }
                     }
                 }
             }

@@ -53,18 +53,18 @@ impl<'py> Tracer<'py> {
     }
 
     /// The tracker for a fake result that is a `SymInt`/`SymFloat`/`SymBool` of `node`; a
-    /// result the ShapeEnv already knows to be one number (`s0 * 0`) is that constant.
+    /// result the ShapeEnv already knows to be one number (`s0 * 0`) is that constant, of
+    /// the result's own Python type (`float(s0)` with `s0` specialised to 4 is `4.0`, not
+    /// `4`: `maybe_as_int` would say 4 for a float too).
     pub(super) fn symbolic_result(
         &mut self,
         node: NodeId,
         fake: &Bound<'py, PyAny>,
     ) -> CResult<VarId> {
-        let constant = fake
-            .getattr("node")?
-            .call_method0("maybe_as_int")
-            .ok()
-            .filter(|v| !v.is_none());
-        if let Some(value) = constant {
+        let sym_node = fake.getattr("node")?;
+        let expr = sym_node.getattr("expr")?;
+        if expr.getattr("is_number")?.is_truthy()? {
+            let value = sym_node.getattr("pytype")?.call1((expr,))?;
             return Ok(self.constant(&value));
         }
         Ok(self.add(
