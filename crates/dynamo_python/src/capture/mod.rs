@@ -39,6 +39,7 @@ mod ops_itertools;
 mod ops_lazy_iter;
 mod ops_load_store;
 mod ops_match;
+mod ops_module_to;
 mod ops_objects;
 mod ops_operator_getters;
 mod ops_sets;

@@ -93,22 +93,24 @@ impl<'py> Tracer<'py> {
     /// could answer differently on the next call with the object unchanged.
     pub(super) fn slice_bound_check(&self, parts: &[VarId]) -> CResult<()> {
         for &part in parts {
-            match self.kind(part) {
-                VarKind::Const(_) | VarKind::Symbolic { .. } => {}
-                VarKind::Object(v) if self.immutable_integer(&v.bind(self.py).clone())? => {}
-                _ if self.contains_tensor(part) => {
-                    return unsupported(
-                        BreakKind::UnsupportedOperation,
-                        "a slice with tensor bounds",
-                    )
-                }
-                other => {
-                    return unsupported(
-                        BreakKind::UnsupportedOperation,
-                        format!("a slice bound that is {}", kind_name(other)),
-                    )
-                }
+            let usable = match self.kind(part) {
+                VarKind::Const(_) | VarKind::Symbolic { .. } => true,
+                VarKind::Object(v) => self.immutable_integer(&v.bind(self.py).clone())?,
+                _ => false,
+            };
+            if usable {
+                continue;
             }
+            if self.contains_tensor(part) {
+                return unsupported(
+                    BreakKind::UnsupportedOperation,
+                    "a slice with tensor bounds",
+                );
+            }
+            return unsupported(
+                BreakKind::UnsupportedOperation,
+                format!("a slice bound that is {}", kind_name(self.kind(part))),
+            );
         }
         Ok(())
     }

@@ -775,6 +775,9 @@ impl<'py> Tracer<'py> {
         kwargs: Vec<(String, VarId)>,
     ) -> CResult<VarId> {
         let py = self.py;
+        if let Some(module) = self.module_to_without_change(func, &args, &kwargs)? {
+            return Ok(module);
+        }
         let code = func.getattr("__code__")?;
         let flags: u32 = code.getattr("co_flags")?.extract()?;
         let generator = flags & CO_GENERATOR_LIKE == CO_GENERATOR;

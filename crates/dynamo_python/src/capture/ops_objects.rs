@@ -178,6 +178,9 @@ impl<'py> Tracer<'py> {
             .import_module("builtins")?
             .getattr("object")?
             .getattr("__setattr__")?;
+        if self.module_stored_back(&real, &source, name, value)? {
+            return Ok(());
+        }
         let plain_module_store = self.plain_module_store(&real, &source, name, value)?;
         if !plain_module_store
             && (!real.get_type().getattr("__setattr__")?.is(&object_setattr)
@@ -299,6 +302,79 @@ impl<'py> Tracer<'py> {
             }
             self.guards.add(
                 Rc::new(super::source::Source::Attr(source.clone(), table.into())),
+                super::guards::GuardKind::Contains(OwnedRef::from_bound(&key), false),
+            );
+        }
+        Ok(true)
+    }
+
+    /// Whether `module.name = module.name` stores a submodule back into its own slot (after
+    /// `self.classifier = self.classifier.to(dtype)` that converted nothing): through
+    /// `Module.__setattr__` that changes nothing when no global module-registration hook is
+    /// installed and the name is only in `_modules`. Guarded so; nothing to replay.
+    fn module_stored_back(
+        &mut self,
+        real: &Bound<'py, PyAny>,
+        source: &Rc<super::source::Source>,
+        name: &str,
+        value: Option<VarId>,
+    ) -> CResult<bool> {
+        use super::source::{ItemKey, Source};
+        let py = self.py;
+        let Some(value) = value else {
+            return Ok(false);
+        };
+        let VarKind::Object(stored) = self.kind(value) else {
+            return Ok(false);
+        };
+        let stored = stored.bind(py).clone();
+        if !real.is_instance(&self.h.module_type)?
+            || !real
+                .get_type()
+                .getattr("__setattr__")?
+                .is(&self.h.module_type.getattr("__setattr__")?)
+        {
+            return Ok(false);
+        }
+        let slot = Rc::new(Source::Item(
+            Rc::new(Source::Attr(source.clone(), "_modules".into())),
+            ItemKey::Str(name.to_string()),
+        ));
+        if self.source(value).map(|s| s.describe()) != Some(slot.describe()) {
+            return Ok(false);
+        }
+        let dict = real.getattr("__dict__")?;
+        let key = pyo3::types::PyString::new(py, name).into_any();
+        let current = dict
+            .get_item("_modules")
+            .ok()
+            .and_then(|m| m.get_item(&key).ok());
+        if !current.is_some_and(|c| c.is(&stored)) || dict.contains(&key)? {
+            return Ok(false);
+        }
+        for table in ["_parameters", "_buffers"] {
+            match dict.get_item(table) {
+                Ok(entries) if !entries.contains(&key)? => {}
+                _ => return Ok(false),
+            }
+        }
+        let module_py = py.import_module("torch.nn.modules.module")?;
+        let hooks = module_py.getattr("_global_module_registration_hooks")?;
+        if hooks.len()? != 0 {
+            return Ok(false);
+        }
+        let hooks_source = Rc::new(Source::Attr(
+            Rc::new(Source::Object(
+                OwnedRef::from_bound(module_py.as_any()),
+                "torch.nn.modules.module".into(),
+            )),
+            "_global_module_registration_hooks".into(),
+        ));
+        self.guards
+            .add(hooks_source, super::guards::GuardKind::Len(0));
+        for table in ["__dict__", "_parameters", "_buffers"] {
+            self.guards.add(
+                Rc::new(Source::Attr(source.clone(), table.into())),
                 super::guards::GuardKind::Contains(OwnedRef::from_bound(&key), false),
             );
         }
