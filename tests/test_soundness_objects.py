@@ -100,7 +100,49 @@ def assign_frozen(x):
     return x
 
 
+class Box:
+    """A plain object whose properties compute from its attributes."""
+
+    def __init__(self) -> None:
+        self.w = 2.0
+        self.h = 3.0
+
+    @property
+    def area(self):
+        return self.w * self.h
+
+    @property
+    def aspect(self):
+        return self.w / self.h if self.h else 0.0
+
+
+def read_property_after_store(x, box):
+    box.w = 5.0
+    return x * box.area
+
+
+def read_property_after_two_stores(x, box):
+    box.w = x.shape[0] * 1.5
+    box.h = 0.0
+    return x + box.area + box.aspect
+
+
+def property_of_stored_tensor(x, box):
+    box.w = x.sum()
+    return x * box.area
+
+
+def store_then_setter_then_getter(x, obj):
+    obj.k = 2.0  # Doubling's setter: stores 4.0
+    obj.extra = 1.0
+    return x * obj.k
+
+
 CASES = [
+    (read_property_after_store, Box),
+    (read_property_after_two_stores, Box),
+    (property_of_stored_tensor, Box),
+    (store_then_setter_then_getter, Doubling),
     (set_through_property, Doubling),
     (delete_through_property, Doubling),
     (set_property_of_new_object, None),

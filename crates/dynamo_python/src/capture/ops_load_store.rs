@@ -230,6 +230,12 @@ impl<'py> Tracer<'py> {
                                 entry.is_instance(&self.h.function_type).unwrap_or(false)
                                     || !entry.get_type().hasattr("__get__").unwrap_or(true)
                             });
+                    // A property written in Python is inlined on the tracked object, so its
+                    // reads see this trace's stores (the class entry is guarded).
+                    if let Some(fget) = self.python_property_getter(&value, name)? {
+                        self.guard_class(&value.get_type().into_any(), name)?;
+                        return self.call_python(&fget, vec![obj], Vec::new());
+                    }
                     if !in_dict && !plain_class_entry && !self.module_table_entry(&value, name)? {
                         return unsupported(
                             BreakKind::UnsupportedOperation,

@@ -308,6 +308,38 @@ impl<'py> Tracer<'py> {
         Ok(true)
     }
 
+    /// The getter of `name` when it is a `property` with a Python `fget` on the class of
+    /// `value`, found as Python would find it: the class keeps the default
+    /// `__getattribute__` (a property is a data descriptor, so the instance dict does not
+    /// hide it).
+    pub(super) fn python_property_getter(
+        &self,
+        value: &Bound<'py, PyAny>,
+        name: &str,
+    ) -> CResult<Option<Bound<'py, PyAny>>> {
+        let py = self.py;
+        let ty = value.get_type();
+        let object_getattribute = py
+            .import_module("builtins")?
+            .getattr("object")?
+            .getattr("__getattribute__")?;
+        let module_getattribute = self.h.module_type.getattr("__getattribute__")?;
+        let getattribute = ty.getattr("__getattribute__")?;
+        if !getattribute.is(&object_getattribute) && !getattribute.is(&module_getattribute) {
+            return Ok(None);
+        }
+        let key = PyString::new(py, name);
+        let Some(entry) = super::guard_values::class_lookup(ty.as_any(), &key) else {
+            return Ok(None);
+        };
+        let property = py.import_module("builtins")?.getattr("property")?;
+        if !entry.get_type().is(&property) {
+            return Ok(None);
+        }
+        let fget = entry.getattr("fget")?;
+        Ok(fget.is_instance(&self.h.function_type)?.then_some(fget))
+    }
+
     /// Whether `module.name = module.name` stores a submodule back into its own slot (after
     /// `self.classifier = self.classifier.to(dtype)` that converted nothing): through
     /// `Module.__setattr__` that changes nothing when no global module-registration hook is
