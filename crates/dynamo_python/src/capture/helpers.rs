@@ -221,7 +221,8 @@ impl<'py> Helpers<'py> {
     pub fn is_constant(&self, value: &Bound<'py, PyAny>) -> PyResult<bool> {
         if let Ok(slice) = value.cast::<pyo3::types::PySlice>() {
             for bound in ["start", "stop", "step"] {
-                if !self.is_constant(&slice.getattr(bound)?)? {
+                let bound = slice.getattr(bound)?;
+                if !self.is_constant(&bound)? && !is_numpy_integer(&bound)? {
                     return Ok(false);
                 }
             }
@@ -240,4 +241,29 @@ impl<'py> Helpers<'py> {
         }
         Ok(false)
     }
+}
+
+/// Whether `value` is a NumPy integer scalar (immutable, like an int).
+pub fn is_numpy_integer(value: &Bound<'_, PyAny>) -> PyResult<bool> {
+    let numpy_type = value
+        .get_type()
+        .getattr("__module__")
+        .is_ok_and(|m| m.to_string() == "numpy");
+    Ok(numpy_type && value.is_instance(&value.py().import_module("numpy")?.getattr("integer")?)?)
+}
+
+/// Whether `value` is a NumPy integer or floating-point scalar, which torch takes as the
+/// Python number it holds (not `numpy.bool_`: `torch.full(size, numpy.bool_(True))` makes a
+/// float tensor, with `True` a bool one).
+pub fn is_numpy_scalar(value: &Bound<'_, PyAny>) -> PyResult<bool> {
+    let numpy_type = value
+        .get_type()
+        .getattr("__module__")
+        .is_ok_and(|m| m.to_string() == "numpy");
+    if !numpy_type {
+        return Ok(false);
+    }
+    let numpy = value.py().import_module("numpy")?;
+    Ok(value.is_instance(&numpy.getattr("integer")?)?
+        || value.is_instance(&numpy.getattr("floating")?)?)
 }

@@ -118,15 +118,10 @@ impl<'py> Tracer<'py> {
     /// An `int` (subclasses included: `operator.index` takes their value, not their
     /// `__index__`) or a NumPy integer scalar.
     fn immutable_integer(&self, value: &Bound<'py, PyAny>) -> CResult<bool> {
-        if value.is_instance_of::<pyo3::types::PyInt>() {
-            return Ok(true);
-        }
-        let numpy_scalar = value
-            .get_type()
-            .getattr("__module__")
-            .is_ok_and(|m| m.to_string() == "numpy");
-        Ok(numpy_scalar
-            && value.is_instance(&self.py.import_module("numpy")?.getattr("integer")?)?)
+        Ok(
+            value.is_instance_of::<pyo3::types::PyInt>()
+                || super::helpers::is_numpy_integer(value)?,
+        )
     }
 
     pub(super) fn op_build_slice(&mut self, f: &mut FrameState<'py>, n: u32) -> CResult<Flow> {

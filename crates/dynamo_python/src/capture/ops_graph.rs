@@ -267,6 +267,18 @@ impl<'py> Tracer<'py> {
                     .map(|(k, v)| Ok((k.clone(), self.graph_arg(*v)?)))
                     .collect::<CResult<_>>()?,
             ),
+            // A NumPy float (a `float` subclass, so a constant) goes into the graph as the
+            // Python float it is: FX would write it as `np.float64(...)`, a name the graph's
+            // code does not have.
+            VarKind::Const(v) if super::helpers::is_numpy_scalar(&v.bind(self.py))? => {
+                Arg::Const(OwnedRef::from_bound(&v.bind(self.py).call_method0("item")?))
+            }
+            // Other NumPy scalars (immutable; guarded by identity) likewise: torch takes them
+            // as the Python numbers they hold.
+            VarKind::Object(v) if super::helpers::is_numpy_scalar(&v.bind(self.py))? => {
+                self.pin_identity(id);
+                Arg::Const(OwnedRef::from_bound(&v.bind(self.py).call_method0("item")?))
+            }
             VarKind::Const(v) => Arg::Const(v.clone()),
             VarKind::Object(v) => {
                 let value = v.bind(self.py).clone();

@@ -575,7 +575,27 @@ impl<'py> Tracer<'py> {
                 self.guards
                     .add(s.clone(), GuardKind::Equals(OwnedRef::from_bound(value)));
             }
-            return Ok(self.add(VarKind::Const(OwnedRef::from_bound(value)), source));
+            // A slice with NumPy integer bounds is traced with the ints they are (the graph's
+            // code names no `np`); the guard keeps the slice as it is.
+            let traced = match value.cast::<pyo3::types::PySlice>() {
+                Ok(slice) => {
+                    let index = h.operator.getattr("index")?;
+                    let mut bounds = Vec::with_capacity(3);
+                    for bound in ["start", "stop", "step"] {
+                        let bound = slice.getattr(bound)?;
+                        bounds.push(if super::helpers::is_numpy_integer(&bound)? {
+                            index.call1((bound,))?
+                        } else {
+                            bound
+                        });
+                    }
+                    h.builtins
+                        .getattr("slice")?
+                        .call1(pyo3::types::PyTuple::new(self.py, bounds)?)?
+                }
+                Err(_) => value.clone(),
+            };
+            return Ok(self.add(VarKind::Const(OwnedRef::from_bound(&traced)), source));
         }
         let exact_tuple = value.get_type().is(&h.tuple_type);
         let exact_list = value.get_type().is(&h.list_type);
