@@ -69,8 +69,23 @@ class StoresBack(torch.nn.Module):
         return self.lin(x)
 
 
+class Shorthands(torch.nn.Module):
+    """`float()`, `cpu()` and `double()` on modules already so."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(4, 4)
+        self.b = torch.nn.Linear(4, 4).double()
+
+    def forward(self, x):
+        a = self.a.float().cpu()
+        b = self.b.double()
+        return a(x) + b(x.double()).float()
+
+
 CASES = {"router casts its classifier": Router, "module casts itself": CastsItself,
-         "to a device and dtype": ToDevice, "submodule stored back": StoresBack}
+         "to a device and dtype": ToDevice, "submodule stored back": StoresBack,
+         "float(), cpu(), double()": Shorthands}
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -93,6 +108,11 @@ def test_unchanging_to_stays_in_the_graph(name) -> None:
     assert counter.op_count <= their_counter.op_count, (counter.op_count, their_counter.op_count)
 
 
+class FloatsItself(CastsItself):
+    def forward(self, x):
+        return self.float().inner(x) * 2
+
+
 def _state(module):
     return [(n, t.dtype, t.clone()) for n, t in module.state_dict().items()]
 
@@ -105,11 +125,12 @@ def _same_state(a, b) -> None:
 
 @pytest.mark.parametrize("change", ["a parameter in float64", "a new layer", "a gradient",
                                     "overwrite on conversion"])
-def test_a_change_that_to_would_undo_is_seen(change) -> None:
+@pytest.mark.parametrize("cast", ["to", "float"])
+def test_a_change_that_to_would_undo_is_seen(change, cast) -> None:
     """After the first compile, something `Module.to` would act on changes: the next call
     does what eager does (here, converting back), and the modules end in the same state."""
     torch.manual_seed(0)
-    eager = CastsItself()
+    eager = CastsItself() if cast == "to" else FloatsItself()
     ours = copy.deepcopy(eager)
     compiled = dynamo_rs.compile(ours, backend=CompileCounter())
     x = torch.randn(2, 4)

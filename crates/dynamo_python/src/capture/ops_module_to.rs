@@ -41,8 +41,37 @@ impl<'py> Tracer<'py> {
         kwargs: &[(String, VarId)],
     ) -> CResult<Option<VarId>> {
         let py = self.py;
+        let torch = py.import_module("torch")?;
+        // `module.float()` and its kin are `to` with one dtype or device, for this purpose:
+        // they convert a subset of what `to(dtype)` converts (floating-point tensors only),
+        // so "`to` would change nothing" implies they change nothing.
+        let mut implied: Option<Vec<Bound<'py, PyAny>>> = None;
         if !func.is(&self.h.module_type.getattr("to")?) {
-            return Ok(None);
+            let shorthand = [
+                ("float", "float32"),
+                ("double", "float64"),
+                ("half", "float16"),
+                ("bfloat16", "bfloat16"),
+                ("cpu", "cpu"),
+            ]
+            .into_iter()
+            .find(|(method, _)| {
+                self.h
+                    .module_type
+                    .getattr(*method)
+                    .is_ok_and(|m| m.is(func))
+            });
+            let Some((method, target)) = shorthand else {
+                return Ok(None);
+            };
+            if args.len() != 1 || !kwargs.is_empty() {
+                return Ok(None);
+            }
+            implied = Some(vec![if method == "cpu" {
+                pyo3::types::PyString::new(py, target).into_any()
+            } else {
+                torch.getattr(target)?
+            }]);
         }
         let Some((&receiver, rest)) = args.split_first() else {
             return Ok(None);
@@ -58,15 +87,17 @@ impl<'py> Tracer<'py> {
         if !rest.iter().all(constant) || !kwargs.iter().all(|(_, v)| constant(v)) {
             return Ok(None);
         }
-        let positional = rest
-            .iter()
-            .map(|&a| self.python_value(a))
-            .collect::<CResult<Vec<_>>>()?;
+        let positional = match implied {
+            Some(values) => values,
+            None => rest
+                .iter()
+                .map(|&a| self.python_value(a))
+                .collect::<CResult<Vec<_>>>()?,
+        };
         let named = PyDict::new(py);
         for (name, value) in kwargs {
             named.set_item(name, self.python_value(*value)?)?;
         }
-        let torch = py.import_module("torch")?;
         let Ok(parsed) = torch
             .getattr("_C")?
             .getattr("_nn")?
