@@ -268,3 +268,64 @@ def _check_positions(fn, backend) -> None:
             torch.testing.assert_close(compiled(x), fn(x))
     finally:
         POSITION.n = 0
+
+
+class Bag:
+    """A container written in Python: its protocols read `items`, which can change while the
+    object stays the same."""
+
+    def __init__(self) -> None:
+        self.items = [1, 2]
+
+    def __len__(self):
+        return len(self.items)
+
+    def __iter__(self):
+        return iter(self.items)
+
+    def __getitem__(self, i):
+        return self.items[i]
+
+    def __contains__(self, k):
+        return k in self.items
+
+
+class Flag:
+    def __init__(self) -> None:
+        self.on = True
+
+    def __bool__(self):
+        return self.on
+
+
+BAG, FLAG = Bag(), Flag()
+
+PROTOCOL_CASES = {
+    "sum": (lambda x: x * sum(BAG), lambda: BAG.items.append(3)),
+    "max": (lambda x: x * max(BAG), lambda: BAG.items.append(9)),
+    "min": (lambda x: x * min(BAG), lambda: BAG.items.insert(0, -4)),
+    "sorted": (lambda x: x * sorted(BAG)[-1], lambda: BAG.items.append(11)),
+    "any/all": (lambda x: x * (all(BAG) + any(BAG)), lambda: BAG.items.append(0)),
+    "list": (lambda x: x * list(BAG)[-1], lambda: BAG.items.append(13)),
+    "tuple": (lambda x: x * tuple(BAG)[-1], lambda: BAG.items.append(15)),
+    "len": (lambda x: x * len(BAG), lambda: BAG.items.append(3)),
+    "in": (lambda x: x + 1 if 3 in BAG else x - 1, lambda: BAG.items.append(3)),
+    "item": (lambda x: x * BAG[0], lambda: BAG.items.insert(0, 7)),
+    "bool": (lambda x: x + 1 if FLAG else x - 1, lambda: setattr(FLAG, "on", False)),
+}
+
+
+@pytest.mark.parametrize("name", list(PROTOCOL_CASES))
+def test_python_protocols_of_an_existing_object_are_read_on_every_call(name) -> None:
+    """Builtins over an object whose `__iter__`/`__len__`/`__bool__`/... are Python code: the
+    object is the same on the next call (its identity guard holds), what they read is not."""
+    fn, mutate = PROTOCOL_CASES[name]
+    BAG.items, FLAG.on = [1, 2], True
+    try:
+        compiled = dynamo_rs.compile(fn, backend=CompileCounter())
+        x = torch.ones(2)
+        torch.testing.assert_close(compiled(x), fn(x))
+        mutate()
+        torch.testing.assert_close(compiled(x), fn(x))
+    finally:
+        BAG.items, FLAG.on = [1, 2], True

@@ -13,9 +13,11 @@ use super::translator::{kind_name, unsupported, CResult, CaptureError, Tracer};
 use super::vars::{VarId, VarKind};
 use crate::eval_frame::owned::OwnedRef;
 
-/// Conversions a builtin may run on an object argument; when a class defines one in Python,
-/// its answer depends on the object's state (`Position.__index__` returning `self.n`).
-const NUMERIC_CONVERSIONS: &[&str] = &[
+/// Protocols a builtin may run on an object argument; when a class defines one in Python,
+/// its answer depends on the object's state (`Position.__index__` returning `self.n`,
+/// `sum(bag)` iterating `bag.items` through `Bag.__iter__`), which the object's identity
+/// guard does not cover.
+const PYTHON_PROTOCOLS: &[&str] = &[
     "__index__",
     "__int__",
     "__float__",
@@ -25,6 +27,23 @@ const NUMERIC_CONVERSIONS: &[&str] = &[
     "__trunc__",
     "__floor__",
     "__ceil__",
+    "__iter__",
+    "__next__",
+    "__reversed__",
+    "__len__",
+    "__getitem__",
+    "__contains__",
+    "__bool__",
+    "__lt__",
+    "__le__",
+    "__gt__",
+    "__ge__",
+    "__eq__",
+    "__ne__",
+    "__hash__",
+    "__str__",
+    "__repr__",
+    "__format__",
 ];
 
 impl<'py> Tracer<'py> {
@@ -477,9 +496,14 @@ impl<'py> Tracer<'py> {
                             format!("{name}() of an iterator that exists outside the trace"),
                         );
                     }
-                    // `range(obj)`, `int(obj)`, `round(obj)`: a conversion written in Python
-                    // reads the object's state, which its identity guard does not cover.
-                    for dunder in NUMERIC_CONVERSIONS {
+                    // `range(obj)`, `int(obj)`, `sum(obj)`: a protocol written in Python reads
+                    // the object's state, which its identity guard does not cover. (Modules'
+                    // containers and classes are guarded by their structure, or fixed.)
+                    // (`vars` reads the instance dict and runs none of them.)
+                    let exempt = is("vars")
+                        || obj.bind(py).is_instance(&self.h.module_type)?
+                        || obj.bind(py).is_instance_of::<pyo3::types::PyType>();
+                    for dunder in PYTHON_PROTOCOLS.iter().filter(|_| !exempt) {
                         if obj_type
                             .getattr(*dunder)
                             .is_ok_and(|f| f.is_instance(&self.h.function_type).unwrap_or(false))
