@@ -298,7 +298,21 @@ class Flag:
         return self.on
 
 
-BAG, FLAG = Bag(), Flag()
+class Named:
+    def __init__(self) -> None:
+        self.n = 1
+
+    def __str__(self):
+        return f"v{self.n}"
+
+    def __format__(self, spec):
+        return f"v{self.n}"
+
+    def __repr__(self):
+        return f"Named({self.n})"
+
+
+BAG, FLAG, NAMED = Bag(), Flag(), Named()
 
 PROTOCOL_CASES = {
     "sum": (lambda x: x * sum(BAG), lambda: BAG.items.append(3)),
@@ -312,6 +326,10 @@ PROTOCOL_CASES = {
     "in": (lambda x: x + 1 if 3 in BAG else x - 1, lambda: BAG.items.append(3)),
     "item": (lambda x: x * BAG[0], lambda: BAG.items.insert(0, 7)),
     "bool": (lambda x: x + 1 if FLAG else x - 1, lambda: setattr(FLAG, "on", False)),
+    "f-string": (lambda x: x + 1 if f"{NAMED}" == "v1" else x - 1, lambda: setattr(NAMED, "n", 2)),
+    "f-string !r": (lambda x: x + 1 if f"{NAMED!r}" == "Named(1)" else x - 1, lambda: setattr(NAMED, "n", 2)),
+    "f-string of a list": (lambda x: x + 1 if f"{[NAMED]}" == "[Named(1)]" else x - 1,
+                           lambda: setattr(NAMED, "n", 2)),
 }
 
 
@@ -320,7 +338,7 @@ def test_python_protocols_of_an_existing_object_are_read_on_every_call(name) -> 
     """Builtins over an object whose `__iter__`/`__len__`/`__bool__`/... are Python code: the
     object is the same on the next call (its identity guard holds), what they read is not."""
     fn, mutate = PROTOCOL_CASES[name]
-    BAG.items, FLAG.on = [1, 2], True
+    BAG.items, FLAG.on, NAMED.n = [1, 2], True, 1
     try:
         compiled = dynamo_rs.compile(fn, backend=CompileCounter())
         x = torch.ones(2)
@@ -328,4 +346,4 @@ def test_python_protocols_of_an_existing_object_are_read_on_every_call(name) -> 
         mutate()
         torch.testing.assert_close(compiled(x), fn(x))
     finally:
-        BAG.items, FLAG.on = [1, 2], True
+        BAG.items, FLAG.on, NAMED.n = [1, 2], True, 1

@@ -180,6 +180,15 @@ impl<'py> Tracer<'py> {
                 "formatting a tensor into a string",
             );
         }
+        if let Some(type_name) = self.formatted_by_python(value)? {
+            return unsupported(
+                BreakKind::UnsupportedOperation,
+                format!(
+                    "formatting a {type_name} object, whose __format__/__str__/__repr__ is Python \
+                     code (it reads state the guards do not cover)"
+                ),
+            );
+        }
         let py = self.py;
         let mut v = self.python_value(value)?;
         v = match flags & 0x03 {
@@ -202,6 +211,47 @@ impl<'py> Tracer<'py> {
         let id = self.constant(&formatted);
         f.stack.push(id);
         Ok(Flow::Continue)
+    }
+
+    /// The type name of an existing object inside `id` (itself, or an item of a tuple, list
+    /// or dict) that formats through Python code — its string can change while the object
+    /// stays the same, so it is not folded into a constant.
+    fn formatted_by_python(&self, id: VarId) -> CResult<Option<String>> {
+        let py = self.py;
+        match self.kind(id) {
+            VarKind::Object(v) => {
+                let ty = v.bind(py).get_type();
+                if v.bind(py).is_instance_of::<pyo3::types::PyType>() {
+                    return Ok(None);
+                }
+                for dunder in ["__format__", "__str__", "__repr__"] {
+                    if ty
+                        .getattr(dunder)
+                        .is_ok_and(|f| f.is_instance(&self.h.function_type).unwrap_or(false))
+                    {
+                        return Ok(Some(ty.name()?.to_string()));
+                    }
+                }
+                Ok(None)
+            }
+            VarKind::Tuple(items) | VarKind::List(items) => {
+                for &item in items {
+                    if let Some(found) = self.formatted_by_python(item)? {
+                        return Ok(Some(found));
+                    }
+                }
+                Ok(None)
+            }
+            VarKind::Dict(entries) => {
+                for (_, v) in entries {
+                    if let Some(found) = self.formatted_by_python(*v)? {
+                        return Ok(Some(found));
+                    }
+                }
+                Ok(None)
+            }
+            _ => Ok(None),
+        }
     }
 
     /// The list at `depth` below the top of the stack, for in-place list opcodes.
