@@ -347,3 +347,55 @@ def test_python_protocols_of_an_existing_object_are_read_on_every_call(name) -> 
         torch.testing.assert_close(compiled(x), fn(x))
     finally:
         BAG.items, FLAG.on, NAMED.n = [1, 2], True, 1
+
+
+class Dynamic:
+    """Attributes computed by Python `__getattr__` from a dict that can change."""
+
+    def __init__(self) -> None:
+        self.store = {"scale": 2.0}
+
+    def __getattr__(self, name):
+        try:
+            return self.store[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+class Switched:
+    """An attribute computed by a Python `__getattribute__` from other state."""
+
+    def __init__(self) -> None:
+        self.mode = "a"
+
+    def __getattribute__(self, name):
+        if name == "value":
+            return 1.0 if object.__getattribute__(self, "mode") == "a" else 5.0
+        return object.__getattribute__(self, name)
+
+
+DYNAMIC, SWITCHED = Dynamic(), Switched()
+
+COMPUTED_ATTRIBUTE_CASES = {
+    "__getattr__": (lambda x: x * DYNAMIC.scale, lambda: DYNAMIC.store.update(scale=7.0)),
+    "getattr()": (lambda x: x * getattr(DYNAMIC, "scale"), lambda: DYNAMIC.store.update(scale=7.0)),
+    "getattr() with a default": (lambda x: x * getattr(DYNAMIC, "other", 3.0),
+                                 lambda: DYNAMIC.store.update(other=9.0)),
+    "hasattr()": (lambda x: x + 1 if hasattr(DYNAMIC, "extra") else x - 1,
+                  lambda: DYNAMIC.store.update(extra=1)),
+    "__getattribute__": (lambda x: x * SWITCHED.value, lambda: setattr(SWITCHED, "mode", "b")),
+}
+
+
+@pytest.mark.parametrize("name", list(COMPUTED_ATTRIBUTE_CASES))
+def test_computed_attributes_are_read_on_every_call(name) -> None:
+    fn, mutate = COMPUTED_ATTRIBUTE_CASES[name]
+    DYNAMIC.store, SWITCHED.mode = {"scale": 2.0}, "a"
+    try:
+        compiled = dynamo_rs.compile(fn, backend=CompileCounter())
+        x = torch.ones(2)
+        torch.testing.assert_close(compiled(x), fn(x))
+        mutate()
+        torch.testing.assert_close(compiled(x), fn(x))
+    finally:
+        DYNAMIC.store, SWITCHED.mode = {"scale": 2.0}, "a"
