@@ -503,19 +503,23 @@ impl<'py> Tracer<'py> {
                     let exempt = is("vars")
                         || obj.bind(py).is_instance(&self.h.module_type)?
                         || obj.bind(py).is_instance_of::<pyo3::types::PyType>();
-                    for dunder in PYTHON_PROTOCOLS.iter().filter(|_| !exempt) {
-                        if obj_type
-                            .getattr(*dunder)
-                            .is_ok_and(|f| f.is_instance(&self.h.function_type).unwrap_or(false))
-                        {
-                            return unsupported(
-                                BreakKind::UnsupportedOperation,
-                                format!(
-                                    "{name}() of a {} object, whose {dunder} is Python code",
-                                    obj_type.name()?
-                                ),
-                            );
-                        }
+                    let found = if exempt {
+                        None
+                    } else {
+                        super::helpers::python_dunder(
+                            &obj_type,
+                            PYTHON_PROTOCOLS,
+                            &self.h.function_type,
+                        )
+                    };
+                    if let Some(dunder) = found {
+                        return unsupported(
+                            BreakKind::UnsupportedOperation,
+                            format!(
+                                "{name}() of a {} object, whose {dunder} is Python code",
+                                obj_type.name()?
+                            ),
+                        );
                     }
                 }
             }

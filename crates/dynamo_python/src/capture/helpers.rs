@@ -243,19 +243,9 @@ impl<'py> Helpers<'py> {
     }
 }
 
-/// Whether `value` is a NumPy integer scalar (immutable, like an int).
-pub fn is_numpy_integer(value: &Bound<'_, PyAny>) -> PyResult<bool> {
-    let numpy_type = value
-        .get_type()
-        .getattr("__module__")
-        .is_ok_and(|m| m.to_string() == "numpy");
-    Ok(numpy_type && value.is_instance(&value.py().import_module("numpy")?.getattr("integer")?)?)
-}
-
-/// Whether `value` is a NumPy integer or floating-point scalar, which torch takes as the
-/// Python number it holds (not `numpy.bool_`: `torch.full(size, numpy.bool_(True))` makes a
-/// float tensor, with `True` a bool one).
-pub fn is_numpy_scalar(value: &Bound<'_, PyAny>) -> PyResult<bool> {
+/// Whether `value` is a NumPy scalar of one of these abstract NumPy types (`"integer"`,
+/// `"floating"`).
+fn is_numpy_instance(value: &Bound<'_, PyAny>, kinds: &[&str]) -> PyResult<bool> {
     let numpy_type = value
         .get_type()
         .getattr("__module__")
@@ -264,6 +254,35 @@ pub fn is_numpy_scalar(value: &Bound<'_, PyAny>) -> PyResult<bool> {
         return Ok(false);
     }
     let numpy = value.py().import_module("numpy")?;
-    Ok(value.is_instance(&numpy.getattr("integer")?)?
-        || value.is_instance(&numpy.getattr("floating")?)?)
+    for kind in kinds {
+        if value.is_instance(&numpy.getattr(*kind)?)? {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// Whether `value` is a NumPy integer scalar (immutable, like an int).
+pub fn is_numpy_integer(value: &Bound<'_, PyAny>) -> PyResult<bool> {
+    is_numpy_instance(value, &["integer"])
+}
+
+/// Whether `value` is a NumPy integer or floating-point scalar, which torch takes as the
+/// Python number it holds (not `numpy.bool_`: `torch.full(size, numpy.bool_(True))` makes a
+/// float tensor, with `True` a bool one).
+pub fn is_numpy_scalar(value: &Bound<'_, PyAny>) -> PyResult<bool> {
+    is_numpy_instance(value, &["integer", "floating"])
+}
+
+/// The first of `dunders` that `ty` defines as a Python function: a protocol whose answer
+/// Python code computes from the object's state (which an identity guard does not cover).
+pub fn python_dunder<'a>(
+    ty: &Bound<'_, pyo3::types::PyType>,
+    dunders: &[&'a str],
+    function_type: &Bound<'_, PyAny>,
+) -> Option<&'a str> {
+    dunders.iter().copied().find(|dunder| {
+        ty.getattr(*dunder)
+            .is_ok_and(|f| f.is_instance(function_type).unwrap_or(false))
+    })
 }

@@ -18,6 +18,7 @@ pub mod codegen;
 mod frame_state;
 pub mod graph;
 mod graph_break;
+mod graph_inputs;
 pub mod guard_reference;
 pub mod guard_values;
 pub mod guards;

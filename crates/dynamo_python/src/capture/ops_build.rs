@@ -224,15 +224,13 @@ impl<'py> Tracer<'py> {
                 if v.bind(py).is_instance_of::<pyo3::types::PyType>() {
                     return Ok(None);
                 }
-                for dunder in ["__format__", "__str__", "__repr__"] {
-                    if ty
-                        .getattr(dunder)
-                        .is_ok_and(|f| f.is_instance(&self.h.function_type).unwrap_or(false))
-                    {
-                        return Ok(Some(ty.name()?.to_string()));
-                    }
-                }
-                Ok(None)
+                let dunders = ["__format__", "__str__", "__repr__"];
+                Ok(
+                    match super::helpers::python_dunder(&ty, &dunders, &self.h.function_type) {
+                        Some(_) => Some(ty.name()?.to_string()),
+                        None => None,
+                    },
+                )
             }
             VarKind::Tuple(items) | VarKind::List(items) => {
                 for &item in items {

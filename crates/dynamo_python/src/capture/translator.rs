@@ -18,7 +18,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
 pub use super::frame_state::{frame_state, FrameState};
-use super::graph::{Graph, NodeId, Op};
+use super::graph::{Graph, NodeId};
 use super::guards::{GuardKind, GuardSet};
 use super::helpers::Helpers;
 use super::source::{ItemKey, Source};
@@ -82,7 +82,7 @@ pub struct Tracer<'py> {
     pub inputs: Vec<GraphInput>,
     /// Graph inputs by source name, so each source is one placeholder.
     /// Graph inputs by interned source (see `guards::SourceTable`).
-    input_by_source: HashMap<u32, VarId>,
+    pub(super) input_by_source: HashMap<u32, VarId>,
     /// Parameter layouts of inlined code objects, by address (the code is kept alive).
     pub parameter_cache: HashMap<usize, (OwnedRef, Rc<dynamo_bytecode::binding::Parameters>)>,
     pub guards: GuardSet,
@@ -1060,156 +1060,6 @@ impl<'py> Tracer<'py> {
         );
         self.guards.example(source, value);
         Ok(true)
-    }
-
-    /// The placeholder for a real tensor from `source` (one per source). Its fake is
-    /// symbolic in the dimensions the dynamic-shape policy picks (see `_shapes`).
-    fn graph_input(&mut self, value: &Bound<'py, PyAny>, source: Rc<Source>) -> CResult<VarId> {
-        let key = self.guards.sources.intern(&source);
-        if let Some(&existing) = self.input_by_source.get(&key) {
-            return Ok(existing);
-        }
-        // The same tensor reached through another source (`mha(x, x, x)`): one placeholder,
-        // as in TorchDynamo, so that `query is key` holds in the trace as it does in Python.
-        // The guard checks this source is that same object (`Check::Alias`).
-        if let Some(input) = self
-            .inputs
-            .iter()
-            .find(|i| i.example.bind(self.py).is(value))
-        {
-            let node = input.node;
-            let existing =
-                self.input_by_source.values().copied().find(
-                    |&v| matches!(self.kind(v), VarKind::Tensor { node: n, .. } if *n == node),
-                );
-            if let Some(existing) = existing {
-                self.guards.add(
-                    source.clone(),
-                    GuardKind::Tensor(OwnedRef::from_bound(value)),
-                );
-                self.input_by_source.insert(key, existing);
-                return Ok(existing);
-            }
-        }
-        let name = source.graph_name();
-        let path = source.describe();
-        // Tensors a module owns stay static unless marked (TorchDynamo's
-        // `force_parameter_static_shapes` and `force_nn_module_property_static_shapes`).
-        let module_owned = path.contains("._parameters[") || path.contains("._buffers[");
-        let code = match &self.root_code {
-            Some(code) => code.bind(self.py).clone(),
-            None => self.py.None().into_bound(self.py),
-        };
-        let (fake, user_marks) = self
-            .h
-            .input_fake
-            .call1((
-                &self.fake_mode,
-                value,
-                code,
-                &path,
-                self.dynamic,
-                module_owned,
-            ))?
-            .extract::<(Bound<'py, PyAny>, Bound<'py, PyAny>)>()?;
-        let node = self.graph.add(
-            Op::Placeholder,
-            &name,
-            Vec::new(),
-            Vec::new(),
-            OwnedRef::from_bound(&fake),
-        );
-        let dims = self.h.symbolic_dims.call1((&fake,))?;
-        if !dims.is_none() {
-            let (sizes, strides): (Vec<bool>, Vec<bool>) = dims.extract()?;
-            self.guards.dynamic_dims.insert(key, (sizes, strides));
-            self.dynamic_inputs.push(DynamicInput {
-                source: source.clone(),
-                fake: OwnedRef::from_bound(&fake),
-                user_marks: OwnedRef::from_bound(&user_marks),
-            });
-        }
-        self.guards.add(
-            source.clone(),
-            GuardKind::Tensor(OwnedRef::from_bound(value)),
-        );
-        let kind = VarKind::Tensor {
-            node,
-            fake: OwnedRef::from_bound(&fake),
-        };
-        Ok(self.register_input(key, node, source, value, kind))
-    }
-
-    /// Records graph input `node` (its placeholder), loaded from `source` (interned as
-    /// `key`), seen as `value`, traced as `kind`; returns its tracker.
-    fn register_input(
-        &mut self,
-        key: u32,
-        node: NodeId,
-        source: Rc<Source>,
-        value: &Bound<'py, PyAny>,
-        kind: VarKind,
-    ) -> VarId {
-        self.inputs.push(GraphInput {
-            node,
-            source: source.clone(),
-            example: OwnedRef::from_bound(value),
-        });
-        let id = self.add(kind, Some(source));
-        self.input_by_source.insert(key, id);
-        id
-    }
-
-    /// A frame argument that is an int, when the dynamic-shape policy makes it symbolic
-    /// (`_shapes.dynamic_int`): a graph input whose fake is a SymInt, guarded by type here and
-    /// by the shape guard for its value. None: a constant as usual.
-    fn int_input(
-        &mut self,
-        value: &Bound<'py, PyAny>,
-        source: Rc<Source>,
-    ) -> CResult<Option<VarId>> {
-        let key = self.guards.sources.intern(&source);
-        if let Some(&existing) = self.input_by_source.get(&key) {
-            return Ok(Some(existing));
-        }
-        let Some(code) = &self.root_code else {
-            return Ok(None);
-        };
-        let code = code.bind(self.py).clone();
-        let symbolic = self.py.import_module("dynamo_rs._shapes")?.call_method1(
-            "dynamic_int",
-            (
-                &self.fake_mode,
-                value,
-                code,
-                source.describe(),
-                self.dynamic,
-            ),
-        )?;
-        if symbolic.is_none() {
-            return Ok(None);
-        }
-        let node = self.graph.add(
-            Op::Placeholder,
-            &source.graph_name(),
-            Vec::new(),
-            Vec::new(),
-            OwnedRef::from_bound(&symbolic),
-        );
-        self.guards.add(
-            source.clone(),
-            GuardKind::Type(OwnedRef::from_bound(value.get_type().as_any())),
-        );
-        self.dynamic_inputs.push(DynamicInput {
-            source: source.clone(),
-            fake: OwnedRef::from_bound(&symbolic),
-            user_marks: OwnedRef::from_bound(&self.py.None().into_bound(self.py)),
-        });
-        let kind = VarKind::Symbolic {
-            node,
-            fake: OwnedRef::from_bound(&symbolic),
-        };
-        Ok(Some(self.register_input(key, node, source, value, kind)))
     }
 
     /// Translates `frame` until it returns.
