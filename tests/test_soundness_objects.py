@@ -340,13 +340,18 @@ def test_python_protocols_of_an_existing_object_are_read_on_every_call(name) -> 
     fn, mutate = PROTOCOL_CASES[name]
     BAG.items, FLAG.on, NAMED.n = [1, 2], True, 1
     try:
-        compiled = dynamo_rs.compile(fn, backend=CompileCounter())
-        x = torch.ones(2)
-        torch.testing.assert_close(compiled(x), fn(x))
-        mutate()
-        torch.testing.assert_close(compiled(x), fn(x))
+        _compiled_sees_the_change(fn, mutate)
     finally:
         BAG.items, FLAG.on, NAMED.n = [1, 2], True, 1
+
+
+def _compiled_sees_the_change(fn, mutate) -> None:
+    """Compiled and eager agree before and after `mutate` changes what `fn` reads."""
+    compiled = dynamo_rs.compile(fn, backend=CompileCounter())
+    x = torch.ones(2)
+    torch.testing.assert_close(compiled(x), fn(x))
+    mutate()
+    torch.testing.assert_close(compiled(x), fn(x))
 
 
 class Dynamic:
@@ -392,10 +397,6 @@ def test_computed_attributes_are_read_on_every_call(name) -> None:
     fn, mutate = COMPUTED_ATTRIBUTE_CASES[name]
     DYNAMIC.store, SWITCHED.mode = {"scale": 2.0}, "a"
     try:
-        compiled = dynamo_rs.compile(fn, backend=CompileCounter())
-        x = torch.ones(2)
-        torch.testing.assert_close(compiled(x), fn(x))
-        mutate()
-        torch.testing.assert_close(compiled(x), fn(x))
+        _compiled_sees_the_change(fn, mutate)
     finally:
         DYNAMIC.store, SWITCHED.mode = {"scale": 2.0}, "a"
