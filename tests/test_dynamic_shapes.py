@@ -251,6 +251,18 @@ def interpolate_double(x):
     return torch.nn.functional.interpolate(x, scale_factor=2.0)
 
 
+def paste_resized(mask, h, w):
+    """Mask R-CNN's `paste_mask_in_image`: each mask resized to its box's size in ints."""
+    h, w = max(h, 1), max(w, 1)
+    resized = torch.nn.functional.interpolate(mask[None, None], size=(h, w), mode="bilinear", align_corners=False)
+    return resized[0][0] * 2.0
+
+
+def top_down_merge(top, lateral):
+    """A feature pyramid's top-down step: the coarser map resized to the finer one's size."""
+    return lateral + torch.nn.functional.interpolate(top, size=lateral.shape[-2:], mode="nearest")
+
+
 def masked_fill_rows(x):
     mask = torch.arange(x.shape[1]) < (x.shape[1] // 2)
     return x.masked_fill(mask, 0.0)
@@ -425,6 +437,10 @@ CASES = {
     "conv2d over image sizes": (conv_images, [(r(1, 2, n, n), r(4, 2, 3, 3)) for n in (8, 12, 16)]),
     "adaptive pool": (pool_images, [(r(2, 3, n, n),) for n in (4, 6, 9)]),
     "interpolate": (interpolate_double, [(r(1, 2, n, n),) for n in (4, 6, 9)]),
+    "interpolate to int sizes (pasted masks)": (
+        paste_resized, [(r(7, 7), h, w) for h, w in ((21, 9), (30, 12), (17, 1), (5, 40), (1, 1), (8, 8))]),
+    "interpolate to another input's size": (
+        top_down_merge, [(r(1, 4, n, n), r(1, 4, 2 * n, 2 * n + 1)) for n in (3, 5, 8)]),
     "masked_fill with a mask from a size": (masked_fill_rows, [(r(2, n),) for n in (4, 6, 9)]),
     "triu of a size": (triu_square, sizes(3, 4, 6)),
     "causal attention mask": (causal_mask, [(r(2, n, 4),) for n in (3, 5, 8)]),

@@ -305,3 +305,86 @@ def test_channels_last_results_over_derived_sizes() -> None:
                              (operator.mul, (t, 2.0)), (operator.add, (t, t)), (operator.add, (t, x))):
             s.run(target, *args)
     assert not _meta_rules.mismatches
+
+
+def _expr(n):
+    return n.node.expr if isinstance(n, torch.SymInt) else n
+
+
+def _int_symbol(s: Symbolic, value: int, name: str):
+    """A symbolic int argument as automatic dynamic makes one: any int, no range."""
+    from torch._dynamo.source import ConstantSource
+    from torch.fx.experimental.symbolic_shapes import DimDynamic
+
+    return s.env.create_unspecified_symint_and_symbol(value, ConstantSource(name), DimDynamic.DYNAMIC)
+
+
+def test_interpolate_to_symbolic_sizes() -> None:
+    """`F.interpolate` to sizes that are SymInts (Mask R-CNN's `paste_mask_in_image` resizes
+    each detected mask to `max(int(box width), 1)`), by integer scale factors of symbolic
+    sizes, from static inputs of every layout (an expanded mask, channels-last, one channel)
+    and row-major symbolic ones: answered by the rule, with the guard torch's decomposition
+    records that a `Max(1, w)` size is not 1 — verified against FakeTensorMode, which may
+    record no guard the rule did not."""
+    s = Symbolic()
+    h, w = _int_symbol(s, 21, "h"), _int_symbol(s, 9, "w")
+    mh, mw = torch.sym_max(h, 1), torch.sym_max(w, 1)
+    mask = s.static(1, 28, 28)
+    expanded = s.under(lambda: mask.expand((1, 1, -1, -1)))
+    channels_last = s.under(lambda: torch.empty(2, 3, 10, 12, memory_format=torch.channels_last))
+    one_channel = s.static(2, 1, 10, 12)
+    image = s.fake(2, 3, 10, 12, dynamic=(0, 2, 3))
+    answered = []
+    for x in (expanded, channels_last, one_channel):
+        for mode, corners in (("bilinear", False), ("bilinear", True), ("nearest", None)):
+            for size in ((mh, mw), (mh, 3)) + ((mh, 1),) * (x is not channels_last):
+                result, by_rule = s.run(F.interpolate, x, size=size, mode=mode, align_corners=corners)
+                assert [_expr(n) for n in result.shape[2:]] == [_expr(n) for n in size]
+                answered.append((by_rule, mode, corners, size, x.shape, x.stride()))
+    for mode in ("bilinear", "nearest"):
+        for kwargs in ({"size": (2 * image.shape[2], image.shape[3])}, {"scale_factor": 2},
+                       {"scale_factor": (2.0, 3)}):
+            _, by_rule = s.run(F.interpolate, image, mode=mode, **kwargs)
+            answered.append((by_rule, mode, kwargs))
+    assert all(a[0] for a in answered), [a for a in answered if not a[0]]
+    assert not _meta_rules.mismatches
+
+
+def test_interpolate_cases_left_to_torch() -> None:
+    """Resizes the rule does not describe go to FakeTensorMode: a fractional scale factor
+    (`floor` of a symbolic product), antialiasing, other modes, a channels-last result with
+    a size-1 dimension, and sizes that may be 0 or negative (an int argument as it is)."""
+    s = Symbolic()
+    h = _int_symbol(s, 7, "h")
+    image = s.fake(2, 3, 10, 12, dynamic=(0, 2, 3))
+    channels_last = s.under(lambda: torch.empty(2, 3, 10, 12, memory_format=torch.channels_last))
+    cases = [
+        (image, {"scale_factor": 1.5, "mode": "bilinear"}),
+        (channels_last, {"size": (torch.sym_max(h, 1), 5), "mode": "bilinear", "antialias": True}),
+        (channels_last, {"size": (torch.sym_max(h, 1), 5), "mode": "bicubic"}),
+        (channels_last, {"size": (torch.sym_max(h, 1), 1), "mode": "nearest"}),
+        (channels_last, {"size": (h - 10, 5), "mode": "nearest"}),
+        (channels_last, {"size": (h, 5), "mode": "nearest"}),
+    ]
+    for x, kwargs in cases:
+        assert _symbolic_rules.infer(s.mode, F.interpolate, (x,), kwargs) is None, kwargs
+
+
+def test_verification_flags_a_rule_that_leaves_out_a_guard(monkeypatch) -> None:
+    """The verification judges FakeTensorMode's guards by what the ShapeEnv knew before it
+    ran (each new guard would otherwise imply itself): a rule that gives the right sizes but
+    leaves out the guard torch records is reported."""
+    s = Symbolic()
+    h, w = _int_symbol(s, 21, "h"), _int_symbol(s, 9, "w")
+    size = (torch.sym_max(h, 1), torch.sym_max(w, 1))
+    static = s.static(1, 28, 28)
+    mask = s.under(lambda: static.expand((1, 1, -1, -1)))
+
+    def forgetful(mode, args, kwargs):
+        out = (1, 1, *size)
+        return _meta_rules._new(mode, args[0], out, _symbolic_rules._row_major(out))
+
+    monkeypatch.setitem(_symbolic_rules.RULES, F.interpolate, forgetful)
+    monkeypatch.setattr(_meta_rules, "mismatches", [])
+    with pytest.raises(AssertionError, match="recorded guards the rule did not"):
+        s.run(F.interpolate, mask, size=size, mode="bilinear", align_corners=False)

@@ -17,6 +17,7 @@ suite) every answer is checked against FakeTensorMode's.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import operator
 
@@ -158,6 +159,10 @@ SIGNATURES = {
         lambda query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, *, enable_gqa=False:
         (query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)),
     "mean": lambda input, dim=None, keepdim=False, *, dtype=None: (input, dim, keepdim, dtype),
+    "interpolate": (
+        lambda input, size=None, scale_factor=None, mode="nearest", align_corners=None,
+        recompute_scale_factor=None, antialias=False:
+        (input, size, scale_factor, mode, align_corners, recompute_scale_factor, antialias)),
 }
 
 
@@ -574,20 +579,13 @@ def _interpolate(mode, args, kwargs):
     a scale factor: (N, C, H', W') with H' = floor(H * scale) as torch computes it, in the
     input's layout (contiguous or channels-last; size-1 dimensions, where the layout is
     ambiguous, are left to FakeTensorMode)."""
-    bound = _bind(
-        lambda input, size=None, scale_factor=None, mode="nearest", align_corners=None,
-        recompute_scale_factor=None, antialias=False:
-        (input, size, scale_factor, mode, align_corners, recompute_scale_factor, antialias),
-        args, kwargs)
+    bound = _bind(SIGNATURES["interpolate"], args, kwargs)
     if bound is None:
         return None
     x, size, scale, how, align_corners, recompute, antialias = bound
-    if antialias is not False or not isinstance(x, FakeTensor) or not _ready(mode, x):
+    if not interpolation_supported(how, align_corners, antialias) or not isinstance(x, FakeTensor):
         return None
-    if how == "nearest":
-        if align_corners is not None:
-            return None  # torch raises: align_corners only for the linear modes
-    elif how != "bilinear" or align_corners not in (None, True, False):
+    if not _ready(mode, x):
         return None
     if x.dim() != 4 or x.dtype not in _FLOATS or min(x.shape[1:]) == 1:
         return None
@@ -611,6 +609,16 @@ def _interpolate(mode, args, kwargs):
         return None  # empty results raise; size-1 dimensions make the layout ambiguous
     out = (x.shape[0], x.shape[1], *sizes)
     return _new(mode, x, out, _native.strides_in_format(out, channels_last))
+
+
+def interpolation_supported(how, align_corners, antialias) -> bool:
+    """The `F.interpolate` modes the rules answer (static and symbolic): `nearest` (no
+    `align_corners`: torch raises) and `bilinear`, without antialiasing."""
+    if antialias is not False:
+        return False
+    if how == "nearest":
+        return align_corners is None
+    return how == "bilinear" and align_corners in (None, True, False)
 
 
 def _max_pool2d(mode, args, kwargs):
@@ -1264,7 +1272,14 @@ def check(mode: FakeTensorMode, target, args, kwargs, ours) -> None:
     then falls back, as for any internal failure) and records the difference."""
     env = mode.shape_env
     recorded = None if env is None else (len(env.guards), len(env.replacements))
-    with mode:
+    knowledge_before = None if env is None else (dict(env.var_to_range), dict(env.axioms))
+    # The reference is computed as `run_fake` would without rules: a call on symbolic values
+    # through torch's Python decompositions.
+    from dynamo_rs._symbolic_rules import all_static
+    from torch._dispatch.python import enable_python_dispatcher
+
+    symbolic = getattr(mode, "dynamo_rs_symbolic", False) and not all_static(args, kwargs)
+    with mode, (enable_python_dispatcher() if symbolic else contextlib.nullcontext()):
         if isinstance(target, str):
             reference = getattr(args[0], target)(*args[1:], **kwargs)
         else:
@@ -1274,9 +1289,7 @@ def check(mode: FakeTensorMode, target, args, kwargs, ours) -> None:
         # guard, a replacement of one symbol by another), the rule's answer may not hold
         # for every size the graph will serve — unless what it recorded follows from what
         # the rule did.
-        from dynamo_rs._symbolic_rules import implied_by_sizes
-
-        extra = [g.expr for g in env.guards[recorded[0]:] if not implied_by_sizes(env, g.expr)]
+        extra = _not_implied_before(env, recorded[0], *knowledge_before)
         if extra or len(env.replacements) != recorded[1]:
             _mismatch(target, f"FakeTensorMode recorded guards the rule did not: {extra}")
 
@@ -1310,6 +1323,26 @@ def check(mode: FakeTensorMode, target, args, kwargs, ours) -> None:
         mine, theirs = describe(mine), describe(theirs)
         if mine != theirs:
             _mismatch(target, f"ours {mine}, torch {theirs}")
+
+
+def _not_implied_before(env, guards_before: int, ranges_before: dict, axioms_before: dict) -> list:
+    """The guards recorded since `guards_before` that do not follow from what `env` knew
+    then. Asked of the ShapeEnv as it was — the guards, the symbol ranges they narrowed and
+    the implications drawn from them taken away for the question, then put back — since
+    each new guard would otherwise imply itself."""
+    from dynamo_rs._symbolic_rules import implied_by_sizes
+
+    added = env.guards[guards_before:]
+    after = env.var_to_range, env.axioms
+    del env.guards[guards_before:]
+    env.var_to_range, env.axioms = ranges_before, axioms_before
+    env._version_counter += 1  # ShapeEnv caches are keyed by it
+    try:
+        return [g.expr for g in added if not implied_by_sizes(env, g.expr)]
+    finally:
+        env.guards.extend(added)
+        env.var_to_range, env.axioms = after
+        env._version_counter += 1
 
 
 def _expr(size):

@@ -34,7 +34,7 @@ import operator
 import sympy
 import torch
 import torch.nn.functional as F
-from torch._prims_common import make_contiguous_strides_for
+from torch._prims_common import make_channels_last_strides_for, make_contiguous_strides_for, suggest_memory_format
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 from torch.utils._sympy.functions import FloorDiv
@@ -962,6 +962,74 @@ def _mean(mode, args, kwargs):
     return _fresh(mode, x, sizes)
 
 
+def _interpolate(mode, args, kwargs):
+    """`F.interpolate` of a 4-d float image on the CPU, `nearest` or `bilinear`, to sizes
+    given as ints and SymInts or by integer scale factors: (N, C, H', W') in the layout
+    torch's decompositions give it, `suggest_memory_format` of the input — asked of torch
+    for an input of static sizes and strides (nothing symbolic to decide), row-major for a
+    row-major input of symbolic sizes. FakeTensorMode answers a bilinear resize through
+    some thirty symbolic operations (15–75 ms a call; Mask R-CNN pastes each detected mask
+    with one). A symbolic output size not known to be other than 1 gets the guard torch's
+    decomposition records for it; channels-last strides of a size-1 dimension are
+    ambiguous, and left to torch."""
+    bound = _bind(SIGNATURES["interpolate"], args, kwargs)
+    if bound is None:
+        return None
+    x, size, scale, how, align_corners, recompute, antialias = bound
+    if not static.interpolation_supported(how, align_corners, antialias) or recompute not in (None, False):
+        return None
+    if not isinstance(x, FakeTensor) or not _ready(mode, x) or x.dim() != 4 or x.dtype not in _FLOATS:
+        return None
+    if x._fake_device.type != "cpu":
+        return None  # on CUDA torch keeps few channels row-major: another layout rule
+    if (size is None) == (scale is None):
+        return None
+    if size is not None:
+        sizes = [size, size] if type(size) in (int, _SymInt) else list(size) if isinstance(size, (tuple, list)) else None
+    else:
+        scales = [scale, scale] if type(scale) in _NUMBERS else list(scale) if isinstance(scale, (tuple, list)) else None
+        if scales is None or not all(type(f) in _NUMBERS and f > 0 and int(f) == f for f in scales):
+            return None
+        # As torch computes an integer scale's size: the input's size times the integer.
+        sizes = [n * int(f) for n, f in zip(x.shape[2:], scales)] if len(scales) == 2 else None
+    if sizes is None or len(sizes) != 2 or not all(_positive(s) for s in sizes):
+        return None
+    out = (x.shape[0], x.shape[1], *sizes)
+    if all_static((x,), {}):
+        memory_format = suggest_memory_format(x)
+    elif _canonical(x):
+        memory_format = torch.contiguous_format
+    else:
+        return None
+    if memory_format is torch.contiguous_format:
+        strides = _row_major(out)
+    elif memory_format is torch.channels_last and all(type(s) is not int or s > 1 for s in sizes):
+        # A size-1 dimension makes channels-last strides ambiguous: left to torch (a
+        # symbolic size is settled not to be 1 below).
+        strides = make_channels_last_strides_for(out)
+    else:
+        return None
+    # Torch's decomposition lays out its intermediate results by whether each output size
+    # is 1, recording that it is not (`Max(1, w) >= 2` for `max(w, 1)` of an int argument):
+    # recorded here too, so the graph serves the sizes FakeTensorMode's would.
+    unsettled = [s for s in sizes if type(s) is _SymInt and not _known_not_one(s)]
+    if any(s.node.hint is None or s.node.hint < 2 for s in unsettled):
+        return None
+    if not all(bool(s != 1) for s in unsettled):
+        return None
+    return _new(mode, x, out, strides)
+
+
+def _positive(size) -> bool:
+    """A size of at least 1: a static one, or a backed symbolic one the ShapeEnv knows to be
+    (`Max(1, h)` of an int argument `h`, which may be any int) — recording nothing."""
+    if type(size) is int:
+        return size >= 1
+    if type(size) is not _SymInt or free_unbacked_symbols(size):
+        return False
+    return _known(size.node.shape_env, sympy.Ge(size.node.expr, 1))
+
+
 _CASTS = {"float": torch.float32, "double": torch.float64, "half": torch.float16, "bfloat16": torch.bfloat16}
 
 
@@ -989,7 +1057,7 @@ RULES = {
     operator.pow: _pow, torch.pow: _pow, "pow": _pow, F.embedding: _embedding,
     "unsqueeze": _unsqueeze, torch.unsqueeze: _unsqueeze,
     torch.cat: _cat, operator.getitem: _getitem, torch.mean: _mean, "mean": _mean,
-    F.scaled_dot_product_attention: _sdpa,
+    F.scaled_dot_product_attention: _sdpa, F.interpolate: _interpolate,
     "to": _cast(None), **{name: _cast(dtype) for name, dtype in _CASTS.items()},
 }
 
