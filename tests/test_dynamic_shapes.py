@@ -767,6 +767,86 @@ def test_item_captured_as_unbacked_symbol(fn, make, backend, scalar_outputs) -> 
     assert 0 <= theirs.op_count - ops <= theirs.frame_count
 
 
+# --- capture_dynamic_output_shape_ops: data-dependent sizes as unbacked symbols -------------
+
+
+@pytest.fixture
+def dynamic_output_shapes():
+    import torch._dynamo.config as dynamo_config
+
+    saved = dynamo_config.capture_dynamic_output_shape_ops
+    dynamo_config.capture_dynamic_output_shape_ops = True
+    yield
+    dynamo_config.capture_dynamic_output_shape_ops = saved
+
+
+def nonzero_positions(x):
+    idx = x.nonzero()
+    return idx.float().sum(0) * 2, idx.shape[0] + x.sum()
+
+
+def torch_nonzero_as_tuple(x):
+    (rows,) = torch.nonzero(x > 0, as_tuple=True)
+    return x[rows] * 3
+
+
+def boolean_mask(x, y):
+    picked = x[y > 0]
+    return picked.sum() + picked.mean(), picked * 2
+
+
+def masked_select_then_more(x):
+    kept = torch.masked_select(x, x > 0.5)
+    return kept.exp() + 1, x.relu()
+
+
+def unique_values(x):
+    values = torch.unique((x * 3).round())
+    return values * 2
+
+
+def nonzero_then_index(x, table):
+    rows = (x > 0).nonzero().squeeze(1)
+    return table[rows].sum(0) + table.mean(0)
+
+
+OUTPUT_SHAPE_CASES = [
+    (nonzero_positions, lambda n: (torch.randn(n, 3),)),
+    (torch_nonzero_as_tuple, lambda n: (torch.randn(n),)),
+    (boolean_mask, lambda n: (torch.randn(n, 4), torch.randn(n, 4))),
+    (masked_select_then_more, lambda n: (torch.rand(n, 5),)),
+    (unique_values, lambda n: (torch.randn(n),)),
+    (nonzero_then_index, lambda n: (torch.randn(n), torch.randn(n, 3))),
+]
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "inductor"])
+@pytest.mark.parametrize("fn, make", OUTPUT_SHAPE_CASES, ids=[c[0].__name__ for c in OUTPUT_SHAPE_CASES])
+def test_data_dependent_sizes_captured_as_unbacked_symbols(fn, make, backend, dynamic_output_shapes) -> None:
+    """With `capture_dynamic_output_shape_ops` (as TorchDynamo reads it), `nonzero`,
+    boolean-mask indexing, `masked_select` and `unique` stay in the graph with unbacked
+    sizes: results equal eager on several sizes and contents, frames as TorchDynamo's."""
+    theirs = torch._dynamo.testing.CompileCounterWithBackend(backend)
+    ours = torch._dynamo.testing.CompileCounterWithBackend(backend)
+    reference = torch.compile(fn, backend=theirs)
+    compiled = dynamo_rs.compile(fn, backend=ours)
+    for n in (6, 9, 9, 13):
+        args = make(n)
+        expected = fn(*args)
+        torch.testing.assert_close(compiled(*args), expected)
+        torch.testing.assert_close(reference(*args), expected)
+    assert ours.frame_count == theirs.frame_count
+
+
+def test_data_dependent_sizes_stay_graph_breaks_by_default() -> None:
+    theirs = torch._dynamo.testing.CompileCounter()
+    ours = CompileCounter()
+    x = torch.randn(6, 3)
+    torch.compile(nonzero_positions, backend=theirs)(x)
+    torch.testing.assert_close(dynamo_rs.compile(nonzero_positions, backend=ours)(x), nonzero_positions(x))
+    assert ours.frame_count == theirs.frame_count
+
+
 def test_item_stays_a_graph_break_by_default() -> None:
     theirs = torch._dynamo.testing.CompileCounter()
     ours = CompileCounter()

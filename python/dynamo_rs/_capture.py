@@ -198,6 +198,10 @@ def run_fake(mode: FakeTensorMode, target, args, kwargs):
         if not hasattr(mode, "dynamo_rs_unbacked_bindings"):
             mode.dynamo_rs_unbacked_bindings = {}
         mode.dynamo_rs_unbacked_bindings[id(result)] = (result, bindings)
+        # From here on values with symbolic sizes are about (a `nonzero` result's length):
+        # operations on them go through the symbolic rules and torch's Python
+        # decompositions, as in a dynamic trace.
+        mode.dynamo_rs_symbolic = True
     return result
 
 

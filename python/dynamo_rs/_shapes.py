@@ -29,12 +29,13 @@ def new_fake_mode():
     """The trace's fake mode, backed by a ShapeEnv. `.item()` stays a graph break, as in
     TorchDynamo by default, unless `torch._dynamo.config.capture_scalar_outputs` is set: then
     it is a graph node whose value is an unbacked symbol. Operations whose output shape
-    depends on data (`nonzero`, `unique`) stay graph breaks."""
+    depends on data (`nonzero`, `unique`, indexing by a boolean mask) likewise break unless
+    `capture_dynamic_output_shape_ops` is set: then their sizes are unbacked symbols."""
     from torch._dynamo import config as dynamo_config
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     env = ShapeEnv(allow_scalar_outputs=bool(dynamo_config.capture_scalar_outputs),
-                   allow_dynamic_output_shape_ops=False)
+                   allow_dynamic_output_shape_ops=bool(dynamo_config.capture_dynamic_output_shape_ops))
     return FakeTensorMode(allow_non_fake_inputs=False, shape_env=env)
 
 

@@ -1125,6 +1125,19 @@ impl<'py> Tracer<'py> {
                     kwargs,
                 )
             }
+            "nonzero"
+                if self
+                    .fake_mode
+                    .getattr("shape_env")?
+                    .getattr("allow_dynamic_output_shape_ops")?
+                    .is_truthy()? =>
+            {
+                // `capture_dynamic_output_shape_ops`: the result's size is an unbacked
+                // symbol (as TorchDynamo makes it).
+                let mut all = vec![receiver];
+                all.extend(args);
+                self.graph_call(Op::CallMethod(name.to_string()), name, all, kwargs)
+            }
             "item" | "tolist" | "numpy" | "__bool__" | "__int__" | "__float__" | "nonzero"
             | "cpu_numpy" => unsupported(
                 BreakKind::TensorValueNeeded,
