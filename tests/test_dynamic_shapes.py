@@ -699,14 +699,19 @@ def test_gpt2_dynamic_under_inductor() -> None:
 # --- capture_scalar_outputs: .item() as an unbacked symbol in the graph ----------------------
 
 
-@pytest.fixture
-def scalar_outputs():
-    import torch._dynamo.config as dynamo_config
+def _dynamo_setting(name: str):
+    """A fixture turning `torch._dynamo.config.<name>` on for one test (both front ends read
+    it)."""
+    @pytest.fixture
+    def setting():
+        import torch._dynamo.config as dynamo_config
 
-    saved = dynamo_config.capture_scalar_outputs
-    dynamo_config.capture_scalar_outputs = True
-    yield
-    dynamo_config.capture_scalar_outputs = saved
+        with dynamo_config.patch(name, True):
+            yield
+    return setting
+
+
+scalar_outputs = _dynamo_setting("capture_scalar_outputs")
 
 
 def item_scales(x, y):
@@ -770,14 +775,7 @@ def test_item_captured_as_unbacked_symbol(fn, make, backend, scalar_outputs) -> 
 # --- capture_dynamic_output_shape_ops: data-dependent sizes as unbacked symbols -------------
 
 
-@pytest.fixture
-def dynamic_output_shapes():
-    import torch._dynamo.config as dynamo_config
-
-    saved = dynamo_config.capture_dynamic_output_shape_ops
-    dynamo_config.capture_dynamic_output_shape_ops = True
-    yield
-    dynamo_config.capture_dynamic_output_shape_ops = saved
+dynamic_output_shapes = _dynamo_setting("capture_dynamic_output_shape_ops")
 
 
 def nonzero_positions(x):
