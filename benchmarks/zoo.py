@@ -224,6 +224,40 @@ def _ms(ours: dict, theirs: dict) -> str:
     return " / ".join(f"{s['capture_s'] * 1e3:.0f}" if "capture_s" in s else "–" for s in (ours, theirs))
 
 
+def _earlier_rows(out: str) -> list[dict]:
+    """The rows of the last full run: out/zoo.json, or (in a fresh clone, where benchmarks/out
+    is not kept) the README's table read back — the figures it shows, which is all the table
+    is made of."""
+    path = os.path.join(out, "zoo.json")
+    if os.path.exists(path):
+        with open(path) as f:
+            return json.load(f)
+    with open(os.path.join(ROOT, "README.md")) as f:
+        text = f.read().split(README_START, 1)[1].split(README_END, 1)[0]
+    rows = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 6 or "/" not in cells[0] or cells[0] == "model":
+            continue
+        name, verdict_text, graphs, ops, ms, speed = cells
+        if verdict_text == "error":
+            rows.append({"model": name, "error": "(as in the earlier run)"})
+            continue
+        row: dict = {"model": name}
+        for key, index in (("dynamo_rs", 0), ("torch.compile", 1)):
+            side: dict = {"correct": verdict_text != "WRONG",
+                          "recompiled": int(verdict_text == "recompiles")}
+            for field, cell, kind in (("graphs", graphs, int), ("ops", ops, int), ("capture_s", ms, float)):
+                value = cell.split(" / ")[index]
+                if value != "–":
+                    side[field] = kind(value) / 1e3 if field == "capture_s" else kind(value)
+            row[key] = side
+        if speed != "–":
+            row["speedup"] = float(speed.rstrip("×"))
+        rows.append(row)
+    return rows
+
+
 def write_readme(text: str) -> None:
     path = os.path.join(ROOT, "README.md")
     with open(path) as f:
@@ -258,9 +292,8 @@ def main() -> int:
     out = os.path.join(HERE, "out")
     os.makedirs(out, exist_ok=True)
     if options.update and options.only:
-        with open(os.path.join(out, "zoo.json")) as f:
-            remeasured = {row["model"]: row for row in rows}
-            rows = [remeasured.get(row["model"], row) for row in json.load(f)]
+        remeasured = {row["model"]: row for row in rows}
+        rows = [remeasured.get(row["model"], row) for row in _earlier_rows(out)]
     full = options.update or not (options.quick or options.only)
     with open(os.path.join(out, "zoo.json" if full else "zoo-quick.json"), "w") as f:
         json.dump(rows, f, indent=1)
