@@ -333,6 +333,49 @@ def any_all_generator_constants(x):
     return x * 2 if all(s > 0 for s in sizes) and not any(s > 10 for s in sizes) else x
 
 
+# --- lists changed inside their own for loop (Python's list iterator reads by position) ----
+
+@case(T34)
+def loop_over_a_growing_worklist(x):
+    todo = [x]
+    for item in todo:
+        if len(todo) < 4:
+            todo.append(item * 2 + 1)
+    return sum(todo)
+@case(T34)
+def loop_replaces_an_item_ahead(x):
+    xs = [x, x + 1, x + 2]
+    acc = x * 0
+    for v in xs:
+        acc = acc + v
+        xs[-1] = acc * 0.5
+    return acc, xs[-1]
+@case(T34)
+def loop_pops_from_the_end(x):
+    xs = [x, x * 2, x * 3, x * 4]
+    seen = []
+    for v in xs:
+        seen.append(v.sum())
+        xs.pop()
+    return torch.stack(seen), len(xs)
+@case(T34)
+def loop_inserts_in_front(x):
+    xs = [x, x * 3]
+    total = x * 0
+    for v in xs:
+        total = total + v
+        if len(xs) < 5:
+            xs.insert(0, v * 0.5)
+    return total, len(xs)
+@case(T34)
+def exhausted_iterator_ignores_later_appends(x):
+    xs = [x, x + 1]
+    it = iter(xs)
+    first = [v * 2 for v in it]
+    xs.append(x * 5)
+    return sum(first), list(it), len(xs)
+
+
 # --- modules: iteration, lookups, flags --------------------------------------------------------------
 
 class _Stack(nn.Module):

@@ -590,8 +590,45 @@ def test_items_rewritten_behind_a_loop_stay_in_one_graph(fn) -> None:
     assert counter.frame_count == 1
 
 
+def list_shrinks_inside_its_loop(t, lst, dct, tup, st):
+    xs = [t, t + 1, t + 2, t + 3]
+    seen = []
+    for x in xs:
+        seen.append(x)
+        xs.pop()
+    return seen, xs
+
+
+def argument_list_grows_inside_its_loop(t, lst, dct, tup, st):
+    for x in lst:
+        if len(lst) < 6:
+            lst.append(x + t)
+    return t * len(lst)
+
+
+def iterator_taken_after_its_list_grew(t, lst, dct, tup, st):
+    xs = [t, t * 2]
+    it = iter(xs)
+    first = next(it)
+    xs.append(t * 3)
+    rest = list(it)
+    xs.append(t * 4)
+    return first, rest, list(it)
+
+
 @pytest.mark.parametrize("fn", [list_item_ahead_of_the_loop_changes,
                                 dict_value_ahead_of_the_loop_changes, reversed_list_rewritten,
-                                list_grows_inside_its_loop])
+                                list_grows_inside_its_loop, list_shrinks_inside_its_loop,
+                                argument_list_grows_inside_its_loop,
+                                iterator_taken_after_its_list_grew])
 def test_changes_the_loop_would_see_give_eager_results(fn) -> None:
     run_both(fn)
+
+
+@pytest.mark.parametrize("fn", [list_grows_inside_its_loop, list_shrinks_inside_its_loop,
+                                iterator_taken_after_its_list_grew])
+def test_a_list_changed_inside_its_own_loop_stays_in_one_graph(fn) -> None:
+    """Python's list iterator reads the list by position at every step: the trace reads it
+    again when it changed (not a break)."""
+    _, _, counter = run_both(fn)
+    assert counter.frame_count == 1

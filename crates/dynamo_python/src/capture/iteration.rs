@@ -210,6 +210,7 @@ impl<'py> Tracer<'py> {
                 next: 0,
                 watched,
                 handed_on: false,
+                exhausted: false,
             },
             None,
         )
@@ -250,9 +251,8 @@ impl<'py> Tracer<'py> {
             });
         }
         let VarKind::Iter {
-            watched,
             handed_on,
-            next,
+            exhausted,
             ..
         } = self.kind(iter)
         else {
@@ -267,6 +267,14 @@ impl<'py> Tracer<'py> {
                 "an iterator used directly after enumerate() or zip() was made over it",
             );
         }
+        if *exhausted {
+            // Python's iterators stay exhausted whatever their container does afterwards.
+            return Ok(None);
+        }
+        self.refresh_list_iterator(iter);
+        let VarKind::Iter { watched, next, .. } = self.kind(iter) else {
+            unreachable!("checked above");
+        };
         for w in watched {
             if !self.change_is_invisible(w, *next) {
                 return unsupported(
@@ -284,8 +292,49 @@ impl<'py> Tracer<'py> {
         let item = items.get(*next).copied();
         if item.is_some() {
             *next += 1;
+        } else if let VarKind::Iter { exhausted, .. } = &mut self.vars[iter.0 as usize].kind {
+            // Exhausted for good, as Python's iterators are: a list grown afterwards is not
+            // read again (see `refresh_list_iterator`).
+            *exhausted = true;
         }
         Ok(item)
+    }
+
+    /// A plain iterator over a list (`for x in xs`, `iter(xs)`: its items are the list's as
+    /// they were when it was made) reads the list by position at every step in Python, so
+    /// items appended, removed or replaced inside the loop are seen: its items are read
+    /// again from the list when the list changed.
+    fn refresh_list_iterator(&mut self, iter: VarId) {
+        let VarKind::Iter {
+            items,
+            watched,
+            exhausted: false,
+            ..
+        } = self.kind(iter)
+        else {
+            return;
+        };
+        let [w] = watched.as_slice() else {
+            return;
+        };
+        let VarKind::List(now) = self.kind(w.container) else {
+            return;
+        };
+        let own_items = w.positional
+            && items.len() == w.then.len()
+            && items
+                .iter()
+                .zip(&w.then)
+                .all(|(item, &then)| item.0 as usize == then);
+        if !own_items {
+            return;
+        }
+        let (now, container) = (now.clone(), w.container);
+        let then = self.contents_fingerprint(container);
+        if let VarKind::Iter { items, watched, .. } = &mut self.vars[iter.0 as usize].kind {
+            *items = now;
+            watched[0].then = then;
+        }
     }
 
     /// Whether an iterator `next` items in sees `w`'s container as it was when it was made:

@@ -228,6 +228,7 @@ impl<'py> Tracer<'py> {
                     next: 0,
                     watched: Vec::new(),
                     handed_on: false,
+                    exhausted: false,
                 };
             }
         }

@@ -465,6 +465,7 @@ fn rebuild_inline(tracer: &Tracer<'_>, id: VarId, r: &mut Rebuilder) -> CResult<
             next,
             watched,
             handed_on,
+            exhausted: _,
         } => {
             let remaining = items[*next..].to_vec();
             // A container changed since the iterator was made: Python's iterator sees the

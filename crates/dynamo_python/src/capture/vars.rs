@@ -88,6 +88,9 @@ pub enum VarKind {
         /// pull them one by one later: using it directly afterwards is refused, as how far
         /// it got is not known here.
         handed_on: bool,
+        /// It has answered "no more items" once: a list iterator then stays exhausted even
+        /// if its list grows.
+        exhausted: bool,
     },
     /// A generator object made by calling a generator function in the trace. Its frame
     /// (`Tracer::generators[frame]`) runs only when an item is asked for — `next()`, a `for`
