@@ -597,18 +597,28 @@ def _interpolate(mode, args, kwargs):
     if size is not None:
         if recompute:
             return None  # torch raises
-        sizes = [size, size] if type(size) is int else list(size) if isinstance(size, (tuple, list)) else None
-        if sizes is None or len(sizes) != 2 or not all(type(s) is int for s in sizes):
+        sizes = spatial_pair(size, (int,))
+        if sizes is None or not all(type(s) is int for s in sizes):
             return None
     else:
-        scales = [scale, scale] if type(scale) in _NUMBERS else list(scale) if isinstance(scale, (tuple, list)) else None
-        if scales is None or len(scales) != 2 or not all(type(f) in _NUMBERS and f > 0 for f in scales):
+        scales = spatial_pair(scale, _NUMBERS)
+        if scales is None or not all(type(f) in _NUMBERS and f > 0 for f in scales):
             return None
         sizes = [math.floor(float(n) * f) for n, f in zip(x.shape[2:], scales)]
     if min(sizes) <= 1:
         return None  # empty results raise; size-1 dimensions make the layout ambiguous
     out = (x.shape[0], x.shape[1], *sizes)
     return _new(mode, x, out, _native.strides_in_format(out, channels_last))
+
+
+def spatial_pair(value, scalar_types) -> list | None:
+    """`F.interpolate`'s `size` or `scale_factor` for an image: one value for both spatial
+    dimensions, or a sequence of two; else None."""
+    if type(value) in scalar_types:
+        return [value, value]
+    if isinstance(value, (tuple, list)) and len(value) == 2:
+        return list(value)
+    return None
 
 
 def interpolation_supported(how, align_corners, antialias) -> bool:

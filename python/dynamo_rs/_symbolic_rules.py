@@ -985,14 +985,14 @@ def _interpolate(mode, args, kwargs):
     if (size is None) == (scale is None):
         return None
     if size is not None:
-        sizes = [size, size] if type(size) in (int, _SymInt) else list(size) if isinstance(size, (tuple, list)) else None
+        sizes = static.spatial_pair(size, (int, _SymInt))
     else:
-        scales = [scale, scale] if type(scale) in _NUMBERS else list(scale) if isinstance(scale, (tuple, list)) else None
+        scales = static.spatial_pair(scale, _NUMBERS)
         if scales is None or not all(type(f) in _NUMBERS and f > 0 and int(f) == f for f in scales):
             return None
         # As torch computes an integer scale's size: the input's size times the integer.
-        sizes = [n * int(f) for n, f in zip(x.shape[2:], scales)] if len(scales) == 2 else None
-    if sizes is None or len(sizes) != 2 or not all(_positive(s) for s in sizes):
+        sizes = [n * int(f) for n, f in zip(x.shape[2:], scales)]
+    if sizes is None or not all(_positive(s) for s in sizes):
         return None
     out = (x.shape[0], x.shape[1], *sizes)
     if all_static((x,), {}):

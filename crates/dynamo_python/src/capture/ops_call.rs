@@ -1110,11 +1110,7 @@ impl<'py> Tracer<'py> {
             "item"
                 if args.is_empty()
                     && kwargs.is_empty()
-                    && self
-                        .fake_mode
-                        .getattr("shape_env")?
-                        .getattr("allow_scalar_outputs")?
-                        .is_truthy()? =>
+                    && self.shape_env_allows("allow_scalar_outputs")? =>
             {
                 // `capture_scalar_outputs`: the value stays in the graph as an unbacked
                 // symbol (as TorchDynamo does); Python needing it later breaks there.
@@ -1125,30 +1121,33 @@ impl<'py> Tracer<'py> {
                     kwargs,
                 )
             }
-            "nonzero"
-                if self
-                    .fake_mode
-                    .getattr("shape_env")?
-                    .getattr("allow_dynamic_output_shape_ops")?
-                    .is_truthy()? =>
-            {
-                // `capture_dynamic_output_shape_ops`: the result's size is an unbacked
-                // symbol (as TorchDynamo makes it).
-                let mut all = vec![receiver];
-                all.extend(args);
-                self.graph_call(Op::CallMethod(name.to_string()), name, all, kwargs)
-            }
+            // With `capture_dynamic_output_shape_ops`, `nonzero` is a graph operation whose
+            // result's size is an unbacked symbol (as TorchDynamo makes it): the last arm.
             "item" | "tolist" | "numpy" | "__bool__" | "__int__" | "__float__" | "nonzero"
-            | "cpu_numpy" => unsupported(
-                BreakKind::TensorValueNeeded,
-                format!("tensor.{name}() needs the tensor's data"),
-            ),
+            | "cpu_numpy"
+                if name != "nonzero"
+                    || !self.shape_env_allows("allow_dynamic_output_shape_ops")? =>
+            {
+                unsupported(
+                    BreakKind::TensorValueNeeded,
+                    format!("tensor.{name}() needs the tensor's data"),
+                )
+            }
             _ => {
                 let mut all = vec![receiver];
                 all.extend(args);
                 self.graph_call(Op::CallMethod(name.to_string()), name, all, kwargs)
             }
         }
+    }
+
+    /// A setting of the trace's ShapeEnv (`allow_scalar_outputs`,
+    /// `allow_dynamic_output_shape_ops`: torch's `capture_*` configs when the trace began).
+    fn shape_env_allows(&self, setting: &str) -> PyResult<bool> {
+        self.fake_mode
+            .getattr("shape_env")?
+            .getattr(setting)?
+            .is_truthy()
     }
 }
 
