@@ -74,6 +74,15 @@ def reshape_neg(x):
     return x.reshape(-1, x.size(-1)) * 2
 
 
+def view_input_rows(x):
+    return (x * x.shape[1]).sum(-1)
+
+
+def view_input_reshape(x):
+    b, h, w, c = x.shape
+    return x.reshape(-1, w, c).relu().reshape(b, h, w * c) + h
+
+
 def flatten_mean(x):
     return x.flatten(1).mean(1)
 
@@ -464,6 +473,12 @@ CASES = {
     "reshape by an int that changes": (int_reshape, [(r(12), n) for n in (2, 3, 4, 6)]),
     "`is None` on an int that changes": (int_optional, ints((3, 4, 5))),
     "isinstance of an int that changes": (int_isinstance, ints((3, 4, 5))),
+    # Inputs that are views of other tensors (a strided slice, a permute, a narrow at an
+    # offset, a view of a view): their sizes go symbolic, their bases keep theirs.
+    "strided view as input": (view_input_rows, [lambda n=n: (r(2, 2 * n, 6)[:, ::2],) for n in (3, 4, 7)]),
+    "permuted view as input": (view_input_reshape, [lambda n=n: (r(2, 4, n, n).permute(0, 2, 3, 1),) for n in (3, 5, 6)]),
+    "narrowed view at an offset": (view_input_rows, [lambda n=n: (r(2, n + 3, 6)[:, 2:],) for n in (3, 4, 7)]),
+    "view of a view as input": (view_input_reshape, [lambda n=n: (r(2, 4, 2 * n, n)[:, :, ::2].transpose(1, 3),) for n in (3, 5, 6)]),
 }
 
 
@@ -476,7 +491,17 @@ def test_automatic_dynamic_side_by_side(name) -> None:
 @pytest.mark.parametrize("name", [n for n in CASES if n not in ("sizes 0 and 1 specialise",)])
 def test_dynamic_true_side_by_side(name) -> None:
     fn, calls = CASES[name]
-    side_by_side(fn, calls, dynamic=True)
+    side_by_side(fn, calls, dynamic=True, delta=DYNAMIC_TRUE_DELTAS.get(name, 0))
+
+
+# Where `dynamic=True` compiles fewer frames than TorchDynamo, and why.
+DYNAMIC_TRUE_DELTAS = {
+    # TorchDynamo gives the view's base symbols of its own and duck-sizes them with the
+    # view's (the base's 6 columns with the view's 6 when the base is square), then
+    # recompiles when they differ; the base keeps its sizes here (the graph sees the view).
+    "strided view as input": -1,
+    "narrowed view at an offset": -1,
+}
 
 
 @pytest.mark.parametrize("name", ["size times tensor", "slice to half", "branch on a size (automatic)"])

@@ -629,6 +629,59 @@ def module_branch(x):
     return _branching(x)
 
 
+class RowsAndColumns(torch.nn.Module):
+    """timm's Sequencer2d block: a recurrent module over the columns and one over the rows
+    of an image, joined by a linear layer. RNN, GRU and LSTM modules run eagerly with the
+    graph broken at their call (as under TorchDynamo), so the int sizes and the permuted
+    views live across the breaks reach resume functions."""
+
+    def __init__(self, cell, channels: int) -> None:
+        super().__init__()
+        self.rnn_v = cell(channels, channels, batch_first=True)
+        self.rnn_h = cell(channels, channels, batch_first=True)
+        self.fc = torch.nn.Linear(2 * channels, channels)
+
+    def forward(self, x):
+        B, H, W, C = x.shape
+        v = x.permute(0, 2, 1, 3).reshape(-1, H, C)
+        v, _ = self.rnn_v(v)
+        v = v.reshape(B, W, H, -1).permute(0, 2, 1, 3)
+        h, _ = self.rnn_h(x.reshape(-1, W, C))
+        h = h.reshape(B, H, W, -1)
+        return self.fc(torch.cat([v, h], dim=-1))
+
+
+class RecurrentStages(torch.nn.Module):
+    """Blocks of `RowsAndColumns` with the image halved (a strided view) between them: the
+    blocks' frames see new sizes and views, and are compiled again with symbolic ones."""
+
+    def __init__(self, cell) -> None:
+        super().__init__()
+        self.blocks = torch.nn.ModuleList([RowsAndColumns(cell, 4) for _ in range(3)])
+
+    def forward(self, x):
+        for i, block in enumerate(self.blocks):
+            x = block(x)
+            if i == 0:
+                x = x[:, ::2, ::2]
+        return x.mean((1, 2))
+
+
+_recurrent = {cell.__name__: RecurrentStages(cell) for cell in (torch.nn.LSTM, torch.nn.GRU, torch.nn.RNN)}
+
+
+def recurrent_lstm(x):
+    return _recurrent["LSTM"](x)
+
+
+def recurrent_gru(x):
+    return _recurrent["GRU"](x)
+
+
+def recurrent_rnn(x):
+    return _recurrent["RNN"](x)
+
+
 # --- more families: formatting, stores, containers, arguments, numpy, asserts ----------------
 
 COUNT = 0
@@ -1072,6 +1125,13 @@ CASES = {
     # (and the two calls hand lists of two lengths to the resume function: one graph each)
     "list sliced by tensor bounds": (list_sliced_by_tensor_bounds, [(torch.ones(3),), (-torch.ones(3),)], 2),
     "global slice holding tensors": (global_slice_holding_tensors, [(t(5),)], 1),
+    # The loop over the blocks runs eagerly (a break inside a loop) and each block's frames
+    # are compiled, for new sizes with symbolic ones; on the second call (another batch,
+    # gradients on) the two front ends recompile the blocks' frames for different guards
+    # (sizes, strides, requires_grad): one graph fewer here.
+    "LSTM modules between tensor operations, views across breaks": (recurrent_lstm, [(t(2, 8, 8, 4),), (t(1, 6, 4, 4),)], -1),
+    "GRU modules between tensor operations": (recurrent_gru, [(t(2, 8, 8, 4),)], 0),
+    "RNN modules between tensor operations": (recurrent_rnn, [(t(1, 6, 4, 4),)], 0),
     "paste a mask (torchvision's paste_mask_in_image)": (paste_like, [(torch.rand(5, 5), torch.tensor([2, 3, 7, 9])), (torch.rand(5, 5), torch.tensor([0, 1, 4, 4]))], 0),
 }
 
@@ -1089,6 +1149,7 @@ EXPLAIN_DELTAS = {
     "exception out of no_grad caught outside": 1,
     "try/except catching the call at the break": 1,
     "list sliced by tensor bounds": 1,
+    "LSTM modules between tensor operations, views across breaks": 0,
 }
 
 

@@ -139,7 +139,17 @@ def symbolic_fake(mode, tensor, name: str, dims: list[int], user: list[int], duc
         else:
             sizes.append(DimDynamic.DYNAMIC)
             constraints.append(None)
-    context = StatelessSymbolicContext(dynamic_sizes=sizes, constraint_sizes=constraints)
+    base = None
+    if tensor._is_view() and tensor._base is not None:
+        # The base of a view keeps its sizes (torch would make every one of them a symbol
+        # named after a `._base` source that the shape guard has no read for): the view's
+        # own sizes, strides and offset are what the graph sees, and the guard that the view
+        # fits in its base's storage is then over the view's symbols and a constant.
+        rank = tensor._base.dim()
+        base = StatelessSymbolicContext(dynamic_sizes=[DimDynamic.STATIC] * rank,
+                                        constraint_sizes=[None] * rank)
+    context = StatelessSymbolicContext(dynamic_sizes=sizes, constraint_sizes=constraints,
+                                       view_base_context=base)
     mode.dynamo_rs_symbolic = True  # see `_capture.run_fake`
     return mode.from_tensor(tensor, symbolic_context=context, source=ConstantSource(name))
 

@@ -48,6 +48,10 @@ pub struct Helpers<'py> {
     /// `nn.Sequential` and `nn.ModuleList` (and subclasses): iterated through `_modules`.
     pub module_sequences: Bound<'py, PyAny>,
     pub module_dict: Bound<'py, PyAny>,
+    /// `(nn.RNN, nn.GRU, nn.LSTM)`: calls of these break the graph at the call unless
+    /// `torch._dynamo.config.allow_rnn`, as under TorchDynamo (their forward manages a
+    /// cuDNN weight cache through weak references).
+    pub recurrent_modules: Bound<'py, PyAny>,
     /// Predicates that are false for everything the translator tracks (`has_torch_function`
     /// on plain tensors and constants, `torch.compiler.is_exporting`).
     pub always_false: Vec<Bound<'py, PyAny>>,
@@ -118,6 +122,11 @@ impl<'py> Helpers<'py> {
         let module_sequences =
             pyo3::types::PyTuple::new(py, [nn.getattr("Sequential")?, nn.getattr("ModuleList")?])?
                 .into_any();
+        let recurrent_modules = pyo3::types::PyTuple::new(
+            py,
+            [nn.getattr("RNN")?, nn.getattr("GRU")?, nn.getattr("LSTM")?],
+        )?
+        .into_any();
         let overrides = py.import_module("torch.overrides")?;
         let mut always_false = Vec::new();
         for name in [
@@ -170,6 +179,7 @@ impl<'py> Helpers<'py> {
         Ok(Helpers {
             module_sequences,
             module_dict: nn.getattr("ModuleDict")?,
+            recurrent_modules,
             always_false,
             always_none,
             new_fake_mode: shapes.getattr("new_fake_mode")?,

@@ -672,6 +672,18 @@ impl<'py> Tracer<'py> {
         args: Vec<VarId>,
         kwargs: Vec<(String, VarId)>,
     ) -> CResult<VarId> {
+        if module.is_instance(&self.h.recurrent_modules)? && !self.rnn_allowed()? {
+            // TorchDynamo's choice, kept so graphs split where its do: the module runs
+            // eagerly and the graph breaks at its call.
+            return unsupported(
+                BreakKind::UnsupportedCall,
+                format!(
+                    "a call of {} (RNN, GRU and LSTM modules run eagerly; set \
+                     torch._dynamo.config.allow_rnn = True to trace them)",
+                    describe(module)
+                ),
+            );
+        }
         for hooks in [
             "_forward_hooks",
             "_forward_pre_hooks",
@@ -751,6 +763,12 @@ impl<'py> Tracer<'py> {
         };
         all.extend(args);
         self.call_python(&forward, all, kwargs)
+    }
+
+    /// `torch._dynamo.config.allow_rnn`, read when a recurrent module is called.
+    fn rnn_allowed(&self) -> CResult<bool> {
+        let config = self.py.import_module("torch._dynamo.config")?;
+        Ok(config.getattr("allow_rnn")?.is_truthy()?)
     }
 
     /// Inlines a Python function: binds the arguments as CPython would and translates its
