@@ -307,6 +307,40 @@ def test_channels_last_results_over_derived_sizes() -> None:
     assert not _meta_rules.mismatches
 
 
+def test_permuted_images_and_batch_of_one() -> None:
+    """ConvNeXt's and Sequencer's layouts with a batch of 1 and symbolic image sizes: a
+    layer norm and linear layers over an NCHW image permuted to channels-last (torch
+    normalises a row-major copy), linear layers over 4-d and 5-d row-major activations, and
+    reshapes that fold the batch of 1 into a permuted row (the size-1 dimension's stride
+    does not matter) — answered by rules and equal to FakeTensorMode; reshapes that must copy
+    are left to it."""
+    s = Symbolic()
+    image = s.fake(1, 16, 6, 5, dynamic=(2, 3))
+    rows = s.fake(1, 6, 5, 16, dynamic=(1, 2))
+    w, b = s.static(24, 16), s.static(24)
+    nhwc = s.under(lambda: image.permute(0, 2, 3, 1))
+    by_rows = s.under(lambda: image.permute(0, 2, 1, 3))     # (1, h, 16, w)
+    by_columns = s.under(lambda: rows.permute(0, 2, 1, 3))   # (1, w, h, 16)
+    h, w_ = nhwc.shape[1], nhwc.shape[2]
+    answered = [
+        (F.layer_norm, (nhwc, (16,), s.static(16), s.static(16), 1e-6)),
+        (F.linear, (rows, w, b)),
+        (F.linear, (s.fake(2, 6, 5, 16, dynamic=(0, 1, 2)), w, b)),
+        (F.linear, (s.fake(1, 2, 6, 5, 16, dynamic=(2, 3)), w, b)),
+        ("reshape", (by_rows, -1, 16, by_rows.shape[3])),
+        ("reshape", (by_rows, by_rows.shape[1], 16, by_rows.shape[3])),
+        ("reshape", (by_columns, -1, by_columns.shape[2], 16)),
+        ("view", (by_columns, by_columns.shape[1], by_columns.shape[2], 16)),
+    ]
+    for target, args in answered:
+        _, ok = s.run(target, *args)
+        assert ok, (target, [getattr(a, "shape", a) for a in args])
+    for target, args in [("reshape", (by_rows, by_rows.shape[1], -1)), ("reshape", (nhwc, -1, w_)),
+                         (F.linear, (nhwc, w, b)), (F.layer_norm, (nhwc, (h, w_, 16)))]:
+        s.run(target, *args)
+    assert not _meta_rules.mismatches
+
+
 def _expr(n):
     return n.node.expr if isinstance(n, torch.SymInt) else n
 

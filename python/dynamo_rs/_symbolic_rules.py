@@ -258,6 +258,27 @@ def _canonical(t: FakeTensor) -> bool:
     return _same(t.storage_offset(), 0) and _same_sizes(t.stride(), _row_major(t.shape))
 
 
+def _known_not_contiguous(t: FakeTensor) -> bool:
+    """Whether torch's contiguity test (`check_contiguous_sizes_strides`: from the last
+    dimension, sizes 1 skipped, each stride the product of the sizes after it) answers
+    False for `t` by what the ShapeEnv knows already — every step it takes decided without a
+    guard. False when it is contiguous or when some step would need a guard."""
+    expected = 1
+    for size, stride in reversed(tuple(zip(t.shape, t.stride()))):
+        if _is_one(size):
+            continue
+        if type(size) is _SymInt and not _known_not_one(size):
+            return False
+        if _same(stride, expected):
+            expected = expected * size
+            continue
+        if type(stride) is int and type(expected) is int:
+            return True  # two different numbers
+        env = next(v.node.shape_env for v in (stride, expected) if type(v) is _SymInt)
+        return _known(env, sympy.Ne(_expr(stride), _expr(expected)))
+    return False
+
+
 def _fresh(mode, like, sizes, dtype=None) -> FakeTensor:
     return _new(mode, like, sizes, _row_major(sizes), dtype)
 
@@ -414,14 +435,20 @@ def _layer_norm(mode, args, kwargs):
     if not isinstance(shape, (tuple, list, torch.Size)) or not shape or not _static_ints(shape):
         return None
     tensors = [t for t in (x, w, b) if t is not None]
-    if not _ready(mode, *tensors) or not static._same_float(*tensors) or not _canonical(x):
+    if not _ready(mode, *tensors) or not static._same_float(*tensors):
         return None
     shape = tuple(shape)
     if x.dim() < len(shape) or not _same_sizes(x.shape[x.dim() - len(shape):], shape):
         return None
     if any(tuple(t.shape) != shape for t in tensors[1:]):
         return None
-    return _new(mode, x, x.shape, x.stride())
+    if _canonical(x):
+        return _new(mode, x, x.shape, x.stride())
+    # torch normalises a row-major copy of a non-contiguous input (ConvNeXt's and
+    # Sequencer's channels-last images permuted from NCHW).
+    if _known_not_contiguous(x):
+        return _fresh(mode, x, x.shape)
+    return None
 
 
 def _softmax(mode, args, kwargs):
@@ -538,9 +565,10 @@ def _linear(mode, args, kwargs):
         return None
     if x.dim() < 1 or w.dim() != 2 or not _static_ints(w.shape) or not _same(x.shape[-1], w.shape[1]):
         return None
-    # torch folds the leading dimensions into one and unfolds them again; on sizes that are
-    # floor divisions and remainders (windows, padded images) that takes guards of its own.
-    if x.dim() > 3 or not all(_simple(size) for size in x.shape):
+    # torch folds the leading dimensions into one and unfolds them again (a view of a
+    # row-major input, of any rank); on sizes that are floor divisions and remainders
+    # (windows, padded images) that takes guards of its own.
+    if not all(_simple(size) for size in x.shape):
         return None
     if b is not None and tuple(b.shape) != (w.shape[0],):
         return None
@@ -648,18 +676,27 @@ def _reshaping(copy_allowed: bool):
             return None
         if _canonical(x) and not any(_is_one(t) for t in sizes):
             return _view(mode, x, tuple(sizes), _row_major(sizes), 0)
+        in_sizes, in_strides = tuple(x.shape), tuple(x.stride())
+        if any(_is_one(t) for t in in_sizes) and not any(_is_one(t) for t in sizes):
+            # An input dimension of size 1 holds no layout: torch's view merges it into
+            # its neighbour whatever its stride (a batch of 1 folded into a permuted row).
+            kept = [i for i, t in enumerate(in_sizes) if not _is_one(t)]
+            in_sizes = tuple(in_sizes[i] for i in kept)
+            in_strides = tuple(in_strides[i] for i in kept)
         prefix = 0
-        while prefix < min(len(sizes), x.dim()) and _same(sizes[prefix], x.shape[prefix]):
+        while prefix < min(len(sizes), len(in_sizes)) and _same(sizes[prefix], in_sizes[prefix]):
             prefix += 1
-        old_sizes, old_strides = x.shape[prefix:], x.stride()[prefix:]
+        old_sizes, old_strides = in_sizes[prefix:], in_strides[prefix:]
         tail = sizes[prefix:]
+        if not old_sizes and not tail:
+            return _view(mode, x, tuple(sizes), in_strides)
         if not old_sizes or not tail or any(_is_one(t) for t in tail) or any(_is_one(t) for t in old_sizes):
             return None  # size-1 dimensions get strides by rules of their own
         if not _compact(old_sizes, old_strides) or not _same(_numel(tail), _numel(old_sizes)):
             return None
         inner = old_strides[-1]
         tail_strides = tuple(inner * t for t in _row_major(tail)) if not _same(inner, 1) else _row_major(tail)
-        return _view(mode, x, tuple(sizes), (*x.stride()[:prefix], *tail_strides))
+        return _view(mode, x, tuple(sizes), (*in_strides[:prefix], *tail_strides))
     return rule
 
 
