@@ -128,6 +128,76 @@ def test_binary_with_a_zero_dim_tensor_operand(mode, seed):
 
 
 @SEEDS
+def test_comparisons_and_logical_operations(mode, seed):
+    """Comparisons (a bool result) and `&`/`|`/`^` of bool tensors over random layouts and
+    broadcasts, with numbers and 0-d tensors: answered when no operand would be converted."""
+    rng = random.Random(11 + 1000 * seed)
+    tally = Tally()
+    compare = [operator.lt, operator.le, operator.gt, operator.ge, operator.eq, operator.ne,
+               torch.lt, torch.eq, "gt", "ne"]
+    logical = [operator.and_, operator.or_, operator.xor]
+    with torch.no_grad():
+        for _ in range(500):
+            is_logical = rng.random() < 0.35
+            op = rng.choice(logical if is_logical else compare)
+            dtype = torch.bool if is_logical else rng.choice(DTYPES)
+            shape = random_shape(rng)
+            with mode:
+                a = strided(rng, shape, dtype)
+                kind = rng.random()
+                if kind < 0.2:
+                    b = True if is_logical else rng.choice([0, 2, 0.5, -3])
+                elif kind < 0.3:
+                    b = torch.empty((), dtype=dtype if rng.random() < 0.8 else torch.float64)
+                else:
+                    b = strided(rng, broadcast_partner(rng, shape), dtype if rng.random() < 0.85 else rng.choice(DTYPES))
+            args = (b, a) if rng.random() < 0.3 and not isinstance(op, str) else (a, b)
+            tally.run(mode, op, args)
+    assert tally.answered > 250
+
+
+def test_mask_building_operations(mode):
+    """What transformers' masking utilities and caches call: `.to(device=, dtype=)`,
+    `new_ones(())`, a padding mask looked up at broadcast positions, an empty cache tensor and
+    its concatenation, `arange`, `.T`/`.mT` — answered, and equal to FakeTensorMode."""
+    tally = Tally()
+    with torch.no_grad():
+        with mode:
+            ids = torch.empty(2, 12, dtype=torch.int64)
+            mask = torch.empty(2, 12, dtype=torch.bool)
+            batch = torch.empty(2, 1, 1, 1, dtype=torch.int64)
+            kv = torch.empty(1, 1, 1, 12, dtype=torch.int64)
+            q = torch.empty(1, 1, 12, 1, dtype=torch.int64)
+            k = torch.empty(2, 12, 4, 16).transpose(1, 2)
+            cache = torch.empty(2, 4, 12, 16)
+            empty = torch.tensor([])
+            w = torch.empty(8, 6)
+            x3 = torch.empty(2, 5, 3)
+        cases = [
+            ("to", (ids,), {"device": torch.device("cpu"), "dtype": torch.bool}),
+            ("to", (mask,), {"dtype": torch.float32}), ("to", (k,), {"dtype": torch.float16}),
+            ("to", (k,), {"device": "cpu"}),
+            ("new_ones", (q, ()), {"dtype": torch.bool}), ("new_zeros", (k, 2, 3), {}),
+            ("new_empty", (w, [4]), {"dtype": torch.int64}),
+            (operator.getitem, (mask, (batch, kv)), {}), (operator.getitem, (w, (kv[0, 0, 0, :4] % 8, q[0, 0, :4, 0] % 6)), {}),
+            (torch.tensor, ([],), {"dtype": torch.float32, "device": torch.device("cpu")}),
+            (torch.cat, ((empty, cache), -2), {}), (torch.cat, ([empty, cache, cache],), {"dim": 1}),
+            (torch.arange, (12,), {}), (torch.arange, (3, 12, 2), {"device": "cpu"}), (torch.arange, (10, 1, -3), {}),
+            (getattr, (w, "T"), {}), (getattr, (x3, "mT"), {}), (getattr, (w, "mH"), {}),
+        ]
+        for target, args, kwargs in cases:
+            before = tally.answered
+            tally.run(mode, target, args, kwargs)
+            assert tally.answered == before + 1, (target, args, kwargs)
+        # Left to FakeTensorMode: `.T` of other than 2 dimensions (deprecated, it warns), an
+        # empty arange, float arange bounds, another device, a cat of nothing but empty tensors.
+        for target, args, kwargs in [(getattr, (x3, "T"), {}), (torch.arange, (0,), {}),
+                                     (torch.arange, (2.5,), {}), ("to", (ids,), {"device": "meta"}),
+                                     (torch.cat, ((empty, empty),), {})]:
+            assert _meta_rules.infer(mode, target, args, kwargs) is None, (target, args)
+
+
+@SEEDS
 def test_inplace_elementwise(mode, seed):
     rng = random.Random(1 + 1000 * seed)
     tally = Tally()

@@ -86,7 +86,7 @@ def _view(mode: FakeTensorMode, base: FakeTensor, sizes, strides, offset=None) -
     return wrap_meta(mode, meta, base.fake_device)
 
 
-def _elementwise(mode: FakeTensorMode, operands, dtype) -> FakeTensor | None:
+def _elementwise(mode: FakeTensorMode, operands, dtype, out_dtype=None) -> FakeTensor | None:
     """A fresh result of an elementwise operation over tensors and numbers, or None where
     torch's meta kernels take a path the layout rule does not model:
     - an input contiguous with unusual strides on size-1 dimensions ([4, 1] with strides
@@ -107,13 +107,13 @@ def _elementwise(mode: FakeTensorMode, operands, dtype) -> FakeTensor | None:
         # dimensions included ([1, 4, 1, 2] with strides (8, 1, 1, 4) stays so).
         (t,) = tensors
         if _native.is_non_overlapping_and_dense(t.shape, t.stride()):
-            return _new(mode, t, t.shape, t.stride(), dtype)
+            return _new(mode, t, t.shape, t.stride(), out_dtype or dtype)
     layouts = [((), ()) if isinstance(o, _NUMBERS) else (o.shape, o.stride()) for o in operands]
     layout = _native.elementwise_layout(layouts)
     if layout is None:
         return None
     like = next(o for o in operands if isinstance(o, FakeTensor))
-    return _new(mode, like, layout[0], layout[1], dtype)
+    return _new(mode, like, layout[0], layout[1], out_dtype or dtype)
 
 
 def _bind(signature, args, kwargs):
@@ -138,6 +138,9 @@ SIGNATURES = {
         lambda input, normalized_shape, weight=None, bias=None, eps=1e-5:
         (input, normalized_shape, weight, bias)),
     "softmax": lambda input, dim, _stacklevel=3, dtype=None: (input, dim, dtype),
+    "arange": (
+        lambda start, end=None, step=1, *, dtype=None, device=None, requires_grad=False:
+        (start, end, step, dtype, device, requires_grad)),
     "conv2d": (
         lambda input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1:
         (input, weight, bias, stride, padding, dilation, groups)),
@@ -299,6 +302,35 @@ def _binary(true_division: bool = False, inplace: bool = False):
                 return None
             return a
         return _elementwise(mode, args, dtype)
+    return rule
+
+
+def _compare_or_logical(logical: bool, tensor_first: bool = False):
+    """`a < b` (and the other comparisons; a bool result) or `a & b` (and `|`, `^`) of bool
+    tensors: tensors of one dtype and numbers that do not change it (no operand converted),
+    broadcast as elementwise arithmetic is (mask building: `kv_idx <= q_idx`, `mask & padding`).
+    `tensor_first`: torch's functions and methods, whose first argument must be a tensor."""
+    def rule(mode, args, kwargs):
+        if kwargs or len(args) != 2:
+            return None
+        tensors = [o for o in args if isinstance(o, FakeTensor)]
+        if not tensors or not _ready(mode, *tensors):
+            return None
+        if tensor_first and not isinstance(args[0], FakeTensor):
+            return None  # `torch.lt(2, x)` raises: the input must be a tensor
+        dtype = tensors[0].dtype
+        if dtype.is_complex or any(t.dtype != dtype for t in tensors):
+            return None
+        if logical and dtype is not torch.bool:
+            return None
+        for o in args:
+            if isinstance(o, FakeTensor):
+                continue
+            if type(o) not in (*_NUMBERS, bool) or (type(o) is int and not -2**63 <= o < 2**63):
+                return None
+        if torch.result_type(*args) != dtype:
+            return None
+        return _elementwise(mode, args, dtype, torch.bool)
     return rule
 
 
@@ -532,6 +564,60 @@ def _cat(mode, args, kwargs):
     if strides is None:
         return None
     return _new(mode, first, tuple(sizes), strides)
+
+
+def _cat_of_nonempty(mode, args, kwargs):
+    """`torch.cat` with 1-d empty tensors among the inputs (an empty key/value cache:
+    `torch.cat([torch.tensor([]), k], dim=-2)`): torch skips them, so the rest decide — when
+    the empty ones are plain, of the others' dtype and device."""
+    bound = _bind(SIGNATURES["cat"], args, kwargs)
+    if bound is None or not isinstance(bound[0], (tuple, list)):
+        return None
+    tensors, dim = bound
+    if not all(isinstance(t, FakeTensor) and t.fake_mode is mode for t in tensors):
+        return None
+    kept = [t for t in tensors if not (t.dim() == 1 and t.shape[0] == 0)]
+    if len(kept) == len(tensors):
+        return _cat(mode, args, kwargs)
+    if not kept:
+        return None
+    for t in tensors:
+        if t.dtype != kept[0].dtype or t._fake_device != kept[0]._fake_device or t.requires_grad:
+            return None
+        if _tensor_layout(t) is not torch.strided:
+            return None
+    return _cat(mode, (kept, dim), {})
+
+
+def _new_filled(mode, args, kwargs):
+    """`x.new_ones(size)`, `new_zeros`, `new_empty` (a size tuple or ints; `dtype=`): a fresh
+    row-major tensor on `x`'s device, of its dtype unless given."""
+    if not args or not isinstance(args[0], FakeTensor) or not set(kwargs) <= {"dtype"}:
+        return None
+    x, rest = args[0], args[1:]
+    if len(rest) == 1 and isinstance(rest[0], (tuple, list, torch.Size)):
+        rest = tuple(rest[0])
+    if not all(type(v) is int and v > 0 for v in rest) or not _ready(mode, x):
+        return None
+    dtype = kwargs.get("dtype") or x.dtype
+    if not isinstance(dtype, torch.dtype):
+        return None
+    return _new(mode, x, tuple(rest), _native.contiguous_strides(tuple(rest)), dtype)
+
+
+def _empty_tensor(mode, args, kwargs):
+    """`torch.tensor([])` (an empty cache): a fresh 1-d tensor with no element, of the
+    default float dtype unless given, on the CPU."""
+    if len(args) != 1 or not isinstance(args[0], (list, tuple)) or args[0] or not set(kwargs) <= {"dtype", "device"}:
+        return None
+    dtype = kwargs.get("dtype") or torch.get_default_dtype()
+    device = kwargs.get("device")
+    if not isinstance(dtype, torch.dtype) or torch.get_default_device().type != "cpu":
+        return None
+    if device is not None and (not isinstance(device, (str, torch.device)) or torch.device(device) != torch.device("cpu")):
+        return None
+    meta = torch.empty_strided((0,), (1,), dtype=dtype, device="meta")
+    return wrap_meta(mode, meta, torch.device("cpu"))
 
 
 def _adaptive_avg_pool2d(mode, args, kwargs):
@@ -959,6 +1045,55 @@ def _transpose(mode, args, kwargs):
     return _view(mode, x, *_native.permute_layout(x.shape, x.stride(), dims))
 
 
+# Tensor attributes that are views with the dimensions reordered: the order, by rank (None:
+# not this rank). `.T` of other than 2 dimensions is deprecated (it warns): left to torch.
+_TRANSPOSED_ATTRIBUTES = {
+    "T": lambda n: [1, 0] if n == 2 else None,
+    "mT": lambda n: [*range(n - 2), n - 1, n - 2] if n >= 2 else None,
+}
+
+
+def _attribute(mode, args, kwargs):
+    """`x.T`, `x.mT` (and `.H`, `.mH` of a real tensor, the same): a view with the dimensions
+    reordered (F.linear's `weight.T` in hand-written layers)."""
+    if kwargs or len(args) != 2 or not isinstance(args[0], FakeTensor) or type(args[1]) is not str:
+        return None
+    x, name = args
+    if name in ("H", "mH"):
+        if x.is_complex():
+            return None
+        name = "T" if name == "H" else "mT"
+    order = _TRANSPOSED_ATTRIBUTES.get(name)
+    if order is None or not _ready(mode, x):
+        return None
+    dims = order(x.dim())
+    if dims is None:
+        return None
+    return _view(mode, x, *_native.permute_layout(x.shape, x.stride(), dims))
+
+
+def _arange(mode, args, kwargs):
+    """`torch.arange` of Python ints on the CPU: a fresh 1-d int64 tensor (position ids, causal
+    masks)."""
+    bound = _bind(SIGNATURES["arange"], args, kwargs)
+    if bound is None:
+        return None
+    start, end, step, dtype, device, requires_grad = bound
+    if end is None:
+        start, end = 0, start
+    if not all(type(v) is int for v in (start, end, step)) or step == 0 or requires_grad:
+        return None
+    if dtype not in (None, torch.int64) or torch.get_default_device().type != "cpu":
+        return None
+    if device is not None and torch.device(device) != torch.device("cpu"):
+        return None
+    length = -((start - end) // step)  # ceil((end - start) / step)
+    if length <= 0:
+        return None
+    meta = torch.empty_strided((length,), (1,), dtype=torch.int64, device="meta")
+    return wrap_meta(mode, meta, torch.device("cpu"))
+
+
 def _unsqueeze(mode, args, kwargs):
     bound = _bind(SIGNATURES["unsqueeze"], args, kwargs)
     if bound is None:
@@ -1016,6 +1151,8 @@ def _getitem(mode, args, kwargs):
         return None
     if isinstance(index, FakeTensor):
         return _take_rows(mode, x, index)
+    if isinstance(index, tuple) and index and all(isinstance(i, FakeTensor) for i in index):
+        return _take_points(mode, x, index)
     items = _index_items(index)
     if items is None:
         return None
@@ -1097,6 +1234,24 @@ def _take_rows(mode, x, index):
     return _contiguous(mode, x, sizes)
 
 
+def _take_points(mode, x, indices):
+    """`x[i, j, ...]` with an integer index tensor for every dimension (transformers'
+    padding mask looked up at broadcast batch and key positions): one element per point of
+    the indices' broadcast shape, in a fresh row-major tensor (torch's index kernel sees only
+    zero strides, so it keeps the natural order)."""
+    if len(indices) != x.dim() or not _ready(mode, x, *indices):
+        return None
+    if any(i.dtype not in (torch.int64, torch.int32) for i in indices):
+        return None
+    try:
+        sizes = tuple(torch.broadcast_shapes(*(i.shape for i in indices)))
+    except RuntimeError:
+        return None  # torch raises: its business
+    if not sizes:
+        return None
+    return _contiguous(mode, x, sizes)
+
+
 def _split(mode, args, kwargs):
     bound = _bind(SIGNATURES["split"], args, kwargs)
     if bound is None:
@@ -1167,11 +1322,15 @@ _CASTS = {"float": torch.float32, "double": torch.float64, "half": torch.float16
 
 def _cast(dtype_of_method):
     def rule(mode, args, kwargs):
-        if dtype_of_method is None:  # `x.to(dtype)`, nothing else
+        if dtype_of_method is None:  # `x.to(dtype)`, `x.to(dtype=, device=)` on its device
             if len(args) == 2 and not kwargs:
                 dtype = args[1]
-            elif len(args) == 1 and list(kwargs) == ["dtype"]:
-                dtype = kwargs["dtype"]
+            elif len(args) == 1 and kwargs and set(kwargs) <= {"dtype", "device"}:
+                dtype = kwargs.get("dtype", args[0].dtype if isinstance(args[0], FakeTensor) else None)
+                device = kwargs.get("device")
+                if device is not None and (not isinstance(device, (str, torch.device)) or not isinstance(
+                        args[0], FakeTensor) or torch.device(device) != args[0]._fake_device):
+                    return None
             else:
                 return None
         elif len(args) != 1 or kwargs:
@@ -1179,11 +1338,11 @@ def _cast(dtype_of_method):
         else:
             dtype = dtype_of_method
         x = args[0]
-        if not isinstance(dtype, torch.dtype) or not _ready(mode, x) or x.dtype is torch.bool:
+        if not isinstance(dtype, torch.dtype) or not _ready(mode, x):
             return None
         if dtype == x.dtype:
             return x  # no conversion: the tensor itself
-        if dtype not in _FLOATS:
+        if x.dtype.is_complex or dtype.is_complex:
             return None
         # The copy keeps a dense layout (renumbering the strides of size-1 dimensions, which
         # is not modelled); anything else is FakeTensorMode's.
@@ -1252,12 +1411,19 @@ RULES = {
     "expand": _sized_view(_native.expand_layout), "contiguous": _contiguous_method,
     operator.getitem: _getitem, operator.setitem: _setitem, "split": _split, torch.split: _split, "chunk": _chunk, torch.chunk: _chunk, "unbind": _unbind, torch.unbind: _unbind,
     # layers, continued
-    F.embedding: _embedding, torch.cat: _cat, F.adaptive_avg_pool2d: _adaptive_avg_pool2d,
+    F.embedding: _embedding, torch.cat: _cat_of_nonempty, F.adaptive_avg_pool2d: _adaptive_avg_pool2d,
     F.max_pool2d: _max_pool2d, F.scaled_dot_product_attention: _sdpa, F.interpolate: _interpolate,
     F.multi_head_attention_forward: _multi_head_attention,
     operator.matmul: _matmul, torch.matmul: _matmul, "matmul": _matmul, torch.bmm: _bmm,
     "bmm": _bmm,
     F.softmax: _softmax, torch.softmax: _softmax, "softmax": _softmax,
+    getattr: _attribute, torch.arange: _arange, torch.tensor: _empty_tensor,
+    "new_ones": _new_filled, "new_zeros": _new_filled, "new_empty": _new_filled,
+    **{op: _compare_or_logical(False) for op in (
+        operator.lt, operator.le, operator.gt, operator.ge, operator.eq, operator.ne)},
+    **{op: _compare_or_logical(False, tensor_first=True) for op in (
+        torch.lt, torch.le, torch.gt, torch.ge, torch.eq, torch.ne, "lt", "le", "gt", "ge", "eq", "ne")},
+    **{op: _compare_or_logical(True) for op in (operator.and_, operator.or_, operator.xor)},
 }
 
 
