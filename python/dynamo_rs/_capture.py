@@ -16,6 +16,7 @@ import weakref
 
 import torch
 import torch.fx
+from torch.fx._lazy_graph_module import _LazyGraphModule
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.utils._mode_utils import no_dispatch
 
@@ -205,11 +206,61 @@ def run_fake(mode: FakeTensorMode, target, args, kwargs):
     return result
 
 
-def export(nodes, outputs, fakes, mode=None) -> torch.fx.GraphModule:
+def forward_template(self):
+    """Its code object is the template of the graphs' `forward` functions (Rust's
+    `graph_forward` replaces everything but the name, file and flags)."""
+
+
+_FORWARD_GLOBALS = {"__builtins__": __builtins__}
+
+
+class CapturedGraphModule(_LazyGraphModule):
+    """A GraphModule whose `forward` is made by `graph_forward` from our graph IR (the same
+    calls as fx's generated code, assembled as bytecode in microseconds), so capture does not
+    pay for fx's code generation and `compile` (10–20 ms on a few hundred nodes). fx's source
+    is generated when first needed — `.code`, `str()`, pickling (torch's caches key on it) —
+    and from then on its `forward` is fx's own; a `recompile()` (a pass that changed the
+    graph) makes `forward` fx's lazily, as `_LazyGraphModule` does."""
+
+    def real_recompile(self) -> None:
+        if self._needs_recompile() or "_code" not in self.__dict__:
+            self._real_recompile()
+
+    def _real_recompile(self):
+        python_code = super()._real_recompile()
+        # torch's caches key on the pickled module, whose attributes pickle in the order of
+        # its __dict__: fx's code goes where a GraphModule made the usual way has it (right
+        # after the graph), so the keys are those of the same graph in a plain GraphModule
+        # (the persistent capture cache rebuilds one).
+        attributes = self.__dict__
+        if next(reversed(attributes)) in _CODE_ATTRIBUTES:
+            items = list(attributes.items())
+            code = {k: v for k, v in items if k in _CODE_ATTRIBUTES}
+            attributes.clear()
+            for k, v in items:
+                if k not in code:
+                    attributes[k] = v
+                    if k == "_graph":
+                        attributes.update(code)
+        return python_code
+
+
+# What GraphModule.recompile sets on the module.
+_CODE_ATTRIBUTES = ("_code", "_lineno_map", "_prologue_start")
+
+
+def _install_forward(gm: CapturedGraphModule, code) -> None:
+    forward = types.FunctionType(code, _FORWARD_GLOBALS, "forward")
+    forward.__qualname__ = "CapturedGraphModule.forward"
+    type(gm).forward = forward
+
+
+def export(nodes, outputs, fakes, mode=None, forward=None) -> torch.fx.GraphModule:
     """Builds the GraphModule. `nodes` is a list of (op, name, target, args, kwargs) with
     NodeRef standing for earlier nodes; `outputs` the NodeRefs returned, as a tuple. Nodes
     whose value introduced unbacked symbols (`.item()`) carry their bindings, as AOTAutograd
-    and Inductor expect (see `run_fake`)."""
+    and Inductor expect (see `run_fake`). `forward`: the code object of the graph's forward
+    made by `graph_forward` (else fx generates it)."""
     unbacked = getattr(mode, "dynamo_rs_unbacked_bindings", {})
     graph = torch.fx.Graph()
     made: list[torch.fx.Node] = []
@@ -229,7 +280,11 @@ def export(nodes, outputs, fakes, mode=None) -> torch.fx.GraphModule:
             node.meta["unbacked_bindings"] = unbacked[id(fake)][1]
         made.append(node)
     graph.output(resolve(tuple(outputs)))
-    return torch.fx.GraphModule(torch.nn.Module(), graph)
+    if forward is None:
+        return torch.fx.GraphModule(torch.nn.Module(), graph)
+    gm = CapturedGraphModule(torch.nn.Module(), graph)
+    _install_forward(gm, forward)
+    return gm
 
 
 # Python operators that traced tensor code turns into graph nodes, by BINARY_OP argument

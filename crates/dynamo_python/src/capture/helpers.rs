@@ -24,6 +24,9 @@ pub struct Helpers<'py> {
     pub symbolic_types: Bound<'py, PyAny>,
     pub run_fake: Bound<'py, PyAny>,
     pub export: Bound<'py, PyAny>,
+    /// `_capture.forward_template`: the function whose code the graphs' `forward`s are
+    /// made from (`graph_forward`).
+    pub forward_template: Bound<'py, PyAny>,
     pub node_ref: Bound<'py, PyAny>,
     pub binary_ops: Bound<'py, PyList>,
     pub compare_ops: Bound<'py, PyList>,
@@ -198,6 +201,7 @@ impl<'py> Helpers<'py> {
             .into_any(),
             run_fake: capture.getattr("run_fake")?,
             export: capture.getattr("export")?,
+            forward_template: capture.getattr("forward_template")?,
             node_ref: capture.getattr("NodeRef")?,
             binary_ops: capture.getattr("BINARY_OPS")?.cast_into()?,
             compare_ops: capture.getattr("COMPARE_OPS")?.cast_into()?,

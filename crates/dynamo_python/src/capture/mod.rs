@@ -18,6 +18,7 @@ pub mod codegen;
 mod frame_state;
 pub mod graph;
 mod graph_break;
+mod graph_forward;
 mod graph_inputs;
 pub mod guard_reference;
 pub mod guard_values;
@@ -1217,7 +1218,10 @@ fn export<'py>(
             .map(|n| h.node_ref.call1((n.0 as i64,)))
             .collect::<PyResult<Vec<_>>>()?,
     )?;
-    Ok(h.export.call1((nodes, outs, fakes, &tracer.fake_mode))?)
+    let template = h.forward_template.getattr("__code__")?;
+    let forward = graph_forward::forward_code(py, &tracer.graph, outputs, &template)?;
+    Ok(h.export
+        .call1((nodes, outs, fakes, &tracer.fake_mode, forward))?)
 }
 
 fn arg_to_python<'py>(py: Python<'py>, h: &Helpers<'py>, arg: &Arg) -> PyResult<Bound<'py, PyAny>> {
