@@ -128,7 +128,6 @@ pub fn forward_code<'py>(
     let placeholders = (0..count).filter(|&i| is_placeholder(i)).count();
     let mut slots = vec![0u32; count];
     let (mut next_argument, mut next_local) = (1u32, placeholders as u32 + 1);
-    let mut order: Vec<usize> = Vec::with_capacity(count); // node index by local, from 1
     for (i, slot) in slots.iter_mut().enumerate() {
         let next = if is_placeholder(i) {
             &mut next_argument
@@ -138,7 +137,7 @@ pub fn forward_code<'py>(
         *slot = *next;
         *next += 1;
     }
-    order.resize(count, 0);
+    let mut order = vec![0usize; count]; // the node whose value local `1 + k` holds
     for (i, &slot) in slots.iter().enumerate() {
         order[slot as usize - 1] = i;
     }
