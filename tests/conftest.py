@@ -8,7 +8,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 pytest.register_assert_rewrite("language_harness")
 
 import dynamo_rs  # noqa: E402
-from dynamo_rs import _meta_rules  # noqa: E402
+from dynamo_rs import _rule_check  # noqa: E402
 
 # Every fake result our shape rules compute during the tests is checked against
 # FakeTensorMode's; any difference fails the test that met it.
@@ -22,9 +22,9 @@ dynamo_rs.config.guard_check_mode = "debug"
 
 @pytest.fixture(autouse=True)
 def _meta_rules_agree_with_fake_tensor_mode():
-    _meta_rules.mismatches.clear()
+    _rule_check.mismatches.clear()
     yield
-    assert not _meta_rules.mismatches, "\n".join(_meta_rules.mismatches)
+    assert not _rule_check.mismatches, "\n".join(_rule_check.mismatches)
 
 
 @pytest.fixture

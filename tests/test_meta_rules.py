@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import dynamo_rs
-from dynamo_rs import _meta_rules
+from dynamo_rs import _meta_rules, _rule_check
 
 # Each sweep runs once in the suite; `DYNAMO_RS_META_SEEDS=20 pytest tests/test_meta_rules.py`
 # runs twenty differently seeded sweeps (worth doing after changing a rule).
@@ -73,7 +73,7 @@ class Tally:
             self.declined += 1
             return
         self.answered += 1
-        _meta_rules.check(mode, target, args, kwargs, ours)
+        _rule_check.check(mode, target, args, kwargs, ours)
 
 
 @pytest.fixture
@@ -835,7 +835,7 @@ def test_views_of_parameters_require_grad_with_grad_off(mode):
                              (operator.mul, (fake, 2)), (F.relu, (fake,))]:
             ours = _meta_rules.infer(mode, target, args, {})
             assert ours is not None
-            _meta_rules.check(mode, target, args, {}, ours)
+            _rule_check.check(mode, target, args, {}, ours)
             eager = (getattr(param, target)(*args[1:]) if isinstance(target, str) else target(param, *args[1:]))
             assert ours.requires_grad == eager.requires_grad
 

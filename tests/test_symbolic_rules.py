@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
 
-from dynamo_rs import _capture, _meta_rules, _symbolic_rules
+from dynamo_rs import _capture, _meta_rules, _rule_check, _symbolic_rules
 
 SEEDS = pytest.mark.parametrize("seed", range(int(os.environ.get("DYNAMO_RS_META_SEEDS", "1"))))
 
@@ -84,7 +84,7 @@ def test_rules_agree_on_row_major_inputs() -> None:
     for target, args, kwargs in cases:
         _, answered = s.run(target, *args, **kwargs)
         assert answered, target
-    assert not _meta_rules.mismatches
+    assert not _rule_check.mismatches
 
 
 def test_images_through_convolutions() -> None:
@@ -111,7 +111,7 @@ def test_images_through_convolutions() -> None:
     assert answered
     flat, answered = s.run("flatten", pooled, 1)
     assert answered
-    assert not _meta_rules.mismatches
+    assert not _rule_check.mismatches
 
 
 def test_attention_layouts() -> None:
@@ -135,7 +135,7 @@ def test_attention_layouts() -> None:
     s.run(torch.cat, [cache, summed], -2)
     merged, _ = s.run("transpose", summed, 1, 2)
     s.run("reshape", merged, merged.shape[0], merged.shape[1], -1)
-    assert not _meta_rules.mismatches
+    assert not _rule_check.mismatches
 
 
 UNARY = [F.relu, torch.tanh, torch.sigmoid, "neg", torch.exp, F.silu]
@@ -188,7 +188,7 @@ def test_random_elementwise_and_views(seed) -> None:
         else:
             answered_any += s.run("reshape", x, -1)[1]
     assert answered_any > 10
-    assert not _meta_rules.mismatches
+    assert not _rule_check.mismatches
 
 
 def test_transposed_and_permuted_symbolic_operands() -> None:
@@ -207,7 +207,7 @@ def test_transposed_and_permuted_symbolic_operands() -> None:
                          (torch.tanh, (y,)), (operator.mul, (y, 2.0)), (operator.add, (y, y))):
         answered += s.run(target, *args)[1]
     assert answered == 6
-    assert not _meta_rules.mismatches
+    assert not _rule_check.mismatches
 
 
 @SEEDS
@@ -236,7 +236,7 @@ def test_mixed_static_and_symbolic_strides_are_decided_or_left_to_torch(seed) ->
                              (operator.truediv, (z, 3.0)), ("neg", (z,))):
             answered += s.run(target, *args)[1]
     assert answered > 200
-    assert not _meta_rules.mismatches
+    assert not _rule_check.mismatches
 
 
 def test_a_size_that_is_not_known_to_be_other_than_one_is_left_to_torch() -> None:
@@ -271,7 +271,7 @@ def test_sizes_torch_reshapes_with_guards_of_its_own_are_left_to_it() -> None:
     s.run(F.batch_norm, same, *stats[:2], *stats[2:], False)
     side = s.under(lambda: torch.sym_int(torch.sym_sqrt(tokens.shape[1])))
     s.run("reshape", s.under(lambda: tokens.contiguous()), 1, side, side, 8)
-    assert not _meta_rules.mismatches
+    assert not _rule_check.mismatches
 
 
 def test_a_square_split_into_its_sides_is_left_to_torch() -> None:
@@ -287,7 +287,7 @@ def test_a_square_split_into_its_sides_is_left_to_torch() -> None:
     flat = s.under(lambda: torch.empty(x.shape[0] * x.shape[1], 8))
     _, answered = s.run("view", flat, x.shape[0], x.shape[1], 8)
     assert answered
-    assert not _meta_rules.mismatches
+    assert not _rule_check.mismatches
 
 
 def test_channels_last_results_over_derived_sizes() -> None:
@@ -304,7 +304,7 @@ def test_channels_last_results_over_derived_sizes() -> None:
         for target, args in ((F.gelu, (t,)), ("neg", (t,)), (torch.exp, (t,)), (F.relu, (t,)),
                              (operator.mul, (t, 2.0)), (operator.add, (t, t)), (operator.add, (t, x))):
             s.run(target, *args)
-    assert not _meta_rules.mismatches
+    assert not _rule_check.mismatches
 
 
 def test_permuted_images_and_batch_of_one() -> None:
@@ -338,7 +338,7 @@ def test_permuted_images_and_batch_of_one() -> None:
     for target, args in [("reshape", (by_rows, by_rows.shape[1], -1)), ("reshape", (nhwc, -1, w_)),
                          (F.linear, (nhwc, w, b)), (F.layer_norm, (nhwc, (h, w_, 16)))]:
         s.run(target, *args)
-    assert not _meta_rules.mismatches
+    assert not _rule_check.mismatches
 
 
 def _expr(n):
@@ -381,7 +381,7 @@ def test_interpolate_to_symbolic_sizes() -> None:
             _, by_rule = s.run(F.interpolate, image, mode=mode, **kwargs)
             answered.append((by_rule, mode, kwargs))
     assert all(a[0] for a in answered), [a for a in answered if not a[0]]
-    assert not _meta_rules.mismatches
+    assert not _rule_check.mismatches
 
 
 def test_interpolate_cases_left_to_torch() -> None:
@@ -419,6 +419,6 @@ def test_verification_flags_a_rule_that_leaves_out_a_guard(monkeypatch) -> None:
         return _meta_rules._new(mode, args[0], out, _symbolic_rules._row_major(out))
 
     monkeypatch.setitem(_symbolic_rules.RULES, F.interpolate, forgetful)
-    monkeypatch.setattr(_meta_rules, "mismatches", [])
+    monkeypatch.setattr(_rule_check, "mismatches", [])
     with pytest.raises(AssertionError, match="recorded guards the rule did not"):
         s.run(F.interpolate, mask, size=size, mode="bilinear", align_corners=False)

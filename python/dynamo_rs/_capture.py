@@ -20,7 +20,7 @@ from torch.fx._lazy_graph_module import _LazyGraphModule
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.utils._mode_utils import no_dispatch
 
-from dynamo_rs import _fake_memo, _meta_rules, _symbolic_rules, config
+from dynamo_rs import _fake_memo, _meta_rules, _rule_check, _symbolic_rules, config
 from dynamo_rs._fakes import wrap_meta
 
 
@@ -168,14 +168,14 @@ def run_fake(mode: FakeTensorMode, target, args, kwargs):
         result = rules.infer(mode, target, args, kwargs)
         if result is not None:
             if config.verify_meta_rules:
-                _meta_rules.check(mode, target, args, kwargs, result)
+                _rule_check.check(mode, target, args, kwargs, result)
             return None if result is _meta_rules.NO_VALUE else result
     remembered_key = (None, None)
     if config.meta_rules and static_call:
         remembered_key, remembered = _fake_memo.lookup(mode, target, args, kwargs)
         if remembered is not None:
             if config.verify_meta_rules:
-                _meta_rules.check(mode, target, args, kwargs, remembered)
+                _rule_check.check(mode, target, args, kwargs, remembered)
             return remembered
     if symbolic:
         # As TorchDynamo traces: composite operations (`pad`, `interpolate`) decompose
@@ -255,12 +255,12 @@ def _install_forward(gm: CapturedGraphModule, code) -> None:
     type(gm).forward = forward
 
 
-def export(nodes, outputs, fakes, mode=None, forward=None) -> torch.fx.GraphModule:
+def export(nodes, outputs, fakes, mode, forward) -> torch.fx.GraphModule:
     """Builds the GraphModule. `nodes` is a list of (op, name, target, args, kwargs) with
     NodeRef standing for earlier nodes; `outputs` the NodeRefs returned, as a tuple. Nodes
     whose value introduced unbacked symbols (`.item()`) carry their bindings, as AOTAutograd
     and Inductor expect (see `run_fake`). `forward`: the code object of the graph's forward
-    made by `graph_forward` (else fx generates it)."""
+    made by `graph_forward`."""
     unbacked = getattr(mode, "dynamo_rs_unbacked_bindings", {})
     graph = torch.fx.Graph()
     made: list[torch.fx.Node] = []
@@ -280,8 +280,6 @@ def export(nodes, outputs, fakes, mode=None, forward=None) -> torch.fx.GraphModu
             node.meta["unbacked_bindings"] = unbacked[id(fake)][1]
         made.append(node)
     graph.output(resolve(tuple(outputs)))
-    if forward is None:
-        return torch.fx.GraphModule(torch.nn.Module(), graph)
     gm = CapturedGraphModule(torch.nn.Module(), graph)
     _install_forward(gm, forward)
     return gm

@@ -24,7 +24,7 @@ FakeTensorMode's); views keep a layout, or re-cut a row-major block; transposes,
 splits move strides and offsets as they are. With `config.verify_meta_rules`
 (on in the test suite) every answer is checked against FakeTensorMode's: the same sympy
 expressions for sizes and strides, and no guard recorded by FakeTensorMode that the rule did
-not record or that does not follow from what it recorded (see `_meta_rules.check`).
+not record or that does not follow from what it recorded (see `_rule_check.check`).
 """
 
 from __future__ import annotations
@@ -210,7 +210,7 @@ def implied_by_sizes(env, guard) -> bool:
     from what `env` knows of each: `Ne(P, 1)` for a product P of sizes each known not to be
     1 (torch records it for the ambiguous strides of a block of dimensions after a rule
     recorded `Ne(size, 1)` for each), and `P >= 2` for a product of sizes each known to be
-    at least 1, one of them known not to be 1 (an element count). See `_meta_rules.check`."""
+    at least 1, one of them known not to be 1 (an element count). See `_rule_check.check`."""
     if isinstance(guard, sympy.Ne) and guard.rhs == 0:
         # An element count is not 0 when no factor is (after taking common factors out:
         # `(h - 1)*(32*h - 32)` is `32*(h - 1)**2`).
@@ -371,10 +371,8 @@ def _binary(true_division: bool = False, inplace: bool = False):
     """Elementwise arithmetic on tensors of one float dtype and Python numbers: operands
     row-major, shapes broadcast by structure; the result is row-major (`a op= b`: `a`)."""
     def rule(mode, args, kwargs):
-        if kwargs or len(args) != 2:
-            return None
-        tensors = [o for o in args if isinstance(o, FakeTensor)]
-        if not tensors or not _ready(mode, *tensors):
+        tensors = static._binary_operands(mode, args, kwargs, _ready)
+        if tensors is None:
             return None
         dtype = tensors[0].dtype
         for o in args:

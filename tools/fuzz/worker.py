@@ -44,7 +44,7 @@ _MARKER = None
 def run_range(task):
     start, count, verify = task
     setup()
-    from dynamo_rs import _meta_rules
+    from dynamo_rs import _rule_check
     import dynamo_rs
 
     from fuzz.grammar import generate
@@ -61,7 +61,7 @@ def run_range(task):
         if os.environ.get("DYNAMO_RS_FUZZ_SELF_TEST_CRASH") == str(seed):
             os.kill(os.getpid(), signal.SIGSEGV)  # checks that a crash is reported
         program = generate(seed)
-        _meta_rules.mismatches.clear()
+        _rule_check.mismatches.clear()
         signal.alarm(20)
         try:
             outcome = run_source(program.source())
@@ -73,8 +73,8 @@ def run_range(task):
             continue
         finally:
             signal.alarm(0)
-        if _meta_rules.mismatches and outcome.mismatch is None:
-            outcome.mismatch = "shape rule: " + _meta_rules.mismatches[0]
+        if _rule_check.mismatches and outcome.mismatch is None:
+            outcome.mismatch = "shape rule: " + _rule_check.mismatches[0]
         captured += outcome.graphs > 0
         fallbacks.update(reason.split(" at ", 1)[0] for reason in outcome.fallbacks)
         errors.update(error.splitlines()[0][:160] for error in outcome.internal_errors)
