@@ -797,6 +797,14 @@ _BLOCK = _Block()
 def module_made_in_frame(x): return nn.Softmax(dim=-1)(x)
 @case(T34, ops=lambda theirs: theirs - 2)
 def activation_module_made_in_frame(x): return nn.GELU()(x) + nn.LeakyReLU(0.1)(x)
+@case(T34, ops=lambda theirs: theirs - 1)
+def padding_module_made_from_computed_sizes(x):
+    # A tuple argument computed in the frame (transformers' Canine pads this way).
+    total = x.shape[-1] - 1
+    return nn.ConstantPad1d((total // 2, total - total // 2), 0.5)(x)
+@case(T34, ops=lambda theirs: theirs - 1)
+def pooling_module_made_with_tuple_arguments(x):
+    return nn.AvgPool2d((1, 2), stride=(1, 1))(x.view(1, 3, 4))
 @case(T34)
 def module_children(x):
     for child in _BLOCK.children():

@@ -141,12 +141,17 @@ impl BreakKind {
             ),
             BreakKind::TensorOperationInTry => (
                 "GB0009",
-                "A tensor operation inside a try block",
-                "A graph runs before or after the block, not at the operation's place, so an \
-                 exception from the operation would bypass the block's `except`: the operation \
-                 runs as it is, under the block's handler.",
-                "Keep `try` blocks around the smallest code that can raise, outside the \
-                 tensor computation.",
+                "A tensor operation inside a try block, with state changed in its graph",
+                "Operations inside a `try` block go into the graph; a graph that raises makes \
+                 the frame run again eagerly from the start, so the exception meets the \
+                 block's `except` as in eager. That needs a graph that changes nothing a \
+                 second run would see: with an in-place operation, random numbers (dropout in \
+                 training) or running statistics (batch norm in training) in the same graph, \
+                 or in a generator (which cannot be run again as a call), the operation runs \
+                 as it is, under the block's handler.",
+                "Keep the state-changing operation out of the graph of the `try` block: move \
+                 the `try` around the smallest code that can raise, or the in-place operation \
+                 after the block.",
             ),
             BreakKind::ContextManager => (
                 "GB0010",

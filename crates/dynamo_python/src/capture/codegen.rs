@@ -173,6 +173,18 @@ impl Replay {
     }
 }
 
+/// What the generated code needs to run a frame's original code again (see
+/// `CodeGen::call_graph`).
+#[derive(Debug, Clone, Copy)]
+pub struct Rerun {
+    /// Grad mode when the frame was entered (the guard checks it): a graph that raised
+    /// after changing the mode leaves it changed.
+    pub grad_mode: bool,
+    /// How many of the code's first `co_varnames` are parameters (`*args` and `**kwargs`
+    /// included).
+    pub parameters: usize,
+}
+
 pub struct CodeGen<'py> {
     py: Python<'py>,
     code: Bound<'py, PyAny>,
@@ -466,8 +478,70 @@ impl<'py> CodeGen<'py> {
     }
 
     /// Emits the call of the compiled graph with its inputs; leaves the output tuple on the
-    /// stack.
+    /// stack. With `rerun` (the graph holds operations from inside `try` blocks, and
+    /// nothing that changes state: `Tracer::rerun_on_error`), a graph that raises makes the
+    /// frame run its original code eagerly instead and return what that returns: the frame
+    /// has done nothing else yet (stores are replayed after the graph), so the exception
+    /// reaches the user's handlers as in eager.
     pub fn call_graph(
+        &mut self,
+        compiled: &Bound<'py, PyAny>,
+        inputs: &[Rc<Source>],
+        rerun: Option<&Rerun>,
+    ) -> CResult<()> {
+        if rerun.is_some() {
+            // Depth 0: the graph is called first, on an empty stack.
+            self.begin_handled(0, false);
+        }
+        self.emit_graph_call(compiled, inputs)?;
+        let Some(rerun) = rerun else {
+            return Ok(());
+        };
+        self.end_handled();
+        let over_handler = self.out.len();
+        self.emit(Opcode::Jump, Operand::Jump(InstrIndex(0)));
+        self.patch_handlers_here();
+        // The handler, with the exception on the stack:
+        //     return rerun_eagerly(exc, code, grad_mode, (parameters...), (free cells...))
+        let helper = self
+            .py
+            .import_module("dynamo_rs._rerun")?
+            .getattr("rerun_eagerly")?;
+        self.emit(Opcode::PushNull, Operand::None);
+        self.load_const(&helper);
+        self.emit(Opcode::Copy, Operand::Int(3));
+        let code = self.code.clone();
+        self.load_const(&code);
+        let mode = pyo3::types::PyBool::new(self.py, rerun.grad_mode)
+            .to_owned()
+            .into_any();
+        self.load_const(&mode);
+        let parameters: Vec<String> = code
+            .getattr("co_varnames")?
+            .extract::<Vec<String>>()?
+            .into_iter()
+            .take(rerun.parameters)
+            .collect();
+        for name in &parameters {
+            self.load_source(&Source::Local(name.clone()))?;
+        }
+        self.emit(Opcode::BuildTuple, Operand::Int(parameters.len() as u32));
+        let free = code.getattr("co_freevars")?.len()?;
+        let first_free = self.slot_names.len() - free;
+        for slot in first_free..self.slot_names.len() {
+            self.load_closure(slot as u32);
+        }
+        self.emit(Opcode::BuildTuple, Operand::Int(free as u32));
+        self.emit(Opcode::Precall, Operand::Int(5));
+        self.emit(Opcode::Call, Operand::Int(5));
+        self.emit(Opcode::Swap, Operand::Int(2));
+        self.emit(Opcode::PopTop, Operand::None);
+        self.emit(Opcode::ReturnValue, Operand::None);
+        self.patch_jump_here(over_handler);
+        Ok(())
+    }
+
+    fn emit_graph_call(
         &mut self,
         compiled: &Bound<'py, PyAny>,
         inputs: &[Rc<Source>],

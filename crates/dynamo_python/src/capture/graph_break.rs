@@ -297,7 +297,8 @@ impl Converter {
         let mut gen = CodeGen::new(split.code, split.prologue, state.slot_names.clone())?;
         gen.set_positions(ins.positions);
         if let Some(compiled) = &graph.compiled {
-            gen.call_graph(compiled, &graph.inputs)?;
+            let rerun = super::rerun_plan(tracer, split.code)?;
+            gen.call_graph(compiled, &graph.inputs, rerun.as_ref())?;
             gen.keep_outputs_in_local();
         }
         gen.define_shared(&graph.shared)?;

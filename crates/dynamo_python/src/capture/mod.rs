@@ -636,6 +636,9 @@ impl Converter {
             + code.getattr("co_kwonlyargcount")?.extract::<usize>()?;
         let flags: u32 = code.getattr("co_flags")?.extract()?;
         let nargs = argcount + usize::from(flags & 0x04 != 0) + usize::from(flags & 0x08 != 0);
+        // Generators and coroutines (CO_GENERATOR, CO_COROUTINE, CO_ITERABLE_COROUTINE,
+        // CO_ASYNC_GENERATOR) cannot be run again as a call.
+        tracer.rerun_on_error = flags & (0x20 | 0x80 | 0x100 | 0x200) == 0;
         let nfree = code.getattr("co_freevars")?.len()?;
         let first_free = state.slot_names.len() - nfree;
         let mut any_tensor = false;
@@ -715,7 +718,11 @@ impl Converter {
             );
         };
         let mut gen = CodeGen::new(&code, &prologue, slot_names.clone())?;
-        gen.call_graph(compiled.as_any(), &graph.inputs)?;
+        gen.call_graph(
+            compiled.as_any(),
+            &graph.inputs,
+            rerun_plan(tracer, &code)?.as_ref(),
+        )?;
         gen.keep_outputs_in_local();
         gen.define_shared(&graph.shared)?;
         // The result first: it may read sources the replayed stores change.
@@ -1347,4 +1354,24 @@ fn with_collector<'py, T>(py: Python<'py>, f: impl FnOnce() -> PyResult<T>) -> P
     let result = f();
     gc.call_method0("disable")?;
     result
+}
+
+/// How the generated code runs the frame again when its graph raises, when the graph holds
+/// operations from inside `try` blocks (see `CodeGen::call_graph`).
+pub(crate) fn rerun_plan(
+    tracer: &Tracer<'_>,
+    code: &Bound<'_, PyAny>,
+) -> PyResult<Option<codegen::Rerun>> {
+    if !tracer.graph_ops_in_try || tracer.state_changing_op.is_some() {
+        return Ok(None);
+    }
+    let flags: u32 = code.getattr("co_flags")?.extract()?;
+    let parameters = code.getattr("co_argcount")?.extract::<usize>()?
+        + code.getattr("co_kwonlyargcount")?.extract::<usize>()?
+        + usize::from(flags & 0x04 != 0)
+        + usize::from(flags & 0x08 != 0);
+    Ok(Some(codegen::Rerun {
+        grad_mode: tracer.guards.grad_mode.unwrap_or(true),
+        parameters,
+    }))
 }

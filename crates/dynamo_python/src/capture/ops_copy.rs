@@ -66,9 +66,10 @@ impl<'py> Tracer<'py> {
         Ok(Some(self.private_object(&copy)))
     }
 
-    /// `nn.Softmax(dim=-1)` and other `torch.nn` modules without parameters or buffers (or a
-    /// subclass keeping torch's `__init__`), made in `forward` from constants: made now, private to the trace like a copy (their
-    /// `__init__` only stores its arguments). None for other calls.
+    /// `nn.Softmax(dim=-1)`, `nn.ConstantPad1d((1, 2), 0)` and other `torch.nn` modules
+    /// without parameters or buffers (or a subclass keeping torch's `__init__`), made in
+    /// `forward` from constants and tuples of them: made now, private to the trace like a copy
+    /// (their `__init__` only stores its arguments). None for other calls.
     pub(super) fn construct_stateless_module(
         &mut self,
         cls: &Bound<'py, PyAny>,
@@ -90,7 +91,10 @@ impl<'py> Tracer<'py> {
         if !ty.is_subclass(&self.h.module_type)?
             || !(module_name.starts_with("torch.nn.modules.")
                 || init_module.starts_with("torch.nn.modules."))
-            || !self.all_constant(args, kwargs)
+            || !args
+                .iter()
+                .chain(kwargs.iter().map(|(_, v)| v))
+                .all(|&a| self.is_constant_tuple_tree(a))
         {
             return Ok(None);
         }

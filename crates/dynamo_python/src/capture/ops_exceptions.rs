@@ -134,6 +134,16 @@ impl<'py> Tracer<'py> {
             .all(|&a| matches!(self.kind(a), VarKind::Const(_)))
     }
 
+    /// Whether `id` is a constant or a tuple of them, nested: a value that cannot change
+    /// after it is handed to a call (a list could be changed later through the trace).
+    pub fn is_constant_tuple_tree(&self, id: VarId) -> bool {
+        match self.kind(id) {
+            VarKind::Const(_) => true,
+            VarKind::Tuple(items) => items.iter().all(|&i| self.is_constant_tuple_tree(i)),
+            _ => false,
+        }
+    }
+
     /// After `ins` of `f` failed with `err`: when an exception the traced code raised is
     /// covered by a handler of this (inlined) frame, unwinds to it and returns true.
     pub(super) fn catch(

@@ -22,11 +22,37 @@ impl<'py> Tracer<'py> {
         kwargs: Vec<(String, VarId)>,
     ) -> CResult<VarId> {
         let py = self.py;
+        let changes_state = self.changes_state(&op, name, &args, &kwargs)?;
         if self.in_try {
+            // An operation inside a `try` block of its own frame: in the graph when the frame
+            // can run again eagerly if the graph raises (see `Tracer::rerun_on_error`), which
+            // needs a graph that changes nothing a second run would see.
+            if !self.rerun_on_error || changes_state || self.state_changing_op.is_some() {
+                let why = match (&self.state_changing_op, changes_state) {
+                    (_, true) => format!("{name} changes state"),
+                    (Some(first), false) => format!("the graph has {first}, which changes state"),
+                    (None, false) => "the frame cannot be run again".to_string(),
+                };
+                return unsupported(
+                    BreakKind::TensorOperationInTry,
+                    format!("the tensor operation {name} inside a try block ({why})"),
+                );
+            }
+            self.graph_ops_in_own_try = true;
+        } else if changes_state && self.graph_ops_in_own_try {
             return unsupported(
                 BreakKind::TensorOperationInTry,
-                format!("the tensor operation {name} inside a try block or with statement"),
+                format!(
+                    "{name} changes state, and the graph has operations from inside a try block"
+                ),
             );
+        }
+        // Inside a function called from a `try` block: in the graph either way; run again
+        // when the graph raises unless it changes state (then the exception leaves the
+        // graph past the handler, as under TorchDynamo).
+        self.graph_ops_in_try |= self.in_try || self.in_outer_try;
+        if changes_state && self.state_changing_op.is_none() {
+            self.state_changing_op = Some(name.to_string());
         }
         let fake_args = args
             .iter()
@@ -73,6 +99,129 @@ impl<'py> Tracer<'py> {
             OwnedRef::from_bound(&result),
         );
         self.wrap_node_result(node, &result, name)
+    }
+
+    /// Whether running operation `name` twice could differ from running it once: an
+    /// in-place form (`add_`, `x[i] = v`, `x += y`, `out=`, `inplace=` not known to be
+    /// False), the random generator (`dropout` not known to be in eval, sampling), running
+    /// statistics (`batch_norm` in training), or a call of code outside torch and the
+    /// operator module (an `autograd.Function`, a function allowed in the graph).
+    /// Conservative: a false answer must be right, a true one only costs graph breaks.
+    fn changes_state(
+        &self,
+        op: &Op,
+        name: &str,
+        args: &[VarId],
+        kwargs: &[(String, VarId)],
+    ) -> PyResult<bool> {
+        const IN_PLACE_OPERATORS: &[&str] = &[
+            "setitem",
+            "delitem",
+            "iadd",
+            "isub",
+            "imul",
+            "imatmul",
+            "itruediv",
+            "ifloordiv",
+            "imod",
+            "ipow",
+            "ilshift",
+            "irshift",
+            "iand",
+            "ixor",
+            "ior",
+            "iconcat",
+        ];
+        const RANDOM: &[&str] = &[
+            "rand",
+            "normal",
+            "bernoulli",
+            "multinomial",
+            "poisson",
+            "uniform",
+            "exponential",
+            "cauchy",
+            "geometric",
+            "gumbel",
+            "seed",
+            "sample",
+        ];
+        let py = self.py;
+        let base = match op {
+            Op::CallMethod(method) => method.as_str(),
+            _ => name,
+        };
+        let plain = base.trim_start_matches("__").trim_end_matches("__");
+        // `and_`, `or_`, `not_`, `is_`: the operator module's names, not in-place forms.
+        let operator_name = matches!(base, "and_" | "or_" | "not_" | "is_");
+        if (base.ends_with('_')
+            && !base.starts_with('_')
+            && !base.ends_with("__")
+            && !operator_name)
+            || IN_PLACE_OPERATORS.contains(&plain)
+        {
+            return Ok(true);
+        }
+        let known_false = |id: VarId| {
+            matches!(self.kind(id), VarKind::Const(v)
+                if v.bind(py).cast::<pyo3::types::PyBool>().is_ok_and(|b| !b.is_true()))
+        };
+        for (keyword, value) in kwargs {
+            if keyword == "out" || (keyword == "inplace" && !known_false(*value)) {
+                return Ok(true);
+            }
+        }
+        // Whether the operation runs in training mode (drawing random numbers, updating
+        // running statistics): its flag, by keyword or position, unless known to be False;
+        // absent, the function's default.
+        let in_training = |position: usize, default: bool| {
+            let flag = kwargs
+                .iter()
+                .find(|(k, _)| k == "training" || k == "train")
+                .map(|(_, v)| *v)
+                .or_else(|| args.get(position).copied());
+            flag.map_or(default, |id| !known_false(id))
+        };
+        if base.contains("dropout") {
+            // F.dropout(input, p, training=True, inplace), torch.dropout(input, p, train)
+            return Ok(in_training(2, true));
+        }
+        if base.contains("rrelu") {
+            return Ok(in_training(3, false)); // F.rrelu(input, lower, upper, training=False)
+        }
+        if base.contains("batch_norm") {
+            // F.batch_norm(input, mean, var, weight, bias, training=False, ...) and
+            // torch.batch_norm(input, weight, bias, mean, var, training, ...)
+            return Ok(in_training(5, false));
+        }
+        // Global state set by the graph (autocast entered, ...) stays set when it raises;
+        // grad mode is put back by the rerun itself (`Rerun::grad_mode`).
+        let sets_global_state = ["autocast", "_enter", "_exit", "set_"]
+            .iter()
+            .any(|s| base.contains(s))
+            && base != "_set_grad_enabled";
+        if sets_global_state
+            || base.contains("instance_norm")
+            || (RANDOM.iter().any(|r| base.contains(r)) && !base.contains("normalize"))
+        {
+            return Ok(true);
+        }
+        if let Op::CallFunction(function) = op {
+            let module = function
+                .bind(py)
+                .getattr("__module__")
+                .ok()
+                .and_then(|m| m.extract::<String>().ok())
+                .unwrap_or_default();
+            let known = module == "torch"
+                || module.starts_with("torch.")
+                || matches!(
+                    module.as_str(),
+                    "_operator" | "operator" | "math" | "builtins"
+                );
+            return Ok(!known);
+        }
+        Ok(false)
     }
 
     pub(super) fn wrap_node_result(

@@ -99,8 +99,25 @@ pub struct Tracer<'py> {
     pub unwound: Vec<(OwnedRef, usize, usize)>,
     /// Whether the trace stopped at `stop_at`.
     pub reached_stop: bool,
-    /// Whether the instruction being translated is covered by an exception handler.
+    /// Whether the instruction being translated is covered by an exception handler of its
+    /// own frame.
     pub in_try: bool,
+    /// Whether it runs inside a call made from a `try` block of a frame it was inlined from.
+    pub in_outer_try: bool,
+    /// Whether a graph of this frame may hold operations from inside `try` blocks: the
+    /// generated code then runs the frame's original code eagerly when the graph raises
+    /// (see `CodeGen::call_graph`), so the handlers see the exception as in eager. Off for
+    /// generators and coroutines (their code cannot be run again as a call).
+    pub rerun_on_error: bool,
+    /// Whether the graph holds an operation from inside a `try` block (of any frame).
+    pub graph_ops_in_try: bool,
+    /// Whether it holds one from inside a `try` block of the operation's own frame.
+    pub graph_ops_in_own_try: bool,
+    /// The first graph operation that changes state a second run would see changed (an
+    /// in-place operation, the random generator, running statistics): running the frame
+    /// again after such a graph raised would apply it twice, so a graph with one is not run
+    /// again (see `graph_call` for what that means for operations inside `try` blocks).
+    pub state_changing_op: Option<String>,
     /// Grad mode as the traced code sees it (changed by grad-mode `with` blocks).
     pub grad_enabled: bool,
     /// Field names of tuples that came from named tuples (`torch.topk(...).values`).
@@ -270,6 +287,11 @@ impl<'py> Tracer<'py> {
             unwound: Vec::new(),
             reached_stop: false,
             in_try: false,
+            in_outer_try: false,
+            rerun_on_error: false,
+            graph_ops_in_try: false,
+            graph_ops_in_own_try: false,
+            state_changing_op: None,
             grad_enabled: true,
             tuple_fields: HashMap::new(),
             tuple_classes: HashMap::new(),
@@ -1076,6 +1098,9 @@ impl<'py> Tracer<'py> {
     /// run lazily — yields: `Flow::Return` or `Flow::Yield`.
     pub fn run_frame(&mut self, frame: &mut FrameState<'py>) -> CResult<Flow> {
         let locations = self.location_stack.len() + 1;
+        // A call made inside the caller's `try` block: the handler covers the callee too.
+        let (caller_in_try, caller_outer_try) = (self.in_try, self.in_outer_try);
+        self.in_outer_try = caller_in_try || caller_outer_try;
         self.location_stack.push((
             Rc::from(frame.qualname.as_str()),
             Rc::from(frame.filename.as_str()),
@@ -1112,6 +1137,7 @@ impl<'py> Tracer<'py> {
                 },
             }
         };
+        (self.in_try, self.in_outer_try) = (caller_in_try, caller_outer_try);
         match &result {
             Ok(_) => {
                 self.location_stack.pop();
