@@ -317,7 +317,14 @@ def main() -> int:
     os.makedirs(out, exist_ok=True)
     if options.update and options.only:
         remeasured = {row["model"]: row for row in rows}
-        rows = [remeasured.get(row["model"], row) for row in _earlier_rows(out)]
+        earlier = _earlier_rows(out)
+        rows = [remeasured.pop(row["model"], row) for row in earlier]
+        # Models new to the zoo take their place in its order.
+        order = {name: i for i, name in enumerate(ZOO)}
+        for row in remeasured.values():
+            at = order.get(row["model"], len(order))
+            index = next((i for i, r in enumerate(rows) if order.get(r["model"], len(order)) > at), len(rows))
+            rows.insert(index, row)
     full = options.update or not (options.quick or options.only)
     with open(os.path.join(out, "zoo.json" if full else "zoo-quick.json"), "w") as f:
         json.dump(rows, f, indent=1)

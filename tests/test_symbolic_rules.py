@@ -249,6 +249,35 @@ def test_a_size_that_is_not_known_to_be_other_than_one_is_left_to_torch() -> Non
     assert _symbolic_rules.infer(s.mode, "view", (y, -1), {}) is None
 
 
+def test_size_one_dimensions_added_or_dropped() -> None:
+    """Reshapes of a row-major tensor that only add or drop size-1 dimensions — timm's
+    Sequencer blocks, `(h, w, c) -> (1, h, w, -1)` and `(1, h, w, c) -> (-1, w, c)` with the
+    sizes handed over as ints: answered by the rule, row-major, verified against
+    FakeTensorMode (which takes 10-100 ms over each through its reshape algorithm)."""
+    s = Symbolic()
+    x = s.fake(5, 6, 7, dynamic=[0, 1, 2])
+    h, w = x.shape[0], x.shape[1]
+    for shape in [(1, h, w, -1), (h, 1, w, -1), (h, w, -1, 1), (1, h, 1, w, -1)]:
+        y, answered = s.run("reshape", x, *shape)
+        assert answered, shape
+        back, answered = s.run("reshape", y, -1, w, y.shape[-1] if shape[-1] == -1 else y.shape[-2])
+        assert answered, shape
+    batch = s.fake(1, 5, 6, 8, dynamic=[1, 2])
+    flat, answered = s.run("reshape", batch, -1, batch.shape[2], 8)
+    assert answered
+    # Not only size-1 changes: left to the general rules or FakeTensorMode, still right.
+    s.run("reshape", x, 1, -1, x.shape[2])
+    # Other layouts: transposed (Sequencer's column LSTM), sliced, a size-1 dimension kept.
+    for layout in [s.under(lambda: s.fake(6, 5, 7, dynamic=[0, 1, 2]).transpose(0, 1)),
+                   s.under(lambda: s.fake(5, 6, 14, dynamic=[0, 1])[..., :7]),
+                   s.under(lambda: s.fake(5, 1, 7, dynamic=[0]).expand(5, 1, 7))]:
+        h, w = layout.shape[0], layout.shape[1]
+        for shape in [(1, h, w, -1), (h, 1, w, -1), (h, w, -1, 1), (1, 1, h, w, layout.shape[2])]:
+            _, answered = s.run("reshape", layout, *shape)
+            assert answered, (layout.shape, layout.stride(), shape)
+    assert not _rule_check.mismatches
+
+
 def test_sizes_torch_reshapes_with_guards_of_its_own_are_left_to_it() -> None:
     """Families met in timm and torchvision under `dynamic=True`, where torch's view or
     reshape divides sizes (tokens back into an image), pads to a window multiple (`Mod`),

@@ -53,7 +53,7 @@ TIMM = [
 TRANSFORMERS_TEXT = [
     "bert", "roberta", "xlm-roberta", "distilbert", "albert", "electra", "deberta-v2", "mpnet",
     "gpt2", "gpt_neo", "gptj", "gpt_neox", "opt", "bloom", "falcon", "llama", "mistral",
-    "qwen2", "phi", "gemma",
+    "qwen2", "phi", "gemma", "layoutlm", "canine",
 ]
 TRANSFORMERS_SEQ2SEQ = ["t5", "bart", "mbart", "pegasus", "blenderbot", "marian"]
 TRANSFORMERS_OTHER = ["vit", "swin", "wav2vec2", "whisper"]

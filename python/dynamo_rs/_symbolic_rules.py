@@ -629,6 +629,36 @@ def _carried(sizes, old) -> bool:
     return all(type(s) is int or _expr(s) in runs for s in sizes)
 
 
+def _size_one_inserted(x, sizes):
+    """The strides of `x` (any layout) viewed as `sizes` when `sizes` are its sizes with
+    size-1 dimensions inserted, as torch's reshape algorithm gives them: a 1 before a
+    dimension of size `n` and stride `s` is split off it (`split_dim`) with stride `s * n`, a
+    1 after the last dimension gets the last stride. None for anything else, and where
+    torch would compare a symbolic size with 1 that the ShapeEnv cannot settle."""
+    in_sizes, in_strides = list(x.shape), list(x.stride())
+    strides: list = []
+    index = 0
+    for length in sizes:
+        if index >= len(in_sizes):
+            if not _is_one(length) or not in_sizes:
+                return None
+            strides.append(in_strides[-1])
+            continue
+        if _same(length, in_sizes[index]):
+            strides.append(in_strides[index])
+            index += 1
+            continue
+        size = in_sizes[index]
+        if not _is_one(length) or _is_one(size):
+            return None
+        if type(size) is _SymInt and not _known_not_one(size):
+            return None
+        strides.append(in_strides[index] * size)
+    if index != len(in_sizes):
+        return None
+    return tuple(strides)
+
+
 def _reshaping(copy_allowed: bool):
     """`view` / `reshape` to sizes given as ints and SymInts (at most one -1, inferred only
     where the division is exact by structure): the same sizes (the input's own layout), or
@@ -674,6 +704,15 @@ def _reshaping(copy_allowed: bool):
             return None
         if _canonical(x) and not any(_is_one(t) for t in sizes):
             return _view(mode, x, tuple(sizes), _row_major(sizes), 0)
+        if _canonical(x) and _same_sizes([t for t in sizes if not _is_one(t)],
+                                         [t for t in x.shape if not _is_one(t)]):
+            # A row-major tensor with size-1 dimensions added or dropped (`(h, w, c) ->
+            # (1, h, w, c)`, a batch of 1 folded away): torch's algorithm splits them off
+            # or squeezes them, and every stride stays row-major.
+            return _view(mode, x, tuple(sizes), _row_major(sizes), 0)
+        inserted = _size_one_inserted(x, sizes)
+        if inserted is not None:
+            return _view(mode, x, tuple(sizes), inserted)
         in_sizes, in_strides = tuple(x.shape), tuple(x.stride())
         if any(_is_one(t) for t in in_sizes) and not any(_is_one(t) for t in sizes):
             # An input dimension of size 1 holds no layout: torch's view merges it into
