@@ -147,6 +147,21 @@ class Applier:
         return x + 1
 
 
+def doubled(x):
+    return x * 2
+
+
+def tripled(x):
+    return x * 3
+
+
+DOUBLED_CODE = doubled.__code__
+
+
+def calls_global_function(x):
+    return doubled(x) + 1
+
+
 MODULE = types.ModuleType("battery_globals")
 MODULE.LIMIT = 3
 sys.modules["battery_globals"] = MODULE
@@ -243,6 +258,22 @@ CASES = {
         class_method, lambda: (torch.ones(3), Applier()),
         lambda a: setattr(Applier, "apply", lambda self, x: x - 1),
         lambda a: setattr(Applier, "other", 1), "getattr_static"),
+    "InstanceDictLacks (method shadowed on the instance)": Case(
+        class_method, lambda: (torch.ones(3), Applier()),
+        lambda a: setattr(a[1], "apply", lambda x: x * 5),
+        lambda a: setattr(a[1], "other", 1), "has no instance attribute 'apply'"),
+    "InstanceDictLacks (module forward set on the instance)": Case(
+        module_call, lambda: (Net(), torch.randn(2, 3)),
+        lambda a: setattr(a[0].layers[0], "forward", lambda x: x - 1),
+        lambda a: setattr(a[0].layers[0], "other", 1), "has no instance attribute 'forward'"),
+    "Id (code of a called function replaced)": Case(
+        calls_global_function, lambda: (torch.ones(3),),
+        lambda a: setattr(doubled, "__code__", tripled.__code__),
+        lambda a: setattr(doubled, "other", 1), "__code__"),
+    "Id (code of an inlined method replaced)": Case(
+        class_method, lambda: (torch.ones(3), Applier()),
+        lambda a: setattr(Applier.apply, "__code__", (lambda self, x: x - 1).__code__),
+        lambda a: setattr(Applier.apply, "other", 1), "__code__"),
     "Id (module global through sys.modules)": Case(
         reads_module_global, lambda: (torch.ones(3),),
         lambda a: setattr(MODULE, "LIMIT", 7), lambda a: setattr(MODULE, "OTHER", 7), "LIMIT"),
@@ -266,6 +297,8 @@ def test_guard_kind(name, which, monkeypatch) -> None:
     case = CASES[name]
     monkeypatch.setattr(Applier, "apply", Applier.apply)
     monkeypatch.setattr(MODULE, "LIMIT", 3)
+    monkeypatch.setattr(doubled, "__code__", DOUBLED_CODE)
+    monkeypatch.setattr(Applier.apply, "__code__", Applier.apply.__code__)
     counter = CompileCounter()
     compiled = dynamo_rs.compile(case.fn, backend=counter)
     # Both sides get equal state: the same seed for everything random.
@@ -278,7 +311,7 @@ def test_guard_kind(name, which, monkeypatch) -> None:
     code = case.fn.__code__
     described = "\n".join(line for guard, _ in eval_frame.cache_entries(code)
                           for line in guard.describe())
-    if name.startswith(("Module", "Dict", "Id (sub")):
+    if name.startswith(("Module", "Dict", "Id (sub")) or "module forward" in name:
         described += "\n".join(line for guard, _ in eval_frame.cache_entries(Net.forward)
                                for line in guard.describe())
     assert case.check in described, described

@@ -400,3 +400,118 @@ def test_computed_attributes_are_read_on_every_call(name) -> None:
         _compiled_sees_the_change(fn, mutate)
     finally:
         DYNAMIC.store, SWITCHED.mode = {"scale": 2.0}, "a"
+
+
+# --- names an instance's own __dict__ may shadow ------------------------------------------
+# Python looks an attribute up in the instance's `__dict__` before a method (or any non-data
+# descriptor) of its class, and `Module.__call__` calls `self.forward` the same way. A trace
+# that inlined the class's method must recompile when the instance gets an attribute of that
+# name, and run the instance's own one when it was there from the start.
+
+
+class Scaler:
+    def __init__(self) -> None:
+        self.unrelated = 0
+
+    def apply(self, x):
+        return x + 1
+
+    def other(self, x):
+        return x * 3
+
+    @classmethod
+    def make(cls, x):
+        return x - 2
+
+
+class Partial(torch.nn.Module):
+    """A module whose forward is chosen per instance in `__init__` (timm's FasterNet)."""
+
+    def __init__(self, mode: str) -> None:
+        super().__init__()
+        self.conv = torch.nn.Linear(4, 4)
+        self.forward = self.forward_a if mode == "a" else self.forward_b
+
+    def forward_a(self, x):
+        return self.conv(x) + 1
+
+    def forward_b(self, x):
+        return self.conv(x) * 2
+
+
+class Outer(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = torch.nn.Linear(4, 4)
+        self.partial = Partial("a")
+
+    def helper(self, x):
+        return x.relu()
+
+    def forward(self, x):
+        return self.helper(self.partial(self.inner(x)))
+
+
+def _shadow_cases():
+    """name -> (make the state, fn(x, state), change the state after the first call)."""
+    cases = {
+        "method shadowed by a lambda": (Scaler, lambda x, s: s.apply(x), lambda s: setattr(s, "apply", lambda x: x * 100)),
+        "method shadowed by another bound method": (Scaler, lambda x, s: s.apply(x), lambda s: setattr(s, "apply", s.other)),
+        "shadowing method removed": (Scaler, lambda x, s: s.apply(x),
+                                     lambda s: s.__dict__.pop("apply")),
+        "classmethod through the instance": (Scaler, lambda x, s: s.make(x), lambda s: setattr(s, "make", lambda x: x * 7)),
+        "module forward replaced on the instance": (Outer, lambda x, m: m(x),
+                                                    lambda m: setattr(m.inner, "forward", lambda x: x - 100)),
+        "per-instance forward switched": (Outer, lambda x, m: m(x),
+                                          lambda m: setattr(m.partial, "forward", m.partial.forward_b)),
+        "per-instance forward removed": (Outer, lambda x, m: m(x),
+                                         lambda m: m.partial.__dict__.pop("forward")),
+        "module method shadowed": (Outer, lambda x, m: m(x), lambda m: setattr(m, "helper", lambda x: x.abs() + 5)),
+    }
+    return cases
+
+
+def _with_shadow(name, state):
+    """The "removed" case starts from an instance that has the attribute."""
+    if name == "shadowing method removed":
+        state.apply = state.other
+    return state
+
+
+@pytest.mark.parametrize("name", list(_shadow_cases()))
+def test_instance_attribute_shadowing_a_class_entry(name) -> None:
+    make, fn, mutate = _shadow_cases()[name]
+    state = _with_shadow(name, make())
+    # Without its own forward the module falls back to Module.forward, which raises.
+    raises = name == "per-instance forward removed"
+    counter = CompileCounter()
+    compiled = dynamo_rs.compile(fn, backend=counter)
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x, state), fn(x, state))
+        frames = counter.frame_count
+        # An unrelated attribute of the same objects changes: nothing recompiles.
+        state.unrelated = 1
+        if isinstance(state, torch.nn.Module):
+            state.partial.unrelated = 1
+        torch.testing.assert_close(compiled(x, state), fn(x, state))
+        assert counter.frame_count == frames
+        mutate(state)
+        if raises:
+            for run in (fn, compiled):
+                with pytest.raises(NotImplementedError):
+                    run(x, state)
+        else:
+            torch.testing.assert_close(compiled(x, state), fn(x, state))
+
+
+def test_per_instance_forward_in_one_graph() -> None:
+    """`self.forward = self.forward_a` in `__init__`: traced as the instance's method, in one
+    graph (as TorchDynamo), not a break at `Module.forward`'s NotImplementedError."""
+    model = Outer()
+    counter = CompileCounter()
+    compiled = dynamo_rs.compile(model, backend=counter)
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x))
+    assert counter.frame_count == 1

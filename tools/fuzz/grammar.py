@@ -164,6 +164,15 @@ WORLD_MUTATIONS = (
     "args[6].lin.weight.data.mul_(2)",
     "args[6].buf = torch.zeros(ns['S'][-1])",
     "args[6] = ns['Block'](ns['S'][-1])",
+    # Instance attributes that hide a class's method (Python looks in the instance dict
+    # first; `Module.__call__` calls `self.forward`), and code replaced in place.
+    "args[5].norm = lambda z: z * {i}",
+    "args[5].norm = ns['Point'].helper",
+    "args[6].forward = lambda z: z * {i}",
+    "args[6].act.forward = lambda z: z + {i}",
+    "args[6].layers[0].forward = args[6].act.forward",
+    "ns['helper'].__code__ = (lambda z, w=2: z + w).__code__",
+    "ns['Point'].norm.__code__ = (lambda self, z: z + self.a).__code__",
 )
 
 # Changes to process-wide torch state: made once before both worlds are called, undone by

@@ -61,6 +61,7 @@ enum Expect {
     Keys(OwnedRef),
     Contains(OwnedRef, bool),
     HasAttr(String, bool),
+    InstanceDictLacks(String),
     Tensor(usize),
     /// The value's object class (`GuardKind::SameObjectClass`), compared pair by pair.
     ObjectClass(usize),
@@ -172,6 +173,7 @@ impl ReferenceGuard {
                 GuardKind::Keys(k) => Expect::Keys(k.clone()),
                 GuardKind::Contains(key, expected) => Expect::Contains(key.clone(), *expected),
                 GuardKind::HasAttr(name, expected) => Expect::HasAttr(name.clone(), *expected),
+                GuardKind::InstanceDictLacks(name) => Expect::InstanceDictLacks(name.clone()),
                 GuardKind::SameObjectClass(class) => Expect::ObjectClass(*class),
                 GuardKind::Tensor(example) => {
                     let example = example.bind(py);
@@ -311,6 +313,13 @@ impl ReferenceGuard {
                 Expect::Contains(key, expected) => {
                     value.contains(key.bind(py)).ok() == Some(*expected)
                 }
+                // Read the slow way: `vars(value)` (no instance dict: nothing to hide).
+                Expect::InstanceDictLacks(name) => match value.getattr("__dict__") {
+                    Ok(dict) if !value.is_instance_of::<pyo3::types::PyType>() => {
+                        !dict.contains(name.as_str()).unwrap_or(true)
+                    }
+                    _ => true,
+                },
                 Expect::HasAttr(name, expected) => {
                     value.hasattr(PyString::new(py, name)).unwrap_or(false) == *expected
                 }

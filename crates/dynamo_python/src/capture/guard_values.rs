@@ -315,18 +315,28 @@ pub fn instance_dict_item<'py>(
     if unsafe { (*object_type.as_type_ptr()).tp_version_tag } != tag {
         return None;
     }
+    // No instance dict: getattr decides.
+    let dict = instance_dict_of(object)?;
+    cache.get(&dict, &name.bind(py)).ok().flatten()
+}
+
+/// The instance dict of `object` (an exact dict), or None when it has none. Classes are
+/// not instances here: their namespace is not an instance dict.
+pub fn instance_dict_of<'py>(object: &Bound<'py, PyAny>) -> Option<Bound<'py, PyDict>> {
+    let py = object.py();
+    if object.is_instance_of::<pyo3::types::PyType>() {
+        return None;
+    }
     // SAFETY: `object` is live and the GIL is held; PyObject_GenericGetDict returns a new
     // reference to the instance dict (made if needed) or NULL with an exception set.
     let dict = unsafe { pyo3::ffi::PyObject_GenericGetDict(object.as_ptr(), std::ptr::null_mut()) };
     if dict.is_null() {
-        // No instance dict: clear the error and let getattr decide.
         let _ = PyErr::take(py);
         return None;
     }
     // SAFETY: `dict` is the new reference just returned; Bound takes ownership of it.
     let dict = unsafe { Bound::from_owned_ptr(py, dict) };
-    let dict = dict.cast_exact::<PyDict>().ok()?;
-    cache.get(dict, &name.bind(py)).ok().flatten()
+    dict.cast_into_exact::<PyDict>().ok()
 }
 
 /// A check on a dict's contents (its keys, its length, a key's presence) that passed on the

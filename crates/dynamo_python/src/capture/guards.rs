@@ -16,8 +16,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString, PyTuple};
 
 use super::guard_values::{
-    class_lookup, instance_dict_item, known_hasattr, DictReadCache, DictTagMemo, Identity,
-    TensorGroup,
+    class_lookup, instance_dict_item, instance_dict_of, known_hasattr, DictReadCache, DictTagMemo,
+    Identity, TensorGroup,
 };
 use super::source::{ItemKey, PathPart, Source};
 use crate::eval_frame::cache::{FrameGuard, FrameLayout, FrameView};
@@ -36,6 +36,9 @@ pub enum GuardKind {
     Contains(OwnedRef, bool),
     /// `hasattr(value, name)` gives this answer.
     HasAttr(String, bool),
+    /// `name` is not in the value's own `__dict__` (an instance attribute of that name
+    /// would hide the class's method the trace inlined).
+    InstanceDictLacks(String),
     /// A list or dict the trace changed (or one reached alongside such a one): which of
     /// these sources hold the same object must stay as it was. Sources with the same class
     /// number were one object when traced; different numbers were distinct objects. (An
@@ -84,6 +87,12 @@ impl GuardSet {
                 8 + (hasher.finish() << 8)
             }
             GuardKind::SameObjectClass(_) => 9,
+            GuardKind::InstanceDictLacks(name) => {
+                use std::hash::{Hash, Hasher};
+                let mut hasher = std::collections::hash_map::DefaultHasher::new();
+                name.hash(&mut hasher);
+                10 + (hasher.finish() << 8)
+            }
         };
         let id = self.sources.intern(&source);
         if self.seen.insert((id, tag)) {
@@ -219,6 +228,8 @@ enum Check {
     Len(usize, DictTagMemo),
     Contains(OwnedRef, bool, DictTagMemo),
     HasAttr(OwnedRef, bool),
+    /// The name is not in the value's instance dict; remembered by that dict's version tag.
+    InstanceDictLacks(OwnedRef, DictTagMemo),
     Tensor,
     /// The first source of its object class (`GuardKind::SameObjectClass`): distinct from
     /// every other first source, checked after the walk.
@@ -353,6 +364,12 @@ impl NativeGuard {
             Check::Contains(key, false, _) => format!("does not contain {}", repr(key)),
             Check::HasAttr(name, true) => format!("has an attribute {}", repr(name)),
             Check::HasAttr(name, false) => format!("has no attribute {}", repr(name)),
+            Check::InstanceDictLacks(name, _) => {
+                format!(
+                    "has no instance attribute {} (it would hide the class's)",
+                    repr(name)
+                )
+            }
         };
         format!("{} {what}", self.path(index))
     }
@@ -443,6 +460,10 @@ impl NativeGuard {
                 GuardKind::HasAttr(name, expected) => Check::HasAttr(
                     OwnedRef::from_bound(PyString::intern(py, name).as_any()),
                     *expected,
+                ),
+                GuardKind::InstanceDictLacks(name) => Check::InstanceDictLacks(
+                    OwnedRef::from_bound(PyString::intern(py, name).as_any()),
+                    DictTagMemo::default(),
                 ),
                 GuardKind::SameObjectClass(class) => match first_step_of_class.get(class) {
                     Some(&first) => Check::Alias(first),
@@ -919,6 +940,14 @@ impl NativeGuard {
                                 value.contains(key.bind(py)).ok() == Some(*expected),
                             )
                     }
+                    Check::InstanceDictLacks(name, memo) => match instance_dict_of(&value) {
+                        Some(dict) => {
+                            memo.holds(&dict)
+                                || dict_check(memo, &dict, !dict.contains(name.bind(py))?)
+                        }
+                        // No instance dict (now): nothing can hide the class's entry.
+                        None => true,
+                    },
                     Check::Keys(expected, memo) => match value.cast::<PyDict>() {
                         Ok(_) if memo.holds(&value) => true,
                         Ok(d) => {

@@ -742,6 +742,13 @@ impl<'py> Tracer<'py> {
             });
             self.guards.add(source, GuardKind::Len(0));
         }
+        if Self::in_instance_dict(module, "forward") {
+            // `self.forward = self.forward_slicing` in `__init__` (timm's FasterNet): the
+            // instance attribute is what `Module.__call__` calls.
+            let forward = self.get_attr(module_var, "forward")?;
+            return self.call_function(forward, args, kwargs);
+        }
+        self.guard_not_in_instance_dict(module, self.source(module_var), "forward")?;
         self.guard_class(module.get_type().as_any(), "forward")?;
         let forward = module.get_type().getattr("forward")?;
         if !forward.is_instance(&self.h.function_type)? {
@@ -797,6 +804,14 @@ impl<'py> Tracer<'py> {
             return Ok(module);
         }
         let code = func.getattr("__code__")?;
+        if let Some(source) = &source {
+            // The function's identity (or what it holds) is guarded where it was read; its
+            // code can be replaced in place (`fn.__code__ = other.__code__`).
+            self.guards.add(
+                Rc::new(Source::Attr(source.clone(), "__code__".into())),
+                super::guards::GuardKind::Id(OwnedRef::from_bound(&code)),
+            );
+        }
         let flags: u32 = code.getattr("co_flags")?.extract()?;
         let generator = flags & CO_GENERATOR_LIKE == CO_GENERATOR;
         if flags & CO_GENERATOR_LIKE != 0 && !generator {

@@ -288,10 +288,24 @@ impl<'py> Tracer<'py> {
                 // A Python method keeps its tracked receiver; its code comes from the class,
                 // whose contents are guarded (a method patched later recompiles).
                 if attr.is_instance(&self.h.method_type)? && attr.getattr("__self__")?.is(&value) {
+                    let func = attr.getattr("__func__")?;
+                    if Self::in_instance_dict(&value, name) {
+                        // A method bound once and stored on the instance (`self.forward =
+                        // self.forward_split_cat`, timm's FasterNet): that bound method is
+                        // what the name holds, guarded by identity (it fixes both its
+                        // function and its receiver).
+                        if let Some(s) = self.source(obj) {
+                            self.guards.add(
+                                self.attr_source(&value, s, name),
+                                super::guards::GuardKind::Id(OwnedRef::from_bound(&attr)),
+                            );
+                        }
+                        return Ok(self.method(obj, name, Some(OwnedRef::from_bound(&func))));
+                    }
                     if !value.is_instance_of::<pyo3::types::PyType>() {
                         self.guard_class(&value.get_type().into_any(), name)?;
+                        self.guard_not_in_instance_dict(&value, self.source(obj), name)?;
                     }
-                    let func = attr.getattr("__func__")?;
                     if let Some(s) = self.source(obj) {
                         // The method's code is fixed by the receiver's class.
                         self.guards.add(
@@ -313,6 +327,7 @@ impl<'py> Tracer<'py> {
                 {
                     let ty = value.get_type();
                     self.guard_class(ty.as_any(), name)?;
+                    self.guard_not_in_instance_dict(&value, self.source(obj), name)?;
                     if let Some(s) = self.source(obj) {
                         self.guards.add(
                             s,

@@ -800,11 +800,45 @@ impl<'py> Tracer<'py> {
             class_source(ty),
             name.to_string(),
         ));
+        if found.is_instance(&self.h.function_type)? {
+            // A method's code can be replaced in place (`Class.method.__code__ = ...`).
+            self.guards.add(
+                Rc::new(Source::Attr(source.clone(), "__code__".into())),
+                super::guards::GuardKind::Id(OwnedRef::from_bound(&found.getattr("__code__")?)),
+            );
+        }
         self.guards.add(
             source,
             super::guards::GuardKind::Id(OwnedRef::from_bound(&found)),
         );
         Ok(())
+    }
+
+    /// Records that `name`, which the trace found on the class of `value` (a method it
+    /// inlines, `forward` of a module it calls), is not shadowed by the object's own
+    /// `__dict__`: an instance attribute of that name set later (`obj.method = other`,
+    /// `module.forward = ...`) takes precedence over a method and must recompile.
+    /// Classes (their own dicts are what `guard_class` reads) and objects without a
+    /// `__dict__` (slots) need nothing.
+    pub(super) fn guard_not_in_instance_dict(
+        &mut self,
+        value: &Bound<'py, PyAny>,
+        source: Option<Rc<Source>>,
+        name: &str,
+    ) -> CResult<()> {
+        if let (Some(source), Some(_)) = (source, super::guard_values::instance_dict_of(value)) {
+            self.guards.add(
+                source,
+                super::guards::GuardKind::InstanceDictLacks(name.to_string()),
+            );
+        }
+        Ok(())
+    }
+
+    /// Whether `value`'s own `__dict__` holds `name` (an attribute set on the instance).
+    pub(super) fn in_instance_dict(value: &Bound<'py, PyAny>, name: &str) -> bool {
+        super::guard_values::instance_dict_of(value)
+            .is_some_and(|d| d.contains(name).unwrap_or(false))
     }
 
     /// `isinstance`/`issubclass`-style checks and `type()` for instances use their class.

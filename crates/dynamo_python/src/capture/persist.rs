@@ -74,6 +74,9 @@ pub fn describe<'py>(py: Python<'py>, set: &GuardSet) -> PyResult<Bound<'py, PyD
             GuardKind::HasAttr(name, expected) => (id, "hasattr", name, expected)
                 .into_pyobject(py)?
                 .into_any(),
+            GuardKind::InstanceDictLacks(name) => (id, "instance_dict_lacks", name)
+                .into_pyobject(py)?
+                .into_any(),
             GuardKind::SameObjectClass(class) => (id, "same_object_class", class)
                 .into_pyobject(py)?
                 .into_any(),
@@ -167,6 +170,7 @@ fn guard_set_from(description: &Bound<'_, PyDict>) -> PyResult<GuardSet> {
                 GuardKind::HasAttr(entry.get_item(2)?.extract()?, entry.get_item(3)?.extract()?)
             }
             "same_object_class" => GuardKind::SameObjectClass(entry.get_item(2)?.extract()?),
+            "instance_dict_lacks" => GuardKind::InstanceDictLacks(entry.get_item(2)?.extract()?),
             other => return Err(invalid(format!("unknown guard kind {other:?}"))),
         };
         set.add(source, kind);
