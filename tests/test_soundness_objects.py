@@ -515,3 +515,60 @@ def test_per_instance_forward_in_one_graph() -> None:
     with torch.no_grad():
         torch.testing.assert_close(compiled(x), model(x))
     assert counter.frame_count == 1
+
+
+# --- the order of an instance dict after attribute stores and deletes ----------------------
+
+
+class Record:
+    def __init__(self) -> None:
+        self.a = 1
+        self.b = 2
+
+
+def _delete_then_store(x, r):
+    del r.a
+    r.a = 5
+    return x + 1
+
+
+def _new_names_stored_twice(x, r):
+    r.x = 1
+    r.y = 2
+    r.x = 3
+    return x + r.x
+
+
+def _store_delete_store(x, r):
+    r.a = 7
+    del r.a
+    r.a = 8
+    return x * r.a
+
+
+def _new_name_stored_deleted_stored(x, r):
+    r.z = 1
+    r.w = 2
+    del r.z
+    r.z = 3
+    return x - r.z
+
+
+def _delete_for_good(x, r):
+    r.c = 4
+    del r.a
+    return x + r.b
+
+
+@pytest.mark.parametrize("fn", [_delete_then_store, _new_names_stored_twice, _store_delete_store,
+                                _new_name_stored_deleted_stored, _delete_for_good])
+def test_instance_dict_order_after_stores_matches_eager(fn) -> None:
+    """Replayed stores and deletes leave the instance dict in eager's key order (`vars(obj)`,
+    a dataclass's repr and `__dict__` iteration show it), found by the fuzzer (a `del`
+    followed by a store of the same name kept the name's old place)."""
+    compiled = dynamo_rs.compile(fn, backend=CompileCounter())
+    for _ in range(2):
+        eager_record, compiled_record = Record(), Record()
+        x = torch.ones(2)
+        torch.testing.assert_close(compiled(x, compiled_record), fn(x, eager_record))
+        assert list(vars(compiled_record).items()) == list(vars(eager_record).items())

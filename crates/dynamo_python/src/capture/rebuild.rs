@@ -220,25 +220,67 @@ fn plan_once(
         .iter()
         .map(|&root| rebuild_plan(tracer, root, r))
         .collect::<CResult<Vec<_>>>()?;
-    // Side effects: the last store to each attribute of an existing object.
+    // Side effects on attributes of existing objects: the last store (or delete) of each,
+    // replayed so the instance dict ends in eager's key order too. A store to a name the
+    // dict holds keeps its place; a name stored after being deleted (or new) goes to the
+    // end, in the order those stores came.
+    struct AttrFate {
+        /// Index (into `mutations`) of the store that decides where the name ends up.
+        placed_at: usize,
+        /// Whether a delete of a name the object had came before that store.
+        deleted_first: bool,
+        last: usize,
+    }
+    let mut fates: Vec<((usize, &str), AttrFate)> = Vec::new();
+    for (index, m) in tracer.mutations.iter().enumerate() {
+        let key = (m.object.as_ptr() as usize, m.name.as_str());
+        let at = match fates.iter().position(|(k, _)| *k == key) {
+            Some(at) => at,
+            None => {
+                fates.push((
+                    key,
+                    AttrFate {
+                        placed_at: index,
+                        deleted_first: false,
+                        last: index,
+                    },
+                ));
+                fates.len() - 1
+            }
+        };
+        let previous = &tracer.mutations[fates[at].1.last];
+        let fate = &mut fates[at].1;
+        if m.value.is_some() && previous.value.is_none() && fate.last != index {
+            // Stored again after a delete: appended at this point.
+            fate.placed_at = index;
+        }
+        if m.value.is_none() {
+            fate.deleted_first = true;
+        }
+        fate.last = index;
+    }
+    fates.sort_by_key(|(_, fate)| fate.placed_at);
     let mut replays: Vec<Replay> = Vec::new();
-    let mut done: HashSet<(usize, String)> = HashSet::new();
-    for m in tracer.mutations.iter().rev() {
-        if done.insert((m.object.as_ptr() as usize, m.name.clone())) {
-            replays.push(match m.value {
-                Some(v) => Replay::SetAttr {
+    for (_, fate) in &fates {
+        let m = &tracer.mutations[fate.last];
+        let delete = Replay::DelAttr {
+            source: m.source.clone(),
+            name: m.name.clone(),
+        };
+        match m.value {
+            Some(v) => {
+                if fate.deleted_first {
+                    replays.push(delete);
+                }
+                replays.push(Replay::SetAttr {
                     source: m.source.clone(),
                     name: m.name.clone(),
                     value: rebuild_plan(tracer, v, r)?,
-                },
-                None => Replay::DelAttr {
-                    source: m.source.clone(),
-                    name: m.name.clone(),
-                },
-            });
+                });
+            }
+            None => replays.push(delete),
         }
     }
-    replays.reverse();
     // Globals stored: the last value of each.
     let mut stored: HashSet<(usize, String)> = HashSet::new();
     let mut global_replays = Vec::new();
