@@ -239,6 +239,42 @@ def test_a_new_closure_of_the_same_code_reuses_the_code(factory) -> None:
     assert counter.frame_count == 3
 
 
+def checked_call(x, fn):
+    # As transformers' `and_masks` checks its arguments.
+    if not callable(fn):
+        raise TypeError("not callable")
+    return fn(x) + 1
+
+
+def optional_call(x, fn, box):
+    if fn is None or box is None:
+        return x
+    if box is not True and fn is not Ellipsis and box is not NotImplemented:
+        return fn(x) + box.scale
+    return x - 1
+
+
+@pytest.mark.parametrize("fn", [checked_call, optional_call])
+def test_callable_and_is_none_of_a_new_object_reuse_the_code(fn) -> None:
+    """`callable(obj)` and `obj is None` (or another singleton) depend on the object's type
+    alone: a closure or object made anew on every call reuses the code, while None itself, or
+    an object that is not callable, gets what eager gives."""
+    cfn, counter = compiled(fn)
+    x = torch.randn(3)
+    extra = (Box(2.0),) if fn is optional_call else ()
+    for _ in range(3):
+        fresh_extra = (Box(2.0),) if extra else ()
+        torch.testing.assert_close(cfn(x, make_scaler(2.0), *fresh_extra), fn(x, make_scaler(2.0), *fresh_extra))
+    assert counter.frame_count == 1
+    if fn is optional_call:
+        for args in [(None, Box(2.0)), (make_scaler(2.0), None)]:
+            torch.testing.assert_close(cfn(x, *args), fn(x, *args))
+    else:
+        for run in (fn, cfn):
+            with pytest.raises(TypeError):
+                run(x, Box(2.0))
+
+
 SENTINEL = Box(1.0)
 
 

@@ -632,3 +632,69 @@ def test_a_list_changed_inside_its_own_loop_stays_in_one_graph(fn) -> None:
     again when it changed (not a break)."""
     _, _, counter = run_both(fn)
     assert counter.frame_count == 1
+
+
+# --- dict subclasses whose class reads through its own __getitem__ ---------------------------
+# `super().__getitem__(key)` inside a dict subclass's `__getitem__` is the dict's own lookup;
+# reading it through the class (the override) doubled the value: a wrong result.
+
+
+class Doubling(dict):
+    def __getitem__(self, key):
+        return super().__getitem__(key) * 2
+
+
+class OrderedDoubling(__import__("collections").OrderedDict):
+    def __getitem__(self, key):
+        return super().__getitem__(key) * 2
+
+    def first(self):
+        return super().get("a", 0) + 1
+
+
+class Instantiating(__import__("collections").OrderedDict):
+    """transformers' ClassInstantier (`ACT2FN["silu"]` makes the activation module)."""
+
+    def __getitem__(self, key):
+        content = super().__getitem__(key)
+        cls, kwargs = content if isinstance(content, tuple) else (content, {})
+        return cls(**kwargs)
+
+
+TABLES = {
+    "Doubling": Doubling(a=3),
+    "OrderedDoubling": OrderedDoubling(a=3),
+}
+ACTIVATIONS = Instantiating({"relu": torch.nn.ReLU, "leaky": (torch.nn.LeakyReLU, {"negative_slope": 0.5})})
+
+
+def _scaled_by_table(name):
+    def fn(x):
+        table = TABLES[name]
+        return x * table["a"] + (table.first() if hasattr(table, "first") else 0)
+
+    return fn
+
+
+@pytest.mark.parametrize("name", list(TABLES))
+def test_dict_subclass_super_getitem_matches_eager(name) -> None:
+    fn = _scaled_by_table(name)
+    compiled = dynamo_rs.compile(fn, backend=CompileCounter())
+    x = torch.ones(2)
+    torch.testing.assert_close(compiled(x), fn(x))
+    TABLES[name]["a"] = 5
+    try:
+        torch.testing.assert_close(compiled(x), fn(x))
+    finally:
+        TABLES[name]["a"] = 3
+
+
+@pytest.mark.parametrize("key", ["relu", "leaky"])
+def test_class_instantiating_table_matches_eager(key) -> None:
+    def fn(x):
+        return ACTIVATIONS[key](x - 0.5) * 2
+
+    compiled = dynamo_rs.compile(fn, backend=CompileCounter())
+    x = torch.linspace(-1, 1, 5)
+    for _ in range(2):
+        torch.testing.assert_close(compiled(x), fn(x))

@@ -196,6 +196,20 @@ impl<'py> Tracer<'py> {
                 let answer = self.is_callable(args[0])?;
                 return Ok(self.constant(&answer.into_pyobject(py)?.to_owned().into_any()));
             }
+            // An existing object is callable by its type alone (its `tp_call`): its type is
+            // guarded, not its identity (transformers' `and_masks` checks `callable()` of
+            // mask functions made anew on every call).
+            if let (VarKind::Object(value), Some(source)) =
+                (self.kind(args[0]), self.source(args[0]))
+            {
+                let value = value.bind(py).clone();
+                self.guards.add(
+                    source,
+                    super::guards::GuardKind::Type(OwnedRef::from_bound(value.get_type().as_any())),
+                );
+                let answer = value.is_callable();
+                return Ok(self.constant(&answer.into_pyobject(py)?.to_owned().into_any()));
+            }
         }
         if is("isinstance") && args.len() == 2 {
             if let Some(inst_cls) = self.instance_class(args[0]) {
@@ -466,6 +480,19 @@ impl<'py> Tracer<'py> {
             if let Some(best) = self.min_max_of_scalars(is("max"), &args)? {
                 return Ok(best);
             }
+        }
+        // `abs(t)` and `pow(t, e)` call the tensor's `__abs__`/`__pow__`: graph nodes with the
+        // builtin as target, as TorchDynamo records them.
+        if ((is("abs") && args.len() == 1) || (is("pow") && args.len() == 2))
+            && kwargs.is_empty()
+            && self.any_tensor(&args, &kwargs)
+        {
+            return self.graph_call(
+                Op::CallFunction(OwnedRef::from_bound(func)),
+                &name,
+                args,
+                Vec::new(),
+            );
         }
         if self.any_tensor(&args, &kwargs) {
             return unsupported(

@@ -74,6 +74,12 @@ impl<'py> Tracer<'py> {
     pub(super) fn op_is(&mut self, f: &mut FrameState<'py>, invert: u32) -> CResult<Flow> {
         let rhs = self.pop(f)?;
         let lhs = self.pop(f)?;
+        if let Some(same) = self.is_singleton_by_type(lhs, rhs)? {
+            let result = same != (invert == 1);
+            let id = self.constant(&result.into_pyobject(self.py)?.to_owned().into_any());
+            f.stack.push(id);
+            return Ok(Flow::Continue);
+        }
         self.pin_identity(lhs);
         self.pin_identity(rhs);
         // A symbolic int (`n is None` where n is an int argument made dynamic) is not
@@ -128,6 +134,39 @@ impl<'py> Tracer<'py> {
         let id = self.constant(&result.into_pyobject(self.py)?.to_owned().into_any());
         f.stack.push(id);
         Ok(Flow::Continue)
+    }
+
+    /// `obj is None` (or `True`, `False`, `...`, `NotImplemented`) for an existing object of
+    /// another type: never the same object, which its type alone says — guarded, not its
+    /// identity (a function or config made anew per call compared with None would otherwise
+    /// recompile on every call). None when that does not apply.
+    fn is_singleton_by_type(&mut self, lhs: VarId, rhs: VarId) -> CResult<Option<bool>> {
+        let py = self.py;
+        for (object, other) in [(lhs, rhs), (rhs, lhs)] {
+            // The singleton may be a literal or a builtin read by name (`NotImplemented`).
+            let (VarKind::Object(value), VarKind::Const(constant) | VarKind::Object(constant)) =
+                (self.kind(object), self.kind(other))
+            else {
+                continue;
+            };
+            let (value, constant) = (value.bind(py).clone(), constant.bind(py).clone());
+            let singleton = constant.is_none()
+                || constant.is_instance_of::<pyo3::types::PyBool>()
+                || constant.is(py.Ellipsis())
+                || constant.is(py.NotImplemented());
+            let Some(source) = self.source(object) else {
+                continue;
+            };
+            if !singleton || value.get_type().is(constant.get_type()) {
+                continue;
+            }
+            self.guards.add(
+                source,
+                super::guards::GuardKind::Type(OwnedRef::from_bound(value.get_type().as_any())),
+            );
+            return Ok(Some(false));
+        }
+        Ok(None)
     }
 
     pub(super) fn op_contains(&mut self, f: &mut FrameState<'py>, invert: u32) -> CResult<Flow> {

@@ -591,6 +591,24 @@ impl<'py> Tracer<'py> {
                 format!("{name}() on a dict that is not an input of the frame"),
             );
         };
+        // The values are guarded (and loaded) through item sources, which read `d[key]`: with
+        // a `__getitem__` (or `__iter__`) of the dict's class written in Python, that is not
+        // the dict's own lookup (`super().__getitem__(key)` inside such a `__getitem__` would
+        // read what the override returns).
+        for dunder in ["__getitem__", "__iter__"] {
+            let key = pyo3::types::PyString::new(py, dunder);
+            if super::guard_values::class_lookup(dict.get_type().as_any(), &key)
+                .is_some_and(|found| found.is_instance(&self.h.function_type).unwrap_or(true))
+            {
+                return unsupported(
+                    BreakKind::UnsupportedOperation,
+                    format!(
+                        "{name}() of a dict whose class defines {dunder} in Python (read \
+                         through the class, not the dict's own lookup)"
+                    ),
+                );
+            }
+        }
         let keys = PyTuple::new(py, dict.try_iter()?.collect::<PyResult<Vec<_>>>()?)?;
         if !keys
             .iter()

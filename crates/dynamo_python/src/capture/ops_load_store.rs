@@ -698,7 +698,20 @@ impl<'py> Tracer<'py> {
     }
 
     pub(super) fn op_load_closure(&mut self, f: &mut FrameState<'py>, i: u32) -> CResult<Flow> {
-        let Some(cell) = f.cells.get(&(i as usize)).cloned() else {
+        let slot = i as usize;
+        if f.is_root && !f.cells.contains_key(&slot) {
+            // A free variable of the compiled frame handed on to a comprehension or a nested
+            // function (a decorator's wrapper filtering its kwargs with a dict comprehension
+            // over a captured name): a cell holding what the frame's own cell holds; from
+            // here on the frame reads and writes it too.
+            let Some(value) = f.locals.get(slot).copied().flatten() else {
+                return unsupported(BreakKind::ClosureCell, "LOAD_CLOSURE of an empty cell");
+            };
+            let cell = Rc::new(RefCell::new(Some(value)));
+            self.root_free_cells.insert(Rc::as_ptr(&cell) as usize, i);
+            f.cells.insert(slot, Cell::Traced(cell));
+        }
+        let Some(cell) = f.cells.get(&slot).cloned() else {
             return unsupported(
                 BreakKind::ClosureCell,
                 "LOAD_CLOSURE of a cell the translator did not create",
@@ -763,6 +776,18 @@ impl<'py> Tracer<'py> {
         let value = self.pop(f)?;
         match f.cells.get(&(i as usize)).cloned() {
             Some(Cell::Traced(cell)) => {
+                if let Some(&slot) = self.root_free_cells.get(&(Rc::as_ptr(&cell) as usize)) {
+                    // The compiled frame's own free variable (shared with the code that
+                    // made its closure): written into the real cell after the graph.
+                    if !self.rebuildable(value) {
+                        return unsupported(
+                            BreakKind::UnreplayableSideEffect,
+                            "writes a free variable of the compiled frame with a value the \
+                             generated code cannot make",
+                        );
+                    }
+                    self.deref_stores.push((slot, value));
+                }
                 *cell.borrow_mut() = Some(value);
                 Ok(Flow::Continue)
             }

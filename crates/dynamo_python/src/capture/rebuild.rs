@@ -594,6 +594,13 @@ fn function_plan(
             Cell::Real(cell, None) => Rebuild::Const(cell.clone()),
             Cell::Traced(contents) => {
                 let address = Rc::as_ptr(contents) as usize;
+                if tracer.root_free_cells.contains_key(&address) {
+                    return unsupported(
+                        BreakKind::ValueNotRebuildable,
+                        "a function made in the trace that shares a free variable's cell with \
+                         the compiled frame",
+                    );
+                }
                 if tracer.stop_at.is_some() && tracer.root_cells.contains(&address) {
                     return unsupported(
                         BreakKind::ValueNotRebuildable,

@@ -172,6 +172,11 @@ pub struct Tracer<'py> {
     /// The cells of the compiled frame's own cell variables, by address: a function made in
     /// the trace that closes over one shares it with the frame (see `rebuild`).
     pub root_cells: std::collections::HashSet<usize>,
+    /// Cells standing for free variables of the compiled frame (its closure's cells, which
+    /// the code that made the closure shares), by address, with the frame's slot: made
+    /// when the frame passes one on (`LOAD_CLOSURE`, a comprehension or nested function
+    /// reading it). Stores through them are replayed into the frame's real cell.
+    pub root_free_cells: HashMap<usize, u32>,
     pub key_tensors: HashMap<usize, VarId>,
     /// Objects only the trace can reach (deep copies made while tracing), by address (kept
     /// alive): see `ops_copy`.
@@ -311,6 +316,7 @@ impl<'py> Tracer<'py> {
             with_exits: std::collections::HashSet::new(),
             generators: Vec::new(),
             root_cells: std::collections::HashSet::new(),
+            root_free_cells: HashMap::new(),
             key_tensors: HashMap::new(),
             private_objects: HashMap::new(),
             raised: None,
