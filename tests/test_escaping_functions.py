@@ -179,3 +179,46 @@ def test_a_captured_function_keeps_its_metadata() -> None:
     assert g.__qualname__ == "_make_adder.<locals>.add"
     assert g.__kwdefaults__ == {"w": 2}
     assert g.__module__ == __name__
+
+
+# --- a closure compiled as its own frame, its free variables handed on ------------------------
+
+
+def _counting_closure():
+    """A closure whose nested function writes the closure's free variable (`nonlocal`), and
+    one that lets a nested function escape over it; fresh per side, compared call by call."""
+    count = 0
+
+    def step(x, verbose=False):
+        def bump(by):
+            nonlocal count
+            count += by
+            return count
+
+        total = 0
+        for _ in range(2):
+            total += bump(1)
+        if verbose:
+            print("count", count)  # a graph break after the stores
+        return x * total + count
+
+    def reader(x):
+        return x + count, (lambda: count)
+
+    return step, reader
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_closure_frame_writes_its_free_variable_through_a_nested_function(verbose, capsys) -> None:
+    eager_step, eager_read = _counting_closure()
+    step, read = _counting_closure()
+    compiled_step = dynamo_rs.compile(step, backend=CompileCounter())
+    compiled_read = dynamo_rs.compile(read, backend=CompileCounter())
+    x = torch.ones(2)
+    for _ in range(3):
+        torch.testing.assert_close(compiled_step(x, verbose), eager_step(x, verbose))
+        # The other closure over the same cell sees every store.
+        expected, expected_fn = eager_read(x)
+        got, got_fn = compiled_read(x)
+        torch.testing.assert_close(got, expected)
+        assert got_fn() == expected_fn()

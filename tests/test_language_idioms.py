@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import math
 import operator
 import typing
@@ -331,6 +332,52 @@ def generator_into_tuple(x): return torch.cat(tuple(x * i for i in range(2)))
 def any_all_generator_constants(x):
     sizes = [3, 4]
     return x * 2 if all(s > 0 for s in sizes) and not any(s > 10 for s in sizes) else x
+
+
+# Closures compiled as frames of their own (decorated functions, factories): comprehensions
+# and nested functions read the closure's free variables.
+def _closure_with_comprehensions(k):
+    def closure_comprehensions_over_a_free_variable(x):
+        parts = [x * k for _ in range(3)]
+        table = {i: x + k for i in range(2)}
+        return sum(parts) + table[1] + sum(x * k for _ in range(2))
+
+    return closure_comprehensions_over_a_free_variable
+
+
+def _closure_with_nested_function(k):
+    def closure_nested_function_reads_a_free_variable(x):
+        def scale(t):
+            return t * k
+
+        return scale(x) + max(k, 1.0)
+
+    return closure_nested_function_reads_a_free_variable
+
+
+def _keyword_filter(fn):
+    allowed = ("scale",)
+
+    @functools.wraps(fn)
+    def wrapper(x, **kwargs):
+        kwargs = {name: v for name, v in kwargs.items() if name in allowed}
+        return fn(x, **kwargs) + len([a for a in allowed if a])
+
+    return wrapper
+
+
+@_keyword_filter
+def decorator_filters_keywords_with_a_comprehension(x, scale=2.0):
+    return x * scale
+
+
+case(T34)(_closure_with_comprehensions(3.0))
+case(T34)(_closure_with_nested_function(2.0))
+case(T34)(decorator_filters_keywords_with_a_comprehension)
+
+
+@case(T34)
+def builtin_abs_and_pow_of_tensors(x): return abs(x) + pow(x, 2) + pow(2.0, x) + abs(-x).sum()
 
 
 # --- lists changed inside their own for loop (Python's list iterator reads by position) ----
