@@ -392,6 +392,27 @@ def sliced_elementwise(x):
     return half.exp() * 2.0 - half.t().t().sigmoid() + x[:, :1]
 
 
+def clip_to_size(boxes, size):
+    # torchvision's clip_boxes_to_image: an image size handed over as a tuple of ints.
+    height, width = size
+    x = boxes[..., 0::2].clamp(min=0, max=width)
+    y = boxes[..., 1::2].clamp(min=0, max=height)
+    return torch.stack((x, y), dim=boxes.dim()).reshape(boxes.shape)
+
+
+def resize_to(x, size):
+    return torch.nn.functional.interpolate(x, size=size, mode="nearest") * 2
+
+
+def view_as_shape(x, shape):
+    return x.view(shape).sum(-1) + shape[0]
+
+
+def scale_by_option(x, opts):
+    rows, cols = opts["grid"]
+    return x * rows + cols
+
+
 def ints(fn_values, size=8):
     return [(r(size), n) for n in fn_values]
 
@@ -473,6 +494,13 @@ CASES = {
     "reshape by an int that changes": (int_reshape, [(r(12), n) for n in (2, 3, 4, 6)]),
     "`is None` on an int that changes": (int_optional, ints((3, 4, 5))),
     "isinstance of an int that changes": (int_isinstance, ints((3, 4, 5))),
+    # Tuples of ints among the arguments (image sizes, shapes, kwargs): items that change
+    # become symbolic one by one, as TorchDynamo wraps them.
+    "an image size tuple that changes": (clip_to_size, [(r(6, 4), (h, w)) for h, w in ((8, 10), (10, 8), (12, 6), (8, 10))]),
+    "one item of a size tuple changes": (clip_to_size, [(r(6, 4), (8, w)) for w in (10, 12, 14)]),
+    "interpolate to a size tuple": (resize_to, [(r(1, 2, 4, 4), (h, h + 2)) for h in (6, 8, 10)]),
+    "view as a shape tuple": (view_as_shape, [(r(n * 3), (n, 3)) for n in (2, 4, 5)]),
+    "a size tuple in a dict argument": (scale_by_option, [(r(4), {"grid": (n, n + 1)}) for n in (3, 5, 7)]),
     # Inputs that are views of other tensors (a strided slice, a permute, a narrow at an
     # offset, a view of a view): their sizes go symbolic, their bases keep theirs.
     "strided view as input": (view_input_rows, [lambda n=n: (r(2, 2 * n, 6)[:, ::2],) for n in (3, 4, 7)]),

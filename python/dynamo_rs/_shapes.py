@@ -195,6 +195,27 @@ def dynamic_int(mode, value: int, code, name: str, policy):
     return result
 
 
+def dynamic_int_items(values, code, name: str, policy) -> bool:
+    """Whether some int of the tuple `values` (at source `name` in a frame of `code`) is to be
+    symbolic — seen with another value by an earlier compile (or `dynamic=True`), as
+    `dynamic_int` decides for each item `name[i]`; records this call's values either way.
+    0 and 1 stay constants."""
+    if policy is False or code is None:
+        return False
+    sizes = FRAME_SIZES.setdefault(code, {})
+    dynamic = False
+    for i, value in enumerate(values):
+        key = ("int", f"{name}[{i}]")
+        seen = sizes.get(key)
+        if seen is None:
+            sizes[key] = seen = [value]
+        elif seen[0] is not None and seen[0] != value:
+            seen[0] = None
+        if value not in (0, 1) and (policy is True or seen[0] is None):
+            dynamic = True
+    return dynamic
+
+
 def _symbolic_builtins() -> dict:
     import builtins
     import math

@@ -161,6 +161,16 @@ impl Source {
     }
 
     /// Whether this source starts at a local of the compiled frame.
+    /// A frame argument, or an item of one (`L["size"][0]`, `L["kwargs"]["shape"][1]`):
+    /// where ints are subject to automatic dynamic shapes, as TorchDynamo's are.
+    pub fn is_argument_item(&self) -> bool {
+        match self {
+            Source::Local(_) => true,
+            Source::Item(base, _) => base.is_argument_item(),
+            _ => false,
+        }
+    }
+
     pub fn is_rooted_in_locals(&self) -> bool {
         match self {
             Source::Local(_) => true,

@@ -571,6 +571,32 @@ impl<'py> Tracer<'py> {
         }
     }
 
+    /// Whether a tuple of ints at `source` (a frame argument, or an item of one) has items
+    /// that automatic dynamic shapes make symbolic (`_shapes.dynamic_int_items`, which also
+    /// records this call's values).
+    fn int_items_dynamic(
+        &mut self,
+        value: &Bound<'py, PyAny>,
+        source: &Rc<Source>,
+    ) -> CResult<bool> {
+        let Some(code) = &self.root_code else {
+            return Ok(false);
+        };
+        if value.len()? == 0
+            || !value
+                .try_iter()?
+                .all(|item| item.is_ok_and(|i| i.is_exact_instance_of::<pyo3::types::PyInt>()))
+        {
+            return Ok(false);
+        }
+        let code = code.bind(self.py).clone();
+        let dynamic = self.py.import_module("dynamo_rs._shapes")?.call_method1(
+            "dynamic_int_items",
+            (value, code, source.describe(), self.dynamic),
+        )?;
+        Ok(dynamic.is_truthy()?)
+    }
+
     /// Turns a real value read from `source` into a tracker, recording the guard that keeps
     /// the trace valid: tensors become graph inputs, constants are guarded by value,
     /// containers by type and length (their items by their own guards), other objects by
@@ -590,15 +616,20 @@ impl<'py> Tracer<'py> {
             };
             return self.graph_input(value, source);
         }
-        if let Some(Source::Local(_)) = source.as_deref() {
-            if value.is_exact_instance_of::<pyo3::types::PyInt>() {
-                let source = source.clone().expect("matched");
-                if let Some(id) = self.int_input(value, source)? {
-                    return Ok(id);
-                }
+        let argument_item = source.as_deref().is_some_and(Source::is_argument_item);
+        if argument_item && value.is_exact_instance_of::<pyo3::types::PyInt>() {
+            let source = source.clone().expect("matched");
+            if let Some(id) = self.int_input(value, source)? {
+                return Ok(id);
             }
         }
-        if h.is_constant(value)? {
+        // A tuple of ints among the frame's arguments (an image size, a shape) whose items
+        // changed between compiles: its items are wrapped one by one, so the ones that
+        // changed become symbolic (automatic dynamic), as TorchDynamo wraps them.
+        let dynamic_items = argument_item
+            && value.get_type().is(&h.tuple_type)
+            && self.int_items_dynamic(value, source.as_ref().expect("matched"))?;
+        if !dynamic_items && h.is_constant(value)? {
             if let Some(s) = &source {
                 self.guards
                     .add(s.clone(), GuardKind::Equals(OwnedRef::from_bound(value)));
