@@ -572,3 +572,61 @@ def test_instance_dict_order_after_stores_matches_eager(fn) -> None:
         x = torch.ones(2)
         torch.testing.assert_close(compiled(x, compiled_record), fn(x, eager_record))
         assert list(vars(compiled_record).items()) == list(vars(eager_record).items())
+
+
+# --- transformers configurations: read from the instance dict by the guard ------------------
+# A configuration's `__getattribute__` renames through `attribute_map` and otherwise looks the
+# name up as object's does; the guard reads its attributes (and answers `hasattr`) from the
+# instance dict while that holds. Each change below must recompile and give eager's answer.
+
+
+def _config():
+    from transformers import GPT2Config
+
+    return GPT2Config(n_layer=2, n_embd=8, n_head=2, vocab_size=16)
+
+
+def _reads_config(x, config):
+    y = x * config.n_embd if config.use_cache else x - config.hidden_size
+    if hasattr(config, "extra_scale"):
+        y = y * config.extra_scale
+    if hasattr(config, "renamed_later"):
+        y = y + 100
+    return y + config.num_hidden_layers
+
+
+def _set_instance_map(config):
+    config.__dict__["attribute_map"] = {**type(config).attribute_map, "use_cache": "add_cross_attention"}
+
+
+CONFIG_CHANGES = {
+    "plain attribute": lambda c: setattr(c, "use_cache", False),
+    "attribute read through attribute_map": lambda c: setattr(c, "n_layer", 5),
+    "attribute added": lambda c: setattr(c, "extra_scale", 3.0),
+    "instance attribute_map": _set_instance_map,
+    "class attribute_map changed in place": lambda c: type(c).attribute_map.__setitem__("renamed_later", "n_head"),
+    "unrelated attribute": lambda c: setattr(c, "unrelated", 1),
+}
+
+
+@pytest.mark.parametrize("name", list(CONFIG_CHANGES))
+def test_configuration_reads_follow_changes(name) -> None:
+    from transformers import GPT2Config
+
+    saved_map = dict(GPT2Config.attribute_map)
+    try:
+        eager_config, compiled_config = _config(), _config()
+        counter = CompileCounter()
+        compiled = dynamo_rs.compile(_reads_config, backend=counter)
+        x = torch.ones(2)
+        torch.testing.assert_close(compiled(x, compiled_config), _reads_config(x, eager_config))
+        torch.testing.assert_close(compiled(x, compiled_config), _reads_config(x, eager_config))
+        assert counter.frame_count == 1
+        CONFIG_CHANGES[name](eager_config)
+        CONFIG_CHANGES[name](compiled_config)
+        torch.testing.assert_close(compiled(x, compiled_config), _reads_config(x, eager_config))
+        if name == "unrelated attribute":
+            assert counter.frame_count == 1
+    finally:
+        GPT2Config.attribute_map.clear()
+        GPT2Config.attribute_map.update(saved_map)

@@ -10,6 +10,7 @@ import collections
 import linecache
 import logging
 import operator
+import sys
 import types
 import re
 import weakref
@@ -353,25 +354,84 @@ _SKIP_MODULE_PREFIXES = ("torch.nn.modules", "torch._dynamo", "torch.fx", "torch
                          "torch._tensor", "torch.autograd.grad_mode")
 
 
-def plain_instance_attribute(obj, name: str) -> bool:
+def _renaming_getattribute_codes() -> tuple:
+    """The code of `__getattribute__` functions known to do no more than object's own after
+    renaming the name through the class's `attribute_map` — transformers' configuration
+    classes, whose guards read dozens of attributes on every call (a microsecond each through
+    two Python `__getattribute__` layers). Empty when transformers is not imported."""
+    if "transformers" not in sys.modules:
+        return ()
+    try:
+        from transformers.configuration_utils import PreTrainedConfig
+    except Exception:  # noqa: BLE001 - another transformers version: no fast path
+        return ()
+    codes = [vars(PreTrainedConfig)["__getattribute__"].__code__]
+    try:
+        from transformers.integrations.heterogeneity.configuration_utils import HeterogeneousConfigMixin
+
+        codes.append(vars(HeterogeneousConfigMixin)["__getattribute__"].__code__)
+    except Exception:  # noqa: BLE001
+        pass
+    return tuple(codes)
+
+
+def renamed_attributes(cls):
+    """The `attribute_map` of `cls` when every `__getattribute__` along its MRO is object's or
+    one of `_renaming_getattribute_codes` (what they read of the instance — an
+    `attribute_map` or `_heterogeneity_spec` set on it — is checked on every read by the
+    guard), else None. For such a class `getattr(obj, name)` is object's own lookup of
+    `attribute_map.get(name, name)`."""
+    codes = None
+    found = False
+    for klass in cls.__mro__:
+        entry = vars(klass).get("__getattribute__")
+        if entry is None or klass is object:
+            continue
+        if codes is None:
+            codes = _renaming_getattribute_codes()
+        if not isinstance(entry, types.FunctionType) or entry.__code__ not in codes:
+            return None
+        found = True
+    if not found:
+        return None
+    try:
+        renames = type.__getattribute__(cls, "attribute_map")
+    except AttributeError:
+        return None
+    return renames if type(renames) is dict else None
+
+
+def plain_instance_attribute(obj, name: str):
     """Whether `getattr(obj, name)` is `obj.__dict__[name]` for as long as `type(obj)` does
     not change: the default `__getattribute__`, the name in the instance dict, and no data
     descriptor of that name in the type's MRO (it would take precedence). The guard re-reads
-    such attributes from the instance dict while the type's version tag is unchanged."""
+    such attributes from the instance dict while the type's version tag is unchanged.
+    For a class whose `__getattribute__` only renames through `attribute_map`
+    (`renamed_attributes`), the answer is that dict (the guard then checks, on every read,
+    that the name is not renamed and the instance holds neither an `attribute_map` nor a
+    `_heterogeneity_spec` of its own); else True or False."""
     cls = type(obj)
+    renames = None
     if getattr(cls, "__getattribute__", None) is not object.__getattribute__:
-        return False
+        renames = renamed_attributes(cls)
+        if renames is None or name in renames:
+            return False
     try:
         instance_dict = object.__getattribute__(obj, "__dict__")
     except AttributeError:
         return False
     if type(instance_dict) is not dict or name not in instance_dict:
         return False
+    if renames is not None and ("attribute_map" in instance_dict
+                                or instance_dict.get("_heterogeneity_spec") is not None):
+        return False
     for klass in cls.__mro__:
         if name in vars(klass):
             kind = type(vars(klass)[name])
-            return not (hasattr(kind, "__set__") or hasattr(kind, "__delete__"))
-    return True
+            if hasattr(kind, "__set__") or hasattr(kind, "__delete__"):
+                return False
+            break
+    return True if renames is None else renames
 
 
 def is_graph_function(fn) -> bool:

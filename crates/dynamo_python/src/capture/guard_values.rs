@@ -296,28 +296,63 @@ pub fn class_lookup<'py>(
     (!found.is_null()).then(|| unsafe { Bound::from_borrowed_ptr(ty.py(), found) })
 }
 
-/// `object.__dict__[name]` when `object`'s type is still `ty` at version `tag` (so no data
-/// descriptor or `__getattribute__` has appeared since the guard was built) and the name is
-/// in the instance dict — what `getattr` would return — or None to take the general path.
+/// The lookup a guard step's object had when the guard was built: its type at a version
+/// tag (no data descriptor or `__getattribute__` can have appeared while the tag holds), and
+/// for a class whose `__getattribute__` only renames through `attribute_map`
+/// (`_capture.renamed_attributes`: transformers' configurations) that map.
+#[derive(Debug)]
+pub struct KnownLookup {
+    pub ty: OwnedRef,
+    pub tag: u32,
+    pub renames: Option<OwnedRef>,
+}
+
+impl KnownLookup {
+    /// The instance dict of `object` when it still looks attributes up as when the guard was
+    /// built and `name` is not renamed; None to take the general path (`getattr`).
+    pub fn instance_dict<'py>(
+        &self,
+        object: &Bound<'py, PyAny>,
+        name: &Bound<'py, PyAny>,
+    ) -> Option<Bound<'py, PyDict>> {
+        let py = object.py();
+        let object_type = object.get_type();
+        if object_type.as_ptr() != self.ty.as_ptr() {
+            return None;
+        }
+        // SAFETY: a live type object (the object holds its type); GIL held.
+        if unsafe { (*object_type.as_type_ptr()).tp_version_tag } != self.tag {
+            return None;
+        }
+        let dict = instance_dict_of(object)?;
+        if let Some(renames) = &self.renames {
+            // What the renaming `__getattribute__`s read of the instance itself.
+            let own_map = pyo3::intern!(py, "attribute_map");
+            let spec = pyo3::intern!(py, "_heterogeneity_spec");
+            if dict.contains(own_map).ok()?
+                || dict.get_item(spec).ok()?.is_some_and(|s| !s.is_none())
+                || renames.bind(py).contains(name).ok()?
+            {
+                return None;
+            }
+        }
+        Some(dict)
+    }
+}
+
+/// `object.__dict__[name]` when `object` still looks attributes up as `lookup` says and the
+/// name is in the instance dict — what `getattr` would return — or None to take the general
+/// path.
 pub fn instance_dict_item<'py>(
     object: &Bound<'py, PyAny>,
-    ty: &OwnedRef,
-    tag: u32,
+    lookup: &KnownLookup,
     name: &OwnedRef,
     cache: &DictReadCache,
 ) -> Option<Bound<'py, PyAny>> {
     let py = object.py();
-    let object_type = object.get_type();
-    if object_type.as_ptr() != ty.as_ptr() {
-        return None;
-    }
-    // SAFETY: a live type object (the object holds its type); GIL held.
-    if unsafe { (*object_type.as_type_ptr()).tp_version_tag } != tag {
-        return None;
-    }
-    // No instance dict: getattr decides.
-    let dict = instance_dict_of(object)?;
-    cache.get(&dict, &name.bind(py)).ok().flatten()
+    let name = name.bind(py);
+    let dict = lookup.instance_dict(object, &name)?;
+    cache.get(&dict, &name).ok().flatten()
 }
 
 /// The instance dict of `object` (an exact dict), or None when it has none. Classes are
@@ -408,12 +443,19 @@ impl DictTagMemo {
 /// descriptor other than a function (its `__get__` may raise), a custom `__getattribute__`
 /// or `__getattr__`. A failed `hasattr` through `Module.__getattr__` formats an error
 /// message, which costs microseconds; this costs a few dict lookups.
-pub fn known_hasattr(object: &Bound<'_, PyAny>, name: &Bound<'_, PyString>) -> Option<bool> {
+/// `known` describes the object's lookup as traced when the guard can answer for a class
+/// whose `__getattribute__` only renames (checked to still apply).
+pub fn known_hasattr(
+    object: &Bound<'_, PyAny>,
+    name: &Bound<'_, PyString>,
+    known: Option<&KnownLookup>,
+) -> Option<bool> {
     let py = object.py();
     let ty = object.get_type();
     // SAFETY: a live type object (the object holds it); reading a slot with the GIL held.
     let getattro = unsafe { (*ty.as_type_ptr()).tp_getattro }.map(|f| f as usize);
-    let generic = getattro == Some(pyo3::ffi::PyObject_GenericGetAttr as *const () as usize);
+    let generic = getattro == Some(pyo3::ffi::PyObject_GenericGetAttr as *const () as usize)
+        || known.is_some_and(|k| k.instance_dict(object, name.as_any()).is_some());
     let module = !generic && is_module_lookup(&ty);
     if !generic && !module {
         return None;

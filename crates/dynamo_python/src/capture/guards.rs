@@ -17,7 +17,7 @@ use pyo3::types::{PyDict, PyString, PyTuple};
 
 use super::guard_values::{
     class_lookup, instance_dict_item, instance_dict_of, known_hasattr, DictReadCache, DictTagMemo,
-    Identity, TensorGroup,
+    Identity, KnownLookup, TensorGroup,
 };
 use super::source::{ItemKey, PathPart, Source};
 use crate::eval_frame::cache::{FrameGuard, FrameLayout, FrameView};
@@ -211,8 +211,7 @@ enum Access {
     InstanceAttr {
         parent: usize,
         name: OwnedRef,
-        ty: OwnedRef,
-        tag: u32,
+        lookup: KnownLookup,
     },
     Item(usize, OwnedRef),
 }
@@ -227,7 +226,9 @@ enum Check {
     Equals(OwnedRef),
     Len(usize, DictTagMemo),
     Contains(OwnedRef, bool, DictTagMemo),
-    HasAttr(OwnedRef, bool),
+    /// `hasattr` gives this answer; with the object's lookup as traced when it is one the
+    /// guard can answer without running its `__getattribute__` (see `KnownLookup`).
+    HasAttr(OwnedRef, bool, Option<KnownLookup>),
     /// The name is not in the value's instance dict; remembered by that dict's version tag.
     InstanceDictLacks(OwnedRef, DictTagMemo),
     Tensor,
@@ -362,8 +363,8 @@ impl NativeGuard {
             Check::Keys(k, _) => format!("has keys {}", repr(k)),
             Check::Contains(key, true, _) => format!("contains {}", repr(key)),
             Check::Contains(key, false, _) => format!("does not contain {}", repr(key)),
-            Check::HasAttr(name, true) => format!("has an attribute {}", repr(name)),
-            Check::HasAttr(name, false) => format!("has no attribute {}", repr(name)),
+            Check::HasAttr(name, true, _) => format!("has an attribute {}", repr(name)),
+            Check::HasAttr(name, false, _) => format!("has no attribute {}", repr(name)),
             Check::InstanceDictLacks(name, _) => {
                 format!(
                     "has no instance attribute {} (it would hide the class's)",
@@ -460,6 +461,7 @@ impl NativeGuard {
                 GuardKind::HasAttr(name, expected) => Check::HasAttr(
                     OwnedRef::from_bound(PyString::intern(py, name).as_any()),
                     *expected,
+                    None,
                 ),
                 GuardKind::InstanceDictLacks(name) => Check::InstanceDictLacks(
                     OwnedRef::from_bound(PyString::intern(py, name).as_any()),
@@ -500,25 +502,18 @@ impl NativeGuard {
             let parent = *parent;
             // The parent's object: known by identity, or (guarded by type) as traced; the
             // fast path re-checks the type and its version tag on every read either way.
-            let object = steps[parent]
-                .checks
-                .iter()
-                .find_map(|c| match c {
-                    Check::Id(o) => o.get(py),
-                    _ => None,
-                })
-                .or_else(|| {
-                    set.examples
-                        .get(&(parent as u32))
-                        .map(|o| o.bind(py).clone())
-                });
-            let Some(object) = object else {
+            let Some(object) = traced_object(py, &steps[parent].checks, set, parent) else {
                 continue;
             };
             let name = name.clone();
-            if !plain.call1((&object, name.bind(py)))?.is_truthy()? {
+            let answer = plain.call1((&object, name.bind(py)))?;
+            let renames = if answer.is_instance_of::<PyDict>() {
+                Some(OwnedRef::from_bound(&answer))
+            } else if answer.is_truthy()? {
+                None
+            } else {
                 continue;
-            }
+            };
             let ty = object.get_type();
             // SAFETY: `ty` is a live type object (we hold a reference); reading a field of
             // its PyTypeObject while holding the GIL.
@@ -529,9 +524,41 @@ impl NativeGuard {
             steps[index].access = Access::InstanceAttr {
                 parent,
                 name,
-                ty: OwnedRef::from_bound(ty.as_any()),
-                tag,
+                lookup: KnownLookup {
+                    ty: OwnedRef::from_bound(ty.as_any()),
+                    tag,
+                    renames,
+                },
             };
+        }
+        // `hasattr` on an object whose `__getattribute__` only renames (a transformers
+        // configuration): answered from its class and instance dict, as for plain objects.
+        let renamed = py
+            .import_module("dynamo_rs._capture")?
+            .getattr("renamed_attributes")?;
+        for (index, step) in steps.iter_mut().enumerate() {
+            if !step.checks.iter().any(|c| matches!(c, Check::HasAttr(..))) {
+                continue;
+            }
+            let Some(object) = traced_object(py, &step.checks, set, index) else {
+                continue;
+            };
+            let ty = object.get_type();
+            let renames = renamed.call1((&ty,))?;
+            // SAFETY: as above.
+            let tag = unsafe { (*ty.as_type_ptr()).tp_version_tag };
+            if !renames.is_instance_of::<PyDict>() || tag == 0 {
+                continue;
+            }
+            for check in &mut step.checks {
+                if let Check::HasAttr(_, _, known) = check {
+                    *known = Some(KnownLookup {
+                        ty: OwnedRef::from_bound(ty.as_any()),
+                        tag,
+                        renames: Some(OwnedRef::from_bound(&renames)),
+                    });
+                }
+            }
         }
         // The same object has the same type: a type check beside an identity check on the
         // same value adds nothing.
@@ -884,15 +911,12 @@ impl NativeGuard {
                 Access::InstanceAttr {
                     parent,
                     name,
-                    ty,
-                    tag,
+                    lookup,
                 } => match &values[*parent] {
-                    Some(base) => {
-                        match instance_dict_item(base, ty, *tag, name, &step.read_cache) {
-                            Some(value) => Some(value),
-                            None => base.getattr(name.bind(py).cast::<PyString>()?).ok(),
-                        }
-                    }
+                    Some(base) => match instance_dict_item(base, lookup, name, &step.read_cache) {
+                        Some(value) => Some(value),
+                        None => base.getattr(name.bind(py).cast::<PyString>()?).ok(),
+                    },
                     None => None,
                 },
                 Access::Item(parent, key) => match &values[*parent] {
@@ -924,9 +948,9 @@ impl NativeGuard {
                     Check::Len(n, memo) => {
                         memo.holds(&value) || dict_check(memo, &value, value.len().ok() == Some(*n))
                     }
-                    Check::HasAttr(name, expected) => {
+                    Check::HasAttr(name, expected, known) => {
                         let name = name.bind(py).cast::<PyString>()?.clone();
-                        let has = match known_hasattr(&value, &name) {
+                        let has = match known_hasattr(&value, &name, known.as_ref()) {
                             Some(has) => has,
                             None => value.hasattr(name).unwrap_or(false),
                         };
@@ -1175,6 +1199,27 @@ pub fn layout_names(py: Python<'_>, layout: &FrameLayout) -> Vec<String> {
 }
 
 /// The outcome of a dict check just evaluated on `value`, remembered in `memo` if it passed.
+/// The object a step had when traced: known by identity, or (guarded by type) as recorded in
+/// the guard set's examples.
+fn traced_object<'py>(
+    py: Python<'py>,
+    checks: &[Check],
+    set: &GuardSet,
+    index: usize,
+) -> Option<Bound<'py, PyAny>> {
+    checks
+        .iter()
+        .find_map(|c| match c {
+            Check::Id(o) => o.get(py),
+            _ => None,
+        })
+        .or_else(|| {
+            set.examples
+                .get(&(index as u32))
+                .map(|o| o.bind(py).clone())
+        })
+}
+
 fn dict_check(memo: &DictTagMemo, value: &Bound<'_, PyAny>, passed: bool) -> bool {
     if passed {
         memo.passed(value);
