@@ -230,7 +230,7 @@ def test_hook_added_later_is_respected() -> None:
     with torch.no_grad():
         cm(x)
         (guard, _), = eval_frame.cache_entries(Gate.forward)
-        assert any("linear" in d and "_forward_hooks has length 0" in d for d in guard.describe())
+        assert any("linear" in d and "has no hooks" in d for d in guard.describe())
         assert any('G["_global_forward_hooks"] has length 0' in d for d in guard.describe())
         handle = module.linear.register_forward_hook(lambda m, i, o: o * 10)
         try:

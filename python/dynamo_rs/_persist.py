@@ -726,7 +726,7 @@ def _encode_guard(g, guards: list, first_of_object: dict) -> None:
         guards.append([sid, kind, encode(g[2]), g[3]])
     elif kind == "hasattr":
         guards.append([sid, kind, g[2], g[3]])
-    elif kind in ("len", "same_object_class", "instance_dict_lacks"):
+    elif kind in ("len", "same_object_class", "instance_dict_lacks", "module_call"):
         guards.append([sid, kind, g[2]])
     else:
         raise NotPortable(f"a guard of kind {kind}")
@@ -1061,7 +1061,7 @@ def _bind(entry: dict, frame, converter):
             guards.append((sid, kind, decode(g[2]), g[3]))
         elif kind == "hasattr":
             guards.append((sid, kind, g[2], g[3]))
-        elif kind in ("len", "same_object_class", "instance_dict_lacks"):
+        elif kind in ("len", "same_object_class", "instance_dict_lacks", "module_call"):
             guards.append((sid, kind, g[2]))
         else:
             raise Corrupt(f"unknown guard kind {kind!r}")

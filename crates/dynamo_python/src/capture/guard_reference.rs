@@ -62,6 +62,7 @@ enum Expect {
     Contains(OwnedRef, bool),
     HasAttr(String, bool),
     InstanceDictLacks(String),
+    ModuleCall,
     Tensor(usize),
     /// The value's object class (`GuardKind::SameObjectClass`), compared pair by pair.
     ObjectClass(usize),
@@ -174,6 +175,7 @@ impl ReferenceGuard {
                 GuardKind::Contains(key, expected) => Expect::Contains(key.clone(), *expected),
                 GuardKind::HasAttr(name, expected) => Expect::HasAttr(name.clone(), *expected),
                 GuardKind::InstanceDictLacks(name) => Expect::InstanceDictLacks(name.clone()),
+                GuardKind::ModuleCall => Expect::ModuleCall,
                 GuardKind::SameObjectClass(class) => Expect::ObjectClass(*class),
                 GuardKind::Tensor(example) => {
                     let example = example.bind(py);
@@ -320,6 +322,19 @@ impl ReferenceGuard {
                     }
                     _ => true,
                 },
+                // The slow way: each hook dict read by name, its length asked.
+                Expect::ModuleCall => {
+                    let own_forward = value
+                        .getattr("__dict__")
+                        .map(|d| d.contains("forward").unwrap_or(true))
+                        .unwrap_or(true);
+                    !own_forward
+                        && super::guard_values::MODULE_CALL_HOOKS.iter().all(|hooks| {
+                            value
+                                .getattr(*hooks)
+                                .is_ok_and(|h| h.len().is_ok_and(|n| n == 0))
+                        })
+                }
                 Expect::HasAttr(name, expected) => {
                     value.hasattr(PyString::new(py, name)).unwrap_or(false) == *expected
                 }

@@ -436,6 +436,84 @@ impl DictTagMemo {
     }
 }
 
+/// The hook dicts `Module.__call__` consults; any of them non-empty runs hooks around
+/// `forward`.
+pub const MODULE_CALL_HOOKS: [&str; 4] = [
+    "_forward_hooks",
+    "_forward_pre_hooks",
+    "_backward_hooks",
+    "_backward_pre_hooks",
+];
+
+/// The check that a module called by the trace has no hooks and no `forward` of its own
+/// (`GuardKind::ModuleCall`), remembered by version tags: while the module's instance dict
+/// has the tag it had at the last pass, it holds the same hook dicts (so they are alive, and
+/// their addresses are valid), and while each of those has its tag, it is still empty. A
+/// module tree's calls then cost a few loads each instead of five attribute reads.
+#[derive(Debug, Default)]
+pub struct ModuleCallMemo {
+    dict: AtomicUsize,
+    tag: AtomicU64,
+    hooks: [AtomicUsize; 4],
+    hook_tags: [AtomicU64; 4],
+}
+
+/// The version tag of the dict (or dict subclass) at `address`.
+///
+/// # Safety
+/// `address` must point to a live dict object (or subclass); the GIL must be held.
+unsafe fn dict_tag_at(address: usize) -> u64 {
+    // SAFETY: per the function's contract, a live object laid out as a PyDictObject.
+    unsafe { (*(address as *mut pyo3::ffi::PyDictObject)).ma_version_tag }
+}
+
+impl ModuleCallMemo {
+    pub fn check(&self, module: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let py = module.py();
+        let Some(dict) = instance_dict_of(module) else {
+            return Ok(false);
+        };
+        let address = dict.as_ptr() as usize;
+        // SAFETY: `dict` is a live exact dict we hold.
+        let tag = unsafe { dict_tag_at(address) };
+        if self.dict.load(Relaxed) == address && self.tag.load(Relaxed) == tag {
+            // SAFETY: the instance dict is the one of the last pass, unchanged (tags are
+            // never reused), so it still holds the hook dicts recorded then: alive dicts.
+            let unchanged = (0..4).all(|i| unsafe {
+                dict_tag_at(self.hooks[i].load(Relaxed)) == self.hook_tags[i].load(Relaxed)
+            });
+            if unchanged {
+                return Ok(true);
+            }
+        }
+        if dict.contains(pyo3::intern!(py, "forward"))? {
+            return Ok(false);
+        }
+        let mut hooks = [(0usize, 0u64); 4];
+        for (slot, name) in hooks.iter_mut().zip(MODULE_CALL_HOOKS) {
+            let Some(table) = dict.get_item(name)? else {
+                return Ok(false);
+            };
+            let Ok(table) = table.cast::<PyDict>() else {
+                return Ok(false);
+            };
+            if !table.is_empty() {
+                return Ok(false);
+            }
+            let table_address = table.as_ptr() as usize;
+            // SAFETY: a live dict (subclass) held by the instance dict.
+            *slot = (table_address, unsafe { dict_tag_at(table_address) });
+        }
+        for (i, (table, table_tag)) in hooks.into_iter().enumerate() {
+            self.hooks[i].store(table, Relaxed);
+            self.hook_tags[i].store(table_tag, Relaxed);
+        }
+        self.dict.store(address, Relaxed);
+        self.tag.store(tag, Relaxed);
+        Ok(true)
+    }
+}
+
 /// `hasattr(object, name)` answered without calling Python code, for the two kinds of object
 /// whose attribute lookup is known: types with CPython's generic lookup, and `nn.Module`s
 /// (generic lookup, then `Module.__getattr__`, which only looks in `_parameters`, `_buffers`

@@ -17,7 +17,7 @@ use pyo3::types::{PyDict, PyString, PyTuple};
 
 use super::guard_values::{
     class_lookup, instance_dict_item, instance_dict_of, known_hasattr, DictReadCache, DictTagMemo,
-    Identity, KnownLookup, TensorGroup,
+    Identity, KnownLookup, ModuleCallMemo, TensorGroup,
 };
 use super::source::{ItemKey, PathPart, Source};
 use crate::eval_frame::cache::{FrameGuard, FrameLayout, FrameView};
@@ -39,6 +39,10 @@ pub enum GuardKind {
     /// `name` is not in the value's own `__dict__` (an instance attribute of that name
     /// would hide the class's method the trace inlined).
     InstanceDictLacks(String),
+    /// An `nn.Module` the trace called: none of the hooks `Module.__call__` runs
+    /// (`_forward_hooks`, `_forward_pre_hooks`, `_backward_hooks`, `_backward_pre_hooks`)
+    /// and no `forward` of its own in its instance dict, as when traced.
+    ModuleCall,
     /// A list or dict the trace changed (or one reached alongside such a one): which of
     /// these sources hold the same object must stay as it was. Sources with the same class
     /// number were one object when traced; different numbers were distinct objects. (An
@@ -87,6 +91,7 @@ impl GuardSet {
                 8 + (hasher.finish() << 8)
             }
             GuardKind::SameObjectClass(_) => 9,
+            GuardKind::ModuleCall => 11,
             GuardKind::InstanceDictLacks(name) => {
                 use std::hash::{Hash, Hasher};
                 let mut hasher = std::collections::hash_map::DefaultHasher::new();
@@ -231,6 +236,7 @@ enum Check {
     HasAttr(OwnedRef, bool, Option<KnownLookup>),
     /// The name is not in the value's instance dict; remembered by that dict's version tag.
     InstanceDictLacks(OwnedRef, DictTagMemo),
+    ModuleCall(ModuleCallMemo),
     Tensor,
     /// The first source of its object class (`GuardKind::SameObjectClass`): distinct from
     /// every other first source, checked after the walk.
@@ -365,6 +371,9 @@ impl NativeGuard {
             Check::Contains(key, false, _) => format!("does not contain {}", repr(key)),
             Check::HasAttr(name, true, _) => format!("has an attribute {}", repr(name)),
             Check::HasAttr(name, false, _) => format!("has no attribute {}", repr(name)),
+            Check::ModuleCall(_) => {
+                "has no hooks and no forward of its own (as when traced)".into()
+            }
             Check::InstanceDictLacks(name, _) => {
                 format!(
                     "has no instance attribute {} (it would hide the class's)",
@@ -463,6 +472,7 @@ impl NativeGuard {
                     *expected,
                     None,
                 ),
+                GuardKind::ModuleCall => Check::ModuleCall(ModuleCallMemo::default()),
                 GuardKind::InstanceDictLacks(name) => Check::InstanceDictLacks(
                     OwnedRef::from_bound(PyString::intern(py, name).as_any()),
                     DictTagMemo::default(),
@@ -964,6 +974,7 @@ impl NativeGuard {
                                 value.contains(key.bind(py)).ok() == Some(*expected),
                             )
                     }
+                    Check::ModuleCall(memo) => memo.check(&value)?,
                     Check::InstanceDictLacks(name, memo) => match instance_dict_of(&value) {
                         Some(dict) => {
                             memo.holds(&dict)

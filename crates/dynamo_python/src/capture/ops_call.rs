@@ -684,12 +684,7 @@ impl<'py> Tracer<'py> {
                 ),
             );
         }
-        for hooks in [
-            "_forward_hooks",
-            "_forward_pre_hooks",
-            "_backward_hooks",
-            "_backward_pre_hooks",
-        ] {
+        for hooks in super::guard_values::MODULE_CALL_HOOKS {
             if module.getattr(hooks)?.len()? != 0 {
                 return unsupported(
                     BreakKind::Hooks,
@@ -712,18 +707,18 @@ impl<'py> Tracer<'py> {
                 );
             }
         }
-        // Hooks added later must recompile: the hook dicts stay empty.
+        // Hooks added later, or a `forward` set on the instance, must recompile.
         if let Some(source) = self.source(module_var) {
-            for hooks in [
-                "_forward_hooks",
-                "_forward_pre_hooks",
-                "_backward_hooks",
-                "_backward_pre_hooks",
-            ] {
-                self.guards.add(
-                    Rc::new(Source::Attr(source.clone(), hooks.into())),
-                    GuardKind::Len(0),
-                );
+            if Self::in_instance_dict(module, "forward") {
+                // Its own `forward` is read (and guarded) below; the hooks one by one.
+                for hooks in super::guard_values::MODULE_CALL_HOOKS {
+                    self.guards.add(
+                        Rc::new(Source::Attr(source.clone(), hooks.into())),
+                        GuardKind::Len(0),
+                    );
+                }
+            } else {
+                self.guards.add(source, GuardKind::ModuleCall);
             }
         }
         let module_globals = globals.getattr("__dict__")?;
@@ -748,7 +743,6 @@ impl<'py> Tracer<'py> {
             let forward = self.get_attr(module_var, "forward")?;
             return self.call_function(forward, args, kwargs);
         }
-        self.guard_not_in_instance_dict(module, self.source(module_var), "forward")?;
         self.guard_class(module.get_type().as_any(), "forward")?;
         let forward = module.get_type().getattr("forward")?;
         if !forward.is_instance(&self.h.function_type)? {

@@ -74,6 +74,7 @@ pub fn describe<'py>(py: Python<'py>, set: &GuardSet) -> PyResult<Bound<'py, PyD
             GuardKind::HasAttr(name, expected) => (id, "hasattr", name, expected)
                 .into_pyobject(py)?
                 .into_any(),
+            GuardKind::ModuleCall => (id, "module_call", 0).into_pyobject(py)?.into_any(),
             GuardKind::InstanceDictLacks(name) => (id, "instance_dict_lacks", name)
                 .into_pyobject(py)?
                 .into_any(),
@@ -171,6 +172,7 @@ fn guard_set_from(description: &Bound<'_, PyDict>) -> PyResult<GuardSet> {
             }
             "same_object_class" => GuardKind::SameObjectClass(entry.get_item(2)?.extract()?),
             "instance_dict_lacks" => GuardKind::InstanceDictLacks(entry.get_item(2)?.extract()?),
+            "module_call" => GuardKind::ModuleCall,
             other => return Err(invalid(format!("unknown guard kind {other:?}"))),
         };
         set.add(source, kind);
