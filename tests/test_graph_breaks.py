@@ -1009,6 +1009,53 @@ def paste_like(mask, box):
     return im
 
 
+# --- a break inside a comprehension that reads the frame's locals (its cells) -------------------
+# The frame splits at the comprehension's call; the comprehension gets the frame's own cells,
+# holding what the trace holds, unless the rest of the frame (or the comprehension) writes them.
+
+
+def item_in_listcomp_over_argument(x):
+    keys = sorted([(x[i].sum().item(), i) for i in range(3)])
+    return x[keys[0][1]] * 2
+
+
+def int_in_listcomp_over_locals(masks, boxes):
+    # torchvision's paste_masks_in_image: sizes read in the comprehension, tensors zipped.
+    height, width = masks.shape[-2:]
+    scale = masks.sum() * 0 + 1
+    pasted = [m[: int(b[0]) + 1].sum() * scale + height for m, b in zip(masks, boxes)]
+    return torch.stack(pasted) + width
+
+
+def tolist_in_dict_comprehension(x):
+    offset = x.mean()
+    table = {i: v for i, v in enumerate(x.tolist())}
+    return x + offset + table[0]
+
+
+def local_written_after_the_comprehension(x):
+    k = x.sum()
+    firsts = [float(r[0]) + k.item() * 0 for r in x]
+    k = k * 2
+    return x * k + firsts[0]
+
+
+def walrus_in_the_comprehension(x):
+    last = x[0]
+    squares = [(last := r).sum().item() for r in x]
+    return last * squares[-1]
+
+
+def nested_function_called_at_the_break(x):
+    bias = x.mean()
+
+    def shifted(t):
+        print("in shifted")
+        return t + bias
+
+    return shifted(x) * 2
+
+
 CASES = {
     "print between": (print_between, [(t(3),)], 0),
     "print first": (print_first, [(t(3),)], 0),
@@ -1137,6 +1184,14 @@ CASES = {
     "GRU modules between tensor operations": (recurrent_gru, [(t(2, 8, 8, 4),)], 0),
     "RNN modules between tensor operations": (recurrent_rnn, [(t(1, 6, 4, 4),)], 0),
     "paste a mask (torchvision's paste_mask_in_image)": (paste_like, [(torch.rand(5, 5), torch.tensor([2, 3, 7, 9])), (torch.rand(5, 5), torch.tensor([0, 1, 4, 4]))], 0),
+    "item() in a list comprehension over an argument": (item_in_listcomp_over_argument, [(t(3, 4),)], 0),
+    "int() in a comprehension over the frame's locals": (int_in_listcomp_over_locals, [(torch.rand(3, 4, 5), torch.tensor([[1.0], [2.0], [0.0]]))], 0),
+    "tolist() in a dict comprehension": (tolist_in_dict_comprehension, [(t(4),)], 0),
+    "a local written after the comprehension": (local_written_after_the_comprehension, [(t(3, 4),)], 0),
+    # Refused (the frame runs eagerly): the comprehension writes the frame's variable, which
+    # the resume function would not see.
+    "an assignment expression in the comprehension": (walrus_in_the_comprehension, [(t(3, 4),)], -2),
+    "a nested function called at the break": (nested_function_called_at_the_break, [(t(3),)], 0),
 }
 
 

@@ -57,6 +57,12 @@ pub enum Rebuild {
         args: Vec<Rebuild>,
         kwargs: Vec<(String, Rebuild)>,
     },
+    /// The compiled frame's own cell `slot`, first set to `value` (what the trace holds in
+    /// it): the closure of a function made in the trace that the frame shares.
+    FrameCell {
+        slot: u32,
+        value: Option<Box<Rebuild>>,
+    },
 }
 
 impl Rebuild {
@@ -106,6 +112,13 @@ impl Rebuild {
             Rebuild::Converted { into, value } => Rebuild::Converted {
                 into,
                 value: Box::new(value.map_outputs(source_of)?),
+            },
+            Rebuild::FrameCell { slot, value } => Rebuild::FrameCell {
+                slot,
+                value: match value {
+                    Some(v) => Some(Box::new(v.map_outputs(source_of)?)),
+                    None => None,
+                },
             },
             other @ (Rebuild::Const(_) | Rebuild::Source(_) | Rebuild::Shared(_)) => other,
         })
@@ -611,6 +624,13 @@ impl<'py> CodeGen<'py> {
                 self.emit(Opcode::Call, Operand::Int(1));
             }
             Rebuild::Source(s) => self.load_source(s)?,
+            Rebuild::FrameCell { slot, value } => {
+                if let Some(value) = value {
+                    self.rebuild(value, above)?;
+                    self.emit(Opcode::StoreDeref, Operand::Cell(*slot));
+                }
+                self.load_closure(*slot);
+            }
             Rebuild::Shared(id) => match self.shared_slots.get(id) {
                 Some(&slot) => self.emit(Opcode::LoadFast, Operand::Local(slot)),
                 None => {

@@ -691,7 +691,7 @@ impl<'py> Tracer<'py> {
         let initial = f.locals.get(slot).copied().flatten();
         let cell = Rc::new(RefCell::new(initial));
         if f.is_root {
-            self.root_cells.insert(Rc::as_ptr(&cell) as usize);
+            self.root_cells.insert(Rc::as_ptr(&cell) as usize, i);
         }
         f.cells.insert(slot, Cell::Traced(cell));
         Ok(Flow::Continue)

@@ -574,6 +574,16 @@ fn rebuild_inline(tracer: &Tracer<'_>, id: VarId, r: &mut Rebuilder) -> CResult<
     })
 }
 
+/// Whether `code` (or a function nested in it) writes one of its free variables
+/// (`nonlocal`, or an assignment expression in a comprehension).
+fn writes_free_variables(tracer: &Tracer<'_>, code: &OwnedRef) -> CResult<bool> {
+    let check = tracer
+        .py
+        .import_module("dynamo_rs._capture")?
+        .getattr("writes_free_variables")?;
+    Ok(check.call1((code.bind(tracer.py),))?.is_truthy()?)
+}
+
 /// A function made by `MAKE_FUNCTION` in the trace, made again by the generated code from
 /// its code object, globals, defaults and closure (`_capture.make_function`). A cell the
 /// trace made becomes a new cell holding its last value: right when the trace ends by
@@ -601,12 +611,34 @@ fn function_plan(
                          the compiled frame",
                     );
                 }
-                if tracer.stop_at.is_some() && tracer.root_cells.contains(&address) {
-                    return unsupported(
-                        BreakKind::ValueNotRebuildable,
-                        "a function made in the trace that shares a cell with the frame at a \
-                         graph break",
-                    );
+                if let (Some(_), Some(&slot)) = (tracer.stop_at, tracer.root_cells.get(&address)) {
+                    // A function on the stack at a graph break that closes over a cell of the
+                    // frame (a comprehension reading the frame's locals): it gets the frame's
+                    // own cell, holding the traced value — the same value the resume function
+                    // is handed — as long as neither the function nor (unless the function is
+                    // a comprehension, which runs to its end at that call and is gone) the
+                    // rest of the frame writes it: a later write would reach only one of the
+                    // two cells.
+                    let code = function.code.bind(tracer.py);
+                    let comprehension =
+                        code.getattr("co_name")?.extract::<String>().is_ok_and(|n| {
+                            matches!(n.as_str(), "<listcomp>" | "<dictcomp>" | "<setcomp>")
+                        });
+                    if (!comprehension && tracer.cells_written_after_stop.contains(&slot))
+                        || writes_free_variables(tracer, &function.code)?
+                    {
+                        return unsupported(
+                            BreakKind::ValueNotRebuildable,
+                            "a function made in the trace that shares a cell with the frame \
+                             at a graph break, written after it",
+                        );
+                    }
+                    let value = match *contents.borrow() {
+                        Some(v) => Some(Box::new(rebuild_plan(tracer, v, r)?)),
+                        None => None,
+                    };
+                    cells.push(Rebuild::FrameCell { slot, value });
+                    continue;
                 }
                 if !r.cells.insert(address) {
                     return unsupported(

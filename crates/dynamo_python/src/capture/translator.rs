@@ -171,7 +171,11 @@ pub struct Tracer<'py> {
     pub generators: Vec<super::ops_generators::GeneratorFrame<'py>>,
     /// The cells of the compiled frame's own cell variables, by address: a function made in
     /// the trace that closes over one shares it with the frame (see `rebuild`).
-    pub root_cells: std::collections::HashSet<usize>,
+    pub root_cells: HashMap<usize, u32>,
+    /// Cell slots of the compiled frame its code writes (`STORE_DEREF`, `DELETE_DEREF`) from
+    /// the graph break on (`stop_at`): a function made in the trace that closes over such a
+    /// cell cannot share it with the resume function.
+    pub cells_written_after_stop: std::collections::HashSet<u32>,
     /// Cells standing for free variables of the compiled frame (its closure's cells, which
     /// the code that made the closure shares), by address, with the frame's slot: made
     /// when the frame passes one on (`LOAD_CLOSURE`, a comprehension or nested function
@@ -315,7 +319,8 @@ impl<'py> Tracer<'py> {
             tensor_keys: HashMap::new(),
             with_exits: std::collections::HashSet::new(),
             generators: Vec::new(),
-            root_cells: std::collections::HashSet::new(),
+            root_cells: HashMap::new(),
+            cells_written_after_stop: std::collections::HashSet::new(),
             root_free_cells: HashMap::new(),
             key_tensors: HashMap::new(),
             private_objects: HashMap::new(),
