@@ -1046,6 +1046,14 @@ def walrus_in_the_comprehension(x):
     return last * squares[-1]
 
 
+def comprehension_break_after_an_earlier_break(x):
+    # The comprehension's break is in a resume function, whose cells exist only in the trace
+    # (it makes them after its RESUME): not shared; the resume function runs its code.
+    fn = x.__class__.sin
+    k = x.sum()
+    return [fn(r) * float(r[0]) + k for r in x]
+
+
 def nested_function_called_at_the_break(x):
     bias = x.mean()
 
@@ -1192,6 +1200,9 @@ CASES = {
     # the resume function would not see.
     "an assignment expression in the comprehension": (walrus_in_the_comprehension, [(t(3, 4),)], -2),
     "a nested function called at the break": (nested_function_called_at_the_break, [(t(3),)], 0),
+    # Refused in a resume function (its cells exist only in the trace): it runs eagerly,
+    # where TorchDynamo captures `x.sum()` before the comprehension.
+    "a comprehension break after an earlier break": (comprehension_break_after_an_earlier_break, [(t(3, 4),)], -1),
 }
 
 

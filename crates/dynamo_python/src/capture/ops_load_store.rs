@@ -690,8 +690,17 @@ impl<'py> Tracer<'py> {
         let slot = i as usize;
         let initial = f.locals.get(slot).copied().flatten();
         let cell = Rc::new(RefCell::new(initial));
+        // A cell the frame's prologue makes (before its RESUME): the generated code, which
+        // runs that prologue, has it too. A resume function makes its cells after RESUME, in
+        // code the generated code does not run: those exist only in the trace.
+        let resume = f
+            .instructions
+            .iter()
+            .position(|ins| ins.opcode == dynamo_bytecode::opcode::Opcode::Resume);
         if f.is_root {
-            self.root_cells.insert(Rc::as_ptr(&cell) as usize, i);
+            let made_by_prologue = resume.is_some_and(|at| f.pc <= at);
+            self.root_cells
+                .insert(Rc::as_ptr(&cell) as usize, made_by_prologue.then_some(i));
         }
         f.cells.insert(slot, Cell::Traced(cell));
         Ok(Flow::Continue)

@@ -611,7 +611,15 @@ fn function_plan(
                          the compiled frame",
                     );
                 }
-                if let (Some(_), Some(&slot)) = (tracer.stop_at, tracer.root_cells.get(&address)) {
+                let frame_cell = tracer.root_cells.get(&address).copied();
+                if tracer.stop_at.is_some() && frame_cell == Some(None) {
+                    return unsupported(
+                        BreakKind::ValueNotRebuildable,
+                        "a function made in the trace that shares a cell with the frame at a \
+                         graph break (a cell of a resume function)",
+                    );
+                }
+                if let (Some(_), Some(Some(slot))) = (tracer.stop_at, frame_cell) {
                     // A function on the stack at a graph break that closes over a cell of the
                     // frame (a comprehension reading the frame's locals): it gets the frame's
                     // own cell, holding the traced value — the same value the resume function

@@ -171,7 +171,9 @@ pub struct Tracer<'py> {
     pub generators: Vec<super::ops_generators::GeneratorFrame<'py>>,
     /// The cells of the compiled frame's own cell variables, by address: a function made in
     /// the trace that closes over one shares it with the frame (see `rebuild`).
-    pub root_cells: HashMap<usize, u32>,
+    /// The compiled frame's cells, by address, with their slot when the frame's prologue
+    /// makes them (so the generated code has them too; see `op_make_cell`).
+    pub root_cells: HashMap<usize, Option<u32>>,
     /// Cell slots of the compiled frame its code writes (`STORE_DEREF`, `DELETE_DEREF`) from
     /// the graph break on (`stop_at`): a function made in the trace that closes over such a
     /// cell cannot share it with the resume function.
