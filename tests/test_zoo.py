@@ -30,6 +30,8 @@ SAMPLE = [
     "transformers/vit", "transformers/wav2vec2", "transformers/whisper",
     # A try block around the embeddings; a padding module made in forward.
     "transformers/layoutlm", "transformers/canine",
+    # A forward chosen per instance in __init__; abs() in a sliding-window mask function.
+    "timm/fasternet_t0", "transformers/modernbert",
 ]
 MODELS = ZOO if os.environ.get("DYNAMO_RS_ZOO") == "all" else SAMPLE
 

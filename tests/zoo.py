@@ -46,14 +46,16 @@ TIMM = [
     "res2net50_14w_8s", "selecsls42b", "ese_vovnet19b_dw", "hgnetv2_b0", "lcnet_050",
     "fbnetc_100", "gcvit_xxtiny", "nest_tiny", "pvt_v2_b0", "visformer_tiny", "coat_lite_tiny",
     "davit_tiny", "focalnet_tiny_srf", "inception_next_tiny", "starnet_s1", "mambaout_femto",
-    "hiera_tiny_224", "caformer_s18",
+    "hiera_tiny_224", "caformer_s18", "fasternet_t0", "botnet26t_256", "skresnet18",
+    "swiftformer_xs", "efficientvit_m0", "vit_relpos_small_patch16_224",
 ]
 
 # transformers model types (AutoConfig.for_model), with the inputs each takes.
 TRANSFORMERS_TEXT = [
     "bert", "roberta", "xlm-roberta", "distilbert", "albert", "electra", "deberta-v2", "mpnet",
     "gpt2", "gpt_neo", "gptj", "gpt_neox", "opt", "bloom", "falcon", "llama", "mistral",
-    "qwen2", "phi", "gemma", "layoutlm", "canine",
+    "qwen2", "phi", "gemma", "layoutlm", "canine", "modernbert", "qwen3", "gemma2", "mixtral",
+    "longformer", "xlm",
 ]
 TRANSFORMERS_SEQ2SEQ = ["t5", "bart", "mbart", "pegasus", "blenderbot", "marian"]
 TRANSFORMERS_OTHER = ["vit", "swin", "wav2vec2", "whisper"]
