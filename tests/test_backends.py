@@ -101,3 +101,70 @@ def test_one_graph_per_backend_and_frame() -> None:
     for _ in range(3):
         torch.testing.assert_close(fn(x), with_relu(x))
     assert counter.frame_count == 1
+
+
+def test_code_inductor_generates_is_never_traced(caplog) -> None:
+    """A backward pass run inside a compiled function calls Inductor's generated code
+    (`Runner.call` of a module under its cache directory): torch's own code, run as it is —
+    tracing it failed and fell back with a warning per frame."""
+    import logging
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+    reference = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+    reference.load_state_dict(model.state_dict())
+
+    def step(m, x):
+        loss = m(x).square().mean()
+        loss.backward()
+        return loss
+
+    compiled_step = dynamo_rs.compile(step, backend="inductor")
+    x = torch.randn(3, 4)
+    with caplog.at_level(logging.WARNING, logger="dynamo_rs"):
+        for _ in range(2):
+            torch.testing.assert_close(compiled_step(model, x), step(reference, x))
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad)
+    assert not [r for r in caplog.records if "could not compile" in r.getMessage()], caplog.text
+
+
+def test_profiler_ranges_are_transparent() -> None:
+    """`with torch.autograd.profiler.record_function(name)` (optimizers' `step` wrapper opens
+    one) is traced through: one graph, eager's result."""
+    from dynamo_rs.testing import CompileCounter
+
+    def ranged(x):
+        with torch.autograd.profiler.record_function("block"):
+            y = x.sin() * 2
+        with torch.profiler.record_function("other"):
+            return y + 1
+
+    counter = CompileCounter()
+    x = torch.randn(5)
+    torch.testing.assert_close(dynamo_rs.compile(ranged, backend=counter)(x), ranged(x))
+    assert counter.frame_count == 1
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_backward_inside_a_compiled_function_breaks_the_graph(backend) -> None:
+    """`loss.backward()` (and the other tensor methods that act outside the graph: hooks,
+    retain_grad, storage) is a graph break, as under TorchDynamo: as a graph node it failed in
+    every AOTAutograd backend."""
+
+    def step(w, x):
+        loss = (w * x).sin().sum()
+        loss.backward()
+        kept = (w * 2).sum()
+        return loss.detach(), kept
+
+    explained = dynamo_rs.explain(step)(torch.randn(3, requires_grad=True), torch.randn(3))
+    assert explained.graph_break_count == 1
+    for _ in range(2):
+        torch.manual_seed(0)
+        w_eager, x = torch.randn(3, requires_grad=True), torch.randn(3)
+        w_compiled = w_eager.detach().clone().requires_grad_()
+        expected = step(w_eager, x)
+        got = dynamo_rs.compile(step, backend=backend)(w_compiled, x)
+        torch.testing.assert_close(got, expected)
+        torch.testing.assert_close(w_compiled.grad, w_eager.grad)

@@ -12,6 +12,7 @@ recorded guards as small integer expressions (no Python source evaluated per cal
 
 from __future__ import annotations
 
+import os
 import weakref
 
 import torch
@@ -51,7 +52,15 @@ def call_backend(backend, gm, example_inputs, mode):
 
     context = TracingContext(mode)
     with tracing(context):
-        return backend(gm, example_inputs)
+        compiled = backend(gm, example_inputs)
+    # Inductor has chosen where it writes the code it generates (and made it known through
+    # this variable): code torch's, never traced (a backward pass runs it under our hook).
+    generated = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if generated:
+        from dynamo_rs import config
+
+        config.skip_generated_code_in(generated)
+    return compiled
 
 
 def _marked(tensor, attr: str) -> set:

@@ -41,6 +41,33 @@ import sys
 import types
 
 
+# Directories of code torch generates and loads as modules (Inductor's compiled graphs, whose
+# `Runner.call` the autograd engine runs in a backward pass): torch's own code, never
+# intercepted while `skip_torch` holds. Filled as backends make them known.
+_GENERATED_CODE_DIRS: list = []
+
+
+def _standard_library_dirs() -> list:
+    """The standard library's directories, never intercepted as frames of their own (as
+    TorchDynamo skips them: `weakref`, `copy`, `threading` called from eager code — from a
+    backward pass that compiles its graph lazily, say — are not model code), and, marked
+    with `!`, the package directories that may sit inside them (a non-virtual install's
+    site-packages), which are intercepted as usual. Traced code still inlines the standard
+    library where it calls it."""
+    import site
+    import sysconfig
+
+    paths = sysconfig.get_paths()
+    stdlib = {os.path.join(os.path.abspath(paths[k]), "") for k in ("stdlib", "platstdlib") if paths.get(k)}
+    packages = {paths.get("purelib"), paths.get("platlib")}
+    try:
+        packages |= set(site.getsitepackages()) | {site.getusersitepackages()}
+    except AttributeError:  # a virtualenv's old site module
+        pass
+    kept = {os.path.join(os.path.abspath(p), "") for p in packages if p}
+    return sorted(stdlib) + ["!" + p for p in sorted(kept) if any(p.startswith(s) for s in stdlib)]
+
+
 def _package_dir(name: str) -> str | None:
     import importlib.util
 
@@ -88,7 +115,8 @@ class _Config(types.ModuleType):
             value = bool(value)
             prefixes = [p for p in (_package_dir("dynamo_rs"),) if p]
             if value:
-                prefixes += [p for p in (_package_dir("torch"),) if p]
+                prefixes += [p for p in (_package_dir("torch"),) if p] + _GENERATED_CODE_DIRS
+                prefixes += _standard_library_dirs()
             _native.configure(skip_prefixes=prefixes)
         elif name == "guard_check_mode":
             if value not in ("fast", "debug"):
@@ -101,6 +129,13 @@ class _Config(types.ModuleType):
         else:
             raise AttributeError(f"dynamo_rs.config has no setting {name!r}")
         values[name] = value
+
+    def skip_generated_code_in(self, directory: str) -> None:
+        """Never intercept frames of files under `directory` (see `_GENERATED_CODE_DIRS`)."""
+        prefix = os.path.join(os.path.abspath(directory), "")
+        if prefix not in _GENERATED_CODE_DIRS:
+            _GENERATED_CODE_DIRS.append(prefix)
+            self.skip_torch = self.skip_torch
 
     def __dir__(self):
         return sorted(object.__getattribute__(self, "_values"))

@@ -1112,7 +1112,7 @@ impl<'py> Tracer<'py> {
         let fake = fake.bind(py).clone();
         match name {
             "size" | "dim" | "ndimension" | "numel" | "nelement" | "stride" | "is_contiguous"
-            | "element_size" | "is_floating_point" | "is_complex" | "__len__" => {
+            | "element_size" | "is_floating_point" | "is_complex" | "__len__" | "get_device" => {
                 if self.any_tensor(&args, &kwargs) {
                     return unsupported(
                         BreakKind::UnsupportedCall,
@@ -1148,6 +1148,42 @@ impl<'py> Tracer<'py> {
                     kwargs,
                 )
             }
+            // Methods that act outside what the graph computes — autograd (a backward pass,
+            // hooks, gradients kept), storage and memory — or whose answer is an address: the
+            // graph breaks there, as under TorchDynamo (a `backward` node failed in every
+            // AOTAutograd backend, and ran the pass inside the graph with `eager`).
+            "backward"
+            | "register_hook"
+            | "register_post_accumulate_grad_hook"
+            | "retain_grad"
+            | "data_ptr"
+            | "untyped_storage"
+            | "storage"
+            | "_typed_storage"
+            | "share_memory_"
+            | "record_stream"
+            | "is_pinned"
+            | "pin_memory"
+            | "set_"
+            | "resize_"
+            | "resize_as_"
+            | "__setstate__"
+            | "__reduce_ex__"
+            | "__dlpack__"
+            | "__dlpack_device__"
+            | "apply_"
+            | "map_"
+            | "map2_"
+            | "is_shared" => unsupported(
+                BreakKind::UnsupportedCall,
+                format!("tensor.{name}() acts outside the graph"),
+            ),
+            // A tensor the frame was given turned into a leaf that needs gradients: autograd
+            // state of an input, not a graph operation.
+            "requires_grad_" if self.source(receiver).is_some() => unsupported(
+                BreakKind::UnsupportedCall,
+                "requires_grad_() on a tensor the frame was given",
+            ),
             // With `capture_dynamic_output_shape_ops`, `nonzero` is a graph operation whose
             // result's size is an unbacked symbol (as TorchDynamo makes it): the last arm.
             "item" | "tolist" | "numpy" | "__bool__" | "__int__" | "__float__" | "nonzero"

@@ -246,7 +246,8 @@ impl<'py> Tracer<'py> {
     }
 
     /// `torch.no_grad()`, `torch.enable_grad()`, `torch.set_grad_enabled(mode)` with a
-    /// constant mode, `contextlib.nullcontext()`; None for any other class.
+    /// constant mode, `contextlib.nullcontext()`, a profiler's `record_function(name)`; None
+    /// for any other class.
     pub fn grad_mode_context(
         &mut self,
         cls: &Bound<'py, PyAny>,
@@ -289,6 +290,22 @@ impl<'py> Tracer<'py> {
                 return Ok(None);
             }
             GradModeEntry::Keep
+        } else if cls.is(&py
+            .import_module("torch.autograd.profiler")?
+            .getattr("record_function")?)
+        {
+            // A profiler range (`Optimizer.step`'s wrapper opens one): changes nothing the
+            // graph computes; the compiled code records no range, as under TorchDynamo.
+            let constant = |v: &VarId| matches!(self.kind(*v), VarKind::Const(_));
+            if !args.iter().all(constant) || !kwargs.iter().all(|(_, v)| constant(v)) {
+                return Ok(None);
+            }
+            return Ok(Some(self.add(
+                VarKind::GradModeContext {
+                    on_enter: GradModeEntry::Keep,
+                },
+                None,
+            )));
         } else {
             return Ok(None);
         };

@@ -73,11 +73,25 @@ pub const CO_GENERATOR_LIKE: u32 = 0x20 | 0x80 | 0x200 | 0x100;
 /// Decides whether the hook should look at a code object's frames at all: not for
 /// generators and coroutines, nor for files under one of `skip_prefixes`.
 pub fn initial_mode(layout: &FrameLayout, skip_prefixes: &[String]) -> Mode {
-    if layout.flags & CO_GENERATOR_LIKE != 0
-        || skip_prefixes
-            .iter()
-            .any(|p| layout.filename.starts_with(p.as_str()))
-    {
+    // The longest matching entry decides: a prefix skips, `!dir` keeps files under `dir`
+    // intercepted below a shorter skipped prefix (the site-packages inside the standard
+    // library's directory of a non-virtual install), while a longer skipped prefix under it
+    // (torch's package) still skips.
+    let skipped = skip_prefixes
+        .iter()
+        .filter_map(|p| match p.strip_prefix('!') {
+            Some(kept) => layout
+                .filename
+                .starts_with(kept)
+                .then_some((kept.len(), false)),
+            None => layout
+                .filename
+                .starts_with(p.as_str())
+                .then_some((p.len(), true)),
+        })
+        .max_by_key(|(len, _)| *len)
+        .is_some_and(|(_, skip)| skip);
+    if layout.flags & CO_GENERATOR_LIKE != 0 || skipped {
         Mode::Skip
     } else {
         Mode::Default
