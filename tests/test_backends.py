@@ -168,3 +168,34 @@ def test_backward_inside_a_compiled_function_breaks_the_graph(backend) -> None:
         got = dynamo_rs.compile(step, backend=backend)(w_compiled, x)
         torch.testing.assert_close(got, expected)
         torch.testing.assert_close(w_compiled.grad, w_eager.grad)
+
+
+def _gradient_penalty(layer, x):
+    x = x.detach().requires_grad_()
+    y = layer(x).sum()
+    (grad,) = torch.autograd.grad(y, x, create_graph=True)
+    return y, (grad.norm() - 1) ** 2
+
+
+def _gradient_penalty_attribute(layer, x):
+    x = x.detach()
+    x.requires_grad = True
+    y = layer(x).sum()
+    (grad,) = torch.autograd.grad(y, x)
+    return y, grad
+
+
+@pytest.mark.parametrize("fn", [_gradient_penalty, _gradient_penalty_attribute])
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_gradients_with_respect_to_a_tensor_made_a_leaf(fn, backend) -> None:
+    """`x.detach().requires_grad_()` then `torch.autograd.grad(y, x)` (a gradient penalty):
+    the graph breaks where the leaf is made, so `y` is computed from it by autograd as in
+    eager (a compiled graph's outputs are not differentiable with respect to a tensor the
+    graph itself made a leaf: AOTAutograd raised)."""
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(3, 1)
+    x = torch.randn(4, 3)
+    expected = fn(layer, x)
+    got = dynamo_rs.compile(fn, backend=backend)(layer, x)
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(g, e)

@@ -1178,11 +1178,13 @@ impl<'py> Tracer<'py> {
                 BreakKind::UnsupportedCall,
                 format!("tensor.{name}() acts outside the graph"),
             ),
-            // A tensor the frame was given turned into a leaf that needs gradients: autograd
-            // state of an input, not a graph operation.
-            "requires_grad_" if self.source(receiver).is_some() => unsupported(
+            // A tensor turned into a leaf that needs gradients (`x.detach().requires_grad_()`
+            // before `torch.autograd.grad`): autograd state, which a compiled graph's outputs
+            // do not carry (AOTAutograd hands back tensors the later `grad` call cannot
+            // differentiate with respect to). The graph breaks there, as under TorchDynamo.
+            "requires_grad_" => unsupported(
                 BreakKind::UnsupportedCall,
-                "requires_grad_() on a tensor the frame was given",
+                "tensor.requires_grad_() changes autograd state",
             ),
             // With `capture_dynamic_output_shape_ops`, `nonzero` is a graph operation whose
             // result's size is an unbacked symbol (as TorchDynamo makes it): the last arm.
