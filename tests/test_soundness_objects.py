@@ -630,3 +630,70 @@ def test_configuration_reads_follow_changes(name) -> None:
     finally:
         GPT2Config.attribute_map.clear()
         GPT2Config.attribute_map.update(saved_map)
+
+
+# --- properties that return an attribute of self, read by the guard from the instance dict ---
+
+
+class Exposed:
+    def __init__(self) -> None:
+        self._scale = 2.0
+        self.unrelated = 0
+
+    @property
+    def scale(self):
+        return self._scale
+
+    @scale.setter
+    def scale(self, value):
+        self._scale = value
+
+
+def _reads_exposed(x, obj):
+    return x * obj.scale
+
+
+def _replace_getter_code(obj):
+    type(obj).scale.fget.__code__ = (lambda self: self._scale * 10).__code__
+
+
+class ExposedOther(Exposed):
+    pass
+
+
+EXPOSED_CHANGES = {
+    "attribute behind the property": lambda o: setattr(o, "_scale", 5.0),
+    "through the setter": lambda o: setattr(o, "scale", 7.0),
+    "getter code replaced": _replace_getter_code,
+    "property replaced on the class": lambda o: setattr(type(o), "scale", property(lambda self: -1.0)),
+    "attribute behind the property deleted": lambda o: delattr(o, "_scale"),
+    "unrelated attribute": lambda o: setattr(o, "unrelated", 1),
+}
+
+
+@pytest.mark.parametrize("name", list(EXPOSED_CHANGES))
+def test_property_exposing_an_attribute_follows_changes(name) -> None:
+    original = vars(Exposed)["scale"]
+    code = original.fget.__code__
+    try:
+        eager_obj, compiled_obj = Exposed(), Exposed()
+        counter = CompileCounter()
+        compiled = dynamo_rs.compile(_reads_exposed, backend=counter)
+        x = torch.ones(2)
+        for _ in range(2):
+            torch.testing.assert_close(compiled(x, compiled_obj), _reads_exposed(x, eager_obj))
+        assert counter.frame_count == 1
+        EXPOSED_CHANGES[name](eager_obj)
+        if name not in ("getter code replaced", "property replaced on the class"):
+            EXPOSED_CHANGES[name](compiled_obj)
+        if name == "attribute behind the property deleted":
+            for run, obj in ((_reads_exposed, eager_obj), (compiled, compiled_obj)):
+                with pytest.raises(AttributeError):
+                    run(x, obj)
+            return
+        torch.testing.assert_close(compiled(x, compiled_obj), _reads_exposed(x, eager_obj))
+        if name == "unrelated attribute":
+            assert counter.frame_count == 1
+    finally:
+        original.fget.__code__ = code
+        Exposed.scale = original

@@ -402,36 +402,71 @@ def renamed_attributes(cls):
 
 
 def plain_instance_attribute(obj, name: str):
-    """Whether `getattr(obj, name)` is `obj.__dict__[name]` for as long as `type(obj)` does
-    not change: the default `__getattribute__`, the name in the instance dict, and no data
-    descriptor of that name in the type's MRO (it would take precedence). The guard re-reads
-    such attributes from the instance dict while the type's version tag is unchanged.
-    For a class whose `__getattribute__` only renames through `attribute_map`
-    (`renamed_attributes`), the answer is that dict (the guard then checks, on every read,
-    that the name is not renamed and the instance holds neither an `attribute_map` nor a
-    `_heterogeneity_spec` of its own); else True or False."""
+    """How the guard may read `getattr(obj, name)` straight from the instance dict for as
+    long as `type(obj)` does not change (its version tag), or None. `(key, renames, getter)`:
+    the value is `obj.__dict__[key]` — the name itself when the class's default (or merely
+    renaming, see `renamed_attributes`) lookup finds it there with no data descriptor in the
+    way, or the attribute a Python property returns of `self` when the name is such a
+    property (`config._attn_implementation` returning `self._attn_implementation_internal`,
+    its getter's code checked on every read). `renames` is the class's `attribute_map` for a
+    renaming `__getattribute__` (the guard then checks on every read that neither name is
+    renamed and the instance holds no `attribute_map` or `_heterogeneity_spec` of its own)."""
     cls = type(obj)
     renames = None
     if getattr(cls, "__getattribute__", None) is not object.__getattribute__:
         renames = renamed_attributes(cls)
         if renames is None or name in renames:
-            return False
+            return None
     try:
         instance_dict = object.__getattribute__(obj, "__dict__")
     except AttributeError:
-        return False
-    if type(instance_dict) is not dict or name not in instance_dict:
-        return False
+        return None
+    if type(instance_dict) is not dict:
+        return None
     if renames is not None and ("attribute_map" in instance_dict
                                 or instance_dict.get("_heterogeneity_spec") is not None):
-        return False
+        return None
+    key, getter = name, None
+    entry = _class_entry(cls, name)
+    if type(entry) is property:
+        key = _returned_attribute(entry.fget)
+        if key is None or (renames is not None and key in renames):
+            return None
+        getter = entry.fget
+        entry = _class_entry(cls, key)
+    if entry is not None and (hasattr(type(entry), "__set__") or hasattr(type(entry), "__delete__")):
+        return None
+    if key not in instance_dict:
+        return None
+    return key, renames, getter
+
+
+_MISSING = object()
+
+
+def _class_entry(cls, name: str):
+    """The raw entry for `name` along `cls`'s MRO (descriptors not invoked), or None."""
     for klass in cls.__mro__:
-        if name in vars(klass):
-            kind = type(vars(klass)[name])
-            if hasattr(kind, "__set__") or hasattr(kind, "__delete__"):
-                return False
-            break
-    return True if renames is None else renames
+        entry = vars(klass).get(name, _MISSING)
+        if entry is not _MISSING:
+            return entry
+    return None
+
+
+def _returned_attribute(fget):
+    """The name `fget` returns of its only argument when its whole body is `return
+    self.<name>` (a property that exposes an attribute), else None."""
+    import dis
+
+    if not isinstance(fget, types.FunctionType) or fget.__closure__ is not None:
+        return None
+    code = fget.__code__
+    if code.co_argcount != 1 or code.co_kwonlyargcount or code.co_flags & 0x2c:
+        return None
+    body = [i for i in dis.get_instructions(code) if i.opname not in ("RESUME", "NOP", "CACHE")]
+    if [i.opname for i in body] != ["LOAD_FAST", "LOAD_ATTR", "RETURN_VALUE"] or body[0].arg != 0:
+        return None
+    return body[1].argval
 
 
 def writes_free_variables(code) -> bool:

@@ -305,6 +305,12 @@ pub struct KnownLookup {
     pub ty: OwnedRef,
     pub tag: u32,
     pub renames: Option<OwnedRef>,
+    /// For a name that is a property returning `self.<key>`: its getter's code and the
+    /// getter (whose `__code__` could be replaced); the instance-dict key read is then the
+    /// step's key, not the name.
+    pub property: Option<(OwnedRef, OwnedRef)>,
+    /// The instance-dict key that holds its value (the name, or what its property returns).
+    pub key: Option<OwnedRef>,
 }
 
 impl KnownLookup {
@@ -324,14 +330,27 @@ impl KnownLookup {
         if unsafe { (*object_type.as_type_ptr()).tp_version_tag } != self.tag {
             return None;
         }
+        if let Some((code, getter)) = &self.property {
+            // SAFETY: `getter` is a function object we hold (checked when the guard was
+            // built; a function's code is a field of the object); GIL held.
+            let current = unsafe { pyo3::ffi::PyFunction_GetCode(getter.as_ptr()) };
+            if current != code.as_ptr() {
+                return None;
+            }
+        }
         let dict = instance_dict_of(object)?;
         if let Some(renames) = &self.renames {
             // What the renaming `__getattribute__`s read of the instance itself.
             let own_map = pyo3::intern!(py, "attribute_map");
             let spec = pyo3::intern!(py, "_heterogeneity_spec");
+            let renames = renames.bind(py);
             if dict.contains(own_map).ok()?
                 || dict.get_item(spec).ok()?.is_some_and(|s| !s.is_none())
-                || renames.bind(py).contains(name).ok()?
+                || renames.contains(name).ok()?
+                || match &self.key {
+                    Some(key) => renames.contains(key.bind(py)).ok()?,
+                    None => false,
+                }
             {
                 return None;
             }
@@ -352,7 +371,8 @@ pub fn instance_dict_item<'py>(
     let py = object.py();
     let name = name.bind(py);
     let dict = lookup.instance_dict(object, &name)?;
-    cache.get(&dict, &name).ok().flatten()
+    let key = lookup.key.as_ref().map_or(name, |k| k.bind(py));
+    cache.get(&dict, &key).ok().flatten()
 }
 
 /// The instance dict of `object` (an exact dict), or None when it has none. Classes are

@@ -517,12 +517,18 @@ impl NativeGuard {
             };
             let name = name.clone();
             let answer = plain.call1((&object, name.bind(py)))?;
-            let renames = if answer.is_instance_of::<PyDict>() {
-                Some(OwnedRef::from_bound(&answer))
-            } else if answer.is_truthy()? {
-                None
-            } else {
+            if answer.is_none() {
                 continue;
+            }
+            let (key, renames, getter): (Bound<'_, PyAny>, Bound<'_, PyAny>, Bound<'_, PyAny>) =
+                answer.extract()?;
+            let optional = |v: &Bound<'_, PyAny>| (!v.is_none()).then(|| OwnedRef::from_bound(v));
+            let getter = match optional(&getter) {
+                Some(function) => Some((
+                    OwnedRef::from_bound(&function.bind(py).getattr("__code__")?),
+                    function,
+                )),
+                None => None,
             };
             let ty = object.get_type();
             // SAFETY: `ty` is a live type object (we hold a reference); reading a field of
@@ -533,11 +539,13 @@ impl NativeGuard {
             }
             steps[index].access = Access::InstanceAttr {
                 parent,
-                name,
+                name: name.clone(),
                 lookup: KnownLookup {
                     ty: OwnedRef::from_bound(ty.as_any()),
                     tag,
-                    renames,
+                    renames: optional(&renames),
+                    property: getter,
+                    key: Some(OwnedRef::from_bound(&key)),
                 },
             };
         }
@@ -566,6 +574,8 @@ impl NativeGuard {
                         ty: OwnedRef::from_bound(ty.as_any()),
                         tag,
                         renames: Some(OwnedRef::from_bound(&renames)),
+                        property: None,
+                        key: None,
                     });
                 }
             }
