@@ -931,8 +931,8 @@ def test_graphs_are_the_same_with_and_without_rules():
 
 
 def _repeated_blocks(x):
-    # cumsum over a transposed input: no shape rule answers it.
-    return sum(torch.cumsum(x.transpose(0, 2), dim=0) * k for k in range(4))
+    # cumprod over a transposed input: no shape rule answers it.
+    return sum(torch.cumprod(x.transpose(0, 2), dim=0) * k for k in range(4))
 
 
 def _repeated_views(x):
@@ -958,7 +958,7 @@ def test_repeated_calls_are_remembered_within_a_trace(monkeypatch, fn, dispatche
     x = torch.randn(2, 3, 5)
     with torch.no_grad():
         torch.testing.assert_close(dynamo_rs.compile(fn, backend="eager")(x), fn(x))
-    name = "cumsum" if fn is _repeated_blocks else "diagonal"
+    name = "cumprod" if fn is _repeated_blocks else "diagonal"
     assert calls.count(name) == dispatches, calls
 
 

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch._subclasses import fake_tensor as fake_tensor_module
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
-from dynamo_rs import _native
+from dynamo_rs import _constant_fakes, _native
 from dynamo_rs._fakes import wrap_meta
 
 _FLOATS = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64})
@@ -611,18 +611,32 @@ def _new_filled(mode, args, kwargs):
     return _new(mode, x, tuple(rest), _native.contiguous_strides(tuple(rest)), dtype)
 
 
-def _empty_tensor(mode, args, kwargs):
-    """`torch.tensor([])` (an empty cache): a fresh 1-d tensor with no element, of the
-    default float dtype unless given, on the CPU."""
-    if len(args) != 1 or not isinstance(args[0], (list, tuple)) or args[0] or not set(kwargs) <= {"dtype", "device"}:
+def _python_data(value, depth=0) -> bool:
+    """Python numbers, or (nested) lists and tuples of them."""
+    if isinstance(value, (bool, int, float)):
+        return True
+    return depth < 8 and isinstance(value, (list, tuple)) and all(_python_data(v, depth + 1) for v in value)
+
+
+def _new_tensor(mode, args, kwargs):
+    """`torch.tensor(data)` of Python numbers on the CPU: the real tensor is made (it is
+    small: the trace holds its data anyway), and its fake is what FakeTensorMode makes — a
+    constant holding the real value when it has at most one element (then arithmetic on it
+    and its use as a size are answered by `_constant_fakes`), else a plain fresh tensor."""
+    if len(args) != 1 or not _python_data(args[0]) or not set(kwargs) <= {"dtype", "device"}:
         return None
-    dtype = kwargs.get("dtype") or torch.get_default_dtype()
-    device = kwargs.get("device")
-    if not isinstance(dtype, torch.dtype) or torch.get_default_device().type != "cpu":
+    dtype, device = kwargs.get("dtype"), kwargs.get("device")
+    if (dtype is not None and not isinstance(dtype, torch.dtype)) or torch.get_default_device().type != "cpu":
         return None
     if device is not None and (not isinstance(device, (str, torch.device)) or torch.device(device) != torch.device("cpu")):
         return None
-    meta = torch.empty_strided((0,), (1,), dtype=dtype, device="meta")
+    try:
+        real = torch.tensor(args[0], dtype=dtype)
+    except Exception:  # noqa: BLE001 - FakeTensorMode raises torch's own error
+        return None
+    if real.numel() <= 1:
+        return _constant_fakes.constant_fake(mode, real)
+    meta = torch.empty_strided(real.shape, real.stride(), dtype=real.dtype, device="meta")
     return wrap_meta(mode, meta, torch.device("cpu"))
 
 
@@ -1423,7 +1437,7 @@ RULES = {
     operator.matmul: _matmul, torch.matmul: _matmul, "matmul": _matmul, torch.bmm: _bmm,
     "bmm": _bmm,
     F.softmax: _softmax, torch.softmax: _softmax, "softmax": _softmax,
-    getattr: _attribute, torch.arange: _arange, torch.tensor: _empty_tensor,
+    getattr: _attribute, torch.arange: _arange, torch.tensor: _new_tensor,
     "new_ones": _new_filled, "new_zeros": _new_filled, "new_empty": _new_filled,
     **{op: _compare_or_logical(False) for op in (
         operator.lt, operator.le, operator.gt, operator.ge, operator.eq, operator.ne)},
@@ -1440,6 +1454,22 @@ def infer(mode: FakeTensorMode, target, args, kwargs):
         rule = RULES.get(target)
     except TypeError:  # an unhashable callable
         return None
+    # Arithmetic on values the trace knows, and sizes given as such values (`_constant_fakes`).
+    constant = _constant_fakes.propagate(mode, target, args, kwargs)
+    if constant is not None:
+        return constant
     if rule is None:
         return None
+    args, kwargs = _constant_fakes.sizes_as_ints(mode, target, args, kwargs) or (args, kwargs)
     return rule(mode, args, kwargs)
+
+
+def _add_meta_run_rules() -> None:
+    # Operations without a rule of their own run their kernels on meta (see `_meta_run`).
+    from dynamo_rs._meta_run import RULES as meta_run
+
+    for target, rule in meta_run.items():
+        RULES.setdefault(target, rule)
+
+
+_add_meta_run_rules()

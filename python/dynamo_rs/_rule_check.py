@@ -63,6 +63,7 @@ def check(mode: FakeTensorMode, target, args, kwargs, ours) -> None:
             "dtype": t.dtype, "device": t.device, "requires_grad": t.requires_grad,
             "is an argument": [t is a for a in tensors],
             "shares storage with": [t.untyped_storage()._cdata == a.untyped_storage()._cdata for a in tensors],
+            "constant": None if getattr(t, "constant", None) is None else (t.constant.dtype, t.constant.tolist()),
         }
 
     for mine, theirs in pairs:
