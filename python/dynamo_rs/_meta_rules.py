@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch._subclasses import fake_tensor as fake_tensor_module
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
-from dynamo_rs import _constant_fakes, _native
+from dynamo_rs import _constant_fakes, _meta_run, _native
 from dynamo_rs._fakes import wrap_meta
 
 _FLOATS = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64})
@@ -1452,24 +1452,18 @@ def infer(mode: FakeTensorMode, target, args, kwargs):
     receiver), or None when no rule answers."""
     try:
         rule = RULES.get(target)
+        on_meta = _meta_run.RULES.get(target)
     except TypeError:  # an unhashable callable
         return None
     # Arithmetic on values the trace knows, and sizes given as such values (`_constant_fakes`).
     constant = _constant_fakes.propagate(mode, target, args, kwargs)
     if constant is not None:
         return constant
-    if rule is None:
+    if rule is None and on_meta is None:
         return None
     args, kwargs = _constant_fakes.sizes_as_ints(mode, target, args, kwargs) or (args, kwargs)
-    return rule(mode, args, kwargs)
-
-
-def _add_meta_run_rules() -> None:
-    # Operations without a rule of their own run their kernels on meta (see `_meta_run`).
-    from dynamo_rs._meta_run import RULES as meta_run
-
-    for target, rule in meta_run.items():
-        RULES.setdefault(target, rule)
-
-
-_add_meta_run_rules()
+    result = rule(mode, args, kwargs) if rule is not None else None
+    if result is None and on_meta is not None:
+        # What the rule does not model (or no rule): torch's kernels on meta (`_meta_run`).
+        result = on_meta(mode, args, kwargs)
+    return result

@@ -21,7 +21,10 @@ suite, the fuzzer) every answer is compared with FakeTensorMode's.
 
 from __future__ import annotations
 
+import operator
+
 import torch
+import torch.nn.functional as F
 from torch._dispatch.python import enable_python_dispatcher
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, in_kernel_invocation_manager
 
@@ -73,6 +76,8 @@ def _run_on_meta(mode: FakeTensorMode, target, args, kwargs):
     results = result if isinstance(result, tuple) else (result,)
     if not results or not all(type(r) is torch.Tensor and r.is_meta and not r.requires_grad for r in results):
         return None
+    if target not in _LAYOUT_EXACT and any(1 in r.shape for r in results):
+        return None
     wrapped = tuple(wrap_meta(mode, r, device) for r in results)
     if isinstance(result, tuple):
         return type(result)(wrapped) if type(result) is tuple else None
@@ -92,12 +97,20 @@ _FUNCTIONS = (
     torch.roll, torch.any, torch.all, torch.stack, torch.baddbmm, torch.outer,
     torch.logsumexp, torch.amax, torch.amin, torch.sum, torch.prod, torch.var, torch.std,
     torch.minimum, torch.maximum, torch.atan2, torch.lerp, torch.addcmul, torch.addcdiv,
-    torch.log_softmax, torch.nn.functional.log_softmax, torch.abs, torch.sign, torch.log,
+    torch.log_softmax, F.log_softmax, torch.abs, torch.sign, torch.log,
     torch.log1p, torch.expm1, torch.erf, torch.floor, torch.ceil, torch.round, torch.trunc,
     torch.square, torch.reciprocal, torch.tan, torch.atan, torch.sinh, torch.cosh,
-    torch.nn.functional.softplus, torch.nn.functional.elu, torch.nn.functional.mish,
-    torch.nn.functional.logsigmoid, torch.nn.functional.glu, torch.nn.functional.pixel_shuffle,
-    torch.nn.functional.pixel_unshuffle,
+    F.softplus, F.elu, F.mish, F.logsigmoid, F.glu, F.pixel_shuffle, F.pixel_unshuffle,
+    torch.swapaxes, torch.repeat_interleave, torch.gather, torch.clone, torch.mean,
+    torch.div, torch.add, torch.sub, torch.mul,
+    # Operations with a rule of their own, for the cases the rule does not model.
+    F.layer_norm, F.group_norm, F.batch_norm, F.adaptive_avg_pool2d, F.avg_pool2d,
+    F.max_pool2d, F.pad, F.unfold, F.fold, F.softmax, torch.softmax, torch.matmul, torch.bmm,
+    F.linear, F.gelu, F.silu, F.relu, F.hardswish, F.hardsigmoid, F.leaky_relu, F.relu6,
+    F.hardtanh, torch.clamp, torch.sigmoid, torch.tanh, torch.exp, torch.sqrt, torch.rsqrt,
+    torch.cat, torch.pow, F.normalize,
+    operator.add, operator.sub, operator.mul, operator.truediv, operator.floordiv,
+    operator.matmul, operator.neg, operator.invert, operator.pow,
 )
 _METHODS = (
     "flip", "tril", "triu", "cumsum", "where", "masked_fill", "roll", "any", "all",
@@ -105,15 +118,22 @@ _METHODS = (
     "abs", "sign", "log", "log1p", "expm1", "erf", "floor", "ceil", "round", "trunc", "square",
     "reciprocal", "tan", "atan", "sinh", "cosh", "log_softmax", "minimum", "maximum", "lerp",
     "repeat", "expand_as", "as_strided", "narrow", "diagonal", "movedim", "swapaxes", "squeeze",
-    "clamp_min", "clamp_max", "norm",
+    "clamp_min", "clamp_max", "norm", "repeat_interleave", "gather", "clone", "mean",
+    "softmax", "matmul", "bmm", "add", "sub", "mul", "div", "pow", "float", "half", "double",
+    "sigmoid", "tanh", "exp", "sqrt", "rsqrt", "relu", "clamp",
 )
 
 _NEEDS_THREE_ARGUMENTS = (torch.where, "where")
 # FakeTensorMode answers some operations through torch's Python decompositions (`where`,
-# `tril`, `stack`, `norm`), which can lay out the size-1 dimensions of a non-canonical input
-# differently from the meta kernels (strides of size-1 dimensions are arbitrary, and the two
-# paths choose differently). Inputs with a size-1 dimension are left to FakeTensorMode unless
-# they are canonical, except for operations seen to agree on every layout the test sweeps.
-_LAYOUT_EXACT = (torch.einsum,)
+# `tril`, `stack`, `norm`, `pad`), which can lay out size-1 dimensions differently from the
+# meta kernels (the stride of a size-1 dimension is arbitrary, and the two paths choose
+# differently). Calls with a size-1 dimension in a result, or in an input that is not
+# canonical, are left to FakeTensorMode, except for operations seen to agree on every layout
+# the test sweeps.
+_LAYOUT_EXACT = (
+    torch.einsum, F.layer_norm, F.batch_norm, F.adaptive_avg_pool2d, F.avg_pool2d, F.max_pool2d,
+    torch.roll, torch.matmul, torch.repeat_interleave, "repeat_interleave", torch.mean, "mean",
+    "expand_as", torch.swapaxes, "swapaxes", torch.clone, "clone", F.unfold,
+)
 
 RULES = {**{f: _for(f) for f in _FUNCTIONS}, **{m: _for(m) for m in _METHODS}}
