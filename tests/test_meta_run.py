@@ -294,3 +294,35 @@ def test_constants_in_a_compiled_function_match_eager_and_torchdynamo():
     for e, g in zip(expected, got):
         assert torch.allclose(e, g)
     assert ours.frame_count == theirs.frame_count
+
+
+def _constant_written_through_a_view(x, k):
+    c = torch.tensor(2)
+    v = c.view(1)
+    v.add_(1)  # a constant written by a constant: still known (3)
+    return x.view(-1, c) * 2
+
+
+def _constant_written_by_a_tensor(x, k):
+    c = torch.tensor(2)
+    v = c.view(1)
+    v.add_(k)  # written by a value the trace does not know: no longer a constant
+    return x.view(-1, c) * 2
+
+
+def _constant_from_arithmetic_written(x, k):
+    c = torch.tensor(4) // 2
+    c.mul_(3)
+    return x.reshape(c, -1) + 1
+
+
+@pytest.mark.parametrize("fn", [_constant_written_through_a_view, _constant_written_by_a_tensor,
+                                _constant_from_arithmetic_written])
+def test_constants_changed_in_place_match_eager(fn):
+    import dynamo_rs
+
+    x, k = torch.randn(12), torch.tensor([1])
+    expected = fn(x, k)
+    dynamo_rs.reset()
+    got = dynamo_rs.compile(fn, backend="eager")(x, k)
+    assert got.shape == expected.shape and torch.equal(got, expected)

@@ -96,6 +96,9 @@ def constant_fake(mode: FakeTensorMode, real: torch.Tensor) -> FakeTensor:
     meta = torch.empty_strided(real.shape, real.stride(), dtype=real.dtype, device="meta")
     fake = wrap_meta(mode, meta, real.device)
     fake.constant = real
+    # Registered as FakeTensorMode registers its constants: an in-place change to an alias
+    # (a view FakeTensorMode makes of this constant) then forgets this value too.
+    mode.fake_tensor_converter.add_constant_storage_mapping(fake)
     return fake
 
 
