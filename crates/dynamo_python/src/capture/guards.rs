@@ -15,6 +15,7 @@ use crate::imports::ImportModule;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString, PyTuple};
 
+use super::guard_groups::{deeply_immutable, GroupState, InstanceDictGroup};
 use super::guard_values::{
     class_lookup, instance_dict_item, instance_dict_of, known_hasattr, DictReadCache, DictTagMemo,
     Identity, KnownLookup, ModuleCallMemo, TensorGroup,
@@ -252,6 +253,8 @@ struct Step {
     read_cache: DictReadCache,
     /// A tensor in the `arguments` group (checked before the walk), not `reached`.
     is_argument: bool,
+    /// The instance-dict group this leaf read belongs to (see `guard_groups`).
+    group: Option<usize>,
 }
 
 /// How an argument tensor is read before the walk: a local, or an item of a local tuple, list
@@ -303,6 +306,8 @@ pub struct NativeGuard {
     reference: Option<super::guard_reference::ReferenceGuard>,
     /// Checks on symbolic sizes (dynamic shapes), after everything else.
     shape: Option<super::shape_guard::ShapeGuard>,
+    /// Leaf reads checked together by their object's instance dict (see `guard_groups`).
+    groups: Vec<InstanceDictGroup>,
 }
 
 /// Whether every check also runs the reference evaluation (`guard_check_mode = "debug"`).
@@ -440,6 +445,7 @@ impl NativeGuard {
                 label: source.part(),
                 read_cache: DictReadCache::default(),
                 is_argument: false,
+                group: None,
             });
         }
         let mut tensor_examples = Vec::new();
@@ -587,6 +593,7 @@ impl NativeGuard {
                 step.checks.retain(|c| !matches!(c, Check::Type(_)));
             }
         }
+        let groups = plan_instance_dict_groups(py, &mut steps, &graph_inputs, set.shape.as_ref());
         Ok(NativeGuard {
             steps,
             arguments: TensorGroup::new(py, argument_examples)?,
@@ -614,6 +621,7 @@ impl NativeGuard {
             graph_token,
             owner,
             shape: set.shape.clone(),
+            groups,
             reference: if DEBUG_CHECKS.load(Relaxed) {
                 Some(super::guard_reference::ReferenceGuard::build(
                     py,
@@ -891,7 +899,20 @@ impl NativeGuard {
                 return Ok(Some(failure));
             }
         }
+        let mut group_states = vec![GroupState::default(); self.groups.len()];
         for (index, step) in self.steps.iter().enumerate() {
+            if let Some(group) = step.group {
+                let state = &mut group_states[group];
+                if !state.decided {
+                    let group = &self.groups[group];
+                    *state = group.decide(values[group.parent].as_ref());
+                }
+                if state.holds {
+                    // A leaf: nothing reads its value.
+                    values.push(None);
+                    continue;
+                }
+            }
             let value = match &step.access {
                 Access::Local(i) => locals(*i),
                 Access::Global {
@@ -1101,6 +1122,9 @@ impl NativeGuard {
                 return Ok(Some(what.into()));
             }
         }
+        for (group, state) in self.groups.iter().zip(&group_states) {
+            group.record(state);
+        }
         if let Some(keep) = keep {
             *keep = values;
         }
@@ -1279,4 +1303,62 @@ fn argument_read(py: Python<'_>, steps: &[Step], step: usize) -> Option<Argument
         }
         _ => None,
     }
+}
+
+/// Groups the leaf reads of instance-dict attributes whose checks the value's identity
+/// answers (see `guard_groups`) by the object they are read from, and marks each member
+/// step with its group. A step is a leaf when no other step reads through it, it is no graph
+/// input, no symbolic-size input and no alias's first source.
+fn plan_instance_dict_groups(
+    py: Python<'_>,
+    steps: &mut [Step],
+    graph_inputs: &[usize],
+    shape: Option<&super::shape_guard::ShapeGuard>,
+) -> Vec<InstanceDictGroup> {
+    let mut needed: HashSet<usize> = graph_inputs.iter().copied().collect();
+    if let Some(shape) = shape {
+        needed.extend(shape.inputs.iter().map(|&id| id as usize));
+    }
+    for step in steps.iter() {
+        match &step.access {
+            Access::Attr(parent, _)
+            | Access::ClassAttr(parent, _)
+            | Access::Item(parent, _)
+            | Access::InstanceAttr { parent, .. } => {
+                needed.insert(*parent);
+            }
+            _ => {}
+        }
+        for check in &step.checks {
+            if let Check::Alias(first) = check {
+                needed.insert(*first);
+            }
+        }
+    }
+    let mut groups: Vec<InstanceDictGroup> = Vec::new();
+    for (index, step) in steps.iter_mut().enumerate() {
+        let Access::InstanceAttr { parent, lookup, .. } = &step.access else {
+            continue;
+        };
+        if needed.contains(&index) || lookup.property.is_some() || step.checks.is_empty() {
+            continue;
+        }
+        let answered_by_identity = step.checks.iter().all(|check| match check {
+            Check::Id(_) => true,
+            Check::Equals(expected) => deeply_immutable(&expected.bind(py)),
+            _ => false,
+        });
+        if !answered_by_identity {
+            continue;
+        }
+        let group = match groups.iter().position(|g| g.admits(*parent, lookup)) {
+            Some(group) => group,
+            None => {
+                groups.push(InstanceDictGroup::new(*parent, lookup));
+                groups.len() - 1
+            }
+        };
+        step.group = Some(group);
+    }
+    groups
 }
