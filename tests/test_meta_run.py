@@ -94,16 +94,16 @@ def _cases(rng: random.Random):
     yield torch.outer, (strided(rng, [i]), strided(rng, [k])), {}
 
 
-@SEEDS
-def test_every_listed_operation_matches_fake_tensor_mode(seed):
-    rng = random.Random(3 + 1000 * seed)
+def _sweep(rng: random.Random, make_cases, rounds: int):
+    """Runs `rounds` batches of `make_cases(rng)` through the rules, each checked against
+    FakeTensorMode; returns the tally, the operations met and those answered at least once."""
     tally = Tally()
     targets, answered = set(), set()
     with torch.no_grad():
-        for _ in range(60):
+        for _ in range(rounds):
             mode = FakeTensorMode()
             with mode:
-                cases = list(_cases(rng))
+                cases = list(make_cases(rng))
             for target, args, kwargs in cases:
                 name = target if isinstance(target, str) else target.__name__
                 targets.add(name)
@@ -112,6 +112,12 @@ def test_every_listed_operation_matches_fake_tensor_mode(seed):
                 if tally.answered > before:
                     answered.add(name)
     assert not _rule_check.mismatches, _rule_check.mismatches[:5]
+    return tally, targets, answered
+
+
+@SEEDS
+def test_every_listed_operation_matches_fake_tensor_mode(seed):
+    tally, targets, answered = _sweep(random.Random(3 + 1000 * seed), _cases, 60)
     # Every operation is answered for some layouts (size-1 dimensions are often declined).
     assert len(targets) > 60 and answered == targets, targets - answered
     assert tally.answered > 0.4 * (tally.answered + tally.declined), (tally.answered, tally.declined)
@@ -145,22 +151,7 @@ def _layer_cases(rng: random.Random):
 
 @SEEDS
 def test_layers_their_rules_decline_match_fake_tensor_mode(seed):
-    rng = random.Random(5 + 1000 * seed)
-    answered, targets = set(), set()
-    tally = Tally()
-    with torch.no_grad():
-        for _ in range(80):
-            mode = FakeTensorMode()
-            with mode:
-                cases = list(_layer_cases(rng))
-            for target, args, kwargs in cases:
-                name = target if isinstance(target, str) else target.__name__
-                targets.add(name)
-                before = tally.answered
-                tally.run(mode, target, args, kwargs)
-                if tally.answered > before:
-                    answered.add(name)
-    assert not _rule_check.mismatches, _rule_check.mismatches[:5]
+    _, targets, answered = _sweep(random.Random(5 + 1000 * seed), _layer_cases, 80)
     assert answered == targets, targets - answered
 
 
