@@ -697,3 +697,48 @@ def test_property_exposing_an_attribute_follows_changes(name) -> None:
     finally:
         original.fget.__code__ = code
         Exposed.scale = original
+
+
+# --- renamed configuration attributes (`config.hidden_size` -> `n_embd`), read by the guard
+# from the instance dict under the name they are renamed to ---
+
+
+def _renamed_config():
+    transformers = pytest.importorskip("transformers")
+
+    class RenamingConfig(transformers.GPT2Config):
+        attribute_map = dict(transformers.GPT2Config.attribute_map)
+
+    return RenamingConfig(n_embd=4, n_head=2, n_layer=3, n_positions=8, vocab_size=8)
+
+
+def _read_renamed(x, config):
+    return x * config.hidden_size + config.num_hidden_layers
+
+
+def _del_rename(config):
+    del type(config).attribute_map["num_hidden_layers"]
+    config.__dict__["num_hidden_layers"] = 11  # now read under its own name
+
+
+@pytest.mark.parametrize("change", [
+    lambda c: setattr(c, "n_embd", 16),                           # the target changed
+    lambda c: setattr(c, "hidden_size", 5),                       # set through the renaming
+    lambda c: type(c).attribute_map.__setitem__("hidden_size", "n_head"),  # renamed elsewhere
+    lambda c: c.__dict__.__setitem__("attribute_map", {"hidden_size": "n_head", "num_hidden_layers": "n_layer"}),
+    _del_rename,                                                  # no longer renamed
+], ids=["target", "set_through_rename", "class_table", "instance_table", "unrenamed"])
+def test_renamed_configuration_attribute_follows_changes(change):
+    config = _renamed_config()
+    x = torch.randn(3)
+    counter = CompileCounter()
+    dynamo_rs.reset()
+    compiled = dynamo_rs.compile(_read_renamed, backend=counter)
+    for _ in range(2):
+        torch.testing.assert_close(compiled(x, config), _read_renamed(x, config))
+    assert counter.frame_count == 1
+    change(config)
+    expected = _read_renamed(x, config)
+    torch.testing.assert_close(compiled(x, config), expected)
+    torch.testing.assert_close(compiled(x, config), expected)
+    assert counter.frame_count == 2

@@ -409,13 +409,14 @@ def plain_instance_attribute(obj, name: str):
     way, or the attribute a Python property returns of `self` when the name is such a
     property (`config._attn_implementation` returning `self._attn_implementation_internal`,
     its getter's code checked on every read). `renames` is the class's `attribute_map` for a
-    renaming `__getattribute__` (the guard then checks on every read that neither name is
-    renamed and the instance holds no `attribute_map` or `_heterogeneity_spec` of its own)."""
+    renaming `__getattribute__` (the guard then checks on every read that the name is still
+    renamed to `key`, or neither name is renamed, and that the instance holds no
+    `attribute_map` or `_heterogeneity_spec` of its own)."""
     cls = type(obj)
     renames = None
     if getattr(cls, "__getattribute__", None) is not object.__getattribute__:
         renames = renamed_attributes(cls)
-        if renames is None or name in renames:
+        if renames is None:
             return None
     try:
         instance_dict = object.__getattribute__(obj, "__dict__")
@@ -427,7 +428,17 @@ def plain_instance_attribute(obj, name: str):
                                 or instance_dict.get("_heterogeneity_spec") is not None):
         return None
     key, getter = name, None
-    entry = _class_entry(cls, name)
+    if renames is not None and name in renames:
+        # A renamed name (`config.hidden_size` -> `n_embd`): object's lookup of its target,
+        # which is not renamed again; the guard checks the renaming on every read.
+        key = renames[name]
+        if type(key) is not str:
+            return None
+        entry = _class_entry(cls, key)
+        if type(entry) is property:
+            return None
+    else:
+        entry = _class_entry(cls, name)
     if type(entry) is property:
         key = _returned_attribute(entry.fget)
         if key is None or (renames is not None and key in renames):

@@ -346,12 +346,29 @@ impl KnownLookup {
             let renames = renames.bind(py);
             if dict.contains(own_map).ok()?
                 || dict.get_item(spec).ok()?.is_some_and(|s| !s.is_none())
-                || renames.contains(name).ok()?
-                || match &self.key {
-                    Some(key) => renames.contains(key.bind(py)).ok()?,
-                    None => false,
-                }
             {
+                return None;
+            }
+            let key = self.key.as_ref().map(|k| k.bind(py).clone());
+            let renamed = self.property.is_none()
+                && key.as_ref().is_some_and(|k| !k.eq(name).unwrap_or(false));
+            let lookup_holds = if renamed {
+                // A renamed read: the name must still be renamed to exactly the key (the
+                // renaming applies once, so the key's own entry does not matter).
+                match (renames.get_item(name).ok(), &key) {
+                    (Some(target), Some(key)) => {
+                        target.is_exact_instance_of::<PyString>() && target.eq(key).unwrap_or(false)
+                    }
+                    _ => false,
+                }
+            } else {
+                !renames.contains(name).ok()?
+                    && match &key {
+                        Some(key) => !renames.contains(key).ok()?,
+                        None => true,
+                    }
+            };
+            if !lookup_holds {
                 return None;
             }
         }
