@@ -698,3 +698,68 @@ def test_class_instantiating_table_matches_eager(key) -> None:
     x = torch.linspace(-1, 1, 5)
     for _ in range(2):
         torch.testing.assert_close(compiled(x), fn(x))
+
+
+# --- a key deleted and added again while the dict is iterated: Python's dict iterator raises
+# ("dictionary keys changed during iteration") although the length and order are the same ---
+
+
+def _outcome(fn, *args):
+    try:
+        return "returned", fn(*args)
+    except RuntimeError as error:
+        return "raised", str(error)
+
+
+def _readd_while_iterating_existing(t, dct):
+    total = t.clone()
+    dct.pop("a", None)
+    for k, v in dct.items():
+        del dct["b"]
+        dct["b"] = v + 1
+        total = total + v
+    return total
+
+
+def _readd_while_iterating_made(t, dct):
+    d = {"b": 1}
+    total = t.clone()
+    for k in d:
+        d.pop("b")
+        d.setdefault("b", 2)
+        total = total * 2
+    return total, d
+
+
+def _readd_values_view(t, dct):
+    d = dict(dct)
+    total = t.clone()
+    for v in d.values():
+        item = d.popitem()
+        d[item[0]] = item[1]
+        total = total + v
+    return total
+
+
+def _replace_value_only(t, dct):
+    d = {"a": 1, "b": 2}  # replacing values while iterating is allowed in Python
+    total = t.clone()
+    for k, v in d.items():
+        d[k] = v * 10
+        total = total + v
+    return total, d
+
+
+@pytest.mark.parametrize("fn", [_readd_while_iterating_existing, _readd_while_iterating_made,
+                                _readd_values_view, _replace_value_only])
+def test_keys_readded_while_a_dict_is_iterated_match_eager(fn):
+    make = lambda: (torch.ones(3), {"a": 1, "b": 2})  # noqa: E731
+    expected_args, compiled_args = make(), make()
+    expected = _outcome(fn, *expected_args)
+    actual = _outcome(dynamo_rs.compile(fn, backend=CompileCounter()), *compiled_args)
+    assert expected[0] == actual[0], (expected, actual)
+    if expected[0] == "raised":
+        assert expected[1] == actual[1]
+    else:
+        Comparer().compare(expected[1], actual[1])
+    Comparer().compare(expected_args, compiled_args)

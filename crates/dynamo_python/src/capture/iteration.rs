@@ -225,16 +225,23 @@ impl<'py> Tracer<'py> {
         }
     }
 
-    /// What a list or dict tracker holds, as numbers that change when its contents do.
+    /// What a list or dict tracker holds, as numbers that change when its contents do (a
+    /// dict's: its (key, value) pairs, then how many entries it has lost).
     pub(super) fn contents_fingerprint(&self, container: VarId) -> Vec<usize> {
         match self.kind(container) {
             VarKind::List(items) => items.iter().map(|i| i.0 as usize).collect(),
             VarKind::Dict(entries) => entries
                 .iter()
                 .flat_map(|(k, v)| [k.as_ptr() as usize, v.0 as usize])
+                .chain([self.dict_removals.get(&container).copied().unwrap_or(0)])
                 .collect(),
             _ => Vec::new(),
         }
+    }
+
+    /// Counts an entry removed from a dict tracker (see `dict_removals`).
+    pub(super) fn note_dict_removal(&mut self, dict: VarId) {
+        *self.dict_removals.entry(dict).or_insert(0) += 1;
     }
 
     /// The next item of an iterator tracker (None: exhausted). Refuses when a container

@@ -953,6 +953,7 @@ impl<'py> Tracer<'py> {
                     return self.raise_builtin("KeyError", key);
                 };
                 self.may_change_container(container, "del")?;
+                self.note_dict_removal(container);
                 if let VarKind::Dict(entries) = &mut self.vars[container.0 as usize].kind {
                     entries.remove(at);
                 }

@@ -275,6 +275,7 @@ impl<'py> Tracer<'py> {
                 let found = position.map(|i| entries[i].1);
                 if let (true, Some(at)) = (name == "pop", position) {
                     self.may_change_container(receiver, "dict.pop")?;
+                    self.note_dict_removal(receiver);
                     if let VarKind::Dict(entries) = &mut self.vars[receiver.0 as usize].kind {
                         entries.remove(at);
                     }
@@ -726,6 +727,7 @@ impl<'py> Tracer<'py> {
             _ => None,
         };
         self.may_change_container(receiver, name)?;
+        self.note_dict_removal(receiver);
         let VarKind::Dict(entries) = &mut self.vars[receiver.0 as usize].kind else {
             return unsupported(
                 BreakKind::Internal,

@@ -145,6 +145,9 @@ impl<'py> Tracer<'py> {
                 }
                 if let Some(&dict) = self.instance_dicts.get(&obj) {
                     let key = OwnedRef::from_bound(PyString::new(py, name).as_any());
+                    if value.is_none() {
+                        self.note_dict_removal(dict);
+                    }
                     if let VarKind::Dict(entries) = &mut self.vars[dict.0 as usize].kind {
                         match value {
                             Some(v) => super::vars::dict_set(py, entries, key, v),

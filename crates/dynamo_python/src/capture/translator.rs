@@ -154,6 +154,10 @@ pub struct Tracer<'py> {
     pub containers_shared: bool,
     /// Existing lists, dicts and sets the trace changed, in the order of their first change.
     pub written_containers: Vec<VarId>,
+    /// How many entries each dict tracker has lost (`del`, `pop`, reordering): part of a
+    /// dict's fingerprint, so an iterator sees a key deleted and added again (same length,
+    /// same order), which Python's dict iterator does not let pass.
+    pub dict_removals: HashMap<VarId, usize>,
     /// Sets the trace made, by object address (kept alive): see `ops_sets`.
     pub fresh_sets: HashMap<usize, (VarId, OwnedRef)>,
     /// Existing sets the trace changes, by the address of the real set: the copy that
@@ -315,6 +319,7 @@ impl<'py> Tracer<'py> {
             container_sources: Vec::new(),
             containers_shared: false,
             written_containers: Vec::new(),
+            dict_removals: HashMap::new(),
             fresh_sets: HashMap::new(),
             set_copies: HashMap::new(),
             fresh_deques: HashMap::new(),
