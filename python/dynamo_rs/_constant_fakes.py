@@ -50,10 +50,6 @@ def _constant(mode: FakeTensorMode, value):
     return None
 
 
-def _plain_context() -> bool:
-    return not torch._C._is_any_autocast_enabled() and not torch._C._len_torch_function_stack()
-
-
 def propagate(mode: FakeTensorMode, target, args, kwargs):
     """The constant fake result of arithmetic whose tensor operands are all constants of
     `mode` (a torch function of Python numbers only is such a call too), or None."""
@@ -62,7 +58,8 @@ def propagate(mode: FakeTensorMode, target, args, kwargs):
             return None
     except TypeError:  # an unhashable callable
         return None
-    real_args = []
+    from dynamo_rs import _meta_rules  # which imports this module
+
     tensors = 0
     for value in (*args, *kwargs.values()):
         if isinstance(value, torch.Tensor):
@@ -74,8 +71,8 @@ def propagate(mode: FakeTensorMode, target, args, kwargs):
             return None
     if tensors == 0 and (isinstance(target, str) or target.__module__ == "_operator"):
         return None  # Python arithmetic on numbers is not a tensor operation
-    if not _plain_context():
-        return None
+    if not _meta_rules._plain_context(()):
+        return None  # autocast or a torch-function mode could change what the call does
     real_args = [_constant(mode, a) if isinstance(a, torch.Tensor) else a for a in args]
     real_kwargs = {k: _constant(mode, v) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
     try:

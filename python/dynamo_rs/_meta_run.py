@@ -26,7 +26,7 @@ import operator
 import torch
 import torch.nn.functional as F
 from torch._dispatch.python import enable_python_dispatcher
-from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, in_kernel_invocation_manager
+from torch._subclasses.fake_tensor import FakeTensorMode, in_kernel_invocation_manager
 
 from dynamo_rs._fakes import wrap_meta
 

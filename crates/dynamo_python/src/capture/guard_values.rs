@@ -309,8 +309,11 @@ pub struct KnownLookup {
     /// getter (whose `__code__` could be replaced); the instance-dict key read is then the
     /// step's key, not the name.
     pub property: Option<(OwnedRef, OwnedRef)>,
-    /// The instance-dict key that holds its value (the name, or what its property returns).
+    /// The instance-dict key that holds its value (the name, what its property returns, or
+    /// what `renames` renames it to).
     pub key: Option<OwnedRef>,
+    /// The name is renamed to `key` by `renames` (checked to still be so on every read).
+    pub renamed: bool,
 }
 
 impl KnownLookup {
@@ -350,9 +353,7 @@ impl KnownLookup {
                 return None;
             }
             let key = self.key.as_ref().map(|k| k.bind(py).clone());
-            let renamed = self.property.is_none()
-                && key.as_ref().is_some_and(|k| !k.eq(name).unwrap_or(false));
-            let lookup_holds = if renamed {
+            let lookup_holds = if self.renamed {
                 // A renamed read: the name must still be renamed to exactly the key (the
                 // renaming applies once, so the key's own entry does not matter).
                 match (renames.get_item(name).ok(), &key) {

@@ -543,6 +543,8 @@ impl NativeGuard {
             if tag == 0 {
                 continue; // no valid tag (`plain_instance_attribute` looks it up to assign one)
             }
+            // Read under another key without a property: `attribute_map` renames the name.
+            let renamed = getter.is_none() && !key.eq(name.bind(py))?;
             steps[index].access = Access::InstanceAttr {
                 parent,
                 name: name.clone(),
@@ -552,6 +554,7 @@ impl NativeGuard {
                     renames: optional(&renames),
                     property: getter,
                     key: Some(OwnedRef::from_bound(&key)),
+                    renamed,
                 },
             };
         }
@@ -582,6 +585,7 @@ impl NativeGuard {
                         renames: Some(OwnedRef::from_bound(&renames)),
                         property: None,
                         key: None,
+                        renamed: false,
                     });
                 }
             }
