@@ -50,9 +50,16 @@ def call_backend(backend, gm, example_inputs, mode):
     and for dynamic shapes."""
     from torch._guards import TracingContext, tracing
 
+    inductor = _is_inductor(backend)
+    if inductor:
+        from dynamo_rs import _inductor_keys
+
+        _inductor_keys.prime()
     context = TracingContext(mode)
     with tracing(context):
         compiled = backend(gm, example_inputs)
+    if inductor:
+        _inductor_keys.remember()
     # Inductor has chosen where it writes the code it generates (and made it known through
     # this variable): code torch's, never traced (a backward pass runs it under our hook).
     generated = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
@@ -61,6 +68,15 @@ def call_backend(backend, gm, example_inputs, mode):
 
         config.skip_generated_code_in(generated)
     return compiled
+
+
+def _is_inductor(backend) -> bool:
+    """Whether `backend` is Inductor (by name, with `mode=`/`options=`, or its entry point):
+    the backends that ask for Inductor's installation keys."""
+    if isinstance(backend, torch._TorchCompileInductorWrapper):
+        return True
+    module = getattr(backend, "__module__", None) or ""
+    return module.startswith(("torch._inductor", "torch._dynamo.backends.inductor"))
 
 
 def _marked(tensor, attr: str) -> set:

@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 import torch
 
-from dynamo_rs import _native
+from dynamo_rs import _inductor_keys, _native
 from dynamo_rs.backends import resolve_backend
 
 
@@ -35,6 +35,7 @@ def compile(  # noqa: A001 - the name mirrors torch.compile
         if backend != "inductor":
             raise ValueError("mode and options only apply to the inductor backend")
         compiler = torch._TorchCompileInductorWrapper(mode, options, dynamic)
+        _inductor_keys.start()
     else:
         compiler = resolve_backend(backend)
     converter = _native.Converter(compiler, fullgraph=fullgraph, dynamic=dynamic,

@@ -31,7 +31,12 @@
   is captured in a directory and, in a later process, bind it to the frame being called
   instead of tracing (see `dynamo_rs.cache`). Only for backends named by a string.
 - capture_cache_dir (None: the environment variable DYNAMO_RS_CACHE_DIR, else
-  `$XDG_CACHE_HOME/dynamo_rs/capture` or `~/.cache/dynamo_rs/capture`): where.
+  `$XDG_CACHE_HOME/dynamo_rs/capture` or `~/.cache/dynamo_rs/capture`): where (also the
+  remembered Inductor keys are kept there).
+- remember_inductor_keys (True, or the environment variable
+  DYNAMO_RS_REMEMBER_INDUCTOR_KEYS=0 to turn it off): remember Inductor's installation keys
+  (hashes of torch's and triton's installed files, ~0.4 s to compute in every process)
+  between processes, under a fingerprint of those files (see `dynamo_rs._inductor_keys`).
 """
 
 from __future__ import annotations
@@ -92,6 +97,7 @@ class _Config(types.ModuleType):
         self.guard_check_mode = os.environ.get("DYNAMO_RS_GUARD_CHECK_MODE", "") or "fast"
         self.capture_cache = os.environ.get("DYNAMO_RS_CAPTURE_CACHE", "") not in ("", "0")
         self.capture_cache_dir = os.environ.get("DYNAMO_RS_CACHE_DIR") or None
+        self.remember_inductor_keys = os.environ.get("DYNAMO_RS_REMEMBER_INDUCTOR_KEYS", "") != "0"
 
     def __getattr__(self, name: str):
         values = object.__getattribute__(self, "_values")
@@ -122,7 +128,8 @@ class _Config(types.ModuleType):
             if value not in ("fast", "debug"):
                 raise ValueError(f"guard_check_mode must be 'fast' or 'debug', not {value!r}")
             _native.configure_capture(guard_check_debug=value == "debug")
-        elif name in ("meta_rules", "verify_meta_rules", "guard_self_check", "capture_cache"):
+        elif name in ("meta_rules", "verify_meta_rules", "guard_self_check", "capture_cache",
+                      "remember_inductor_keys"):
             value = bool(value)
         elif name == "capture_cache_dir":
             value = None if value is None else os.fspath(value)

@@ -5,6 +5,7 @@
 //! Module map:
 //! - [`api::bytecode`]: `decode`, `assemble`, `stack_effect` and the `Instruction` class.
 //! - [`api::shapes`]: result sizes and strides of common operations, for `_meta_rules`.
+//! - [`api::files`]: fingerprints of installed file trees, for `_inductor_keys`.
 //! - [`errors`]: Python exception types and the conversion from Rust errors.
 //! - [`eval_frame`]: the PEP 523 frame hook and the per-code cache of transformed code.
 //! - [`capture`]: symbolic execution of a frame into an FX graph, its guard and new code.
@@ -21,6 +22,7 @@ pub mod imports;
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     api::bytecode::register(m)?;
     api::shapes::register(m)?;
+    api::files::register(m)?;
     errors::register(m)?;
     eval_frame::register(m)?;
     capture::register(m)?;

@@ -1,2 +1,3 @@
 pub mod bytecode;
+pub mod files;
 pub mod shapes;
