@@ -6,7 +6,8 @@ cache), first empty, then warm (the best of two later processes). The clock star
 both pay their own imports) and stops when the first call returns; outputs are checked against
 eager afterwards. "dynamo_rs+capture cache" is dynamo_rs with its persistent capture cache on
 (`DYNAMO_RS_CAPTURE_CACHE=1`, a directory of its own): warm processes bind the stored capture
-instead of tracing."""
+instead of tracing. Both dynamo_rs columns remember Inductor's installation keys in their own
+directory (see `dynamo_rs._inductor_keys`): the empty run computes them as torch.compile does."""
 
 from __future__ import annotations
 
@@ -52,8 +53,11 @@ def first_output(name: str, front: str, backend: str, cache_dir: str) -> dict:
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache_dir)
     # As a user's machine runs it: the imported modules' bytecode cached on disk.
     env.pop("PYTHONDONTWRITEBYTECODE", None)
+    # dynamo_rs's own cache directory (remembered Inductor keys; the capture cache if on).
+    env.update(DYNAMO_RS_CACHE_DIR=os.path.join(cache_dir, "capture"))
+    env.pop("DYNAMO_RS_CAPTURE_CACHE", None)
     if front == "dynamo_rs+capture cache":
-        env.update(DYNAMO_RS_CAPTURE_CACHE="1", DYNAMO_RS_CACHE_DIR=os.path.join(cache_dir, "capture"))
+        env.update(DYNAMO_RS_CAPTURE_CACHE="1")
     code = PROGRAM.format(tests=os.path.join(ROOT, "tests"), name=name, front=front, backend=backend)
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                           timeout=1800, cwd=ROOT)
