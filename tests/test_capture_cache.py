@@ -424,3 +424,89 @@ def test_clear_removes_every_entry(workspace, tmp_path) -> None:
     assert not cache_files(workspace)
     again = run(workspace)
     assert again["traces"] == N_FUNCTIONS, again
+
+
+# One decorator's `wrapper` code runs every decorated model's forward (as transformers'
+# `can_return_tuple` does): its file holds an entry per model class, in modules of their own.
+SHARED_WRAPPER = {
+    "decorate.py": """
+import functools
+
+def decorated(fn):
+    @functools.wraps(fn)
+    def wrapper(self, *args, **kwargs):
+        return fn(self, *args, **kwargs) * 2
+    return wrapper
+""",
+    "model_a.py": """
+import torch
+from decorate import decorated
+
+class ModelA(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+
+    @decorated
+    def forward(self, x):
+        return self.linear(x).relu()
+""",
+    "model_b.py": """
+import torch
+from decorate import decorated
+
+class ModelB(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+
+    @decorated
+    def forward(self, x):
+        return self.linear(x).sigmoid()
+""",
+}
+
+SHARED_WRAPPER_PROGRAM = textwrap.dedent(
+    """
+    import importlib, json, sys, torch, dynamo_rs
+    sys.path.insert(0, sys.argv[1])
+    dynamo_rs.config.capture_cache = True
+    dynamo_rs.config.capture_cache_dir = sys.argv[2]
+    ok, converters = [], []
+    for name in sys.argv[3:]:
+        module = importlib.import_module("model_" + name)
+        torch.manual_seed(0)
+        model = getattr(module, "Model" + name.upper())()
+        compiled = dynamo_rs.compile(model, backend="eager")
+        x = torch.randn(3, 4)
+        with torch.no_grad():
+            ok.append(bool(torch.allclose(compiled(x), model(x))))
+        converters.append(compiled._dynamo_rs_converter)
+    print(json.dumps({"ok": ok, "traces": sum(c.traces for c in converters),
+                      "loaded": sum(c.loaded for c in converters),
+                      "imported_a": "model_a" in sys.modules}))
+    """
+)
+
+
+def test_entries_of_other_callers_are_passed_over_without_their_modules(tmp_path) -> None:
+    code, cache = tmp_path / "code", tmp_path / "cache"
+    code.mkdir()
+    for name, text in SHARED_WRAPPER.items():
+        (code / name).write_text(text)
+
+    def run_models(*names) -> dict:
+        done = subprocess.run([sys.executable, "-c", SHARED_WRAPPER_PROGRAM, str(code), str(cache), *names],
+                              env=environment(cache), capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-4000:]
+        out = json.loads(done.stdout.strip().splitlines()[-1])
+        assert all(out["ok"]), out
+        return out
+
+    # B first, A last: A's entry is the most recent, tried first.
+    first = run_models("b", "a")
+    assert first["traces"] >= 2, first
+    second = run_models("b")
+    assert second["traces"] == 0 and second["loaded"] >= 1, second
+    # A's entry was passed over on the argument's class, without importing A's module.
+    assert not second["imported_a"], second

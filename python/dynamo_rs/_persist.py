@@ -1025,22 +1025,47 @@ _AT_SOURCE = {
 }
 
 
+def _check_argument_types(spec: dict, frame_locals) -> None:
+    """Raises Mismatch at once when an argument of the frame is not of the class an entry
+    requires, by the class's name: one code object often has entries for several callers
+    (a decorator's `wrapper` around every model's `forward`), and binding another model's
+    entry would look up (even import) its classes before its guards fail."""
+    sources = spec["sources"]
+    for g in spec["guards"]:
+        if g[1] not in ("type", "instance"):
+            continue
+        source, cls = sources[g[0]], g[2]
+        if source[0] != "local" or not (isinstance(cls, list) and cls and cls[0] == "named"):
+            continue
+        try:
+            live = type(frame_locals[source[2]])
+        except KeyError:
+            raise Mismatch(f"no local {source[2]}") from None
+        wanted = (cls[1], cls[2])
+        if (getattr(live, "__module__", None), getattr(live, "__qualname__", None)) != wanted \
+                and _name_of(live) != wanted:  # (a builtin type is written by another name)
+            raise Mismatch(f"{source[2]} is a {live.__qualname__}, not a {cls[2]}")
+
+
 def _bind(entry: dict, frame, converter):
     from dynamo_rs import _native
     from dynamo_rs._capture import release_real_tensor_memos
     from dynamo_rs._shapes import call_backend, new_fake_mode
 
     spec = entry["guards"]
+    _check_argument_types(spec, frame.f_locals)
     reader = _Frame(frame, spec["sources"])
     guards = []
-    distinct: list = []  # the objects of guards with no alias, in order
+    # The objects of guards with no alias, by identity (held in `guards`, so ids stay
+    # theirs meanwhile).
+    distinct: set = set()
 
     def bound(sid: int, kind: str, value, alias) -> None:
         # The same pattern of shared and distinct objects as when traced.
         if alias is None:
-            if any(value is other for other in distinct):
+            if id(value) in distinct:
                 raise Mismatch(f"the object at source {sid} is another guarded one")
-            distinct.append(value)
+            distinct.add(id(value))
         elif guards[alias][2] is not value:
             raise Mismatch(f"the object at source {sid} is not the one it was")
         guards.append((sid, kind, value))
