@@ -162,3 +162,32 @@ def test_an_unwritable_directory_is_left_alone(keys, tmp_path) -> None:
     _inductor_keys.prime()
     _inductor_keys.remember()  # cannot make the directory: no error
     assert _inductor_keys.counters == {"miss": 1}
+
+
+@pytest.mark.parametrize("how", ["compile(fn)", "compile(module, mode=...)", "compile then exit()",
+                                 "compile then os.fork()"])
+def test_a_program_that_exits_at_once_exits_cleanly(how) -> None:
+    """`dynamo_rs.compile` with Inductor starts computing the fingerprint in a thread; a
+    program that ends (or forks) right after must neither abort nor hang (a daemon thread
+    taking the GIL back during finalization aborted the process)."""
+    import subprocess
+    import sys
+
+    body = {
+        "compile(fn)": "dynamo_rs.compile(lambda x: x + 1)",
+        "compile(module, mode=...)": "dynamo_rs.compile(torch.nn.Linear(2, 2), mode='reduce-overhead')",
+        "compile then exit()": "dynamo_rs.compile(lambda x: x + 1); sys.exit(0)",
+        "compile then os.fork()": (
+            "dynamo_rs.compile(lambda x: x + 1)\n"
+            "pid = os.fork()\n"
+            "if pid == 0:\n"
+            "    from dynamo_rs import _inductor_keys\n"
+            "    assert _inductor_keys._early.result()\n"
+            "    os._exit(0)\n"
+            "assert os.waitpid(pid, 0)[1] == 0"),
+    }[how]
+    program = "import os, sys, torch, dynamo_rs\n" + body + "\n"
+    for _ in range(2):  # the thread runs for ~30 ms: exit while it does
+        done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert "FATAL" not in done.stderr, done.stderr[-2000:]

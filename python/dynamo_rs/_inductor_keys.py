@@ -83,7 +83,11 @@ class _Early:
 
     def __init__(self) -> None:
         self.value: str | None = None
-        self.thread = threading.Thread(target=self._run, name="dynamo_rs-inductor-keys", daemon=True)
+        # Not a daemon: the interpreter waits for it (~30 ms at most) before finalizing. A
+        # daemon thread would be unwound by force when it takes the GIL back during
+        # finalization, which aborts the process ("exception not rethrown") as the unwinding
+        # crosses the Rust frames of the fingerprint.
+        self.thread = threading.Thread(target=self._run, name="dynamo_rs-inductor-keys", daemon=False)
         self.thread.start()
 
     def _run(self) -> None:
