@@ -153,6 +153,18 @@ def test_turned_off_nothing_is_read_or_written(keys) -> None:
     assert not os.path.exists(memo_path())
 
 
+def test_with_inductor_caches_off_nothing_is_read_or_written(keys) -> None:
+    from torch._inductor import config as inductor_config
+
+    tree, real = keys
+    fresh()
+    with inductor_config.patch(force_disable_caches=True):
+        _inductor_keys.prime()
+        _inductor_keys.remember()
+    assert _inductor_keys.counters == {}
+    assert not os.path.exists(memo_path())
+
+
 def test_an_unwritable_directory_is_left_alone(keys, tmp_path) -> None:
     tree, real = keys
     blocker = tmp_path / "file"

@@ -54,6 +54,8 @@ def enabled() -> bool:
     from torch._inductor import config as inductor_config
 
     # Without Inductor's caches the keys are never asked for.
+    if getattr(inductor_config, "force_disable_caches", False):
+        return False
     return bool(inductor_config.fx_graph_cache or inductor_config.autograd_cache)
 
 
