@@ -91,7 +91,10 @@ impl TreeDigest {
                 continue;
             };
             if kind.is_dir() {
-                if SKIPPED_DIRECTORIES.iter().any(|skipped| entry.file_name() == *skipped) {
+                if SKIPPED_DIRECTORIES
+                    .iter()
+                    .any(|skipped| entry.file_name() == *skipped)
+                {
                     continue;
                 }
                 self.write_str("dir");
@@ -117,7 +120,10 @@ impl TreeDigest {
         self.write_u64(meta.len());
         self.write_u64(meta.ino());
         self.write_u64(meta.dev());
-        for (seconds, nanos) in [(meta.mtime(), meta.mtime_nsec()), (meta.ctime(), meta.ctime_nsec())] {
+        for (seconds, nanos) in [
+            (meta.mtime(), meta.mtime_nsec()),
+            (meta.ctime(), meta.ctime_nsec()),
+        ] {
             self.write_u64(seconds.cast_unsigned());
             self.write_u64(nanos.cast_unsigned());
         }
@@ -233,6 +239,9 @@ mod tests {
     #[test]
     fn the_same_files_under_another_root_differ() {
         let tree = Scratch::new("roots");
-        assert_ne!(fingerprint(&[tree.path("pkg")]), fingerprint(&[tree.path("pkg/sub")]));
+        assert_ne!(
+            fingerprint(&[tree.path("pkg")]),
+            fingerprint(&[tree.path("pkg/sub")])
+        );
     }
 }
