@@ -668,17 +668,84 @@ impl<'py> Tracer<'py> {
                 BreakKind::UnsupportedOperation,
                 format!("the tensor attribute .{name}"),
             ),
-            _ => {
-                if fake.getattr(name).map(|a| a.is_callable()).unwrap_or(false) {
-                    Ok(self.method(tensor, name, None))
-                } else {
-                    unsupported(
-                        BreakKind::UnsupportedOperation,
-                        format!("the tensor attribute .{name}"),
-                    )
+            _ => match fake.getattr(name) {
+                Ok(attribute) if attribute.is_callable() => Ok(self.method(tensor, name, None)),
+                Err(err) if err.is_instance_of::<pyo3::exceptions::PyAttributeError>(self.py) => {
+                    self.missing_tensor_attr(tensor, name)
                 }
-            }
+                _ => unsupported(
+                    BreakKind::UnsupportedOperation,
+                    format!("the tensor attribute .{name}"),
+                ),
+            },
         }
+    }
+
+    /// `tensor.name` where tensors have no such attribute: the `AttributeError` eager code
+    /// gets, raised in the trace (so a `try`/`except AttributeError` or `hasattr`-style probe
+    /// around it is traced), when that is certain on every call — the tensor is a plain
+    /// `Tensor`/`Parameter` (its class is guarded by the tensor check) whose class has no such
+    /// attribute, and, for a tensor the frame was given, whose own `__dict__` lacks it (guarded
+    /// to stay so). A tensor made in the trace has no instance attributes (setting one breaks
+    /// the graph).
+    fn missing_tensor_attr(&mut self, tensor: VarId, name: &str) -> CResult<VarId> {
+        let py = self.py;
+        let give_up = || {
+            unsupported(
+                BreakKind::UnsupportedOperation,
+                format!("the tensor attribute .{name}"),
+            )
+        };
+        let node = match self.kind(tensor) {
+            VarKind::Tensor { node, .. } => *node,
+            _ => return give_up(),
+        };
+        let input = self
+            .inputs
+            .iter()
+            .find(|input| input.node == node)
+            .map(|input| (input.example.bind(py).clone(), input.source.clone()));
+        let torch = py.import_module("torch")?;
+        let plain_tensor = torch.getattr("Tensor")?;
+        let class = match &input {
+            Some((real, _)) => real.get_type().into_any(),
+            None => plain_tensor.clone(),
+        };
+        let parameter = torch.getattr("nn")?.getattr("Parameter")?;
+        let attribute = pyo3::types::PyString::new(py, name);
+        if !(class.is(&plain_tensor) || class.is(&parameter))
+            || super::guard_values::class_lookup(&class, &attribute).is_some()
+        {
+            return give_up();
+        }
+        if let Some((real, source)) = input {
+            let has_own = super::guard_values::instance_dict_of(&real)
+                .map(|dict| dict.contains(&attribute))
+                .transpose()?
+                .unwrap_or(false);
+            if has_own {
+                return give_up();
+            }
+            self.guards.add(
+                source,
+                super::guards::GuardKind::InstanceDictLacks(name.to_string()),
+            );
+        }
+        let message = format!(
+            "'{}' object has no attribute '{name}'",
+            class.getattr("__name__")?
+        );
+        let kwargs = pyo3::types::PyDict::new(py);
+        kwargs.set_item("name", name)?;
+        let error = self
+            .h
+            .builtins
+            .getattr("AttributeError")?
+            .call((message.as_str(),), Some(&kwargs))?;
+        self.raised(
+            PyErr::from_value(error),
+            format!("AttributeError: {message}"),
+        )
     }
 
     /// Fake tensors report their device; keep it (the tensor guard pins it).
