@@ -49,9 +49,12 @@ class Symbolic:
 
     def run(self, target, *args, **kwargs):
         """The operation through `run_fake` (rule, then verified against FakeTensorMode);
-        returns (result, whether a symbolic rule answered)."""
-        answered = _symbolic_rules.infer(self.mode, target, args, kwargs) is not None
-        return _capture.run_fake(self.mode, target, args, kwargs), answered
+        returns (result, whether a symbolic rule answered). Under no_grad, as inference
+        traces run: with grad mode on, views are left to FakeTensorMode (autograd links
+        them to their base; see `test_views_with_grad_mode_on_are_left_to_fake_tensor_mode`)."""
+        with torch.no_grad():
+            answered = _symbolic_rules.infer(self.mode, target, args, kwargs) is not None
+            return _capture.run_fake(self.mode, target, args, kwargs), answered
 
     def under(self, fn):
         """`fn()` through FakeTensorMode itself (to make layouts: views, derived sizes)."""
@@ -85,6 +88,21 @@ def test_rules_agree_on_row_major_inputs() -> None:
         _, answered = s.run(target, *args, **kwargs)
         assert answered, target
     assert not _rule_check.mismatches
+
+
+def test_views_with_grad_mode_on_are_left_to_fake_tensor_mode() -> None:
+    """A view made by a rule shares storage but is no autograd view of its base; with grad
+    mode on an in-place operation could link them later, so FakeTensorMode (through
+    autograd) makes it. Results that are not views are still answered."""
+    s = Symbolic()
+    x = s.fake(3, 5, 8)
+    assert torch.is_grad_enabled()
+    for target, args in [("view", (x, -1, 8)), ("transpose", (x, 0, 1)), ("split", (x, 3, 2)),
+                         (operator.getitem, (x, (Ellipsis, slice(None, 4))))]:
+        assert _symbolic_rules.infer(s.mode, target, args, {}) is None, target
+        result = _capture.run_fake(s.mode, target, args, {})
+        assert all(r._is_view() for r in (result if isinstance(result, tuple) else (result,))), target
+    assert _symbolic_rules.infer(s.mode, torch.tanh, (x,), {}) is not None
 
 
 def test_images_through_convolutions() -> None:

@@ -75,9 +75,22 @@ def _new(mode: FakeTensorMode, like: FakeTensor, sizes, strides, dtype=None) -> 
     return wrap_meta(mode, meta, like.fake_device)
 
 
+class NeedsAutogradView(Exception):
+    """A rule's result would be a view made with grad mode on: left to FakeTensorMode (see
+    `_view`)."""
+
+
 def _view(mode: FakeTensorMode, base: FakeTensor, sizes, strides, offset=None) -> FakeTensor:
     """A fake tensor over `base`'s storage, as FakeTensorMode's cache makes view results.
-    A view requires grad when its base does, even with grad mode off."""
+    A view requires grad when its base does, even with grad mode off.
+
+    Made this way it shares storage but is no autograd view of `base`: an in-place operation
+    that records autograd on one of them later (`out[:, :n].copy_(linear(x))`, `base.mul_(w)`
+    with `w` requiring grad) would leave the other's `requires_grad`, `is_leaf` and `grad_fn`
+    as they were, where eager code sees them change. With grad mode on, views are therefore
+    made by FakeTensorMode, through autograd (raises NeedsAutogradView; `infer` declines)."""
+    if torch.is_grad_enabled():
+        raise NeedsAutogradView
     meta = torch.empty_strided((), (), dtype=base.dtype, device="meta")
     meta.set_(base.untyped_storage(), base.storage_offset() if offset is None else offset, sizes, strides)
     if base.requires_grad:
@@ -1462,7 +1475,10 @@ def infer(mode: FakeTensorMode, target, args, kwargs):
     if rule is None and on_meta is None:
         return None
     args, kwargs = _constant_fakes.sizes_as_ints(mode, target, args, kwargs) or (args, kwargs)
-    result = rule(mode, args, kwargs) if rule is not None else None
+    try:
+        result = rule(mode, args, kwargs) if rule is not None else None
+    except NeedsAutogradView:
+        return None
     if result is None and on_meta is not None:
         # What the rule does not model (or no rule): torch's kernels on meta (`_meta_run`).
         result = on_meta(mode, args, kwargs)

@@ -1163,4 +1163,7 @@ def infer(mode: FakeTensorMode, target, args, kwargs):
         return None
     if rule is None:
         return None
-    return rule(mode, args, kwargs)
+    try:
+        return rule(mode, args, kwargs)
+    except static.NeedsAutogradView:
+        return None
