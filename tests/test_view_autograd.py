@@ -149,3 +149,19 @@ def test_views_under_no_grad_are_unchanged() -> None:
         got = dynamo_rs.compile(fn, backend="eager")(torch.ones(2, 3))
     assert got[0] == want[0]
     torch.testing.assert_close(got[1], want[1])
+
+
+@pytest.mark.parametrize("grad", [True, False])
+@pytest.mark.parametrize("view", ["view", "transpose", "getitem slice", "split", "expand"])
+def test_is_view_answers_as_eager(view, grad) -> None:
+    def fn(x):
+        v = VIEWS[view](x.clone())
+        return v._is_view(), x.clone()._is_view(), v * 2
+
+    with torch.set_grad_enabled(grad):
+        x = torch.randn(2, 3)
+        want = fn(x)
+        dynamo_rs.reset()
+        got = dynamo_rs.compile(fn, backend="eager")(x)
+    assert got[:2] == want[:2]
+    torch.testing.assert_close(got[2], want[2])
