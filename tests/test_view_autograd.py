@@ -165,3 +165,31 @@ def test_is_view_answers_as_eager(view, grad) -> None:
         got = dynamo_rs.compile(fn, backend="eager")(x)
     assert got[:2] == want[:2]
     torch.testing.assert_close(got[2], want[2])
+
+
+def _made_under_inference_mode(x):
+    with torch.inference_mode():
+        y = x * 2
+    return y.is_inference(), x.is_inference(), (y + 1).requires_grad
+
+
+def _viewed_under_inference_mode(x):
+    with torch.inference_mode():
+        y = x.view(3, 2)
+    return y.is_inference(), y * 2
+
+
+@pytest.mark.parametrize("fn", [_made_under_inference_mode, _viewed_under_inference_mode])
+def test_is_inference_answers_as_eager(fn) -> None:
+    """Inference-mode state is the same kind of autograd state: fakes are not inference
+    tensors, so the real tensor answers."""
+    x = torch.randn(2, 3)
+    want = fn(x)
+    dynamo_rs.reset()
+    got = dynamo_rs.compile(fn, backend="eager")(x)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        if isinstance(w, torch.Tensor):
+            torch.testing.assert_close(g, w)
+        else:
+            assert g == w

@@ -1186,12 +1186,13 @@ impl<'py> Tracer<'py> {
                 BreakKind::UnsupportedCall,
                 "tensor.requires_grad_() changes autograd state",
             ),
-            // Autograd's view tracking, which the trace's fake tensors do not all carry (views
-            // made by the shape rules with grad mode off share storage without the link): the
-            // graph breaks and the real tensor answers.
-            "_is_view" => unsupported(
+            // Autograd's view tracking and inference-mode state, which the trace's fake tensors
+            // do not all carry (views made by the shape rules with grad mode off share storage
+            // without the link; fakes are not inference tensors): the graph breaks and the
+            // real tensor answers.
+            "_is_view" | "is_inference" => unsupported(
                 BreakKind::UnsupportedCall,
-                "tensor._is_view() asks autograd's view tracking",
+                format!("tensor.{name}() asks autograd's view or inference-mode state"),
             ),
             // With `capture_dynamic_output_shape_ops`, `nonzero` is a graph operation whose
             // result's size is an unbacked symbol (as TorchDynamo makes it): the last arm.
