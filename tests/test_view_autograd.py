@@ -193,3 +193,25 @@ def test_is_inference_answers_as_eager(fn) -> None:
             torch.testing.assert_close(g, w)
         else:
             assert g == w
+
+
+@pytest.mark.parametrize("view", ["view", "transpose", "getitem slice", "unsqueeze", "swapaxes"])
+@pytest.mark.parametrize("where", ["on the base", "on the view"])
+@pytest.mark.parametrize("base_made", ["in no_grad", "before no_grad"])
+def test_views_made_with_grad_off_then_changed_with_grad_on(view, where, base_made) -> None:
+    """Views made with grad mode off have no autograd link in the trace; an in-place
+    operation recording autograd on their storage later breaks the graph there, and the rest
+    runs on real tensors (eager raises for some of these: then both raise)."""
+    def fn(x):
+        base = x.clone() if base_made == "before no_grad" else None
+        with torch.no_grad():
+            if base is None:
+                base = x.clone()
+            v = VIEWS[view](base)
+        (base if where == "on the base" else v).add_(W.sum())
+        # (Using `v` in an operation now raises in eager: "a view was created in no_grad
+        # mode and its base ... modified inplace with grad mode enabled".)
+        return v.requires_grad, base.requires_grad
+
+    want, got = run(fn)
+    assert got == want

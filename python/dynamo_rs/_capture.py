@@ -151,6 +151,34 @@ def make_function(code, globals, defaults, kwdefaults, closure):
 _log_api_usage_once = torch._C._log_api_usage_once
 
 
+class UnlinkedViewChanged(RuntimeError):
+    """See `_meta_rules.note_unlinked_view`: the graph breaks at such an operation."""
+
+
+# In-place operations of the operator module (`x += y`, `x[i] = y`), by name.
+_IN_PLACE_OPERATORS = frozenset({
+    "setitem", "iadd", "isub", "imul", "imatmul", "itruediv", "ifloordiv", "imod", "ipow",
+    "ilshift", "irshift", "iand", "ixor", "ior"})
+
+
+def _records_autograd_in_place(target, args, kwargs, unlinked) -> bool:
+    """Whether `target(*args, **kwargs)` changes a tensor in place whose storage has a view
+    without autograd's link, with an operand that requires grad (so eager autograd would
+    make the view, or its base, require grad too)."""
+    name = target if isinstance(target, str) else getattr(target, "__name__", "")
+    if not isinstance(name, str):
+        return False
+    in_place = (name.endswith("_") and not name.startswith("__")) or name in _IN_PLACE_OPERATORS \
+        or (name.startswith("__i") and name[3:-2] in {n[1:] for n in _IN_PLACE_OPERATORS}) \
+        or name == "__setitem__"
+    if not in_place or not args or not isinstance(args[0], torch.Tensor):
+        return False
+    if args[0].untyped_storage()._cdata not in unlinked:
+        return False
+    operands = [*args, *kwargs.values()]
+    return any(isinstance(a, torch.Tensor) and a.requires_grad for a in operands)
+
+
 def run_fake(mode: FakeTensorMode, target, args, kwargs):
     """Runs one traced operation on fake tensors, returning its fake result: by our own
     shape rules where one applies (`_meta_rules`), else by what the same call on inputs of
@@ -159,6 +187,11 @@ def run_fake(mode: FakeTensorMode, target, args, kwargs):
         # torchvision calls it in every `stochastic_depth`; it records a name (once per
         # process) and stays in the graph, as under TorchDynamo: no fake dispatch needed.
         return None
+    unlinked = getattr(mode, "dynamo_rs_unlinked_views", None)
+    if unlinked and torch.is_grad_enabled() and _records_autograd_in_place(target, args, kwargs, unlinked):
+        raise UnlinkedViewChanged(
+            "an in-place operation recording autograd on a tensor that was viewed with grad "
+            "mode off in this trace (the fake view has no autograd link to follow it)")
     # With symbolic sizes in the trace (dynamic shapes) an operation on symbolic values is
     # answered by the symbolic rules, which decide nothing a guard would have to settle;
     # one whose arguments are all static is answered as in a static trace.

@@ -75,6 +75,16 @@ def _new(mode: FakeTensorMode, like: FakeTensor, sizes, strides, dtype=None) -> 
     return wrap_meta(mode, meta, like.fake_device)
 
 
+def note_unlinked_view(mode: FakeTensorMode, base) -> None:
+    """Records that a view of `base`'s storage was made without autograd's link (grad mode
+    off): an in-place operation recording autograd on that storage later in the trace must
+    not be traced (`_capture.run_fake` breaks the graph there)."""
+    storages = getattr(mode, "dynamo_rs_unlinked_views", None)
+    if storages is None:
+        storages = mode.dynamo_rs_unlinked_views = set()
+    storages.add(base.untyped_storage()._cdata)
+
+
 class NeedsAutogradView(Exception):
     """A rule's result would be a view made with grad mode on: left to FakeTensorMode (see
     `_view`)."""
@@ -91,6 +101,7 @@ def _view(mode: FakeTensorMode, base: FakeTensor, sizes, strides, offset=None) -
     made by FakeTensorMode, through autograd (raises NeedsAutogradView; `infer` declines)."""
     if torch.is_grad_enabled():
         raise NeedsAutogradView
+    note_unlinked_view(mode, base)
     meta = torch.empty_strided((), (), dtype=base.dtype, device="meta")
     meta.set_(base.untyped_storage(), base.storage_offset() if offset is None else offset, sizes, strides)
     if base.requires_grad:

@@ -78,9 +78,13 @@ def _run_on_meta(mode: FakeTensorMode, target, args, kwargs):
         return None
     if target not in _LAYOUT_EXACT and any(1 in r.shape for r in results):
         return None
-    if torch.is_grad_enabled() and any(r._is_view() for r in results):
-        # Wrapped, a view would lose its autograd link to its base (see `_meta_rules._view`).
-        return None
+    if any(r._is_view() for r in results):
+        # Wrapped, a view loses its autograd link to its base (see `_meta_rules._view`).
+        if torch.is_grad_enabled():
+            return None
+        for r in results:
+            if r._is_view():
+                _meta_rules.note_unlinked_view(mode, r)
     wrapped = tuple(wrap_meta(mode, r, device) for r in results)
     if isinstance(result, tuple):
         return type(result)(wrapped) if type(result) is tuple else None
