@@ -9,10 +9,11 @@ use pyo3::prelude::*;
 
 use crate::imports::ImportModule;
 
+use super::break_reasons::BreakKind;
 use super::graph::{NodeId, Op};
 use super::guards::GuardKind;
 use super::source::Source;
-use super::translator::{CResult, DynamicInput, GraphInput, Tracer};
+use super::translator::{unsupported, CResult, DynamicInput, GraphInput, Tracer};
 use super::vars::{VarId, VarKind};
 use crate::eval_frame::owned::OwnedRef;
 
@@ -59,18 +60,28 @@ impl<'py> Tracer<'py> {
             Some(code) => code.bind(self.py).clone(),
             None => self.py.None().into_bound(self.py),
         };
-        let (fake, user_marks) = self
-            .h
-            .input_fake
-            .call1((
-                &self.fake_mode,
-                value,
-                code,
-                &path,
-                self.dynamic,
-                module_owned,
-            ))?
-            .extract::<(Bound<'py, PyAny>, Bound<'py, PyAny>)>()?;
+        let made = self.h.input_fake.call1((
+            &self.fake_mode,
+            value,
+            code,
+            &path,
+            self.dynamic,
+            module_owned,
+        ));
+        let made = match made {
+            Ok(made) => made,
+            // Torch refuses to describe some tensors' autograd state (a view made under
+            // no_grad whose base was then changed in place with grad mode on: reading its
+            // `grad_fn` raises): such a tensor is not traced, the frame runs as it is.
+            Err(err) if err.is_instance_of::<pyo3::exceptions::PyRuntimeError>(self.py) => {
+                return unsupported(
+                    BreakKind::FakeTensorFailure,
+                    format!("{path} cannot be described as a fake tensor: {err}"),
+                );
+            }
+            Err(err) => return Err(err.into()),
+        };
+        let (fake, user_marks) = made.extract::<(Bound<'py, PyAny>, Bound<'py, PyAny>)>()?;
         let node = self.graph.add(
             Op::Placeholder,
             &name,
