@@ -195,10 +195,26 @@ def test_is_inference_answers_as_eager(fn) -> None:
             assert g == w
 
 
+def _add_in_place(t):
+    t.add_(W.sum())
+
+
+def _augmented_add(t):
+    t += W.sum()
+
+
+def _set_item(t):
+    t[0] = W.sum()
+
+
+CHANGES = {"add_": _add_in_place, "+=": _augmented_add, "setitem": _set_item}
+
+
+@pytest.mark.parametrize("change", sorted(CHANGES))
 @pytest.mark.parametrize("view", ["view", "transpose", "getitem slice", "unsqueeze", "swapaxes"])
 @pytest.mark.parametrize("where", ["on the base", "on the view"])
 @pytest.mark.parametrize("base_made", ["in no_grad", "before no_grad"])
-def test_views_made_with_grad_off_then_changed_with_grad_on(view, where, base_made) -> None:
+def test_views_made_with_grad_off_then_changed_with_grad_on(view, where, base_made, change) -> None:
     """Views made with grad mode off have no autograd link in the trace; an in-place
     operation recording autograd on their storage later breaks the graph there, and the rest
     runs on real tensors (eager raises for some of these: then both raise)."""
@@ -208,7 +224,7 @@ def test_views_made_with_grad_off_then_changed_with_grad_on(view, where, base_ma
             if base is None:
                 base = x.clone()
             v = VIEWS[view](base)
-        (base if where == "on the base" else v).add_(W.sum())
+        CHANGES[change](base if where == "on the base" else v)
         # (Using `v` in an operation now raises in eager: "a view was created in no_grad
         # mode and its base ... modified inplace with grad mode enabled".)
         return v.requires_grad, base.requires_grad

@@ -155,10 +155,12 @@ class UnlinkedViewChanged(RuntimeError):
     """See `_meta_rules.note_unlinked_view`: the graph breaks at such an operation."""
 
 
-# In-place operations of the operator module (`x += y`, `x[i] = y`), by name.
+# In-place operations of the operator module (`x += y`, `x[i] = y`) and the tensor methods
+# behind them, by name.
 _IN_PLACE_OPERATORS = frozenset({
     "setitem", "iadd", "isub", "imul", "imatmul", "itruediv", "ifloordiv", "imod", "ipow",
     "ilshift", "irshift", "iand", "ixor", "ior"})
+_IN_PLACE_NAMES = _IN_PLACE_OPERATORS | {f"__{name}__" for name in _IN_PLACE_OPERATORS}
 
 
 def _records_autograd_in_place(target, args, kwargs, unlinked) -> bool:
@@ -168,9 +170,7 @@ def _records_autograd_in_place(target, args, kwargs, unlinked) -> bool:
     name = target if isinstance(target, str) else getattr(target, "__name__", "")
     if not isinstance(name, str):
         return False
-    in_place = (name.endswith("_") and not name.startswith("__")) or name in _IN_PLACE_OPERATORS \
-        or (name.startswith("__i") and name[3:-2] in {n[1:] for n in _IN_PLACE_OPERATORS}) \
-        or name == "__setitem__"
+    in_place = (name.endswith("_") and not name.startswith("__")) or name in _IN_PLACE_NAMES
     if not in_place or not args or not isinstance(args[0], torch.Tensor):
         return False
     if args[0].untyped_storage()._cdata not in unlinked:
