@@ -72,8 +72,12 @@ impl<'py> Tracer<'py> {
             Ok(made) => made,
             // Torch refuses to describe some tensors' autograd state (a view made under
             // no_grad whose base was then changed in place with grad mode on: reading its
-            // `grad_fn` raises): such a tensor is not traced, the frame runs as it is.
-            Err(err) if err.is_instance_of::<pyo3::exceptions::PyRuntimeError>(self.py) => {
+            // `grad_fn` raises): such a tensor is not traced, the frame runs as it is. (A size
+            // outside a range given to `mark_dynamic`, and our own errors, are raised.)
+            Err(err)
+                if err.is_instance_of::<pyo3::exceptions::PyRuntimeError>(self.py)
+                    && !err.is_instance_of::<crate::errors::CompileError>(self.py) =>
+            {
                 return unsupported(
                     BreakKind::FakeTensorFailure,
                     format!("{path} cannot be described as a fake tensor: {err}"),
