@@ -66,6 +66,19 @@ def run(fn):
     return want, got
 
 
+def assert_as_eager(fn, x) -> None:
+    """`fn(x)` compiled gives what it gives eagerly: a tuple of Python values and tensors."""
+    want = fn(x)
+    dynamo_rs.reset()
+    got = dynamo_rs.compile(fn, backend="eager")(x)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        if isinstance(w, torch.Tensor):
+            torch.testing.assert_close(g, w)
+        else:
+            assert g == w
+
+
 # The base: a tensor the frame was given, or one it made.
 BASES = {"input": lambda x: x, "made in the frame": lambda x: x.clone()}
 
@@ -128,12 +141,7 @@ def test_buffer_filled_by_slices_requires_grad() -> None:
         out[2:] = x
         return out.requires_grad, out.is_leaf, out * 2
 
-    x = torch.randn(2, 3)
-    want = fn(x)
-    dynamo_rs.reset()
-    got = dynamo_rs.compile(fn, backend="eager")(x)
-    assert got[:2] == want[:2]
-    torch.testing.assert_close(got[2], want[2])
+    assert_as_eager(fn, torch.randn(2, 3))
 
 
 def test_views_under_no_grad_are_unchanged() -> None:
@@ -144,11 +152,7 @@ def test_views_under_no_grad_are_unchanged() -> None:
         return v.requires_grad, v * 1
 
     with torch.no_grad():
-        want = fn(torch.ones(2, 3))
-        dynamo_rs.reset()
-        got = dynamo_rs.compile(fn, backend="eager")(torch.ones(2, 3))
-    assert got[0] == want[0]
-    torch.testing.assert_close(got[1], want[1])
+        assert_as_eager(fn, torch.ones(2, 3))
 
 
 @pytest.mark.parametrize("grad", [True, False])
@@ -159,12 +163,7 @@ def test_is_view_answers_as_eager(view, grad) -> None:
         return v._is_view(), x.clone()._is_view(), v * 2
 
     with torch.set_grad_enabled(grad):
-        x = torch.randn(2, 3)
-        want = fn(x)
-        dynamo_rs.reset()
-        got = dynamo_rs.compile(fn, backend="eager")(x)
-    assert got[:2] == want[:2]
-    torch.testing.assert_close(got[2], want[2])
+        assert_as_eager(fn, torch.randn(2, 3))
 
 
 def _made_under_inference_mode(x):
@@ -183,16 +182,7 @@ def _viewed_under_inference_mode(x):
 def test_is_inference_answers_as_eager(fn) -> None:
     """Inference-mode state is the same kind of autograd state: fakes are not inference
     tensors, so the real tensor answers."""
-    x = torch.randn(2, 3)
-    want = fn(x)
-    dynamo_rs.reset()
-    got = dynamo_rs.compile(fn, backend="eager")(x)
-    assert len(got) == len(want)
-    for g, w in zip(got, want):
-        if isinstance(w, torch.Tensor):
-            torch.testing.assert_close(g, w)
-        else:
-            assert g == w
+    assert_as_eager(fn, torch.randn(2, 3))
 
 
 def _add_in_place(t):

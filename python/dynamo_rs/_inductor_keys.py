@@ -24,7 +24,6 @@ import json
 import logging
 import os
 import sys
-import tempfile
 import threading
 
 log = logging.getLogger("dynamo_rs.cache")
@@ -191,17 +190,10 @@ def remember() -> None:
             torch_key, triton_key = codecache.torch_key(), codecache.triton_key()
             if not isinstance(torch_key, bytes):
                 return
+            from dynamo_rs import _persist
+
             payload = {"fingerprint": now, "torch_key": torch_key.hex(), "triton_key": triton_key}
-            path = _path()
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            fd, temporary = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".inductor-keys-")
-            try:
-                with os.fdopen(fd, "w", encoding="utf-8") as f:
-                    json.dump(payload, f)
-                os.replace(temporary, path)
-            except BaseException:
-                os.unlink(temporary)
-                raise
+            _persist.write_replacing(_path(), json.dumps(payload).encode())
             _count("saved")
         except Exception as err:  # noqa: BLE001
             log.debug("Inductor keys not remembered: %s: %s", type(err).__name__, err)

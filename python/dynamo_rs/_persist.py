@@ -843,7 +843,12 @@ def _code_label(code) -> str:
 
 def _write(path: str, payload: dict) -> None:
     body = json.dumps(payload, separators=(",", ":")).encode()
-    data = MAGIC + hashlib.sha256(body).hexdigest().encode() + b"\n" + body
+    write_replacing(path, MAGIC + hashlib.sha256(body).hexdigest().encode() + b"\n" + body)
+
+
+def write_replacing(path: str, data: bytes) -> None:
+    """Writes `data` to a temporary file beside `path` and renames it into place: a
+    concurrent reader sees the old file or the new one, never a part."""
     folder = os.path.dirname(path)
     os.makedirs(folder, exist_ok=True)
     fd, temp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".json")

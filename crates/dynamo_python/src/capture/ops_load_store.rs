@@ -705,13 +705,12 @@ impl<'py> Tracer<'py> {
             .iter()
             .find(|input| input.node == node)
             .map(|input| (input.example.bind(py).clone(), input.source.clone()));
-        let torch = py.import_module("torch")?;
-        let plain_tensor = torch.getattr("Tensor")?;
+        let plain_tensor = self.h.tensor_type.clone();
         let class = match &input {
             Some((real, _)) => real.get_type().into_any(),
             None => plain_tensor.clone(),
         };
-        let parameter = torch.getattr("nn")?.getattr("Parameter")?;
+        let parameter = self.h.torch.getattr("nn")?.getattr("Parameter")?;
         let attribute = pyo3::types::PyString::new(py, name);
         if !(class.is(&plain_tensor) || class.is(&parameter))
             || super::guard_values::class_lookup(&class, &attribute).is_some()
