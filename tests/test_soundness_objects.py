@@ -742,3 +742,117 @@ def test_renamed_configuration_attribute_follows_changes(change):
     torch.testing.assert_close(compiled(x, config), expected)
     torch.testing.assert_close(compiled(x, config), expected)
     assert counter.frame_count == 2
+
+
+# --- objects made in the frame that outlive a graph break -----------------------------------
+# At a graph break, objects the trace made are built again for the code after it from the
+# state the trace stored (`object.__new__`, then their attributes). A class's own
+# `__setattr__` (frozen, validating, counting, nn.Module's) must not run again on that state:
+# it ran while tracing, as it ran in eager.
+
+SETATTR_CALLS: list = []
+
+
+@dataclasses.dataclass(frozen=True)
+class FrozenPair:
+    a: torch.Tensor
+    b: torch.Tensor
+
+
+class Counting:
+    def __init__(self, x):
+        self.x = x
+        self.n = 2
+
+    def __setattr__(self, name, value):
+        SETATTR_CALLS.append(name)
+        object.__setattr__(self, name, value)
+
+
+class Validating:
+    def __init__(self, x):
+        object.__setattr__(self, "x", x)
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"{type(self).__name__} is read-only")
+
+
+class SlottedFrozen:
+    __slots__ = ("x", "k")
+
+    def __init__(self, x):
+        object.__setattr__(self, "x", x)
+        object.__setattr__(self, "k", 3)
+
+    def __setattr__(self, name, value):
+        raise AttributeError("read-only")
+
+
+class Scale(torch.nn.Module):
+    def __init__(self, k):
+        super().__init__()
+        self.k = k
+
+    def forward(self, x):
+        return x * self.k
+
+
+def _escape(obj):
+    """A call the trace cannot follow, handed the object (its state is read eagerly)."""
+    torch._dynamo.graph_break()
+    return obj
+
+
+def frozen_across_break(x):
+    p = FrozenPair(x.sin(), x + 1)
+    q = _escape(p)
+    return q.a + q.b, dataclasses.astuple(q)[1], q == p
+
+
+def frozen_replace_across_break(x):
+    p = dataclasses.replace(FrozenPair(x, x), b=x * 3)
+    return _escape(p).b + 1
+
+
+def counting_setattr_across_break(x):
+    c = Counting(x * 2)
+    c = _escape(c)
+    return c.x + c.n
+
+
+def validating_setattr_across_break(x):
+    v = _escape(Validating(x.cos()))
+    return v.x * 2
+
+
+def slotted_frozen_across_break(x):
+    s = _escape(SlottedFrozen(x - 1))
+    return s.x * s.k
+
+
+def module_made_in_frame_across_break(x):
+    m = _escape(Scale(3.0))
+    return m(x), len(list(m.parameters())), m.training
+
+
+ESCAPING_CASES = [frozen_across_break, frozen_replace_across_break, counting_setattr_across_break,
+                  validating_setattr_across_break, slotted_frozen_across_break,
+                  module_made_in_frame_across_break]
+
+
+@pytest.mark.parametrize("fn", ESCAPING_CASES, ids=[f.__name__ for f in ESCAPING_CASES])
+def test_object_made_in_frame_outlives_a_graph_break(fn) -> None:
+    x = torch.randn(3)
+    SETATTR_CALLS.clear()
+    expected = fn(x)
+    eager_calls = list(SETATTR_CALLS)
+    SETATTR_CALLS.clear()
+    counter = CompileCounter()
+    got = dynamo_rs.compile(fn, backend=counter)(x)
+    assert counter.frame_count >= 1, "the code before the break compiled"
+    assert SETATTR_CALLS == eager_calls
+    for e, g in zip(expected, got) if isinstance(expected, tuple) else [(expected, got)]:
+        if isinstance(e, torch.Tensor):
+            torch.testing.assert_close(g, e)
+        else:
+            assert g == e

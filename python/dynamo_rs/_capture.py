@@ -386,6 +386,18 @@ FOLDABLE = _foldable()
 _SKIP_MODULE_PREFIXES = ("torch.nn.modules", "torch._dynamo", "torch.fx", "torch.utils",
                          "torch._tensor", "torch.autograd.grad_mode")
 
+# Native modules whose functions change or read interpreter state rather than compute on
+# tensors: functorch's transform stack (`_grad_increment_nesting`), saved-tensor hooks and
+# the profiler, distributed, JIT, lazy and the compilers' own. A graph function is run on
+# fakes while tracing — for these that would push a transform level (or a hook) for real,
+# left pushed when the trace then breaks — so calling one is a graph break instead.
+_STATEFUL_NATIVE_MODULES = ("torch._C._functorch", "torch._C._autograd", "torch._C._profiler",
+                            "torch._C._distributed", "torch._C._jit", "torch._C._lazy",
+                            "torch._C._dynamo", "torch._C._export", "torch._C._functionalization",
+                            "torch._C._aoti", "torch._C._monitor", "torch._C._itt",
+                            "torch._C._nvtx", "torch._C._instruction_counter", "torch._C._cuda",
+                            "torch._C._cudnn", "torch._C._acc", "torch._C._verbose")
+
 
 def _renaming_getattribute_codes() -> tuple:
     """The code of `__getattribute__` functions known to do no more than object's own after
@@ -546,6 +558,8 @@ def is_graph_function(fn) -> bool:
     self_obj = getattr(fn, "__self__", None)
     if self_obj is torch._C._VariableFunctions or self_obj is torch:
         return True
+    if module.startswith(_STATEFUL_NATIVE_MODULES):
+        return False
     return module.startswith("torch.") and not module.startswith(_SKIP_MODULE_PREFIXES) \
         and callable(fn) and not isinstance(fn, type) and type(fn).__name__ == "builtin_function_or_method"
 

@@ -653,11 +653,26 @@ impl<'py> CodeGen<'py> {
                 self.emit(op, n);
             }
             Rebuild::Instance { cls, attrs } => {
-                let new = py
-                    .import_module("builtins")?
-                    .getattr("object")?
-                    .getattr("__new__")?;
+                let object = py.import_module("builtins")?.getattr("object")?;
+                let new = object.getattr("__new__")?;
                 self.call_constant(&new, &[cls.bind(py).clone()]);
+                let object_setattr = object.getattr("__setattr__")?;
+                if !cls.bind(py).getattr("__setattr__")?.is(&object_setattr) {
+                    // `attrs` is the state the trace stored (what `object.__setattr__` in a
+                    // frozen dataclass's `__init__` stored): a class's own `__setattr__`
+                    // (frozen, validating, `nn.Module`'s) must not run on it again.
+                    for (name, value) in attrs {
+                        self.emit(Opcode::PushNull, Operand::None);
+                        self.load_const(&object_setattr);
+                        self.emit(Opcode::Copy, Operand::Int(3));
+                        self.load_const(&pyo3::types::PyString::new(py, name).into_any());
+                        self.rebuild(value, above + 5)?;
+                        self.emit(Opcode::Precall, Operand::Int(3));
+                        self.emit(Opcode::Call, Operand::Int(3));
+                        self.emit(Opcode::PopTop, Operand::None);
+                    }
+                    return Ok(());
+                }
                 for (name, value) in attrs {
                     self.emit(Opcode::Copy, Operand::Int(1));
                     self.rebuild(value, above + 2)?;

@@ -334,6 +334,28 @@ impl Converter {
             // length to 0: run this call as it is, and compile a later one made without it.
             return Ok(py.None());
         }
+        if !torch_c
+            .getattr("_functorch")?
+            .call_method0("peek_interpreter_stack")?
+            .is_none()
+        {
+            // Inside a functorch transform (`torch.func.grad`, `vmap`, ...) the frame's
+            // tensors are the transform's wrappers, which fake tensors and the backends
+            // cannot take: this call runs as it is (TorchDynamo traces the transform as a
+            // whole instead). Entries made outside one do not match such wrappers either:
+            // their dispatch keys differ from the plain tensors the entries were made for.
+            return Ok(py.None());
+        }
+        if !torch_c
+            .getattr("_autograd")?
+            .call_method1("_top_saved_tensors_default_hooks", (false,))?
+            .is_none()
+        {
+            // Saved-tensor hooks (`torch.autograd.graph.saved_tensors_hooks`, activation
+            // offloading) are user code called on every tensor autograd saves: tracing
+            // would call them on fake tensors. The call runs as it is.
+            return Ok(py.None());
+        }
         if let Some(entry) = this.load_persisted(py, frame, slf.as_any())? {
             return Ok(entry);
         }
