@@ -59,7 +59,10 @@ impl<'py> Tracer<'py> {
             }
             VarKind::Instance { cls, .. } => {
                 let cls = cls.bind(py).clone();
-                match self.sequence_items(id, &cls)? {
+                if let Some(items) = self.sequence_items(id, &cls)? {
+                    return Ok(items);
+                }
+                match self.python_iter_items(id, &cls)? {
                     Some(items) => Ok(items),
                     None => unsupported(
                         BreakKind::UnsupportedOperation,
@@ -435,6 +438,81 @@ impl<'py> Tracer<'py> {
         Ok(Some(out))
     }
 
+    /// The arguments of `callee` with each that a builtin iterates (`sorted(bag)`,
+    /// `max(bag)`, `sum(bag)`, `zip(a, b)`, ...) and whose class defines `__iter__` in
+    /// Python replaced by a list of its items (`python_iter_items`): Python's builtin calls
+    /// `iter()` on it once, as taking the items first does. Other arguments are unchanged.
+    pub(super) fn settle_python_iterables(
+        &mut self,
+        callee: &Bound<'py, PyAny>,
+        mut args: Vec<VarId>,
+    ) -> CResult<Vec<VarId>> {
+        let builtins = self.h.builtins.clone();
+        let is = |name: &str| builtins.getattr(name).is_ok_and(|b| b.is(callee));
+        let positions: Vec<usize> = if ["sorted", "list", "tuple", "set", "frozenset", "any", "all",
+            "sum", "enumerate"]
+            .iter()
+            .any(|n| is(n))
+            || ((is("max") || is("min")) && args.len() == 1)
+        {
+            vec![0]
+        } else if is("zip") {
+            (0..args.len()).collect()
+        } else if is("map") {
+            (1..args.len()).collect()
+        } else if is("filter") {
+            vec![1]
+        } else {
+            return Ok(args);
+        };
+        for position in positions {
+            let Some(&arg) = args.get(position) else {
+                continue;
+            };
+            let cls = match self.kind(arg) {
+                VarKind::Object(obj) if !obj.bind(self.py).is_instance_of::<pyo3::types::PyType>() => {
+                    obj.bind(self.py).get_type().into_any()
+                }
+                VarKind::Instance { cls, .. } => cls.bind(self.py).clone(),
+                _ => continue,
+            };
+            let python_iter = self
+                .py
+                .import_module("inspect")?
+                .call_method1("getattr_static", (&cls, "__iter__"))
+                .is_ok_and(|f| f.is_instance(&self.h.function_type).unwrap_or(false));
+            if python_iter {
+                let items = self.items_of(arg)?;
+                args[position] = self.add(VarKind::List(items), None);
+            }
+        }
+        Ok(args)
+    }
+
+    /// Items of an object whose class defines `__iter__` in Python (`nn.ParameterList`, a
+    /// user collection returning a generator or `iter(self._items)`): that method is looked
+    /// up as any method call's is (guarded) and inlined, and what it returns is iterated.
+    /// `None` if the class's `__iter__` is not a Python function.
+    fn python_iter_items(
+        &mut self,
+        id: VarId,
+        cls: &Bound<'py, PyAny>,
+    ) -> CResult<Option<Vec<VarId>>> {
+        let py = self.py;
+        let Ok(iter_fn) = py
+            .import_module("inspect")?
+            .call_method1("getattr_static", (cls, "__iter__"))
+        else {
+            return Ok(None);
+        };
+        if !iter_fn.is_instance(&self.h.function_type)? {
+            return Ok(None);
+        }
+        let method = self.get_attr(id, "__iter__")?;
+        let iterator = self.call_function(method, Vec::new(), Vec::new())?;
+        self.items_of(iterator).map(Some)
+    }
+
     /// Items of a real container: nn.Module containers and dict views, with sources.
     fn object_items(&mut self, id: VarId, obj: &Bound<'py, PyAny>) -> CResult<Vec<VarId>> {
         let py = self.py;
@@ -495,6 +573,9 @@ impl<'py> Tracer<'py> {
         }
         let _ = py;
         if let Some(items) = self.sequence_items(id, &obj.get_type().into_any())? {
+            return Ok(items);
+        }
+        if let Some(items) = self.python_iter_items(id, &obj.get_type().into_any())? {
             return Ok(items);
         }
         unsupported(

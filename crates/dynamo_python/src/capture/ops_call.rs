@@ -447,6 +447,11 @@ impl<'py> Tracer<'py> {
             }
             self.settle_generators(obj, &args, &kwargs)?;
         }
+        let args = if !user_function && !python_call {
+            self.settle_python_iterables(obj, args)?
+        } else {
+            args
+        };
         if h.is_compiling.iter().any(|f| f.is(obj)) {
             return Ok(self.constant(&true.into_pyobject(py)?.to_owned().into_any()));
         }
