@@ -272,6 +272,16 @@ impl TensorGroup {
     }
 }
 
+/// The keys of `dict` in iteration order, as a tuple. An `OrderedDict` keeps its own order
+/// (`move_to_end`, a hook registered with `prepend=True`) apart from the dict storage that
+/// CPython's `PyDict_Keys` walks, so anything but an exact dict is iterated.
+pub fn keys_in_order<'py>(dict: &Bound<'py, PyDict>) -> PyResult<Bound<'py, PyTuple>> {
+    if dict.is_exact_instance_of::<PyDict>() {
+        return Ok(dict.keys().to_tuple());
+    }
+    PyTuple::new(dict.py(), dict.try_iter()?.collect::<PyResult<Vec<_>>>()?)
+}
+
 extern "C" {
     // CPython's lookup of a name along a type's MRO, through the method cache; exported by
     // libpython (Include/cpython/object.h) though pyo3-ffi leaves it out as private.

@@ -17,7 +17,7 @@ use pyo3::types::{PyDict, PyString, PyTuple};
 
 use super::guard_groups::{deeply_immutable, GroupState, InstanceDictGroup};
 use super::guard_values::{
-    class_lookup, instance_dict_item, instance_dict_of, known_hasattr, DictReadCache, DictTagMemo,
+    class_lookup, instance_dict_item, instance_dict_of, keys_in_order, known_hasattr, DictReadCache, DictTagMemo,
     Identity, KnownLookup, ModuleCallMemo, TensorGroup,
 };
 use super::source::{ItemKey, PathPart, Source};
@@ -1021,7 +1021,7 @@ impl NativeGuard {
                     Check::Keys(expected, memo) => match value.cast::<PyDict>() {
                         Ok(_) if memo.holds(&value) => true,
                         Ok(d) => {
-                            let same = PyTuple::new(py, d.keys())?.eq(expected.bind(py))?;
+                            let same = keys_in_order(d)?.eq(expected.bind(py))?;
                             dict_check(memo, &value, same)
                         }
                         Err(_) => false,

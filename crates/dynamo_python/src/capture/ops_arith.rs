@@ -541,6 +541,23 @@ impl<'py> Tracer<'py> {
                     && !self.is_fresh_deque(id)
                 {
                     let t = v.get_type();
+                    let native_container = v.is_instance_of::<pyo3::types::PyDict>()
+                        || v.is_instance_of::<pyo3::types::PyList>()
+                        || v.is_instance_of::<pyo3::types::PyTuple>();
+                    if native_container && !t.hasattr("__bool__")? {
+                        // A dict, list or tuple (an OrderedDict of hooks) reached by a
+                        // source: its truth is its length, which is guarded — unless its
+                        // class measures itself in Python.
+                        let len_fn = t.getattr("__len__")?;
+                        if let (Some(source), false) = (
+                            self.source(id),
+                            len_fn.is_instance(&self.h.function_type)?,
+                        ) {
+                            let n = v.len()?;
+                            self.guards.add(source, super::guards::GuardKind::Len(n));
+                            return Ok(n != 0);
+                        }
+                    }
                     if t.hasattr("__bool__")? || t.hasattr("__len__")? {
                         // The answer depends on the object's state, which no guard covers.
                         if !v.is_instance(&self.h.module_type)? {

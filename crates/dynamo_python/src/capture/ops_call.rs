@@ -689,6 +689,9 @@ impl<'py> Tracer<'py> {
                 ),
             );
         }
+        if let Some(result) = self.call_module_with_forward_hooks(module_var, module, &args, &kwargs)? {
+            return Ok(result);
+        }
         for hooks in super::guard_values::MODULE_CALL_HOOKS {
             if module.getattr(hooks)?.len()? != 0 {
                 return unsupported(
@@ -769,6 +772,40 @@ impl<'py> Tracer<'py> {
         };
         all.extend(args);
         self.call_python(&forward, all, kwargs)
+    }
+
+    /// A module with forward hooks or forward pre-hooks (and no backward hooks): torch's own
+    /// `Module._call_impl` is inlined, so the hooks run in the trace as in eager (pre-hooks
+    /// replacing the arguments, hooks replacing the result, `with_kwargs` and
+    /// `always_called` ones), reading the hook tables through the module's source — which
+    /// guards their contents. Backward hooks need autograd's `BackwardHook` wrapping and
+    /// break the graph (the caller's checks). None when the module has no forward hooks.
+    fn call_module_with_forward_hooks(
+        &mut self,
+        module_var: VarId,
+        module: &Bound<'py, PyAny>,
+        args: &[VarId],
+        kwargs: &[(String, VarId)],
+    ) -> CResult<Option<VarId>> {
+        let non_empty = |name: &str| -> PyResult<bool> { Ok(module.getattr(name)?.len()? != 0) };
+        if !(non_empty("_forward_hooks")? || non_empty("_forward_pre_hooks")?)
+            || non_empty("_backward_hooks")?
+            || non_empty("_backward_pre_hooks")?
+        {
+            return Ok(None);
+        }
+        if let Some(source) = self.source(module_var) {
+            for hooks in ["_backward_hooks", "_backward_pre_hooks"] {
+                self.guards.add(
+                    Rc::new(Source::Attr(source.clone(), hooks.into())),
+                    GuardKind::Len(0),
+                );
+            }
+        }
+        let call_impl = self.h.module_type.getattr("_call_impl")?;
+        let mut all = vec![module_var];
+        all.extend_from_slice(args);
+        self.call_python(&call_impl, all, kwargs.to_vec()).map(Some)
     }
 
     /// `torch._dynamo.config.allow_rnn`, read when a recurrent module is called.

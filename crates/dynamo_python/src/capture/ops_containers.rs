@@ -611,13 +611,14 @@ impl<'py> Tracer<'py> {
             }
         }
         let keys = PyTuple::new(py, dict.try_iter()?.collect::<PyResult<Vec<_>>>()?)?;
-        if !keys
-            .iter()
-            .all(|k| k.is_instance_of::<pyo3::types::PyString>())
-        {
+        // Strings and exact ints (a hook table's handle ids) compare and hash without user
+        // code, so the keys guard can compare them on every call.
+        if !keys.iter().all(|k| {
+            k.is_instance_of::<pyo3::types::PyString>() || k.is_exact_instance_of::<pyo3::types::PyInt>()
+        }) {
             return unsupported(
                 BreakKind::UnsupportedOperation,
-                format!("{name}() on a dict with keys that are not strings"),
+                format!("{name}() on a dict with keys that are not strings or ints"),
             );
         }
         self.guards.add(

@@ -1,0 +1,170 @@
+"""Forward hooks and forward pre-hooks of submodules run inside the graph, as under
+TorchDynamo (torch's own `Module._call_impl` is traced): each case side by side with
+TorchDynamo. Then the hooks' guards: a hook added, removed or replaced after the first call
+recompiles; backward and global hooks still break the graph and match eager."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+
+import dynamo_rs
+from dynamo_rs.testing import CompileCounter
+from language_harness import case_registrar, check_case, params, reset_all, t
+
+CASES: list = []
+case = case_registrar(CASES)
+
+T24 = t(2, 4)
+
+
+def _block(**hooks):
+    torch.manual_seed(0)
+    block = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4))
+    for kind, fns in hooks.items():
+        for fn, kwargs in fns:
+            getattr(block[0], f"register_{kind}")(fn, **kwargs)
+    return block
+
+
+DOUBLE_OUT = _block(forward_hook=[(lambda m, i, o: o * 2, {})])
+SHIFT_IN = _block(forward_pre_hook=[(lambda m, i: (i[0] + 1,), {})])
+SHIFT_IN_BARE = _block(forward_pre_hook=[(lambda m, i: i[0] - 1, {})])
+OBSERVE_ONLY = _block(forward_hook=[(lambda m, i, o: None, {})], forward_pre_hook=[(lambda m, i: None, {})])
+WITH_KWARGS = _block(
+    forward_pre_hook=[(lambda m, a, k: ((a[0] * 3,), k), {"with_kwargs": True})],
+    forward_hook=[(lambda m, a, k, o: o + a[0].sum(), {"with_kwargs": True})])
+TWO_IN_ORDER = _block(forward_hook=[(lambda m, i, o: o * 2, {}), (lambda m, i, o: o - 1, {}),
+                                    (lambda m, i, o: o * 3, {"prepend": True})])
+ALWAYS = _block(forward_hook=[(lambda m, i, o: o.tanh(), {"always_call": True})])
+
+
+class Recorder(nn.Module):
+    """A module whose hooks read and write module state."""
+
+    def __init__(self):
+        super().__init__()
+        self.inner = nn.Linear(4, 4)
+        self.scale = 0.5
+        self.inner.register_forward_pre_hook(self._pre)
+        self.inner.register_forward_hook(self._post)
+
+    def _pre(self, module, args):
+        return (args[0] * self.scale,)
+
+    def _post(self, module, args, out):
+        return out + module.bias
+
+    def forward(self, x):
+        return self.inner(x) + self.inner(x * 2)
+
+
+RECORDER = Recorder()
+
+
+@case(T24)
+def forward_hook_replaces_output(x):
+    return DOUBLE_OUT(x)
+
+
+@case(T24)
+def pre_hook_replaces_args_tuple(x):
+    return SHIFT_IN(x)
+
+
+@case(T24)
+def pre_hook_returns_single_value(x):
+    return SHIFT_IN_BARE(x)
+
+
+@case(T24)
+def hooks_returning_none(x):
+    return OBSERVE_ONLY(x)
+
+
+@case(T24)
+def hooks_with_kwargs(x):
+    return WITH_KWARGS(x)
+
+
+@case(T24)
+def hooks_in_registration_order_with_prepend(x):
+    return TWO_IN_ORDER(x)
+
+
+@case(T24)
+def always_called_hook(x):
+    return ALWAYS(x)
+
+
+@case(T24)
+def bound_method_hooks_reading_module_state(x):
+    return RECORDER(x)
+
+
+@pytest.fixture(autouse=True)
+def fresh_caches():
+    reset_all()
+    yield
+
+
+@pytest.mark.parametrize(("name", "fn", "make", "spec"), params(CASES))
+def test_case(name, fn, make, spec) -> None:
+    check_case(fn, make, spec)
+
+
+def test_hook_added_removed_and_replaced_after_compiling() -> None:
+    block = _block()
+    x = torch.randn(2, 4)
+    counter = CompileCounter()
+    compiled = dynamo_rs.compile(block, backend=counter)
+    torch.testing.assert_close(compiled(x), block(x))
+    handle = block[2].register_forward_hook(lambda m, i, o: o * 10)
+    torch.testing.assert_close(compiled(x), block(x))
+    handle.remove()
+    torch.testing.assert_close(compiled(x), block(x))
+    block[0].register_forward_pre_hook(lambda m, i: (i[0] * 0,))
+    torch.testing.assert_close(compiled(x), block(x))
+    # The same hook table, another function under the same id.
+    hooks = block[0]._forward_pre_hooks
+    key = next(iter(hooks))
+    hooks[key] = lambda m, i: (i[0] + 5,)
+    torch.testing.assert_close(compiled(x), block(x))
+    frames = counter.frame_count
+    torch.testing.assert_close(compiled(x), block(x))
+    assert counter.frame_count == frames, "an identical call compiles nothing"
+
+
+def test_hook_side_effects_match_eager() -> None:
+    seen: list = []
+    block = _block(forward_hook=[(lambda m, i, o: seen.append(tuple(o.shape)), {})])
+    x = torch.randn(2, 4)
+    block(x)
+    expected = list(seen)
+    seen.clear()
+    torch.testing.assert_close(dynamo_rs.compile(block, backend=CompileCounter())(x), block(x))
+    assert seen == expected * 2
+
+
+@pytest.mark.parametrize("kind", ["full_backward_hook", "global_forward_hook"])
+def test_hooks_that_break_the_graph_match_eager(kind) -> None:
+    grads: list = []
+    block = _block()
+    if kind == "full_backward_hook":
+        block[0].register_full_backward_hook(lambda m, gi, go: grads.append(go[0].shape))
+        handle = None
+    else:
+        handle = nn.modules.module.register_module_forward_hook(lambda m, i, o: None)
+    try:
+        x = torch.randn(2, 4, requires_grad=True)
+        expected = block(x)
+        expected.sum().backward()
+        expected_grad, x.grad = x.grad, None
+        got = dynamo_rs.compile(block, backend="eager")(x)
+        got.sum().backward()
+        torch.testing.assert_close(got, expected)
+        torch.testing.assert_close(x.grad, expected_grad)
+    finally:
+        if handle is not None:
+            handle.remove()
