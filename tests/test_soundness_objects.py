@@ -856,3 +856,137 @@ def test_object_made_in_frame_outlives_a_graph_break(fn) -> None:
             torch.testing.assert_close(g, e)
         else:
             assert g == e
+
+
+# --- properties written in Python run once per call, in the trace ---------------------------
+# A property's getter is inlined: it is neither run on the real object while tracing nor read
+# as a source on every call (the guard would run it again, and a getter that computes or
+# changes state — a parametrization's weight, spectral norm's power iteration updating its
+# buffers — then ran a different number of times than in eager, with results drifting).
+
+class Ticking:
+    def __init__(self):
+        self.reads = 0
+        self.scale = torch.tensor(2.0)
+
+    @property
+    def tick(self):
+        self.reads += 1
+        return self.scale * self.reads
+
+
+class Doubled(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(4, 4))
+
+    @property
+    def weight(self):
+        return self.w * 2
+
+    def forward(self, x):
+        return x @ self.weight.t()
+
+
+def _parametrized(kind):
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(4, 4)
+    P = torch.nn.utils.parametrizations
+    if kind == "spectral_norm":
+        return P.spectral_norm(linear)
+    if kind == "weight_norm":
+        return P.weight_norm(linear)
+    if kind == "orthogonal":
+        return P.orthogonal(linear)
+    if kind == "custom":
+        class Symmetric(torch.nn.Module):
+            def forward(self, w):
+                return w.triu() + w.triu(1).transpose(-1, -2)
+        torch.nn.utils.parametrize.register_parametrization(linear, "weight", Symmetric())
+        return linear
+    raise AssertionError(kind)
+
+
+def test_property_with_side_effects_runs_once_per_call() -> None:
+    def fn(x, obj):
+        return x * obj.tick
+
+    eager_obj, compiled_obj = Ticking(), Ticking()
+    compiled = dynamo_rs.compile(fn, backend=CompileCounter())
+    for _ in range(3):
+        x = torch.randn(3)
+        torch.testing.assert_close(compiled(x, compiled_obj), fn(x, eager_obj))
+    assert compiled_obj.reads == eager_obj.reads == 3
+
+
+def test_property_computing_from_a_parameter_follows_it() -> None:
+    eager_model = Doubled()
+    compiled_model = copy.deepcopy(eager_model)
+    compiled = dynamo_rs.compile(compiled_model, backend="aot_eager")
+    for step in range(3):
+        x = torch.randn(2, 4)
+        expected, got = eager_model(x), compiled(x)
+        torch.testing.assert_close(got, expected)
+        expected.sum().backward()
+        got.sum().backward()
+        torch.testing.assert_close(compiled_model.w.grad, eager_model.w.grad)
+        with torch.no_grad():  # an optimizer step changes the parameter in place
+            for model in (eager_model, compiled_model):
+                model.w -= 0.1 * model.w.grad
+                model.w.grad = None
+
+
+@pytest.mark.parametrize("kind", ["spectral_norm", "weight_norm", "orthogonal", "custom"])
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+def test_parametrized_module_matches_eager(kind, training) -> None:
+    eager_model = _parametrized(kind).train(training)
+    compiled_model = copy.deepcopy(eager_model)
+    compiled = dynamo_rs.compile(compiled_model, backend=CompileCounter())
+    for _ in range(3):
+        x = torch.randn(2, 4)
+        torch.testing.assert_close(compiled(x), eager_model(x))
+        for (name, expected), (_, got) in zip(eager_model.state_dict().items(),
+                                               compiled_model.state_dict().items()):
+            torch.testing.assert_close(got, expected, msg=name)
+
+
+# --- in-place forms and out= return their tensor argument -----------------------------------
+
+def inplace_result_is_receiver(x):
+    y = x.clone()
+    z = y.add_(1)
+    z.mul_(2)
+    return z is y, y
+
+
+def out_result_is_out(x):
+    buf = torch.empty(3)
+    r = torch.div(x, 2, out=buf)
+    r.add_(1)
+    return r is buf, buf
+
+
+def normalize_out_into_attribute(x):
+    holder = BUFFER_HOLDER
+    holder.u = torch.nn.functional.normalize(x, dim=0, out=holder.u)
+    return holder.u is holder.original, holder.u * 2
+
+
+class _Holder:
+    def __init__(self):
+        self.u = torch.zeros(3)
+        self.original = self.u
+
+
+BUFFER_HOLDER = _Holder()
+
+
+@pytest.mark.parametrize("fn", [inplace_result_is_receiver, out_result_is_out, normalize_out_into_attribute])
+def test_in_place_and_out_results_are_their_argument(fn) -> None:
+    x = torch.randn(3)
+    expected = fn(x)
+    BUFFER_HOLDER.__init__()
+    got = dynamo_rs.compile(fn, backend=CompileCounter())(x)
+    BUFFER_HOLDER.__init__()
+    assert got[0] == expected[0]
+    torch.testing.assert_close(got[1], expected[1])

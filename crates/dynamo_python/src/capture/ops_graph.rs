@@ -91,6 +91,13 @@ impl<'py> Tracer<'py> {
             .iter()
             .map(|(k, v)| Ok((k.clone(), self.graph_arg(*v)?)))
             .collect::<CResult<Vec<_>>>()?;
+        // An in-place form (`y.add_(1)`) or `out=` returns one of its tensor arguments: the
+        // same object, so `z is y` holds and stores through either name are one tensor's.
+        let returned_argument = args
+            .iter()
+            .chain(kwargs.iter().map(|(_, v)| v))
+            .copied()
+            .find(|&a| matches!(self.kind(a), VarKind::Tensor { fake, .. } if fake.bind(py).is(&result)));
         let node = self.graph.add(
             op,
             name,
@@ -98,6 +105,9 @@ impl<'py> Tracer<'py> {
             graph_kwargs,
             OwnedRef::from_bound(&result),
         );
+        if let Some(argument) = returned_argument {
+            return Ok(argument);
+        }
         self.wrap_node_result(node, &result, name)
     }
 

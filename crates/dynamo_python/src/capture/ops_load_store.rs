@@ -245,6 +245,27 @@ impl<'py> Tracer<'py> {
                         );
                     }
                 }
+                // A property written in Python is inlined, never run on the real object while
+                // tracing nor read as a source on every call: its getter may compute (a
+                // parametrization's weight, spectral norm's power iteration updating buffers)
+                // or change state, which must happen once per call, in the trace's order.
+                // What the getter reads is guarded; the class entry is.
+                if !value.is_instance_of::<pyo3::types::PyType>() {
+                    if let Some(fget) = self.python_property_getter(&value, name)? {
+                        let ty = value.get_type();
+                        self.guard_class(ty.as_any(), name)?;
+                        // Read as `type(obj).name.fget`, so its code is guarded too
+                        // (`fget.__code__ = ...` recompiles).
+                        let getter_source = Rc::new(Source::Attr(
+                            Rc::new(Source::Attr(
+                                super::ops_objects::class_source(&ty),
+                                name.into(),
+                            )),
+                            "fget".into(),
+                        ));
+                        return self.call_python_from(&fget, Some(getter_source), vec![obj], Vec::new());
+                    }
+                }
                 let attr = match value.getattr(name) {
                     Ok(a) => a,
                     Err(err) => {
