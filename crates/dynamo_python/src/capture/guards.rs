@@ -793,6 +793,20 @@ impl NativeGuard {
                 return Ok(Some(difference));
             }
         }
+        // `TensorGuards` also fails on a tensor passed twice (two sources now one object).
+        for (i, (tensor, example)) in tensors.iter().zip(&group.examples).enumerate() {
+            let repeat = tensors[i + 1..]
+                .iter()
+                .zip(&group.examples[i + 1..])
+                .find(|(other, _)| other.is(tensor));
+            if let Some((_, other)) = repeat {
+                return Ok(Some(format!(
+                    "{} and {} are now the same tensor (they were distinct)",
+                    self.path(example.step),
+                    self.path(other.step)
+                )));
+            }
+        }
         Ok(Some(format!(
             "a tensor's dispatch keys changed ({} tensors checked, {} expected)",
             tensors.len(),
@@ -851,13 +865,9 @@ impl NativeGuard {
                 return Some(describe(a));
             }
         }
-        if self.mutates_in_place && reached.len() > 1 {
-            let mut addresses: Vec<usize> = reached.iter().map(address).collect();
-            addresses.sort_unstable();
-            if let Some(pair) = addresses.windows(2).find(|w| w[0] == w[1]) {
-                return Some(describe(pair[0]));
-            }
-        }
+        // Two reached tensors that became one object: torch's `TensorGuards` (`check_tensors`)
+        // already refuses a repeated tensor among those it checks, whether or not the graph
+        // changes one in place.
         None
     }
 
