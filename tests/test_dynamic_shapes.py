@@ -960,3 +960,28 @@ def test_int_argument_converted_keeps_python_types(fn) -> None:
         assert [type(v) for v in actual] == [type(v) for v in expected], (n, actual, expected)
         assert actual[:-1] == expected[:-1]
         torch.testing.assert_close(actual[-1], expected[-1])
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_symbolic_size_stored_into_an_existing_object(backend) -> None:
+    """`obj.n = x.shape[0] * 2` with a symbolic size: the value is a graph output stored after
+    the graph (it broke the graph: 'storing a symbolic size into .n of an existing
+    object'), and what the object holds is a plain int equal to eager's."""
+
+    class Holder:
+        k = 4
+
+    def fn(x, holder):
+        holder.n = x.shape[0] * 2
+        holder.m = x.shape[0] + holder.k
+        return x + 1
+
+    counter = CompileCounter()
+    compiled = dynamo_rs.compile(fn, backend=counter if backend == "eager" else backend, dynamic=True)
+    for n in (3, 5, 7):
+        x = torch.randn(n)
+        ours, theirs = Holder(), Holder()
+        torch.testing.assert_close(compiled(x, ours), fn(x, theirs))
+        assert type(ours.n) is int and (ours.n, ours.m) == (theirs.n, theirs.m)
+    if backend == "eager":
+        assert counter.frame_count == 1

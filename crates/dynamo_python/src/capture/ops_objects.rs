@@ -479,6 +479,8 @@ impl<'py> Tracer<'py> {
     pub fn rebuildable(&self, id: VarId) -> bool {
         match self.kind(id) {
             VarKind::Tensor { .. } | VarKind::Const(_) => true,
+            // A symbolic int (a counter made dynamic) is a graph output, as a tensor is.
+            VarKind::Symbolic { .. } => true,
             VarKind::Object(_) => true,
             VarKind::Tuple(items) | VarKind::List(items) => {
                 items.iter().all(|&i| self.rebuildable(i))
