@@ -309,7 +309,7 @@ impl ReferenceGuard {
                 Expect::Type(address) => value.get_type().as_ptr() as usize == *address,
                 Expect::Len(n) => value.len().ok() == Some(*n),
                 Expect::Keys(expected) => match value.cast::<PyDict>() {
-                    Ok(d) => super::guard_values::keys_in_order(&d)
+                    Ok(d) => super::guard_values::keys_in_order(d)
                         .and_then(|keys| keys.eq(expected.bind(py)))
                         .unwrap_or(false),
                     Err(_) => false,

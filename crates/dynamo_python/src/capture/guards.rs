@@ -17,8 +17,8 @@ use pyo3::types::{PyDict, PyString, PyTuple};
 
 use super::guard_groups::{deeply_immutable, GroupState, InstanceDictGroup};
 use super::guard_values::{
-    class_lookup, instance_dict_item, instance_dict_of, keys_in_order, known_hasattr, DictReadCache, DictTagMemo,
-    Identity, KnownLookup, ModuleCallMemo, TensorGroup,
+    class_lookup, instance_dict_item, instance_dict_of, keys_in_order, known_hasattr,
+    DictReadCache, DictTagMemo, Identity, KnownLookup, ModuleCallMemo, TensorGroup,
 };
 use super::source::{ItemKey, PathPart, Source};
 use crate::eval_frame::cache::{FrameGuard, FrameLayout, FrameView};
@@ -284,7 +284,6 @@ pub struct NativeGuard {
     global_state: Option<OwnedRef>,
     /// `global_state.check`, looked up once.
     global_state_check: Option<OwnedRef>,
-    mutates_in_place: bool,
     /// `torch._C._len_torch_function_stack`: frames are only compiled with no torch-function
     /// mode active (the trace folds `has_torch_function` to False), so none may be active.
     len_torch_function_stack: OwnedRef,
@@ -609,7 +608,6 @@ impl NativeGuard {
                 Some(state) => Some(OwnedRef::from_bound(&state.bind(py).getattr("check")?)),
                 None => None,
             },
-            mutates_in_place: set.mutates_in_place,
             len_torch_function_stack: OwnedRef::from_bound(
                 &py.import_module("torch")?
                     .getattr("_C")?

@@ -449,10 +449,19 @@ impl<'py> Tracer<'py> {
     ) -> CResult<Vec<VarId>> {
         let builtins = self.h.builtins.clone();
         let is = |name: &str| builtins.getattr(name).is_ok_and(|b| b.is(callee));
-        let positions: Vec<usize> = if ["sorted", "list", "tuple", "set", "frozenset", "any", "all",
-            "sum", "enumerate"]
-            .iter()
-            .any(|n| is(n))
+        let positions: Vec<usize> = if [
+            "sorted",
+            "list",
+            "tuple",
+            "set",
+            "frozenset",
+            "any",
+            "all",
+            "sum",
+            "enumerate",
+        ]
+        .iter()
+        .any(|n| is(n))
             || ((is("max") || is("min")) && args.len() == 1)
         {
             vec![0]
@@ -470,7 +479,9 @@ impl<'py> Tracer<'py> {
                 continue;
             };
             let cls = match self.kind(arg) {
-                VarKind::Object(obj) if !obj.bind(self.py).is_instance_of::<pyo3::types::PyType>() => {
+                VarKind::Object(obj)
+                    if !obj.bind(self.py).is_instance_of::<pyo3::types::PyType>() =>
+                {
                     obj.bind(self.py).get_type().into_any()
                 }
                 VarKind::Instance { cls, .. } => cls.bind(self.py).clone(),

@@ -549,10 +549,9 @@ impl<'py> Tracer<'py> {
                         // source: its truth is its length, which is guarded — unless its
                         // class measures itself in Python.
                         let len_fn = t.getattr("__len__")?;
-                        if let (Some(source), false) = (
-                            self.source(id),
-                            len_fn.is_instance(&self.h.function_type)?,
-                        ) {
+                        if let (Some(source), false) =
+                            (self.source(id), len_fn.is_instance(&self.h.function_type)?)
+                        {
                             let n = v.len()?;
                             self.guards.add(source, super::guards::GuardKind::Len(n));
                             return Ok(n != 0);

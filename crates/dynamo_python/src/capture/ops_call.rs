@@ -689,7 +689,9 @@ impl<'py> Tracer<'py> {
                 ),
             );
         }
-        if let Some(result) = self.call_module_with_forward_hooks(module_var, module, &args, &kwargs)? {
+        if let Some(result) =
+            self.call_module_with_forward_hooks(module_var, module, &args, &kwargs)?
+        {
             return Ok(result);
         }
         for hooks in super::guard_values::MODULE_CALL_HOOKS {

@@ -614,7 +614,8 @@ impl<'py> Tracer<'py> {
         // Strings and exact ints (a hook table's handle ids) compare and hash without user
         // code, so the keys guard can compare them on every call.
         if !keys.iter().all(|k| {
-            k.is_instance_of::<pyo3::types::PyString>() || k.is_exact_instance_of::<pyo3::types::PyInt>()
+            k.is_instance_of::<pyo3::types::PyString>()
+                || k.is_exact_instance_of::<pyo3::types::PyInt>()
         }) {
             return unsupported(
                 BreakKind::UnsupportedOperation,

@@ -263,7 +263,12 @@ impl<'py> Tracer<'py> {
                             )),
                             "fget".into(),
                         ));
-                        return self.call_python_from(&fget, Some(getter_source), vec![obj], Vec::new());
+                        return self.call_python_from(
+                            &fget,
+                            Some(getter_source),
+                            vec![obj],
+                            Vec::new(),
+                        );
                     }
                 }
                 let attr = match value.getattr(name) {
