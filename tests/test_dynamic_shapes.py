@@ -985,3 +985,104 @@ def test_symbolic_size_stored_into_an_existing_object(backend) -> None:
         assert type(ours.n) is int and (ours.n, ours.m) == (theirs.n, theirs.m)
     if backend == "eager":
         assert counter.frame_count == 1
+
+
+def _no_fallback_warnings(caplog):
+    return [r.getMessage() for r in caplog.records if "could not compile" in r.getMessage()]
+
+
+def test_int_argument_related_to_sizes_under_aot_autograd(caplog) -> None:
+    """AOTAutograd gives each int example input a symbol of its own (`sym_<position>`) and
+    guards on it: the shape guard reads it from that input (it was an internal error, 'the
+    symbol s49 is not an input size', and the frame ran eagerly from then on)."""
+
+    def fn(x, k, n):
+        y = torch.cat([k, x], 1)
+        return y.reshape(2, n + 1, 4), n + 1
+
+    compiled = dynamo_rs.compile(fn, backend="aot_eager")
+    for n in (4, 5, 6, 7):
+        k, x = torch.randn(2, n, 4), torch.randn(2, 1, 4)
+        expected, got = fn(x, k, n), compiled(x, k, n)
+        torch.testing.assert_close(got[0], expected[0])
+        assert got[1] == expected[1]
+    assert not _no_fallback_warnings(caplog)
+    # The relation the graph relies on is checked: a call breaking it raises as eager does.
+    k, x = torch.randn(2, 3, 4), torch.randn(2, 1, 4)
+    with pytest.raises(RuntimeError):
+        fn(x, k, 5)
+    with pytest.raises(RuntimeError):
+        compiled(x, k, 5)
+
+
+def test_equal_int_arguments_that_later_differ_under_aot_autograd(caplog) -> None:
+    """Two ints equal when traced share one AOTAutograd symbol: the entry must not be used
+    once they differ."""
+
+    def fn(x, a, b):
+        return x[:a].sum(0) * 2 + x[:b].sum(0), a * b
+
+    compiled = dynamo_rs.compile(fn, backend="aot_eager")
+    x = torch.randn(9, 3)
+    for a, b in ((3, 3), (4, 4), (5, 5), (5, 2), (2, 7), (6, 6)):
+        expected, got = fn(x, a, b), compiled(x, a, b)
+        torch.testing.assert_close(got[0], expected[0])
+        assert got[1] == expected[1]
+    assert not _no_fallback_warnings(caplog)
+
+
+class _KVLayer:
+    """A cache layer as transformers' sliding-window ones: an int counter and a tensor."""
+
+    def __init__(self):
+        self.seen = 0
+        self.keys = torch.zeros(2, 0, 4)
+
+    def update(self, k):
+        self.seen += k.shape[1]
+        self.keys = torch.cat([self.keys, k], 1)
+        if self.seen > 6:
+            return self.keys[:, -6:]
+        return self.keys
+
+
+def _decode_step(cache, k):
+    total = 0
+    for layer in cache:
+        total = total + layer.update(k).sum(1)
+    return total
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_int_attribute_of_an_argument_becomes_dynamic(backend, caplog) -> None:
+    """An int attribute of a plain object handed to the frame (a cache's length counter)
+    changes on every call: after it changed once it is symbolic, as the frame's own int
+    arguments are (it was one recompile per decoding step, then eager at the cache limit)."""
+    counter = CompileCounter()
+    compiled = dynamo_rs.compile(_decode_step, backend=counter if backend == "eager" else backend)
+    ours, theirs = [_KVLayer(), _KVLayer()], [_KVLayer(), _KVLayer()]
+    for step in range(10):
+        k = torch.randn(2, 3 if step == 0 else 1, 4)
+        torch.testing.assert_close(compiled(ours, k), _decode_step(theirs, k))
+        assert [layer.seen for layer in ours] == [layer.seen for layer in theirs]
+        assert all(type(layer.seen) is int for layer in ours)
+    if backend == "eager":
+        assert counter.frame_count <= 4, counter.frame_count
+    assert not _no_fallback_warnings(caplog)
+
+
+def test_int_attribute_of_a_module_stays_specialised() -> None:
+    class Scale(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.k = 2
+
+        def forward(self, x):
+            return x[: self.k] * self.k
+
+    model = Scale()
+    compiled = dynamo_rs.compile(model, backend=CompileCounter())
+    x = torch.randn(6, 2)
+    for k in (2, 3, 4):
+        model.k = k
+        torch.testing.assert_close(compiled(x), model(x))

@@ -350,7 +350,8 @@ def _translate(expr, symbol_reads: dict):
     return tr(expr)
 
 
-def guard_plan(mode, inputs: list, names: list[str], user_marks: list, locations: list):
+def guard_plan(mode, inputs: list, names: list[str], user_marks: list, locations: list,
+               positions: list | None = None):
     """The shape guard of a compiled entry. `inputs` are the fakes of the graph inputs that
     have symbolic sizes or strides (`names` their sources, `user_marks` the dimensions the
     user marked dynamic, or None); `locations` are (number of shape guards recorded, where)
@@ -390,6 +391,28 @@ def guard_plan(mode, inputs: list, names: list[str], user_marks: list, locations
                     symbol_reads[expr] = index
                 else:
                     pending.append((index, expr))
+
+    # AOTAutograd (`aot_eager`, `inductor`) makes its own symbol for each int example input,
+    # with the source `sym_<position>` and duck-sized by value (two ints equal when traced
+    # share one), and records guards on it while tracing the graph: each such symbol reads
+    # the int input it was made for, and one shared by several must stay equal across them.
+    if positions is not None:
+        read_of_position = {}
+        for index, (k, which, _) in enumerate(reads):
+            if which == 2 and positions[k] is not None:
+                read_of_position[positions[k]] = index
+        for symbol, sources in env.var_to_sources.items():
+            if symbol in symbol_reads:
+                continue
+            matched = []
+            for source in sources:
+                name = getattr(source, "source_name", None)
+                if isinstance(name, str) and name.startswith("sym_") and name[4:].isdigit():
+                    matched.append(read_of_position.get(int(name[4:])))
+            if not matched or None in matched:
+                continue
+            symbol_reads[symbol] = matched[0]
+            pending.extend((index, symbol) for index in matched[1:])
 
     def read_name(index):
         k, which, dim = reads[index]

@@ -416,6 +416,24 @@ impl<'py> Tracer<'py> {
                         format!("reads tensor attribute {name:?} of an object with no source"),
                     );
                 }
+                // An int attribute of a plain object handed to the frame (a cache's
+                // `cumulative_length`, a step counter) is subject to automatic dynamic shapes
+                // as the frame's own int arguments are: once it changes between compiles it
+                // becomes symbolic, instead of one recompile per value. Modules' ints (layer
+                // indices, sizes) and those of classes and Python modules stay specialised,
+                // as under TorchDynamo.
+                if let Some(s) = &source {
+                    if attr.is_exact_instance_of::<pyo3::types::PyInt>()
+                        && s.is_rooted_in_locals()
+                        && !value.is_instance(&self.h.module_type)?
+                        && !value.is_instance_of::<pyo3::types::PyType>()
+                        && !value.is_instance_of::<pyo3::types::PyModule>()
+                    {
+                        if let Some(id) = self.int_input(&attr, s.clone())? {
+                            return Ok(id);
+                        }
+                    }
+                }
                 self.wrap(&attr, source)
             }
             VarKind::Tuple(items)

@@ -74,9 +74,22 @@ pub fn build(tracer: &mut Tracer<'_>) -> CResult<Option<ShapeGuard>> {
         .map(|i| i.user_marks.bind(py).clone())
         .collect();
     let locations = tracer.specializations.borrow().clone();
+    // Where each dynamic input sits among the backend's example inputs: AOTAutograd gives
+    // an int example a symbol of its own, named after that position (`sym_3`).
+    let positions: Vec<Option<usize>> = tracer
+        .dynamic_inputs
+        .iter()
+        .map(|d| {
+            let name = d.source.describe();
+            tracer
+                .inputs
+                .iter()
+                .position(|i| i.source.describe() == name)
+        })
+        .collect();
     let plan = py.import_module("dynamo_rs._shapes")?.call_method1(
         "guard_plan",
-        (&tracer.fake_mode, fakes, names, marks, locations),
+        (&tracer.fake_mode, fakes, names, marks, locations, positions),
     )?;
     let (reads, checks): (Bound<'_, PyList>, Bound<'_, PyList>) = plan.extract()?;
     let mut plan = ShapePlan::default();
