@@ -1302,6 +1302,17 @@ pub fn describe(obj: &Bound<'_, PyAny>) -> String {
         .getattr("__qualname__")
         .or_else(|_| obj.getattr("__name__"))
     {
+        // A pybind11 function's qualified name is its internal record type's
+        // (`pybind11_detail_function_record_v1_..._push_saved_tensors_default_hooks`): its
+        // module and name say what it is (`torch._C._autograd._push_saved_tensors_...`).
+        Ok(name) if name.to_string().starts_with("pybind11_") => {
+            match (obj.getattr("__module__"), obj.getattr("__name__")) {
+                (Ok(module), Ok(short)) if !module.is_none() => {
+                    format!("{module}.{short} ({type_name})")
+                }
+                _ => format!("{name} ({type_name})"),
+            }
+        }
         Ok(name) => format!("{name} ({type_name})"),
         Err(_) => format!("a {type_name} object"),
     }
