@@ -280,6 +280,57 @@ def yield_from_lazily(x):
     return out, tuple(log)
 
 
+# --- sum/max/min of generators whose body changes Python state -----------------------------
+# They take every item in order, as list() does: the frame used to run eagerly ("a generator
+# that changes state"). A body changing a tensor in place still breaks the graph (an item
+# taken before the change must not see it) — and matches eager.
+
+class _Stage:
+    def __init__(self, k):
+        self.k = k
+        self.calls = 0
+        self.last = None
+
+    def __call__(self, v):
+        self.calls += 1
+        self.last = v
+        return v * self.k
+
+
+@case(t(3, 4))
+def sum_of_generator_recording_state(x):
+    stages = [_Stage(1.0), _Stage(2.0), _Stage(3.0)]
+    total = sum(stage(x) for stage in stages)
+    return total, [s.calls for s in stages], stages[2].last
+
+
+@case(t(3, 4))
+def sum_with_start_of_generator_appending(x):
+    seen = []
+    total = sum((seen.append(i) or x * i for i in range(3)), torch.ones(4))
+    return total, seen
+
+
+@case(t(3, 4))
+def max_and_min_of_generators_counting(x):
+    counter = {"n": 0}
+
+    def score(v, k):
+        counter["n"] += 1
+        return v.shape[0] * k - counter["n"]
+
+    hi = max(score(row, k) for k, row in enumerate(x))
+    lo = min(score(row, k) for k, row in enumerate(x))
+    return x * hi + lo, counter["n"]
+
+
+@case(t(3, 4), gap="sum() of a generator changing a tensor in place runs the frame eagerly "
+                  "(TorchDynamo interleaves the additions with the generator)")
+def sum_of_generator_changing_a_tensor_in_place(x):
+    acc = torch.zeros(4)
+    return sum(acc.add_(row) for row in x)
+
+
 @pytest.fixture(autouse=True)
 def fresh_caches():
     reset_all()

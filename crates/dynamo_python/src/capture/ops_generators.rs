@@ -211,15 +211,33 @@ impl<'py> Tracer<'py> {
         }
         // `list(gen)`, `tuple(gen)`, `sorted(gen)` take every item before doing anything
         // else: running it to the end first is Python's own order, whatever its body does.
-        let collector = ["list", "tuple", "sorted"]
-            .iter()
-            .any(|name| builtins.getattr(*name).is_ok_and(|b| b.is(callee)));
+        let is = |name: &str| builtins.getattr(name).is_ok_and(|b| b.is(callee));
+        let collector = ["list", "tuple", "sorted"].iter().any(|name| is(name));
+        // `sum(gen)`, `max(gen)`, `min(gen)` take every item too, combining each with the
+        // ones before as it comes: the same as taking them all first, unless the generator
+        // changes a tensor in place that an earlier item is (checked below).
+        let accumulator = kwargs.is_empty()
+            && ((is("sum") && args.len() <= 2) || ((is("max") || is("min")) && args.len() == 1));
         let lazy = args.iter().chain(kwargs.iter().map(|(_, v)| v));
-        let in_order = collector && lazy.filter(|&&a| self.is_lazy_iterator(a)).count() == 1;
+        let in_order =
+            (collector || accumulator) && lazy.filter(|&&a| self.is_lazy_iterator(a)).count() == 1;
         for &arg in args.iter().chain(kwargs.iter().map(|(_, v)| v)) {
             if self.is_lazy_iterator(arg) {
                 let items = if in_order {
-                    self.take_all(arg)?
+                    let nodes = self.graph.nodes.len();
+                    let items = self.take_all(arg)?;
+                    if accumulator
+                        && self.graph.nodes[nodes..]
+                            .iter()
+                            .any(|node| super::node_calls_in_place(self.py, node))
+                    {
+                        return unsupported(
+                            BreakKind::Generator,
+                            "sum(), max() or min() of a generator that changes a tensor in place \
+                             (the items taken before the change would see it)",
+                        );
+                    }
+                    items
                 } else {
                     self.items_of(arg)?
                 };
