@@ -120,16 +120,24 @@ def test_compiled_function_called_inside_a_transform(backend, compiled_first):
 
 
 
-@pytest.mark.parametrize("graph_break_inside", [False, True])
-def test_saved_tensor_hooks_block_inside_a_compiled_function(graph_break_inside):
-    """The hooks run as often, on the same tensors, as in eager: never on fakes while
-    tracing."""
-    seen: list = []
+def _recording_pack(seen: list):
+    """A saved-tensor pack hook recording each saved tensor's shape in `seen`; it must never
+    be handed a fake tensor (as it would be if a frame were traced inside its block)."""
 
     def pack(t):
         assert not isinstance(t, torch._subclasses.FakeTensor)
         seen.append(tuple(t.shape))
         return t
+
+    return pack
+
+
+@pytest.mark.parametrize("graph_break_inside", [False, True])
+def test_saved_tensor_hooks_block_inside_a_compiled_function(graph_break_inside):
+    """The hooks run as often, on the same tensors, as in eager: never on fakes while
+    tracing."""
+    seen: list = []
+    pack = _recording_pack(seen)
 
     def unpack(t):
         return t
@@ -156,11 +164,7 @@ def test_saved_tensor_hooks_block_inside_a_compiled_function(graph_break_inside)
 
 def test_compiled_function_called_inside_saved_tensor_hooks():
     seen: list = []
-
-    def pack(t):
-        assert not isinstance(t, torch._subclasses.FakeTensor)
-        seen.append(tuple(t.shape))
-        return t
+    pack = _recording_pack(seen)
 
     def fn(x):
         return (x.sin() * x).sum()

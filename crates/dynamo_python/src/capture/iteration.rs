@@ -487,17 +487,19 @@ impl<'py> Tracer<'py> {
                 VarKind::Instance { cls, .. } => cls.bind(self.py).clone(),
                 _ => continue,
             };
-            let python_iter = self
-                .py
-                .import_module("inspect")?
-                .call_method1("getattr_static", (&cls, "__iter__"))
-                .is_ok_and(|f| f.is_instance(&self.h.function_type).unwrap_or(false));
-            if python_iter {
+            if self.defines_python_iter(&cls) {
                 let items = self.items_of(arg)?;
                 args[position] = self.add(VarKind::List(items), None);
             }
         }
         Ok(args)
+    }
+
+    /// Whether the class `cls` defines `__iter__` as a Python function.
+    fn defines_python_iter(&self, cls: &Bound<'py, PyAny>) -> bool {
+        cls.cast::<pyo3::types::PyType>().is_ok_and(|ty| {
+            super::helpers::python_dunder(ty, &["__iter__"], &self.h.function_type).is_some()
+        })
     }
 
     /// Items of an object whose class defines `__iter__` in Python (`nn.ParameterList`, a
@@ -509,14 +511,7 @@ impl<'py> Tracer<'py> {
         id: VarId,
         cls: &Bound<'py, PyAny>,
     ) -> CResult<Option<Vec<VarId>>> {
-        let py = self.py;
-        let Ok(iter_fn) = py
-            .import_module("inspect")?
-            .call_method1("getattr_static", (cls, "__iter__"))
-        else {
-            return Ok(None);
-        };
-        if !iter_fn.is_instance(&self.h.function_type)? {
+        if !self.defines_python_iter(cls) {
             return Ok(None);
         }
         let method = self.get_attr(id, "__iter__")?;
