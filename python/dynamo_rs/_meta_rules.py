@@ -55,8 +55,11 @@ def _plain(mode: FakeTensorMode, t) -> bool:
 
 
 def _plain_context(tensors) -> bool:
-    """No autocast or torch-function mode active, and no autograd graph to record."""
-    if torch._C._is_any_autocast_enabled() or torch._C._len_torch_function_stack():
+    """No autocast or torch-function mode active, not in inference mode (whose views of
+    tensors requiring grad do not require grad, unlike no_grad's), and no autograd graph to
+    record."""
+    if (torch._C._is_any_autocast_enabled() or torch._C._len_torch_function_stack()
+            or torch.is_inference_mode_enabled()):
         return False
     return not torch.is_grad_enabled() or not any(t.requires_grad for t in tensors)
 

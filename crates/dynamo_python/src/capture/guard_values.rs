@@ -9,6 +9,7 @@ use crate::imports::ImportModule;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString, PyTuple};
 
+use super::tensor_check::TensorChecks;
 use crate::eval_frame::owned::OwnedRef;
 
 /// The object an identity check expects, held weakly where the object allows it, so a guard
@@ -127,8 +128,8 @@ pub struct TensorMeta {
     type_name: String,
     dtype: String,
     device: String,
-    shape: Vec<Option<i64>>,
-    stride: Vec<Option<i64>>,
+    pub shape: Vec<Option<i64>>,
+    pub stride: Vec<Option<i64>>,
     requires_grad: bool,
 }
 
@@ -215,14 +216,13 @@ impl TensorMeta {
     }
 }
 
-/// Tensors checked together by one torch C++ `TensorGuards` (type, dtype, device, shape,
-/// stride, requires_grad, dispatch keys). The checker is made when the guard is built, from
-/// the examples, which are not kept.
+/// Tensors checked together (type, dtype, device, shape, stride, requires_grad, dispatch
+/// keys, and that they are distinct objects; see `tensor_check`). The checks are made when
+/// the guard is built, from the examples, which are not kept.
 #[derive(Debug, Default)]
 pub struct TensorGroup {
     pub examples: Vec<TensorMeta>,
-    /// The checker's bound `check` method (looked up once, not on every call).
-    check: Option<OwnedRef>,
+    checks: TensorChecks,
 }
 
 impl TensorGroup {
@@ -230,45 +230,23 @@ impl TensorGroup {
         py: Python<'_>,
         examples: Vec<(usize, OwnedRef, Option<DynamicDims>)>,
     ) -> PyResult<TensorGroup> {
-        if examples.is_empty() {
-            return Ok(TensorGroup::default());
-        }
-        let tensors: Vec<Bound<'_, PyAny>> = examples
-            .iter()
-            .map(|(_, t, _)| t.bind(py).clone())
-            .collect();
         let metas = examples
             .iter()
             .map(|(step, t, dynamic)| TensorMeta::of(*step, &t.bind(py), dynamic.as_ref()))
             .collect::<PyResult<Vec<_>>>()?;
-        let kwargs = PyDict::new(py);
-        kwargs.set_item(
-            "dynamic_dims_sizes",
-            metas.iter().map(|m| m.shape.clone()).collect::<Vec<_>>(),
-        )?;
-        kwargs.set_item(
-            "dynamic_dims_strides",
-            metas.iter().map(|m| m.stride.clone()).collect::<Vec<_>>(),
-        )?;
-        let checker = py
-            .import_module("torch._C._dynamo.guards")?
-            .getattr("TensorGuards")?
-            .call(PyTuple::new(py, &tensors)?, Some(&kwargs))?;
+        let tensors: Vec<_> = examples
+            .iter()
+            .map(|(_, t, _)| t.bind(py).clone())
+            .collect();
         Ok(TensorGroup {
+            checks: TensorChecks::new(py, &tensors, &metas)?,
             examples: metas,
-            check: Some(OwnedRef::from_bound(&checker.getattr("check")?)),
         })
     }
 
     /// Whether `tensors` (one per example, in order) all match; true for an empty group.
-    pub fn passes(&self, py: Python<'_>, tensors: &[Bound<'_, PyAny>]) -> PyResult<bool> {
-        match &self.check {
-            Some(check) => check
-                .bind(py)
-                .call1(PyTuple::new(py, tensors)?)?
-                .is_truthy(),
-            None => Ok(true),
-        }
+    pub fn passes(&self, tensors: &[Bound<'_, PyAny>]) -> bool {
+        self.checks.is_empty() && tensors.is_empty() || self.checks.passes(tensors)
     }
 }
 

@@ -770,16 +770,15 @@ impl NativeGuard {
         Ok(true)
     }
 
-    /// Checks `tensors` against `group` in one `TensorGuards` call; on failure names the first
+    /// Checks `tensors` against `group` (see `tensor_check`); on failure names the first
     /// tensor whose metadata differs from its example.
     fn check_tensors(
         &self,
-        py: Python<'_>,
         group: &TensorGroup,
         tensors: &[Bound<'_, PyAny>],
         describe: bool,
     ) -> PyResult<Option<String>> {
-        if group.passes(py, tensors)? {
+        if group.passes(tensors) {
             return Ok(None);
         }
         if !describe {
@@ -791,7 +790,7 @@ impl NativeGuard {
                 return Ok(Some(difference));
             }
         }
-        // `TensorGuards` also fails on a tensor passed twice (two sources now one object).
+        // The group also fails on a tensor passed twice (two sources now one object).
         for (i, (tensor, example)) in tensors.iter().zip(&group.examples).enumerate() {
             let repeat = tensors[i + 1..]
                 .iter()
@@ -863,7 +862,7 @@ impl NativeGuard {
                 return Some(describe(a));
             }
         }
-        // Two reached tensors that became one object: torch's `TensorGuards` (`check_tensors`)
+        // Two reached tensors that became one object: the group's check (`check_tensors`)
         // already refuses a repeated tensor among those it checks, whether or not the graph
         // changes one in place.
         None
@@ -907,7 +906,7 @@ impl NativeGuard {
                     None => return Ok(Some(format!("{}: missing", self.path(example.step)))),
                 }
             }
-            if let Some(failure) = self.check_tensors(py, &self.arguments, &arguments, describe)? {
+            if let Some(failure) = self.check_tensors(&self.arguments, &arguments, describe)? {
                 return Ok(Some(failure));
             }
         }
@@ -1086,7 +1085,7 @@ impl NativeGuard {
                 )));
             }
         }
-        if let Some(failure) = self.check_tensors(py, &self.reached, &tensors, describe)? {
+        if let Some(failure) = self.check_tensors(&self.reached, &tensors, describe)? {
             return Ok(Some(failure));
         }
         if let Some(failure) = self.check_distinct(&arguments, &tensors) {

@@ -52,6 +52,7 @@ mod persist;
 mod rebuild;
 pub mod shape_guard;
 pub mod source;
+pub mod tensor_check;
 pub mod translator;
 pub mod vars;
 
