@@ -880,7 +880,7 @@ impl NativeGuard {
     ) -> PyResult<Option<String>> {
         let describe = keep.is_none();
         let mut values: Vec<Option<Bound<'_, PyAny>>> = Vec::with_capacity(self.steps.len());
-        let mut tensors: Vec<Bound<'_, PyAny>> = Vec::new();
+        let mut tensors: Vec<Bound<'_, PyAny>> = Vec::with_capacity(self.reached.examples.len());
         let mut aliases: Vec<(usize, usize, Bound<'_, PyAny>, &Check)> = Vec::new();
         let mut distinct: Vec<(usize, Bound<'_, PyAny>)> = Vec::new();
         // The frame's own tensor arguments first.
@@ -1175,6 +1175,26 @@ impl NativeGuard {
     /// Sets the compiled graph the entry's code calls (see `persist::restore_guard`).
     fn set_graph_token(&mut self, token: &Bound<'_, PyAny>) {
         self.graph_token = Some(OwnedRef::from_bound(token));
+    }
+
+    fn debug_access_kinds(&self, py: Python<'_>) -> Vec<String> {
+        self.steps
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let kind = match &s.access {
+                    Access::Local(_) => "Local",
+                    Access::Global { .. } => "Global",
+                    Access::Cell(_) => "Cell",
+                    Access::Object(_) => "Object",
+                    Access::Attr(..) => "Attr",
+                    Access::ClassAttr(..) => "ClassAttr",
+                    Access::InstanceAttr { .. } => "InstanceAttr",
+                    Access::Item(..) => "Item",
+                };
+                format!("{kind} group={:?} checks={} {}", s.group, s.checks.len(), self.path(i))
+            })
+            .collect()
     }
 
     fn __len__(&self) -> usize {

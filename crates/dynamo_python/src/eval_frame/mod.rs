@@ -60,6 +60,11 @@ fn call_with_callback<'py>(
 }
 
 fn code_arg<'py>(code: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    // A code object first: asking it for `__code__` would raise (and format) an
+    // AttributeError, on every call of a compiled module (`force_intercept`).
+    if code.is_instance_of::<PyCode>() {
+        return Ok(code.clone());
+    }
     let code = match code.getattr("__code__") {
         Ok(inner) => inner,
         Err(_) => code.clone(),
