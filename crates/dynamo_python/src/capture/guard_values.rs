@@ -631,7 +631,98 @@ fn is_module_lookup(ty: &Bound<'_, pyo3::types::PyType>) -> bool {
     let Some((object_getattribute, module_getattr)) = expected else {
         return false;
     };
-    let lookup = |name: &str| class_lookup(ty.as_any(), &PyString::intern(py, name));
-    lookup("__getattribute__").is_some_and(|f| f.is(object_getattribute))
-        && lookup("__getattr__").is_some_and(|f| f.is(module_getattr))
+    class_lookup(ty.as_any(), pyo3::intern!(py, "__getattribute__"))
+        .is_some_and(|f| f.is(object_getattribute))
+        && class_lookup(ty.as_any(), pyo3::intern!(py, "__getattr__"))
+            .is_some_and(|f| f.is(module_getattr))
+}
+
+/// How a guard reads `getattr(parent, name)` when the parent's type makes the answer a plain
+/// field or dict read: a function's code, defaults or closure, a module's global. Checked on
+/// every read (the parent's exact type); anything else, and a name the fast read does not
+/// find, goes through `getattr`. Reading `fn.__code__` through `getattr` costs an audit
+/// event and an attribute lookup; `torch.nn.functional.relu` a lookup on `ModuleType` first.
+#[derive(Debug, Clone, Copy)]
+pub enum AttrRead {
+    Generic,
+    FunctionCode,
+    FunctionDefaults,
+    FunctionKwDefaults,
+    FunctionGlobals,
+    FunctionClosure,
+    /// From the module's own dict: `ModuleType` defines nothing of this name, so the generic
+    /// lookup finds the dict's entry (a missing one is left to the module's `__getattr__`).
+    ModuleDict,
+}
+
+impl AttrRead {
+    pub fn for_name(py: Python<'_>, name: &str) -> AttrRead {
+        match name {
+            "__code__" => AttrRead::FunctionCode,
+            "__defaults__" => AttrRead::FunctionDefaults,
+            "__kwdefaults__" => AttrRead::FunctionKwDefaults,
+            "__globals__" => AttrRead::FunctionGlobals,
+            "__closure__" => AttrRead::FunctionClosure,
+            _ => {
+                // SAFETY: the static module type object, GIL held.
+                let module_type = unsafe {
+                    Bound::from_borrowed_ptr(
+                        py,
+                        std::ptr::addr_of_mut!(pyo3::ffi::PyModule_Type).cast(),
+                    )
+                };
+                match class_lookup(&module_type, &PyString::new(py, name)) {
+                    None => AttrRead::ModuleDict,
+                    Some(_) => AttrRead::Generic,
+                }
+            }
+        }
+    }
+
+    /// The attribute, when `parent` is of the type this read is for and has it; None to
+    /// read it through `getattr`.
+    pub fn read<'py>(
+        &self,
+        parent: &Bound<'py, PyAny>,
+        name: &Bound<'py, PyAny>,
+        cache: &DictReadCache,
+    ) -> Option<Bound<'py, PyAny>> {
+        let py = parent.py();
+        let object = parent.as_ptr();
+        // SAFETY: `parent` is a live object and the GIL is held; its type is compared with
+        // the static function and module types before any field of those types is read.
+        unsafe {
+            let ty = pyo3::ffi::Py_TYPE(object);
+            let function = ty == std::ptr::addr_of_mut!(pyo3::ffi::PyFunction_Type);
+            let field = match self {
+                AttrRead::Generic => return None,
+                AttrRead::ModuleDict => {
+                    if ty != std::ptr::addr_of_mut!(pyo3::ffi::PyModule_Type) {
+                        return None;
+                    }
+                    // Borrowed; a module's dict is an exact dict for its whole life.
+                    let dict = pyo3::ffi::PyModule_GetDict(object);
+                    if dict.is_null() {
+                        pyo3::ffi::PyErr_Clear();
+                        return None;
+                    }
+                    let dict = Bound::from_borrowed_ptr(py, dict);
+                    let dict = dict.cast_exact::<PyDict>().ok()?;
+                    return cache.get(dict, name).ok().flatten();
+                }
+                _ if !function => return None,
+                AttrRead::FunctionCode => pyo3::ffi::PyFunction_GetCode(object),
+                AttrRead::FunctionDefaults => pyo3::ffi::PyFunction_GetDefaults(object),
+                AttrRead::FunctionKwDefaults => pyo3::ffi::PyFunction_GetKwDefaults(object),
+                AttrRead::FunctionGlobals => pyo3::ffi::PyFunction_GetGlobals(object),
+                AttrRead::FunctionClosure => pyo3::ffi::PyFunction_GetClosure(object),
+            };
+            // Borrowed references from the function; an unset field reads as None.
+            Some(if field.is_null() {
+                py.None().into_bound(py)
+            } else {
+                Bound::from_borrowed_ptr(py, field)
+            })
+        }
+    }
 }

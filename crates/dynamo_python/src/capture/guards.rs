@@ -17,7 +17,7 @@ use pyo3::types::{PyDict, PyString, PyTuple};
 
 use super::guard_groups::{deeply_immutable, GroupState, InstanceDictGroup};
 use super::guard_values::{
-    class_lookup, instance_dict_item, instance_dict_of, keys_in_order, known_hasattr,
+    class_lookup, instance_dict_item, instance_dict_of, keys_in_order, known_hasattr, AttrRead,
     DictReadCache, DictTagMemo, Identity, KnownLookup, ModuleCallMemo, TensorGroup,
 };
 use super::source::{ItemKey, PathPart, Source};
@@ -205,7 +205,9 @@ enum Access {
     },
     Cell(OwnedRef),
     Object(OwnedRef),
-    Attr(usize, OwnedRef),
+    /// `getattr(parent, name)`, read without the attribute machinery where `AttrRead`
+    /// knows the answer for the parent's type.
+    Attr(usize, OwnedRef, AttrRead),
     /// A name found along the MRO of the class that is the parent's value (see
     /// [`class_lookup`]).
     ClassAttr(usize, OwnedRef),
@@ -344,7 +346,7 @@ impl NativeGuard {
     fn path(&self, index: usize) -> String {
         let step = &self.steps[index];
         let parent = match step.access {
-            Access::Attr(p, _)
+            Access::Attr(p, _, _)
             | Access::ClassAttr(p, _)
             | Access::Item(p, _)
             | Access::InstanceAttr { parent: p, .. } => self.path(p),
@@ -425,6 +427,7 @@ impl NativeGuard {
                 Source::Attr(_, attr) => Access::Attr(
                     parent.expect("attributes have a parent") as usize,
                     OwnedRef::from_bound(PyString::intern(py, attr).as_any()),
+                    AttrRead::for_name(py, attr),
                 ),
                 Source::ClassAttr(_, attr) => Access::ClassAttr(
                     parent.expect("class lookups have a parent") as usize,
@@ -511,7 +514,7 @@ impl NativeGuard {
             .import_module("dynamo_rs._capture")?
             .getattr("plain_instance_attribute")?;
         for index in 0..steps.len() {
-            let Access::Attr(parent, name) = &steps[index].access else {
+            let Access::Attr(parent, name, _) = &steps[index].access else {
                 continue;
             };
             let parent = *parent;
@@ -952,8 +955,11 @@ impl NativeGuard {
                 }
                 Access::Cell(cell) => cell.bind(py).getattr("cell_contents").ok(),
                 Access::Object(object) => Some(object.bind(py).clone()),
-                Access::Attr(parent, name) => match &values[*parent] {
-                    Some(base) => base.getattr(name.bind(py).cast::<PyString>()?).ok(),
+                Access::Attr(parent, name, read) => match &values[*parent] {
+                    Some(base) => match read.read(base, &name.bind(py), &step.read_cache) {
+                        Some(value) => Some(value),
+                        None => base.getattr(name.bind(py).cast::<PyString>()?).ok(),
+                    },
                     None => None,
                 },
                 Access::ClassAttr(parent, name) => match &values[*parent] {
@@ -1177,26 +1183,6 @@ impl NativeGuard {
         self.graph_token = Some(OwnedRef::from_bound(token));
     }
 
-    fn debug_access_kinds(&self, py: Python<'_>) -> Vec<String> {
-        self.steps
-            .iter()
-            .enumerate()
-            .map(|(i, s)| {
-                let kind = match &s.access {
-                    Access::Local(_) => "Local",
-                    Access::Global { .. } => "Global",
-                    Access::Cell(_) => "Cell",
-                    Access::Object(_) => "Object",
-                    Access::Attr(..) => "Attr",
-                    Access::ClassAttr(..) => "ClassAttr",
-                    Access::InstanceAttr { .. } => "InstanceAttr",
-                    Access::Item(..) => "Item",
-                };
-                format!("{kind} group={:?} checks={} {}", s.group, s.checks.len(), self.path(i))
-            })
-            .collect()
-    }
-
     fn __len__(&self) -> usize {
         self.steps.iter().map(|s| s.checks.len()).sum::<usize>()
             + usize::from(self.grad_mode.is_some())
@@ -1352,7 +1338,7 @@ fn plan_instance_dict_groups(
     }
     for step in steps.iter() {
         match &step.access {
-            Access::Attr(parent, _)
+            Access::Attr(parent, _, _)
             | Access::ClassAttr(parent, _)
             | Access::Item(parent, _)
             | Access::InstanceAttr { parent, .. } => {

@@ -234,6 +234,7 @@ impl<'py> Tracer<'py> {
                     // reads see this trace's stores (the class entry is guarded).
                     if let Some(fget) = self.python_property_getter(&value, name)? {
                         self.guard_class(&value.get_type().into_any(), name)?;
+                        self.guard_renaming_lookup(&value, self.source(obj), name)?;
                         return self.call_python(&fget, vec![obj], Vec::new());
                     }
                     if !in_dict && !plain_class_entry && !self.module_table_entry(&value, name)? {
@@ -254,6 +255,7 @@ impl<'py> Tracer<'py> {
                     if let Some(fget) = self.python_property_getter(&value, name)? {
                         let ty = value.get_type();
                         self.guard_class(ty.as_any(), name)?;
+                        self.guard_renaming_lookup(&value, self.source(obj), name)?;
                         // Read as `type(obj).name.fget`, so its code is guarded too
                         // (`fget.__code__ = ...` recompiles).
                         let getter_source = Rc::new(Source::Attr(

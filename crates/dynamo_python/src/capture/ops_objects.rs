@@ -314,7 +314,8 @@ impl<'py> Tracer<'py> {
     /// The getter of `name` when it is a `property` with a Python `fget` on the class of
     /// `value`, found as Python would find it: the class keeps the default
     /// `__getattribute__` (a property is a data descriptor, so the instance dict does not
-    /// hide it).
+    /// hide it), or one that only renames names it does not rename (see
+    /// `renaming_lookup`; the caller guards it with `guard_renaming_lookup`).
     pub(super) fn python_property_getter(
         &self,
         value: &Bound<'py, PyAny>,
@@ -328,7 +329,10 @@ impl<'py> Tracer<'py> {
             .getattr("__getattribute__")?;
         let module_getattribute = self.h.module_type.getattr("__getattribute__")?;
         let getattribute = ty.getattr("__getattribute__")?;
-        if !getattribute.is(&object_getattribute) && !getattribute.is(&module_getattribute) {
+        if !getattribute.is(&object_getattribute)
+            && !getattribute.is(&module_getattribute)
+            && !self.renaming_lookup(value, name)?
+        {
             return Ok(None);
         }
         let key = PyString::new(py, name);
@@ -341,6 +345,74 @@ impl<'py> Tracer<'py> {
         }
         let fget = entry.getattr("fget")?;
         Ok(fget.is_instance(&self.h.function_type)?.then_some(fget))
+    }
+
+    /// Whether `getattr(value, name)` is object's own lookup although the class has its own
+    /// `__getattribute__`: one that only renames through the class's `attribute_map`
+    /// (`_capture.renamed_attributes`: transformers' configurations), `name` not renamed,
+    /// and the instance holding no `attribute_map` or `_heterogeneity_spec` of its own
+    /// (which those `__getattribute__`s read).
+    fn renaming_lookup(&self, value: &Bound<'py, PyAny>, name: &str) -> CResult<bool> {
+        let renames = self
+            .py
+            .import_module("dynamo_rs._capture")?
+            .call_method1("renamed_attributes", (value.get_type(),))?;
+        let Ok(renames) = renames.cast::<pyo3::types::PyDict>() else {
+            return Ok(false);
+        };
+        if renames.contains(name)? {
+            return Ok(false);
+        }
+        let Some(dict) = super::guard_values::instance_dict_of(value) else {
+            return Ok(false);
+        };
+        Ok(!dict.contains("attribute_map")? && !dict.contains("_heterogeneity_spec")?)
+    }
+
+    /// Guards what `renaming_lookup` relied on, when the class of `value` has its own
+    /// `__getattribute__`: each class's `__getattribute__` along the MRO (the renaming ones
+    /// call each other through `super()`), `name` still not in the class's `attribute_map`,
+    /// and (for an object with a source) no `attribute_map` or `_heterogeneity_spec` in its
+    /// instance dict.
+    pub(super) fn guard_renaming_lookup(
+        &mut self,
+        value: &Bound<'py, PyAny>,
+        source: Option<Rc<Source>>,
+        name: &str,
+    ) -> CResult<()> {
+        let py = self.py;
+        let ty = value.get_type();
+        let object_getattribute = py
+            .import_module("builtins")?
+            .getattr("object")?
+            .getattr("__getattribute__")?;
+        if ty.getattr("__getattribute__")?.is(&object_getattribute)
+            || value.is_instance(&self.h.module_type)?
+        {
+            return Ok(());
+        }
+        for klass in ty.mro().iter() {
+            let own = klass.getattr("__dict__")?;
+            if own.contains("__getattribute__")? && !klass.is(py.get_type::<PyAny>().as_any()) {
+                self.guard_class(&klass, "__getattribute__")?;
+            }
+        }
+        self.guards.add(
+            Rc::new(Source::Attr(class_source(&ty), "attribute_map".into())),
+            super::guards::GuardKind::Contains(
+                OwnedRef::from_bound(pyo3::types::PyString::new(py, name).as_any()),
+                false,
+            ),
+        );
+        if let Some(source) = source {
+            for own in ["attribute_map", "_heterogeneity_spec"] {
+                self.guards.add(
+                    source.clone(),
+                    super::guards::GuardKind::InstanceDictLacks(own.to_string()),
+                );
+            }
+        }
+        Ok(())
     }
 
     /// Whether `module.name = module.name` stores a submodule back into its own slot (after
