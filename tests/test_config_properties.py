@@ -60,7 +60,9 @@ def test_a_value_the_property_reads_changes_and_the_result_follows():
     torch.testing.assert_close(compiled(x, config), x * 5.0)
 
 
-def test_renaming_the_property_name_recompiles(monkeypatch):
+def _recompiles_after(change):
+    """Compiles `x * config.scale`, calls it, applies `change(config)`, and checks the next
+    call recompiles and equals eager."""
     config = CountingConfig(n_embd=16, n_head=4)
 
     def f(x, config):
@@ -70,44 +72,30 @@ def test_renaming_the_property_name_recompiles(monkeypatch):
     compiled = dynamo_rs.compile(f, backend=counter)
     x = torch.ones(2)
     torch.testing.assert_close(compiled(x, config), f(x, config))
-    # Now `config.scale` reads `n_head` through the renaming `__getattribute__`.
-    monkeypatch.setitem(CountingConfig.attribute_map, "scale", "n_head")
-    assert config.scale == 4
+    change(config)
     torch.testing.assert_close(compiled(x, config), f(x, config))
     assert counter.frame_count == 2
+
+
+def test_renaming_the_property_name_recompiles(monkeypatch):
+    def rename(config):
+        # Now `config.scale` reads `n_head` through the renaming `__getattribute__`.
+        monkeypatch.setitem(CountingConfig.attribute_map, "scale", "n_head")
+        assert config.scale == 4
+
+    _recompiles_after(rename)
 
 
 def test_an_instance_attribute_map_recompiles():
-    config = CountingConfig(n_embd=16, n_head=4)
-
-    def f(x, config):
-        return x * config.scale
-
-    counter = CompileCounter()
-    compiled = dynamo_rs.compile(f, backend=counter)
-    x = torch.ones(2)
-    torch.testing.assert_close(compiled(x, config), f(x, config))
-    object.__setattr__(config, "attribute_map", {"scale": "n_head"})
-    torch.testing.assert_close(compiled(x, config), f(x, config))
-    assert counter.frame_count == 2
+    _recompiles_after(lambda config: object.__setattr__(config, "attribute_map", {"scale": "n_head"}))
 
 
 def test_a_patched_getattribute_recompiles(monkeypatch):
-    config = CountingConfig(n_embd=16)
-
-    def f(x, config):
-        return x * config.scale
-
-    counter = CompileCounter()
-    compiled = dynamo_rs.compile(f, backend=counter)
-    x = torch.ones(2)
-    torch.testing.assert_close(compiled(x, config), f(x, config))
     original = transformers.PretrainedConfig.__getattribute__
 
     def doubled(self, key):
         value = original(self, key)
         return value * 2 if key == "n_embd" else value
 
-    monkeypatch.setattr(transformers.PretrainedConfig, "__getattribute__", doubled)
-    torch.testing.assert_close(compiled(x, config), f(x, config))
-    assert counter.frame_count == 2
+    _recompiles_after(
+        lambda config: monkeypatch.setattr(transformers.PretrainedConfig, "__getattribute__", doubled))

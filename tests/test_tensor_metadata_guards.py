@@ -124,30 +124,6 @@ def test_requires_grad_change_of_a_parameter_recompiles(nested):
     assert counter.frame_count == 2
 
 
-def test_two_parameters_that_become_one_object_recompile():
-    class Two(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.a = torch.nn.Parameter(torch.ones(3))
-            self.b = torch.nn.Parameter(torch.full((3,), 2.0))
-
-        def forward(self, x):
-            with torch.no_grad():
-                self.a.add_(1)
-            return x * self.b
-
-    model, reference = Two(), Two()
-    counter = CompileCounter()
-    compiled = dynamo_rs.compile(model, backend=counter)
-    x = torch.ones(3)
-    torch.testing.assert_close(compiled(x), reference(x))
-    model.b = model.a
-    reference.b = reference.a
-    torch.testing.assert_close(compiled(x), reference(x))
-    torch.testing.assert_close(model.a, reference.a)
-    assert counter.frame_count == 2
-
-
 def test_inference_mode_recompiles_and_matches_eager():
     model, reference = Scale("parameter"), Scale("parameter")
     counter = CompileCounter()

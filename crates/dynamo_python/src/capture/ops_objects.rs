@@ -404,13 +404,8 @@ impl<'py> Tracer<'py> {
                 false,
             ),
         );
-        if let Some(source) = source {
-            for own in ["attribute_map", "_heterogeneity_spec"] {
-                self.guards.add(
-                    source.clone(),
-                    super::guards::GuardKind::InstanceDictLacks(own.to_string()),
-                );
-            }
+        for own in ["attribute_map", "_heterogeneity_spec"] {
+            self.guard_not_in_instance_dict(value, source.clone(), own)?;
         }
         Ok(())
     }
