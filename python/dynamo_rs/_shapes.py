@@ -57,7 +57,14 @@ def call_backend(backend, gm, example_inputs, mode):
         _inductor_keys.prime()
     context = TracingContext(mode)
     with tracing(context):
-        compiled = backend(gm, example_inputs)
+        try:
+            compiled = backend(gm, example_inputs)
+        except Exception as error:
+            code = getattr(mode, "dynamo_rs_float_code", None)
+            if type(error).__name__ != "TensorifyScalarRestartAnalysis" or code is None:
+                raise
+            FRAME_SIZES.setdefault(code, {})[_FLOATS_STATIC] = True
+            raise FloatsSpecialized() from error
     if inductor:
         _inductor_keys.remember()
     # Inductor has chosen where it writes the code it generates (and made it known through
@@ -220,6 +227,52 @@ def dynamic_int(mode, value: int, code, name: str, policy):
     return result
 
 
+def dynamic_float(mode, value: float, code, name: str, policy):
+    """A frame argument that is a float: a SymFloat (the graph takes it as an input) once it
+    has been seen with two values (automatic dynamic, as TorchDynamo makes floats with
+    `specialize_float=False`; a sampler's noise level, a scale passed per call), or with
+    `dynamic=True` — else None (a constant, guarded by value). Non-finite values stay
+    constants."""
+    if policy is False or code is None or value != value or value in (float("inf"), float("-inf")):
+        return None
+    sizes = FRAME_SIZES.setdefault(code, {})
+    if sizes.get(_FLOATS_STATIC):
+        return None
+    key = ("float", name)
+    seen = sizes.get(key)
+    if seen is None:
+        sizes[key] = seen = [value]
+    elif seen[0] is not None and seen[0] != value:
+        seen[0] = None
+    if policy is not True and seen[0] is not None:
+        return None
+    from torch._dynamo.source import ConstantSource
+    from torch.fx.experimental.symbolic_shapes import DimDynamic
+
+    env = mode.shape_env
+    symbol = env.create_unspecified_symbol(value, source=ConstantSource(name),
+                                           dynamic_dim=DimDynamic.DYNAMIC)
+    result = env.create_symfloatnode(symbol, hint=value, source=ConstantSource(name))
+    if not isinstance(result, torch.SymFloat):
+        return None
+    mode.dynamo_rs_symbolic = True
+    mode.dynamo_rs_float_code = code
+    return result
+
+
+# The FRAME_SIZES key of a code whose float arguments stay constants: its backend refused
+# symbolic floats (see `FloatsSpecialized`).
+_FLOATS_STATIC = ("floats", "static")
+
+
+class FloatsSpecialized(Exception):
+    """The backend cannot take the graph's symbolic float inputs: AOTAutograd (`aot_eager`,
+    `inductor`) runs torch's pass that turns Python float arithmetic into tensor arithmetic,
+    which only knows TorchDynamo's way of passing floats (as 0-d tensors) and asks for the
+    analysis to start again with the floats specialised. The frame is traced again with its
+    floats as constants, guarded by value."""
+
+
 def dynamic_int_items(values, code, name: str, policy) -> bool:
     """Whether some int of the tuple `values` (at source `name` in a frame of `code`) is to be
     symbolic — seen with another value by an earlier compile (or `dynamic=True`), as
@@ -368,7 +421,7 @@ def guard_plan(mode, inputs: list, names: list[str], user_marks: list, locations
     checks: list = []
     pending: list = []  # (read index, expression) to compare once every symbol is bound
     for k, fake in enumerate(inputs):
-        if isinstance(fake, torch.SymInt):  # an int argument
+        if isinstance(fake, (torch.SymInt, torch.SymFloat)):  # an int or float argument
             expr = fake.node._expr
             index = len(reads)
             reads.append((k, 2, 0))
@@ -461,7 +514,7 @@ def _check_user_marks(env, inputs, names, user_marks, locations) -> None:
     import sympy
 
     for k, fake in enumerate(inputs):
-        if isinstance(fake, torch.SymInt):
+        if isinstance(fake, (torch.SymInt, torch.SymFloat)):
             continue
         for dim in user_marks[k] or ():
             value = fake.shape[dim]

@@ -86,9 +86,9 @@ pub enum ShapeExpr {
 impl ShapeExpr {
     /// The value of the expression with `reads` as the values read; None when it cannot be
     /// computed (an index out of range, overflow, division by zero, a type mismatch).
-    pub fn eval(&self, reads: &[i64]) -> Option<Value> {
+    pub fn eval(&self, reads: &[Value]) -> Option<Value> {
         Some(match self {
-            ShapeExpr::Read(i) => Value::Int(*reads.get(*i)?),
+            ShapeExpr::Read(i) => *reads.get(*i)?,
             ShapeExpr::Const(v) => *v,
             ShapeExpr::Unary(op, a) => {
                 let a = a.eval(reads)?;
@@ -122,7 +122,7 @@ impl ShapeExpr {
     }
 
     /// Whether the expression holds for `reads` (false when it cannot be computed).
-    pub fn holds(&self, reads: &[i64]) -> bool {
+    pub fn holds(&self, reads: &[Value]) -> bool {
         self.eval(reads).is_some_and(Value::truth)
     }
 
@@ -237,7 +237,7 @@ fn many(op: Many, a: Value, b: Value) -> Option<Value> {
 pub enum TensorProperty {
     Size,
     Stride,
-    /// The input is an int argument: its value.
+    /// The input is an int or float argument: its value.
     Value,
 }
 
@@ -252,7 +252,7 @@ pub struct ShapePlan {
 
 impl ShapePlan {
     /// The description of the first check that does not hold for `values`, if any.
-    pub fn first_failure(&self, values: &[i64]) -> Option<&str> {
+    pub fn first_failure(&self, values: &[Value]) -> Option<&str> {
         self.checks
             .iter()
             .find(|(expr, _)| !expr.holds(values))
@@ -263,6 +263,10 @@ impl ShapePlan {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn ints(values: &[i64]) -> Vec<Value> {
+        values.iter().map(|&v| Value::Int(v)).collect()
+    }
 
     fn read(i: usize) -> Box<ShapeExpr> {
         Box::new(ShapeExpr::Read(i))
@@ -285,6 +289,21 @@ mod tests {
     }
 
     #[test]
+    fn float_reads() {
+        // A float argument read as a value: 2.0 * f > 1.0 (a SymFloat's guard).
+        let expr = ShapeExpr::Binary(
+            Binary::Gt,
+            Box::new(ShapeExpr::Many(
+                Many::Mul,
+                vec![ShapeExpr::Const(Value::Float(2.0)), *read(0)],
+            )),
+            Box::new(ShapeExpr::Const(Value::Float(1.0))),
+        );
+        assert!(expr.holds(&[Value::Float(0.75)]));
+        assert!(!expr.holds(&[Value::Float(0.25)]));
+    }
+
+    #[test]
     fn the_seed_guard() {
         // 2 * s0 < 16 with s0 read at index 0.
         let expr = ShapeExpr::Binary(
@@ -292,27 +311,27 @@ mod tests {
             Box::new(ShapeExpr::Many(Many::Mul, vec![*int(2), *read(0)])),
             int(16),
         );
-        assert!(expr.holds(&[7]));
-        assert!(!expr.holds(&[8]));
+        assert!(expr.holds(&ints(&[7])));
+        assert!(!expr.holds(&ints(&[8])));
         assert!(!expr.holds(&[]), "a missing read does not hold");
     }
 
     #[test]
     fn failures_never_hold() {
         let zero_div = ShapeExpr::Binary(Binary::FloorDiv, read(0), int(0));
-        assert!(!ShapeExpr::Binary(Binary::Ge, Box::new(zero_div), int(0)).holds(&[4]));
+        assert!(!ShapeExpr::Binary(Binary::Ge, Box::new(zero_div), int(0)).holds(&ints(&[4])));
         let overflow = ShapeExpr::Many(Many::Mul, vec![*read(0), *read(0)]);
-        assert_eq!(overflow.eval(&[i64::MAX]), None);
+        assert_eq!(overflow.eval(&ints(&[i64::MAX])), None);
         let pow = ShapeExpr::Binary(Binary::Pow, read(0), int(70));
-        assert_eq!(pow.eval(&[2]), None);
+        assert_eq!(pow.eval(&ints(&[2])), None);
     }
 
     #[test]
     fn floats_and_logic() {
         let half = ShapeExpr::Binary(Binary::TrueDiv, read(0), int(2));
-        assert_eq!(half.eval(&[5]), Some(Value::Float(2.5)));
+        assert_eq!(half.eval(&ints(&[5])), Some(Value::Float(2.5)));
         let ceil = ShapeExpr::Unary(Unary::Ceil, Box::new(half.clone()));
-        assert_eq!(ceil.eval(&[5]), Some(Value::Int(3)));
+        assert_eq!(ceil.eval(&ints(&[5])), Some(Value::Int(3)));
         let both = ShapeExpr::Many(
             Many::And,
             vec![
@@ -323,11 +342,11 @@ mod tests {
                 ),
             ],
         );
-        assert!(both.holds(&[3, 4]));
-        assert!(!both.holds(&[3, 3]));
-        assert!(!both.holds(&[1, 4]));
+        assert!(both.holds(&ints(&[3, 4])));
+        assert!(!both.holds(&ints(&[3, 3])));
+        assert!(!both.holds(&ints(&[1, 4])));
         let max = ShapeExpr::Many(Many::Max, vec![*read(0), *read(1), *int(5)]);
-        assert_eq!(max.eval(&[3, 9]), Some(Value::Int(9)));
+        assert_eq!(max.eval(&ints(&[3, 9])), Some(Value::Int(9)));
         assert_eq!(max.max_read(), Some(1));
     }
 
@@ -346,10 +365,10 @@ mod tests {
                 ),
             ],
         };
-        assert_eq!(plan.first_failure(&[4, 4]), None);
-        assert_eq!(plan.first_failure(&[1, 1]), Some("x.size()[0] >= 2"));
+        assert_eq!(plan.first_failure(&ints(&[4, 4])), None);
+        assert_eq!(plan.first_failure(&ints(&[1, 1])), Some("x.size()[0] >= 2"));
         assert_eq!(
-            plan.first_failure(&[4, 5]),
+            plan.first_failure(&ints(&[4, 5])),
             Some("y.size()[0] == x.size()[0]")
         );
     }

@@ -134,9 +134,10 @@ impl<'py> Tracer<'py> {
         id
     }
 
-    /// A frame argument that is an int, when the dynamic-shape policy makes it symbolic
-    /// (`_shapes.dynamic_int`): a graph input whose fake is a SymInt, guarded by type here and
-    /// by the shape guard for its value. None: a constant as usual.
+    /// A frame argument that is an int or a float, when the dynamic-shape policy makes it
+    /// symbolic (`_shapes.dynamic_int`, `dynamic_float`): a graph input whose fake is a SymInt
+    /// or SymFloat, guarded by type here and by the shape guard for its value. None: a
+    /// constant as usual.
     pub(super) fn int_input(
         &mut self,
         value: &Bound<'py, PyAny>,
@@ -150,8 +151,13 @@ impl<'py> Tracer<'py> {
             return Ok(None);
         };
         let code = code.bind(self.py).clone();
+        let helper = if value.is_exact_instance_of::<pyo3::types::PyFloat>() {
+            "dynamic_float"
+        } else {
+            "dynamic_int"
+        };
         let symbolic = self.py.import_module("dynamo_rs._shapes")?.call_method1(
-            "dynamic_int",
+            helper,
             (
                 &self.fake_mode,
                 value,

@@ -11,7 +11,7 @@
 //! disagreement raises `dynamo_rs.InternalCheckFailed`.
 
 use super::guard_values::DynamicDims;
-use super::shape_guard::{ShapePlan, TensorProperty};
+use super::shape_guard::{ShapePlan, TensorProperty, Value};
 use std::rc::Rc;
 
 use crate::imports::ImportModule;
@@ -407,10 +407,14 @@ impl ReferenceGuard {
                 let Some(tensor) = Self::resolve(py, &paths[input], locals)? else {
                     return Ok(Some("a tensor with symbolic sizes: missing".into()));
                 };
-                let value: i64 = match property {
-                    TensorProperty::Size => tensor.getattr("shape")?.get_item(dim)?.extract()?,
-                    TensorProperty::Stride => tensor.call_method1("stride", (dim,))?.extract()?,
-                    TensorProperty::Value => tensor.extract()?,
+                let value = match property {
+                    TensorProperty::Size => {
+                        Value::Int(tensor.getattr("shape")?.get_item(dim)?.extract()?)
+                    }
+                    TensorProperty::Stride => {
+                        Value::Int(tensor.call_method1("stride", (dim,))?.extract()?)
+                    }
+                    TensorProperty::Value => super::shape_guard::number_value(&tensor)?,
                 };
                 reads.push(value);
             }

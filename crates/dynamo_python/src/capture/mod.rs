@@ -414,6 +414,16 @@ impl Converter {
                 first
             }
         };
+        if let Err(CaptureError::Python(err)) = &converted {
+            if floats_specialized(py, err)? {
+                // The backend refused symbolic floats; `_shapes` now keeps this code's
+                // floats constant: the same frame, traced again.
+                tracer = new_tracer()?;
+                split_at = None;
+                converted = this.convert(py, &mut tracer, frame, slf.as_any(), None, &mut split_at);
+                restore_grad_mode()?;
+            }
+        }
         if let (Err(CaptureError::Unsupported(reason)), Some(index), false) =
             (&converted, split_at, this.fullgraph)
         {
@@ -504,6 +514,15 @@ impl Converter {
             }
         }
     }
+}
+
+/// Whether `err` is `_shapes.FloatsSpecialized`: the backend asked for the frame's floats
+/// to be constants.
+fn floats_specialized(py: Python<'_>, err: &PyErr) -> PyResult<bool> {
+    let class = py
+        .import_module("dynamo_rs._shapes")?
+        .getattr("FloatsSpecialized")?;
+    Ok(err.get_type(py).is(&class))
 }
 
 impl Converter {
@@ -921,6 +940,11 @@ impl Converter {
                     frame_location(code)?
                 ),
                     )));
+                }
+                // Not the backend's failure: trace again with floats as constants (see
+                // `compile_frame`).
+                Err(err) if floats_specialized(py, &err)? => {
+                    return Err(CaptureError::Python(err));
                 }
                 Err(err) => {
                     let kind = err

@@ -22,7 +22,7 @@ pub struct ShapeGuard {
 
 impl ShapeGuard {
     /// The values the plan reads from `tensors` (one per input, in order).
-    pub fn read(&self, tensors: &[Bound<'_, PyAny>]) -> PyResult<Vec<i64>> {
+    pub fn read(&self, tensors: &[Bound<'_, PyAny>]) -> PyResult<Vec<Value>> {
         let mut sizes: Vec<Option<Vec<i64>>> = vec![None; tensors.len()];
         let mut strides: Vec<Option<Vec<i64>>> = vec![None; tensors.len()];
         let mut values = Vec::with_capacity(self.plan.reads.len());
@@ -32,7 +32,7 @@ impl ShapeGuard {
                 TensorProperty::Size => &mut sizes[input],
                 TensorProperty::Stride => &mut strides[input],
                 TensorProperty::Value => {
-                    values.push(tensor.extract::<i64>()?);
+                    values.push(number_value(tensor)?);
                     continue;
                 }
             };
@@ -43,12 +43,21 @@ impl ShapeGuard {
                 });
             }
             let all = cache.as_ref().expect("filled above");
-            values.push(*all.get(dim).ok_or_else(|| {
+            values.push(Value::Int(*all.get(dim).ok_or_else(|| {
                 pyo3::exceptions::PyIndexError::new_err("a tensor lost a dimension")
-            })?);
+            })?));
         }
         Ok(values)
     }
+}
+
+/// The value of an int or float argument the shape guard reads (the entry's type guard keeps
+/// each argument of the type it was traced with).
+pub fn number_value(value: &Bound<'_, PyAny>) -> PyResult<Value> {
+    if value.is_exact_instance_of::<pyo3::types::PyFloat>() {
+        return Ok(Value::Float(value.extract()?));
+    }
+    Ok(Value::Int(value.extract()?))
 }
 
 /// The shape guard of the trace, if any input has symbolic sizes; raises the user's error

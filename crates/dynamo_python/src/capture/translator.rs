@@ -629,7 +629,10 @@ impl<'py> Tracer<'py> {
             return self.graph_input(value, source);
         }
         let argument_item = source.as_deref().is_some_and(Source::is_argument_item);
-        if argument_item && value.is_exact_instance_of::<pyo3::types::PyInt>() {
+        if argument_item
+            && (value.is_exact_instance_of::<pyo3::types::PyInt>()
+                || value.is_exact_instance_of::<pyo3::types::PyFloat>())
+        {
             let source = source.clone().expect("matched");
             if let Some(id) = self.int_input(value, source)? {
                 return Ok(id);

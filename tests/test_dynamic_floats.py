@@ -1,0 +1,124 @@
+"""Float arguments are automatic-dynamic as TorchDynamo makes them (`specialize_float=False`):
+a constant on the first compile, a symbolic float (SymFloat graph input) once a second value
+is seen — a sampler's noise level, a temperature or a scale passed on every call no longer
+recompiles per value until the cache limit. Branches and conversions on the float are
+guarded by the shape guard. Backends built on AOTAutograd (`aot_eager`, `inductor`) refuse
+symbolic floats (torch's scalar-tensorification pass asks for a restart): the frame is traced
+again with its floats as constants. Every case is compared with eager and, for graph counts,
+with TorchDynamo in the same process."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch._dynamo
+import torch._dynamo.testing
+import torch.nn.functional as F
+
+import dynamo_rs
+from dynamo_rs.testing import CompileCounter
+
+
+@pytest.fixture(autouse=True)
+def fresh(reset_compilers):
+    yield
+
+
+VALUES = (0.2, 0.4, 0.7, 0.9, 0.25, 1.5, 3.0, 0.4)
+
+FUNCTIONS = {
+    "multiply": lambda x, s: x * s + 1,
+    "divide": lambda x, s: x / s - s / 2,
+    "branch": lambda x, s: x * 2 if s > 0.5 else x - s,
+    "pow": lambda x, s: x.abs().pow(s),
+    "clamp": lambda x, s: x.clamp(min=-s, max=s),
+    "full": lambda x, s: x + torch.full((2,), s),
+    "sqrt": lambda x, s: x * math.sqrt(s),
+    "int_of": lambda x, s: x * int(s * 10),
+    "temperature_softmax": lambda x, s: (x / s).softmax(-1),
+    "alpha": lambda x, s: torch.add(x, x, alpha=s),
+    "lerp": lambda x, s: torch.lerp(x, x * 2, s),
+    "where": lambda x, s: torch.where(x > s, x, -x),
+    "builtin_max": lambda x, s: x * max(s, 0.3),
+    "leaky_relu": lambda x, s: F.leaky_relu(x, s),
+}
+
+
+def _run(compiled, fn, x):
+    for s in VALUES:
+        torch.testing.assert_close(compiled(x, s), fn(x, s))
+
+
+@pytest.mark.parametrize("name", list(FUNCTIONS))
+def test_float_argument_graph_counts_match_torchdynamo(name):
+    fn = FUNCTIONS[name]
+    x = torch.randn(2)
+    ours = CompileCounter()
+    _run(dynamo_rs.compile(fn, backend=ours), fn, x)
+    theirs = torch._dynamo.testing.CompileCounter()
+    compiled = torch.compile(fn, backend=theirs)
+    for s in VALUES:
+        compiled(x, s)
+    assert ours.frame_count == theirs.frame_count
+    assert ours.frame_count < len(set(VALUES)), "a float must not recompile per value"
+
+
+@pytest.mark.parametrize("name", ["multiply", "branch", "temperature_softmax", "int_of"])
+def test_float_arguments_under_aot_autograd_match_eager(name):
+    fn = FUNCTIONS[name]
+    _run(dynamo_rs.compile(fn, backend="aot_eager"), fn, torch.randn(2))
+
+
+def test_dynamic_true_makes_floats_symbolic_from_the_first_call():
+    counter = CompileCounter()
+    fn = FUNCTIONS["multiply"]
+    _run(dynamo_rs.compile(fn, backend=counter, dynamic=True), fn, torch.randn(2))
+    assert counter.frame_count == 1
+
+
+def test_dynamic_false_keeps_floats_constant():
+    counter = CompileCounter()
+    fn = FUNCTIONS["multiply"]
+    compiled = dynamo_rs.compile(fn, backend=counter, dynamic=False)
+    for s in (0.5, 0.25, 0.5):
+        torch.testing.assert_close(compiled(torch.ones(2), s), fn(torch.ones(2), s))
+    assert counter.frame_count == 2
+
+
+def test_a_sampling_loop_compiles_twice():
+    """A diffusion-style loop: the model is called with a new noise level every step."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.SiLU(), torch.nn.Linear(4, 4))
+
+    def denoise(x, sigma):
+        return x - sigma * model(x / (sigma**2 + 1) ** 0.5)
+
+    counter = CompileCounter()
+    compiled = dynamo_rs.compile(denoise, backend=counter)
+    x_eager = x_compiled = torch.randn(3, 4)
+    with torch.no_grad():
+        for step in range(12):
+            sigma = 10.0 * (0.7**step)
+            x_eager = denoise(x_eager, sigma)
+            x_compiled = compiled(x_compiled, sigma)
+    torch.testing.assert_close(x_compiled, x_eager)
+    assert counter.frame_count == 2
+
+
+def test_an_int_where_a_float_was_recompiles():
+    counter = CompileCounter()
+    fn = FUNCTIONS["divide"]
+    compiled = dynamo_rs.compile(fn, backend=counter)
+    x = torch.randn(2)
+    for s in (0.5, 0.25, 2, 0.75):
+        torch.testing.assert_close(compiled(x, s), fn(x, s))
+    # 0.5 (constant), 0.25 (symbolic float), 2 (an int: another type), then 0.75 reuses the
+    # symbolic float entry.
+    assert counter.frame_count == 3
+
+
+def test_inductor_takes_float_arguments():
+    fn = FUNCTIONS["multiply"]
+    _run(dynamo_rs.compile(fn, backend="inductor"), fn, torch.randn(2))
