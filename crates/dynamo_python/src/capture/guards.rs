@@ -83,7 +83,8 @@ impl GuardSet {
             GuardKind::Type(_) => 3,
             GuardKind::Len(_) => 4,
             GuardKind::Keys(_) => 5,
-            // One per key: the tag holds the key's address (the key is kept by the guard).
+            // One per key: the tag holds the key's address (the key is kept by the guard;
+            // names are interned strings, so one name is one key).
             GuardKind::Contains(key, _) => 7 + ((key.as_ptr() as usize as u64) << 8),
             GuardKind::HasAttr(name, _) => {
                 use std::hash::{Hash, Hasher};

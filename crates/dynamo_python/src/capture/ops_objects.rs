@@ -223,7 +223,7 @@ impl<'py> Tracer<'py> {
             // Whether the object has the attribute when the transformed code runs decides
             // what replaying the delete must do: guard it by its `__dict__`.
             let dict_source = Rc::new(Source::Attr(source.clone(), "__dict__".into()));
-            let key = OwnedRef::from_bound(&pyo3::types::PyString::new(py, name).into_any());
+            let key = OwnedRef::from_bound(&pyo3::types::PyString::intern(py, name).into_any());
             self.guards.add(
                 dict_source,
                 super::guards::GuardKind::Contains(key, in_dict),
@@ -299,7 +299,7 @@ impl<'py> Tracer<'py> {
             let Ok(entries) = dict.get_item(table) else {
                 return Ok(false);
             };
-            let key = pyo3::types::PyString::new(py, name).into_any();
+            let key = pyo3::types::PyString::intern(py, name).into_any();
             if entries.contains(&key)? {
                 return Ok(false);
             }
@@ -400,7 +400,7 @@ impl<'py> Tracer<'py> {
         self.guards.add(
             Rc::new(Source::Attr(class_source(&ty), "attribute_map".into())),
             super::guards::GuardKind::Contains(
-                OwnedRef::from_bound(pyo3::types::PyString::new(py, name).as_any()),
+                OwnedRef::from_bound(pyo3::types::PyString::intern(py, name).as_any()),
                 false,
             ),
         );
@@ -446,7 +446,7 @@ impl<'py> Tracer<'py> {
             return Ok(false);
         }
         let dict = real.getattr("__dict__")?;
-        let key = pyo3::types::PyString::new(py, name).into_any();
+        let key = pyo3::types::PyString::intern(py, name).into_any();
         let current = dict
             .get_item("_modules")
             .ok()
@@ -503,7 +503,7 @@ impl<'py> Tracer<'py> {
             return Ok(false);
         }
         let dict = real.getattr("__dict__")?;
-        let key = pyo3::types::PyString::new(py, name).into_any();
+        let key = pyo3::types::PyString::intern(py, name).into_any();
         let mut tables = Vec::new();
         for table in super::helpers::MODULE_TABLES {
             let Ok(entries) = dict.get_item(table) else {
