@@ -122,3 +122,24 @@ def test_an_int_where_a_float_was_recompiles():
 def test_inductor_takes_float_arguments():
     fn = FUNCTIONS["multiply"]
     _run(dynamo_rs.compile(fn, backend="inductor"), fn, torch.randn(2))
+
+
+def test_aot_backends_after_a_float_restart_stay_right():
+    """torch's tensorification pass remembers the float symbols it was told to specialise in
+    a process-wide set; a name left there by an earlier compile (ours or TorchDynamo's) made
+    the pass burn a later frame's float into its graph without asking for a restart, and the
+    entry, guarded as if the float were symbolic, returned the first value's result for
+    every value. Each backend call now starts from an empty set."""
+    functions = [
+        lambda x, s: x * s,
+        lambda x, s: x[: int(x.shape[0] * s)],
+        lambda x, s: (x > s).float().sum() * s,
+        lambda x, s: x.sum() + torch.arange(0, s, 0.5).sum(),
+    ]
+    x = torch.randn(10)
+    theirs = torch.compile(functions[0], backend="aot_eager")
+    for fn in functions:
+        compiled = dynamo_rs.compile(fn, backend="aot_eager")
+        for s in (0.5, 0.3, 0.7, 0.55, 2.0, 0.3):
+            torch.testing.assert_close(compiled(x, s), fn(x, s))
+            torch.testing.assert_close(theirs(x, s), functions[0](x, s))

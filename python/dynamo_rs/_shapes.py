@@ -12,6 +12,7 @@ recorded guards as small integer expressions (no Python source evaluated per cal
 
 from __future__ import annotations
 
+import contextlib
 import os
 import weakref
 
@@ -56,15 +57,20 @@ def call_backend(backend, gm, example_inputs, mode):
 
         _inductor_keys.prime()
     context = TracingContext(mode)
-    with tracing(context):
+    floats_code = getattr(mode, "dynamo_rs_float_code", None)
+    with tracing(context), _own_tensorify_state() as asked_to_specialize:
         try:
             compiled = backend(gm, example_inputs)
         except Exception as error:
-            code = getattr(mode, "dynamo_rs_float_code", None)
-            if type(error).__name__ != "TensorifyScalarRestartAnalysis" or code is None:
+            if type(error).__name__ != "TensorifyScalarRestartAnalysis" or floats_code is None:
                 raise
-            FRAME_SIZES.setdefault(code, {})[_FLOATS_STATIC] = True
+            FRAME_SIZES.setdefault(floats_code, {})[_FLOATS_STATIC] = True
             raise FloatsSpecialized() from error
+        if floats_code is not None and asked_to_specialize():
+            # The pass burnt a float into the graph without asking for a restart: the
+            # graph is only right for this value, which our guard would not check.
+            FRAME_SIZES.setdefault(floats_code, {})[_FLOATS_STATIC] = True
+            raise FloatsSpecialized()
     if inductor:
         _inductor_keys.remember()
     # Inductor has chosen where it writes the code it generates (and made it known through
@@ -75,6 +81,28 @@ def call_backend(backend, gm, example_inputs, mode):
 
         config.skip_generated_code_in(generated)
     return compiled
+
+
+@contextlib.contextmanager
+def _own_tensorify_state():
+    """torch's scalar-tensorification pass (run by AOTAutograd) keeps the names of the float
+    symbols it was told to specialise in a process-wide set, which TorchDynamo clears for each
+    frame it converts; a name left there by an earlier compile makes the pass burn that float
+    into the graph silently instead of asking for a restart. Our backend call starts from an
+    empty set and puts the previous contents back afterwards (TorchDynamo may be between a
+    restart and its retry). Yields whether the pass asked for a specialisation."""
+    try:
+        from torch._dynamo.symbolic_convert import TensorifyState
+    except ImportError:  # another torch: nothing to isolate
+        yield lambda: False
+        return
+    saved = set(TensorifyState.force_specializations)
+    TensorifyState.force_specializations.clear()
+    try:
+        yield lambda: bool(TensorifyState.force_specializations)
+    finally:
+        TensorifyState.force_specializations.clear()
+        TensorifyState.force_specializations.update(saved)
 
 
 def _is_inductor(backend) -> bool:
