@@ -143,3 +143,18 @@ def test_aot_backends_after_a_float_restart_stay_right():
         for s in (0.5, 0.3, 0.7, 0.55, 2.0, 0.3):
             torch.testing.assert_close(compiled(x, s), fn(x, s))
             torch.testing.assert_close(theirs(x, s), functions[0](x, s))
+
+
+def test_a_backend_that_expects_only_tensors_and_ints_gets_constant_floats():
+    """TorchDynamo never hands a SymFloat to a backend; one written against it (reading the
+    shape of every example input) gets the graph again with the float as a constant."""
+    seen = []
+
+    def shapes_backend(gm, example_inputs):
+        seen.append([tuple(t.shape) if isinstance(t, torch.Tensor) else int(t) for t in example_inputs
+                     if not isinstance(t, (float, torch.SymFloat)) or t.shape])
+        return gm.forward
+
+    fn = FUNCTIONS["multiply"]
+    _run(dynamo_rs.compile(fn, backend=shapes_backend), fn, torch.randn(2))
+    assert seen

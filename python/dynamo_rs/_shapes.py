@@ -62,7 +62,10 @@ def call_backend(backend, gm, example_inputs, mode):
         try:
             compiled = backend(gm, example_inputs)
         except Exception as error:
-            if type(error).__name__ != "TensorifyScalarRestartAnalysis" or floats_code is None:
+            # AOTAutograd's restart, or any backend that does not take SymFloat inputs
+            # (TorchDynamo never hands one to a backend: a backend written against it may
+            # expect only tensors and SymInts): the same graph with the floats constant.
+            if floats_code is None:
                 raise
             FRAME_SIZES.setdefault(floats_code, {})[_FLOATS_STATIC] = True
             raise FloatsSpecialized() from error
@@ -297,8 +300,9 @@ class FloatsSpecialized(Exception):
     """The backend cannot take the graph's symbolic float inputs: AOTAutograd (`aot_eager`,
     `inductor`) runs torch's pass that turns Python float arithmetic into tensor arithmetic,
     which only knows TorchDynamo's way of passing floats (as 0-d tensors) and asks for the
-    analysis to start again with the floats specialised. The frame is traced again with its
-    floats as constants, guarded by value."""
+    analysis to start again with the floats specialised; a user's backend may expect only
+    tensors and ints. The frame is traced again with its floats as constants, guarded by
+    value (a backend that fails on that graph too fails as usual)."""
 
 
 def dynamic_int_items(values, code, name: str, policy) -> bool:
