@@ -234,28 +234,9 @@ def dynamic_int(mode, value: int, code, name: str, policy):
     to be dynamic — with `dynamic=True`, or once it has been seen with two values (automatic
     dynamic, as TorchDynamo does for ints) — else None (a constant, guarded by value). 0 and
     1 stay constants."""
-    if policy is False or code is None or value in (0, 1):
+    if value in (0, 1) or not _number_is_dynamic(value, code, "int", name, policy):
         return None
-    sizes = FRAME_SIZES.setdefault(code, {})
-    key = ("int", name)
-    seen = sizes.get(key)
-    if seen is None:
-        sizes[key] = seen = [value]
-    elif seen[0] is not None and seen[0] != value:
-        seen[0] = None
-    if policy is not True and seen[0] is not None:
-        return None
-    from torch._dynamo.source import ConstantSource
-    from torch.fx.experimental.symbolic_shapes import DimDynamic
-
-    env = mode.shape_env
-    symbol = env.create_unspecified_symbol(value, source=ConstantSource(name),
-                                           dynamic_dim=DimDynamic.DYNAMIC)
-    result = env.create_symintnode(symbol, hint=value, source=ConstantSource(name))
-    if not isinstance(result, torch.SymInt):
-        return None
-    mode.dynamo_rs_symbolic = True
-    return result
+    return _symbolic_number(mode, value, name, torch.SymInt)
 
 
 def dynamic_float(mode, value: float, code, name: str, policy):
@@ -263,31 +244,47 @@ def dynamic_float(mode, value: float, code, name: str, policy):
     has been seen with two values (automatic dynamic, as TorchDynamo makes floats with
     `specialize_float=False`; a sampler's noise level, a scale passed per call), or with
     `dynamic=True` — else None (a constant, guarded by value). Non-finite values stay
-    constants."""
-    if policy is False or code is None or value != value or value in (float("inf"), float("-inf")):
+    constants, as do the floats of a code whose backend refused them (`FloatsSpecialized`)."""
+    if value != value or value in (float("inf"), float("-inf")):
         return None
+    if code is not None and FRAME_SIZES.get(code, {}).get(_FLOATS_STATIC):
+        return None
+    if not _number_is_dynamic(value, code, "float", name, policy):
+        return None
+    result = _symbolic_number(mode, value, name, torch.SymFloat)
+    if result is not None:
+        mode.dynamo_rs_float_code = code
+    return result
+
+
+def _number_is_dynamic(value, code, kind: str, name: str, policy) -> bool:
+    """Records this call's value of the number argument `name` of `code`; whether it is to be
+    symbolic (`dynamic=True`, or seen with another value before)."""
+    if policy is False or code is None:
+        return False
     sizes = FRAME_SIZES.setdefault(code, {})
-    if sizes.get(_FLOATS_STATIC):
-        return None
-    key = ("float", name)
+    key = (kind, name)
     seen = sizes.get(key)
     if seen is None:
         sizes[key] = seen = [value]
     elif seen[0] is not None and seen[0] != value:
         seen[0] = None
-    if policy is not True and seen[0] is not None:
-        return None
+    return policy is True or seen[0] is None
+
+
+def _symbolic_number(mode, value, name: str, kind):
+    """A SymInt or SymFloat (`kind`) for `value` in the trace's ShapeEnv, or None."""
     from torch._dynamo.source import ConstantSource
     from torch.fx.experimental.symbolic_shapes import DimDynamic
 
     env = mode.shape_env
     symbol = env.create_unspecified_symbol(value, source=ConstantSource(name),
                                            dynamic_dim=DimDynamic.DYNAMIC)
-    result = env.create_symfloatnode(symbol, hint=value, source=ConstantSource(name))
-    if not isinstance(result, torch.SymFloat):
+    make = env.create_symfloatnode if kind is torch.SymFloat else env.create_symintnode
+    result = make(symbol, hint=value, source=ConstantSource(name))
+    if not isinstance(result, kind):
         return None
     mode.dynamo_rs_symbolic = True
-    mode.dynamo_rs_float_code = code
     return result
 
 
