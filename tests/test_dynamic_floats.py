@@ -158,3 +158,31 @@ def test_a_backend_that_expects_only_tensors_and_ints_gets_constant_floats():
     fn = FUNCTIONS["multiply"]
     _run(dynamo_rs.compile(fn, backend=shapes_backend), fn, torch.randn(2))
     assert seen
+
+
+def test_a_frame_with_a_graph_break_and_float_arguments_under_aot_autograd():
+    """The part before a graph break is compiled with the floats constant when the backend
+    refuses them, on the very call that found it out (not run eagerly once)."""
+
+    def fn(x, s):
+        y = x * s
+        print("", end="")
+        return y + s
+
+    from torch._dynamo.backends.registry import lookup_backend
+
+    graphs = []
+
+    def aot_eager(gm, example_inputs):
+        compiled_graph = lookup_backend("aot_eager")(gm, example_inputs)
+        graphs.append(gm)
+        return compiled_graph
+
+    compiled = dynamo_rs.compile(fn, backend=aot_eager)
+    x = torch.ones(2)
+    for calls, s in enumerate((0.5, 0.25, 0.75), start=1):
+        torch.testing.assert_close(compiled(x, s), fn(x, s))
+        # Two graphs per call — the part before the break and the resume function, the
+        # float a constant in each: the second call's symbolic float was refused and the
+        # part before the break traced again at once, not run eagerly.
+        assert len(graphs) == 2 * calls

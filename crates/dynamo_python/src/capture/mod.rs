@@ -430,8 +430,18 @@ impl Converter {
             // A graph break: trace again, stop before the instruction, split the frame there.
             let where_ = tracer.location();
             let mut retry = new_tracer()?;
-            let split = this.convert(py, &mut retry, frame, slf.as_any(), Some(index), &mut None);
+            let mut split =
+                this.convert(py, &mut retry, frame, slf.as_any(), Some(index), &mut None);
             restore_grad_mode()?;
+            if let Err(CaptureError::Python(err)) = &split {
+                if floats_specialized(py, err)? {
+                    // As for the whole frame above: the part before the break, floats constant.
+                    retry = new_tracer()?;
+                    split =
+                        this.convert(py, &mut retry, frame, slf.as_any(), Some(index), &mut None);
+                    restore_grad_mode()?;
+                }
+            }
             match split {
                 Ok(Some(entry)) => {
                     this.stats()
