@@ -67,13 +67,11 @@ def call_backend(backend, gm, example_inputs, mode):
             # expect only tensors and SymInts): the same graph with the floats constant.
             if floats_code is None:
                 raise
-            FRAME_SIZES.setdefault(floats_code, {})[_FLOATS_STATIC] = True
-            raise FloatsSpecialized() from error
+            raise _floats_specialized(floats_code) from error
         if floats_code is not None and asked_to_specialize():
             # The pass burnt a float into the graph without asking for a restart: the
             # graph is only right for this value, which our guard would not check.
-            FRAME_SIZES.setdefault(floats_code, {})[_FLOATS_STATIC] = True
-            raise FloatsSpecialized()
+            raise _floats_specialized(floats_code)
     if inductor:
         _inductor_keys.remember()
     # Inductor has chosen where it writes the code it generates (and made it known through
@@ -302,24 +300,22 @@ class FloatsSpecialized(Exception):
     value (a backend that fails on that graph too fails as usual)."""
 
 
+def _floats_specialized(code) -> FloatsSpecialized:
+    """Keeps the float arguments of `code` constant from now on; the error that says so."""
+    FRAME_SIZES.setdefault(code, {})[_FLOATS_STATIC] = True
+    return FloatsSpecialized()
+
+
 def dynamic_int_items(values, code, name: str, policy) -> bool:
     """Whether some int of the tuple `values` (at source `name` in a frame of `code`) is to be
     symbolic — seen with another value by an earlier compile (or `dynamic=True`), as
     `dynamic_int` decides for each item `name[i]`; records this call's values either way.
     0 and 1 stay constants."""
-    if policy is False or code is None:
-        return False
-    sizes = FRAME_SIZES.setdefault(code, {})
     dynamic = False
     for i, value in enumerate(values):
-        key = ("int", f"{name}[{i}]")
-        seen = sizes.get(key)
-        if seen is None:
-            sizes[key] = seen = [value]
-        elif seen[0] is not None and seen[0] != value:
-            seen[0] = None
-        if value not in (0, 1) and (policy is True or seen[0] is None):
-            dynamic = True
+        # Every item's value is recorded (no short-circuit), 0 and 1 included.
+        changed = _number_is_dynamic(value, code, "int", f"{name}[{i}]", policy)
+        dynamic = dynamic or (changed and value not in (0, 1))
     return dynamic
 
 

@@ -386,9 +386,7 @@ impl<'py> Tracer<'py> {
             .import_module("builtins")?
             .getattr("object")?
             .getattr("__getattribute__")?;
-        if ty.getattr("__getattribute__")?.is(&object_getattribute)
-            || value.is_instance(&self.h.module_type)?
-        {
+        if ty.getattr("__getattribute__")?.is(&object_getattribute) {
             return Ok(());
         }
         for klass in ty.mro().iter() {
