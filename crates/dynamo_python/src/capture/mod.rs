@@ -26,6 +26,7 @@ pub mod guard_values;
 pub mod guards;
 pub mod helpers;
 mod iteration;
+mod model_output;
 mod ops_arith;
 mod ops_autograd;
 mod ops_build;
@@ -1373,6 +1374,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<ops_with::GradModeExit>()?;
     m.add_function(wrap_pyfunction!(graph_break_kinds, m)?)?;
     m.add_function(wrap_pyfunction!(guards::take_graph_inputs, m)?)?;
+    m.add_function(wrap_pyfunction!(model_output::model_output_from_fields, m)?)?;
     persist::register(m)?;
     Ok(())
 }

@@ -721,6 +721,17 @@ impl<'py> Tracer<'py> {
         {
             return unsupported(BreakKind::ModelOutput, "unknown ModelOutput field");
         }
+        if self.first_field_unpacked(&attrs) {
+            return unsupported(
+                BreakKind::ModelOutput,
+                "a ModelOutput whose only field could be unpacked into (name, value) pairs",
+            );
+        }
+        // What the trace assumes of the construction, and what the generated code relies
+        // on to make the object without calling the class.
+        for step in super::model_output::CONSTRUCTION_STEPS {
+            self.guard_class(cls, step)?;
+        }
         Ok(self.add(
             VarKind::Instance {
                 cls: OwnedRef::from_bound(cls),
@@ -729,6 +740,41 @@ impl<'py> Tracer<'py> {
             },
             None,
         ))
+    }
+
+    /// Whether `__post_init__` would treat the first field as an iterator of `(name, value)`
+    /// pairs (or a dict) to set fields from: it does when every other field is None and the
+    /// first is neither a tensor nor None, and then looks at its items — which the trace
+    /// does not model. Scalars, strings and sequences whose first item is not a pair are
+    /// stored as they are (the case modelled).
+    fn first_field_unpacked(&self, fields: &[(String, VarId)]) -> bool {
+        let py = self.py;
+        let is_none = |v: VarId| matches!(self.kind(v), VarKind::Const(c) if c.bind(py).is_none());
+        let Some(&(_, first)) = fields.first() else {
+            return false;
+        };
+        if fields[1..].iter().any(|&(_, v)| !is_none(v)) {
+            return false;
+        }
+        match self.kind(first) {
+            VarKind::Tensor { .. } | VarKind::Symbolic { .. } => false,
+            VarKind::Const(c) => {
+                let c = c.bind(py);
+                !(c.is_none()
+                    || c.is_instance_of::<pyo3::types::PyString>()
+                    || c.is_instance_of::<pyo3::types::PyBool>()
+                    || c.is_instance_of::<pyo3::types::PyInt>()
+                    || c.is_instance_of::<pyo3::types::PyFloat>())
+            }
+            VarKind::Tuple(items) | VarKind::List(items) => match items.first() {
+                None => true,
+                Some(&item) => !matches!(
+                    self.kind(item),
+                    VarKind::Tensor { .. } | VarKind::Symbolic { .. }
+                ),
+            },
+            _ => true,
+        }
     }
 
     /// The fields of a ModelOutput that are not None, in order (what `to_tuple()` gives).

@@ -423,6 +423,28 @@ fn rebuild_inline(tracer: &Tracer<'_>, id: VarId, r: &mut Rebuilder) -> CResult<
         } => {
             let (cls, attrs, model_output) = (cls.clone(), attrs.clone(), *model_output);
             if model_output {
+                let class = cls.bind(py);
+                let class = class.cast::<pyo3::types::PyType>().map_err(PyErr::from)?;
+                if super::model_output::is_standard(class)? {
+                    // Every field, None or not: the state the constructor leaves.
+                    let names = attrs.iter().map(|(name, _)| name.as_str());
+                    let names = pyo3::types::PyTuple::new(py, names)?;
+                    let mut args = vec![
+                        Rebuild::Const(cls.clone()),
+                        Rebuild::Const(OwnedRef::from_bound(names.as_any())),
+                    ];
+                    for (_, v) in attrs {
+                        args.push(rebuild_plan(tracer, v, r)?);
+                    }
+                    let helper = py
+                        .import_module("dynamo_rs._native")?
+                        .getattr("model_output_from_fields")?;
+                    return Ok(Rebuild::Call {
+                        func: Box::new(Rebuild::Const(OwnedRef::from_bound(&helper))),
+                        args,
+                        kwargs: Vec::new(),
+                    });
+                }
                 let fields = tracer
                     .model_output_items(id)
                     .into_iter()
