@@ -15,6 +15,7 @@ use crate::imports::ImportModule;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString, PyTuple};
 
+use super::guard_frozen::{FrozenTrees, TreeState};
 use super::guard_groups::{deeply_immutable, GroupState, InstanceDictGroup};
 use super::guard_values::{
     class_lookup, instance_dict_item, instance_dict_of, keys_in_order, known_hasattr, AttrRead,
@@ -197,7 +198,7 @@ impl SourceTable {
 }
 
 /// How one step of the plan reaches its value.
-enum Access {
+pub(super) enum Access {
     Local(usize),
     Global {
         globals: OwnedRef,
@@ -225,7 +226,7 @@ enum Access {
     Item(usize, OwnedRef),
 }
 
-enum Check {
+pub(super) enum Check {
     /// The same object as the value of another step (a tensor reached from two sources,
     /// like tied weights); torch's tensor checker refuses a tensor given twice.
     Alias(usize),
@@ -247,9 +248,9 @@ enum Check {
     DistinctObject,
 }
 
-struct Step {
-    access: Access,
-    checks: Vec<Check>,
+pub(super) struct Step {
+    pub(super) access: Access,
+    pub(super) checks: Vec<Check>,
     /// The last component of the source's path, rendered into descriptions on demand.
     label: PathPart,
     /// For item and instance-attribute reads: what the dict held at the last read.
@@ -258,6 +259,19 @@ struct Step {
     is_argument: bool,
     /// The instance-dict group this leaf read belongs to (see `guard_groups`).
     group: Option<usize>,
+}
+
+impl Step {
+    /// The step whose value this one reads from, if any.
+    pub(super) fn parent(&self) -> Option<usize> {
+        match &self.access {
+            Access::Attr(parent, _, _)
+            | Access::ClassAttr(parent, _)
+            | Access::Item(parent, _)
+            | Access::InstanceAttr { parent, .. } => Some(*parent),
+            _ => None,
+        }
+    }
 }
 
 /// How an argument tensor is read before the walk: a local, or an item of a local tuple, list
@@ -310,6 +324,9 @@ pub struct NativeGuard {
     shape: Option<super::shape_guard::ShapeGuard>,
     /// Leaf reads checked together by their object's instance dict (see `guard_groups`).
     groups: Vec<InstanceDictGroup>,
+    /// Subtrees skipped while the dicts they read through are unchanged (see
+    /// `guard_frozen`).
+    frozen: FrozenTrees,
 }
 
 /// Whether every check also runs the reference evaluation (`guard_check_mode = "debug"`).
@@ -346,12 +363,9 @@ impl NativeGuard {
     /// The readable path of step `index`'s source (`L["self"]._modules["fc"]`).
     fn path(&self, index: usize) -> String {
         let step = &self.steps[index];
-        let parent = match step.access {
-            Access::Attr(p, _, _)
-            | Access::ClassAttr(p, _)
-            | Access::Item(p, _)
-            | Access::InstanceAttr { parent: p, .. } => self.path(p),
-            _ => String::new(),
+        let parent = match step.parent() {
+            Some(p) => self.path(p),
+            None => String::new(),
         };
         step.label.render(&parent)
     }
@@ -601,6 +615,17 @@ impl NativeGuard {
             }
         }
         let groups = plan_instance_dict_groups(py, &mut steps, &graph_inputs, set.shape.as_ref());
+        let shape_inputs: Vec<usize> = set
+            .shape
+            .as_ref()
+            .map(|shape| shape.inputs.iter().map(|&id| id as usize).collect())
+            .unwrap_or_default();
+        let frozen = FrozenTrees::plan(super::guard_frozen::step_shapes(
+            py,
+            &steps,
+            &graph_inputs,
+            &shape_inputs,
+        ));
         Ok(NativeGuard {
             steps,
             arguments: TensorGroup::new(py, argument_examples)?,
@@ -628,6 +653,7 @@ impl NativeGuard {
             owner,
             shape: set.shape.clone(),
             groups,
+            frozen,
             reference: if DEBUG_CHECKS.load(Relaxed) {
                 Some(super::guard_reference::ReferenceGuard::build(
                     py,
@@ -915,7 +941,33 @@ impl NativeGuard {
             }
         }
         let mut group_states = vec![GroupState::default(); self.groups.len()];
+        let mut tree_states = vec![TreeState::default(); self.frozen.tree_count()];
         for (index, step) in self.steps.iter().enumerate() {
+            if let Some(tree) = self.frozen.tree_of(index) {
+                if matches!(tree_states[tree], TreeState::Undecided) {
+                    let root = values[self.frozen.root(tree)].as_ref();
+                    tree_states[tree] = self.frozen.decide(tree, root);
+                }
+                if let TreeState::Holds(snapshot) = &tree_states[tree] {
+                    // Frozen (see `guard_frozen`): the value read at the last pass, and only
+                    // the checks that look inside it.
+                    let value = self.frozen.value(py, snapshot, index);
+                    if let Some(value) = &value {
+                        for check in &step.checks {
+                            match check {
+                                Check::Tensor if !step.is_argument => tensors.push(value.clone()),
+                                Check::Alias(first) => {
+                                    aliases.push((*first, index, value.clone(), check))
+                                }
+                                Check::DistinctObject => distinct.push((index, value.clone())),
+                                _ => {}
+                            }
+                        }
+                    }
+                    values.push(value);
+                    continue;
+                }
+            }
             if let Some(group) = step.group {
                 let state = &mut group_states[group];
                 if !state.decided {
@@ -995,51 +1047,6 @@ impl NativeGuard {
             };
             for check in &step.checks {
                 let ok = match check {
-                    Check::Id(expected) => expected.matches(&value),
-                    Check::Type(expected) => value.get_type().as_ptr() == expected.as_ptr(),
-                    Check::Equals(expected) => {
-                        // The same object is equal to itself (attributes that were not
-                        // reassigned); otherwise the same type and ==.
-                        let expected = expected.bind(py);
-                        value.is(&expected)
-                            || (value.get_type().is(expected.get_type()) && value.eq(expected)?)
-                    }
-                    Check::Len(n, memo) => {
-                        memo.holds(&value) || dict_check(memo, &value, value.len().ok() == Some(*n))
-                    }
-                    Check::HasAttr(name, expected, known) => {
-                        let name = name.bind(py).cast::<PyString>()?.clone();
-                        let has = match known_hasattr(&value, &name, known.as_ref()) {
-                            Some(has) => has,
-                            None => value.hasattr(name).unwrap_or(false),
-                        };
-                        has == *expected
-                    }
-                    Check::Contains(key, expected, memo) => {
-                        memo.holds(&value)
-                            || dict_check(
-                                memo,
-                                &value,
-                                value.contains(key.bind(py)).ok() == Some(*expected),
-                            )
-                    }
-                    Check::ModuleCall(memo) => memo.check(&value)?,
-                    Check::InstanceDictLacks(name, memo) => match instance_dict_of(&value) {
-                        Some(dict) => {
-                            memo.holds(&dict)
-                                || dict_check(memo, &dict, !dict.contains(name.bind(py))?)
-                        }
-                        // No instance dict (now): nothing can hide the class's entry.
-                        None => true,
-                    },
-                    Check::Keys(expected, memo) => match value.cast::<PyDict>() {
-                        Ok(_) if memo.holds(&value) => true,
-                        Ok(d) => {
-                            let same = keys_in_order(d)?.eq(expected.bind(py))?;
-                            dict_check(memo, &value, same)
-                        }
-                        Err(_) => false,
-                    },
                     Check::Tensor => {
                         if !step.is_argument {
                             tensors.push(value.clone()); // checked after the walk
@@ -1055,6 +1062,7 @@ impl NativeGuard {
                         distinct.push((index, value.clone()));
                         true
                     }
+                    other => plain_check(py, other, &value)?,
                 };
                 if !ok {
                     return Ok(Some(if describe {
@@ -1143,6 +1151,17 @@ impl NativeGuard {
         for (group, state) in self.groups.iter().zip(&group_states) {
             group.record(state);
         }
+        for (tree, state) in tree_states.iter().enumerate() {
+            if matches!(state, TreeState::Walked) {
+                let verify = |member: usize, value: &Bound<'_, PyAny>| {
+                    self.steps[member]
+                        .checks
+                        .iter()
+                        .all(|check| plain_check(py, check, value).unwrap_or(false))
+                };
+                self.frozen.record(tree, &values, &verify);
+            }
+        }
         if let Some(keep) = keep {
             *keep = values;
         }
@@ -1152,6 +1171,16 @@ impl NativeGuard {
 
 #[pymethods]
 impl NativeGuard {
+    /// The frozen subtrees (see `guard_frozen`): each root's path, its member count and
+    /// whether it is armed (it would be skipped on a call that changed nothing).
+    fn frozen_trees(&self) -> Vec<(String, usize, bool)> {
+        self.frozen
+            .summary()
+            .into_iter()
+            .map(|(root, members, armed)| (self.path(root), members, armed))
+            .collect()
+    }
+
     /// Human-readable list of the checks, by source (parents first), grad mode last.
     fn describe(&self, py: Python<'_>) -> Vec<String> {
         let mut out: Vec<String> = Vec::new();
@@ -1327,6 +1356,59 @@ fn argument_read(py: Python<'_>, steps: &[Step], step: usize) -> Option<Argument
 /// answers (see `guard_groups`) by the object they are read from, and marks each member
 /// step with its group. A step is a leaf when no other step reads through it, it is no graph
 /// input, no symbolic-size input and no alias's first source.
+/// A check answered by the value alone (identity, type, equality, a dict's contents, the
+/// lookups of `hasattr`, a module's hooks); the checks that collect their value for later
+/// (tensors, aliasing) are the walk's own and pass here.
+fn plain_check(py: Python<'_>, check: &Check, value: &Bound<'_, PyAny>) -> PyResult<bool> {
+    Ok(match check {
+        Check::Id(expected) => expected.matches(value),
+        Check::Type(expected) => value.get_type().as_ptr() == expected.as_ptr(),
+        Check::Equals(expected) => {
+            // The same object is equal to itself (attributes that were not
+            // reassigned); otherwise the same type and ==.
+            let expected = expected.bind(py);
+            value.is(&expected)
+                || (value.get_type().is(expected.get_type()) && value.eq(expected)?)
+        }
+        Check::Len(n, memo) => {
+            memo.holds(value) || dict_check(memo, value, value.len().ok() == Some(*n))
+        }
+        Check::HasAttr(name, expected, known) => {
+            let name = name.bind(py).cast::<PyString>()?.clone();
+            let has = match known_hasattr(value, &name, known.as_ref()) {
+                Some(has) => has,
+                None => value.hasattr(name).unwrap_or(false),
+            };
+            has == *expected
+        }
+        Check::Contains(key, expected, memo) => {
+            memo.holds(value)
+                || dict_check(
+                    memo,
+                    value,
+                    value.contains(key.bind(py)).ok() == Some(*expected),
+                )
+        }
+        Check::ModuleCall(memo) => memo.check(value)?,
+        Check::InstanceDictLacks(name, memo) => match instance_dict_of(value) {
+            Some(dict) => {
+                memo.holds(&dict) || dict_check(memo, &dict, !dict.contains(name.bind(py))?)
+            }
+            // No instance dict (now): nothing can hide the class's entry.
+            None => true,
+        },
+        Check::Keys(expected, memo) => match value.cast::<PyDict>() {
+            Ok(_) if memo.holds(value) => true,
+            Ok(d) => {
+                let same = keys_in_order(d)?.eq(expected.bind(py))?;
+                dict_check(memo, value, same)
+            }
+            Err(_) => false,
+        },
+        Check::Tensor | Check::Alias(_) | Check::DistinctObject => true,
+    })
+}
+
 fn plan_instance_dict_groups(
     py: Python<'_>,
     steps: &mut [Step],
@@ -1338,15 +1420,7 @@ fn plan_instance_dict_groups(
         needed.extend(shape.inputs.iter().map(|&id| id as usize));
     }
     for step in steps.iter() {
-        match &step.access {
-            Access::Attr(parent, _, _)
-            | Access::ClassAttr(parent, _)
-            | Access::Item(parent, _)
-            | Access::InstanceAttr { parent, .. } => {
-                needed.insert(*parent);
-            }
-            _ => {}
-        }
+        needed.extend(step.parent());
         for check in &step.checks {
             if let Check::Alias(first) = check {
                 needed.insert(*first);

@@ -20,6 +20,7 @@ pub mod graph;
 mod graph_break;
 mod graph_forward;
 mod graph_inputs;
+mod guard_frozen;
 mod guard_groups;
 pub mod guard_reference;
 pub mod guard_values;

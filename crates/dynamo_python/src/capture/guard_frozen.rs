@@ -1,0 +1,579 @@
+//! Frozen subtrees of a guard plan: reads from dicts skipped while no dict they go through
+//! has changed.
+//!
+//! A module tree's guard is mostly reads from dicts — `self.__dict__["_modules"]["layer1"]`,
+//! `._parameters["weight"]` — and checks answered by the identity of what was read (`is the
+//! same object`, `== 1e-05` of an immutable value, `has type Conv2d`, no hooks, no instance
+//! attribute hiding `forward`). CPython 3.11 gives a dict a new version tag, unique in the
+//! process, on every change, and a type a new version tag on every change to it or its
+//! bases. So when the object a subtree hangs from is the same object as at the last pass,
+//! and every instance dict and dict the subtree reads through (and the type of every
+//! object it reads an instance attribute from) has the tag it had then, every read gives the
+//! same object as then and every such check holds again: the subtree costs one pass over a
+//! flat list of these *witnesses* instead of a walk with a dict lookup per step. Only the
+//! checks that look inside an object — tensors' metadata, aliasing — run again, on the
+//! objects remembered.
+//!
+//! Memory: the objects are remembered by address only. Witnesses are checked in the order
+//! they were recorded, parents before children, and each one's address is proven alive by
+//! the ones before it: the subtree's root is this call's value; an object read from an
+//! instance dict or dict whose witness held is still referenced by that (unchanged) dict. A
+//! dict or type freed and another allocated at the same address has another tag (tags are
+//! never reused), so address reuse cannot pass for the old one.
+//!
+//! A subtree whose tags change on every call (a module that counts its calls in an
+//! attribute) is recorded again a few times, then left to the normal walk for good.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicBool, AtomicU32};
+use std::sync::{Arc, Mutex};
+
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple};
+
+use crate::eval_frame::owned::OwnedRef;
+
+use super::guard_values::{DictTagMemo, MODULE_CALL_HOOKS};
+
+/// How a step reads its value from its parent, where a witness can vouch for the read.
+pub enum FrozenRead {
+    /// From the parent's instance dict under `key`, while the parent's type is `ty` with
+    /// version tag `tag` (what the plan's `InstanceAttr` read relies on).
+    InstanceDict { ty: usize, tag: u32, key: OwnedRef },
+    /// An item of the parent, an exact dict or an exact tuple.
+    Item { key: OwnedRef },
+}
+
+/// What a check on a step's value needs witnessed to hold again without running.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum ValueWitness {
+    /// Its type (`has type ...`).
+    TypeOf,
+    /// Its instance dict (`has no instance attribute forward`).
+    InstanceDict,
+    /// Its instance dict and the four hook tables in it (`has no hooks`).
+    ModuleHooks,
+    /// Its own contents, a dict with dict's `len` and `in` (`has keys`, `has length`,
+    /// `contains`).
+    DictContents,
+}
+
+/// One step as the planner sees it.
+pub struct StepShape {
+    pub parent: Option<usize>,
+    /// None: the step is always read the normal way.
+    pub read: Option<FrozenRead>,
+    /// None: a check that needs the value each time and is not re-run on a remembered
+    /// object (the step is always read and checked the normal way).
+    pub witnesses: Option<Vec<ValueWitness>>,
+    /// Someone reads the step's value when its subtree is frozen: a tensor or aliasing
+    /// check, a graph input, a shape input, a step read the normal way from it.
+    pub needed: bool,
+}
+
+enum Witness {
+    /// The object's type is `ty` at version `ty_tag`, and its instance dict is `dict` at
+    /// version `dict_tag`.
+    InstanceDict {
+        object: usize,
+        ty: usize,
+        ty_tag: u32,
+        dict: usize,
+        dict_tag: u64,
+    },
+    /// The dict (or dict subclass) at `dict` has version `tag`.
+    Dict { dict: usize, tag: u64 },
+    /// The object's type is `ty`.
+    TypeOf { object: usize, ty: usize },
+}
+
+pub struct Snapshot {
+    root: usize,
+    witnesses: Vec<Witness>,
+    /// The value's address of each member, in `members` order (0 for a value not read).
+    values: Vec<usize>,
+}
+
+struct Tree {
+    /// The step the subtree hangs from (read the normal way).
+    root: usize,
+    /// The steps vouched for by the witnesses, parents first.
+    members: Vec<usize>,
+    snapshot: Mutex<Option<Arc<Snapshot>>>,
+    records: AtomicU32,
+    retired: AtomicBool,
+}
+
+/// How many times a subtree is recorded before it is left to the normal walk.
+const RECORD_LIMIT: u32 = 8;
+
+pub struct FrozenTrees {
+    /// The tree each step is a member of, and its position among the members.
+    member_of: Vec<Option<(u32, u32)>>,
+    needed: Vec<bool>,
+    reads: Vec<Option<FrozenRead>>,
+    value_witnesses: Vec<Vec<ValueWitness>>,
+    parents: Vec<Option<usize>>,
+    trees: Vec<Tree>,
+}
+
+/// One call's view of a tree: undecided until its first member is reached.
+#[derive(Clone, Default)]
+pub enum TreeState {
+    #[default]
+    Undecided,
+    /// Frozen: members take the remembered values.
+    Holds(Arc<Snapshot>),
+    /// Read the normal way (and recorded after a passing check).
+    Walked,
+}
+
+impl FrozenTrees {
+    /// Groups the steps into subtrees: a step belongs to one when its read can be vouched
+    /// for and every check on it either holds with the same object or runs again on it; its
+    /// tree is its parent's, or a new one hanging from its parent.
+    pub fn plan(shapes: Vec<StepShape>) -> FrozenTrees {
+        let mut member_of: Vec<Option<(u32, u32)>> = vec![None; shapes.len()];
+        let mut trees: Vec<Tree> = Vec::new();
+        let mut tree_of_root: std::collections::HashMap<usize, u32> = Default::default();
+        let mut needed = Vec::with_capacity(shapes.len());
+        let mut reads = Vec::with_capacity(shapes.len());
+        let mut value_witnesses = Vec::with_capacity(shapes.len());
+        let mut parents = Vec::with_capacity(shapes.len());
+        for (index, shape) in shapes.into_iter().enumerate() {
+            if let (Some(parent), Some(_), Some(_)) = (shape.parent, &shape.read, &shape.witnesses)
+            {
+                let tree = match member_of[parent] {
+                    Some((tree, _)) => tree,
+                    None => *tree_of_root.entry(parent).or_insert_with(|| {
+                        trees.push(Tree {
+                            root: parent,
+                            members: Vec::new(),
+                            snapshot: Mutex::new(None),
+                            records: AtomicU32::new(0),
+                            retired: AtomicBool::new(false),
+                        });
+                        trees.len() as u32 - 1
+                    }),
+                };
+                let members = &mut trees[tree as usize].members;
+                member_of[index] = Some((tree, members.len() as u32));
+                members.push(index);
+            }
+            needed.push(shape.needed);
+            reads.push(shape.read);
+            value_witnesses.push(shape.witnesses.unwrap_or_default());
+            parents.push(shape.parent);
+        }
+        // A member read the normal way needs nothing from a frozen parent; a step read the
+        // normal way from a member needs that member's value.
+        for index in 0..parents.len() {
+            if let Some(parent) = parents[index] {
+                if member_of[index].is_none() && member_of[parent].is_some() {
+                    needed[parent] = true;
+                }
+            }
+        }
+        FrozenTrees {
+            member_of,
+            needed,
+            reads,
+            value_witnesses,
+            parents,
+            trees,
+        }
+    }
+
+    /// Each tree's root step, member count and whether a snapshot is armed (for tests).
+    pub fn summary(&self) -> Vec<(usize, usize, bool)> {
+        self.trees
+            .iter()
+            .map(|tree| {
+                let armed = tree.snapshot.lock().map(|s| s.is_some()).unwrap_or(false);
+                (tree.root, tree.members.len(), armed)
+            })
+            .collect()
+    }
+
+    pub fn tree_count(&self) -> usize {
+        self.trees.len()
+    }
+
+    /// The tree `step` is a member of, if any.
+    pub fn tree_of(&self, step: usize) -> Option<usize> {
+        self.member_of[step].map(|(tree, _)| tree as usize)
+    }
+
+    pub fn root(&self, tree: usize) -> usize {
+        self.trees[tree].root
+    }
+
+    /// Whether the tree holds for this call, given its root's value.
+    pub fn decide(&self, tree: usize, root: Option<&Bound<'_, PyAny>>) -> TreeState {
+        let tree = &self.trees[tree];
+        let Some(root) = root else {
+            return TreeState::Walked;
+        };
+        let snapshot = match tree.snapshot.lock() {
+            Ok(guard) => guard.clone(),
+            Err(_) => None,
+        };
+        let Some(snapshot) = snapshot else {
+            return TreeState::Walked;
+        };
+        if snapshot.root != root.as_ptr() as usize {
+            return TreeState::Walked;
+        }
+        // SAFETY: witnesses are checked in order; each address is the root (alive: the
+        // caller holds its value) or was proven alive by the witnesses before it (see the
+        // module docs). Only fields are read, with the GIL held.
+        let holds = snapshot
+            .witnesses
+            .iter()
+            .all(|witness| unsafe { witness_holds(witness) });
+        if holds {
+            TreeState::Holds(snapshot)
+        } else {
+            TreeState::Walked
+        }
+    }
+
+    /// The remembered value of `step` in a tree that holds, when someone reads it.
+    pub fn value<'py>(
+        &self,
+        py: Python<'py>,
+        snapshot: &Snapshot,
+        step: usize,
+    ) -> Option<Bound<'py, PyAny>> {
+        if !self.needed[step] {
+            return None;
+        }
+        let (_, position) = self.member_of[step]?;
+        let address = snapshot.values[position as usize];
+        if address == 0 {
+            return None;
+        }
+        // SAFETY: the tree's witnesses held this call, so the object at `address` is the
+        // one read at the last pass and still referenced by an unchanged dict (alive); the
+        // Bound takes a new reference.
+        Some(unsafe { Bound::from_borrowed_ptr(py, address as *mut pyo3::ffi::PyObject) })
+    }
+
+    /// After a passing check that walked `tree`: remembers what makes its reads and checks
+    /// hold again. Each member is read again from its dict and `verify` runs its checks on
+    /// what was found (none of them runs user code, so no tag moves in between); nothing is
+    /// remembered when a read or a check cannot be vouched for by tags (the tree stays
+    /// walked).
+    pub fn record(
+        &self,
+        tree: usize,
+        values: &[Option<Bound<'_, PyAny>>],
+        verify: &dyn Fn(usize, &Bound<'_, PyAny>) -> bool,
+    ) {
+        let tree_ref = &self.trees[tree];
+        if tree_ref.retired.load(Relaxed) {
+            return;
+        }
+        if tree_ref.records.fetch_add(1, Relaxed) >= RECORD_LIMIT {
+            tree_ref.retired.store(true, Relaxed);
+            if let Ok(mut guard) = tree_ref.snapshot.lock() {
+                *guard = None;
+            }
+            return;
+        }
+        let snapshot = self.snapshot(tree_ref, values, verify);
+        if let Ok(mut guard) = tree_ref.snapshot.lock() {
+            *guard = snapshot.map(Arc::new);
+        }
+    }
+
+    fn snapshot(
+        &self,
+        tree: &Tree,
+        values: &[Option<Bound<'_, PyAny>>],
+        verify: &dyn Fn(usize, &Bound<'_, PyAny>) -> bool,
+    ) -> Option<Snapshot> {
+        let root = values.get(tree.root)?.as_ref()?;
+        let py = root.py();
+        let mut witnesses = Vec::new();
+        let mut witnessed: std::collections::HashSet<(usize, u8)> = Default::default();
+        let mut member_values = Vec::with_capacity(tree.members.len());
+        // Each member as found again (a leaf its group let through was not read this call).
+        let mut read: std::collections::HashMap<usize, Bound<'_, PyAny>> = Default::default();
+        read.insert(tree.root, root.clone());
+        for &member in &tree.members {
+            let parent = self.parents[member]?;
+            let parent_value = read.get(&parent)?.clone();
+            let found = match self.reads[member].as_ref()? {
+                FrozenRead::InstanceDict { ty, tag, key } => {
+                    let object_type = parent_value.get_type();
+                    // SAFETY: a live type object (the object holds it); GIL held.
+                    let ty_tag = unsafe { (*object_type.as_type_ptr()).tp_version_tag };
+                    if object_type.as_ptr() as usize != *ty || ty_tag != *tag || ty_tag == 0 {
+                        return None;
+                    }
+                    let dict =
+                        instance_dict_witness(&parent_value, &mut witnesses, &mut witnessed)?;
+                    dict.get_item(key.bind(py)).ok()??
+                }
+                FrozenRead::Item { key } => {
+                    if let Ok(tuple) = parent_value.cast_exact::<PyTuple>() {
+                        // Immutable: the same tuple holds the same items.
+                        tuple.as_any().get_item(key.bind(py)).ok()?
+                    } else {
+                        let dict = parent_value.cast_exact::<PyDict>().ok()?;
+                        dict_witness(dict.as_any(), &mut witnesses, &mut witnessed)?;
+                        dict.get_item(key.bind(py)).ok()??
+                    }
+                }
+            };
+            if let Some(Some(value)) = values.get(member) {
+                if !value.is(&found) {
+                    return None; // read another way than from the dict (a fallback)
+                }
+            }
+            if !verify(member, &found) {
+                return None;
+            }
+            for need in &self.value_witnesses[member] {
+                match need {
+                    ValueWitness::TypeOf => witnesses.push(Witness::TypeOf {
+                        object: found.as_ptr() as usize,
+                        ty: found.get_type().as_ptr() as usize,
+                    }),
+                    ValueWitness::InstanceDict => {
+                        instance_dict_witness(&found, &mut witnesses, &mut witnessed)?;
+                    }
+                    ValueWitness::ModuleHooks => {
+                        let dict = instance_dict_witness(&found, &mut witnesses, &mut witnessed)?;
+                        for name in MODULE_CALL_HOOKS {
+                            let table = dict.get_item(name).ok()??;
+                            dict_witness(&table, &mut witnesses, &mut witnessed)?;
+                        }
+                    }
+                    ValueWitness::DictContents => {
+                        DictTagMemo::tag_of(&found)?;
+                        dict_witness(&found, &mut witnesses, &mut witnessed)?;
+                    }
+                }
+            }
+            member_values.push(found.as_ptr() as usize);
+            read.insert(member, found);
+        }
+        Some(Snapshot {
+            root: root.as_ptr() as usize,
+            witnesses,
+            values: member_values,
+        })
+    }
+}
+
+/// Adds a witness of `object`'s type and instance dict (once per object) and returns the
+/// dict; None when the object has no instance dict or its type no version tag.
+fn instance_dict_witness<'py>(
+    object: &Bound<'py, PyAny>,
+    witnesses: &mut Vec<Witness>,
+    witnessed: &mut std::collections::HashSet<(usize, u8)>,
+) -> Option<Bound<'py, PyDict>> {
+    let dict = super::guard_values::instance_dict_of(object)?;
+    let ty = object.get_type();
+    // SAFETY: a live type object (the object holds it); GIL held.
+    let ty_tag = unsafe { (*ty.as_type_ptr()).tp_version_tag };
+    if ty_tag == 0 {
+        return None;
+    }
+    if witnessed.insert((object.as_ptr() as usize, 0)) {
+        witnesses.push(Witness::InstanceDict {
+            object: object.as_ptr() as usize,
+            ty: ty.as_ptr() as usize,
+            ty_tag,
+            dict: dict.as_ptr() as usize,
+            // SAFETY: a live dict we hold; GIL held.
+            dict_tag: unsafe { dict_tag(dict.as_ptr()) },
+        });
+    }
+    Some(dict)
+}
+
+/// Adds a witness of the dict (or subclass) `value`'s version tag (once per dict).
+fn dict_witness(
+    value: &Bound<'_, PyAny>,
+    witnesses: &mut Vec<Witness>,
+    witnessed: &mut std::collections::HashSet<(usize, u8)>,
+) -> Option<()> {
+    // SAFETY: a live object; GIL held.
+    if unsafe { pyo3::ffi::PyDict_Check(value.as_ptr()) } == 0 {
+        return None;
+    }
+    if witnessed.insert((value.as_ptr() as usize, 1)) {
+        witnesses.push(Witness::Dict {
+            dict: value.as_ptr() as usize,
+            // SAFETY: a live dict (subclass) we hold; GIL held.
+            tag: unsafe { dict_tag(value.as_ptr()) },
+        });
+    }
+    Some(())
+}
+
+/// # Safety
+/// `dict` points to a live dict (or dict subclass); the GIL is held.
+unsafe fn dict_tag(dict: *mut pyo3::ffi::PyObject) -> u64 {
+    // SAFETY: per the contract, laid out as a PyDictObject.
+    unsafe { (*(dict as *mut pyo3::ffi::PyDictObject)).ma_version_tag }
+}
+
+extern "C" {
+    /// CPython's pointer to an object's instance-dict slot (made from inline values first
+    /// when the object keeps them that way), or NULL when its type has none. Exported by
+    /// libpython 3.11; pyo3 leaves it out as private.
+    fn _PyObject_GetDictPtr(object: *mut pyo3::ffi::PyObject) -> *mut *mut pyo3::ffi::PyObject;
+}
+
+/// CPython 3.11's flag for a type whose instances keep their dict before the object header
+/// (`Py_TPFLAGS_MANAGED_DICT`): the dict pointer three words before it, the inline values
+/// pointer four words before it.
+const MANAGED_DICT: std::os::raw::c_ulong = 1 << 4;
+
+/// The instance dict `object` holds now, without making one (NULL when it has none or
+/// keeps its attributes as inline values).
+///
+/// # Safety
+/// `object` points to a live object; the GIL is held.
+unsafe fn current_instance_dict(object: *mut pyo3::ffi::PyObject) -> *mut pyo3::ffi::PyObject {
+    // SAFETY: a live object's type is alive; reading its slots with the GIL held.
+    let ty = unsafe { &*pyo3::ffi::Py_TYPE(object) };
+    if ty.tp_flags & MANAGED_DICT != 0 {
+        // SAFETY: for such types CPython 3.11 lays out the dict pointer three words before
+        // the object header, inside the object's allocation.
+        return unsafe { *(object as *mut *mut pyo3::ffi::PyObject).sub(3) };
+    }
+    if ty.tp_dictoffset > 0 {
+        // SAFETY: a positive `tp_dictoffset` is the slot's offset inside the object.
+        return unsafe {
+            *((object as *mut u8).add(ty.tp_dictoffset as usize) as *mut *mut pyo3::ffi::PyObject)
+        };
+    }
+    // SAFETY: a live object, GIL held (negative offsets depend on the object's size).
+    let slot = unsafe { _PyObject_GetDictPtr(object) };
+    if slot.is_null() {
+        return std::ptr::null_mut();
+    }
+    // SAFETY: the slot pointer CPython just gave for this live object.
+    unsafe { *slot }
+}
+
+/// # Safety
+/// Every address in `witness` must be proven alive by the witnesses checked before it (see
+/// the module docs); the GIL is held.
+unsafe fn witness_holds(witness: &Witness) -> bool {
+    match *witness {
+        Witness::InstanceDict {
+            object,
+            ty,
+            ty_tag,
+            dict,
+            dict_tag: tag,
+        } => {
+            let object = object as *mut pyo3::ffi::PyObject;
+            // SAFETY: `object` is alive (contract); its type is alive while it is.
+            let object_type = unsafe { pyo3::ffi::Py_TYPE(object) };
+            if object_type as usize != ty {
+                return false;
+            }
+            // SAFETY: as above.
+            if unsafe { (*object_type).tp_version_tag } != ty_tag {
+                return false;
+            }
+            // SAFETY: as above.
+            let current = unsafe { current_instance_dict(object) };
+            // SAFETY: the object's current dict, alive while the object references it.
+            current as usize == dict && unsafe { dict_tag(current) } == tag
+        }
+        Witness::Dict {
+            dict,
+            tag: expected,
+        } => {
+            // SAFETY: the dict is alive (contract).
+            unsafe { dict_tag(dict as *mut pyo3::ffi::PyObject) == expected }
+        }
+        Witness::TypeOf { object, ty } => {
+            // SAFETY: the object is alive (contract).
+            unsafe { pyo3::ffi::Py_TYPE(object as *mut pyo3::ffi::PyObject) as usize == ty }
+        }
+    }
+}
+
+/// The planner's view of a guard's steps: which reads and checks tags can vouch for, and
+/// which values are read when a subtree is frozen (graph inputs, shape inputs, tensors,
+/// aliasing checks and their first sources).
+pub(super) fn step_shapes(
+    py: Python<'_>,
+    steps: &[super::guards::Step],
+    graph_inputs: &[usize],
+    shape_inputs: &[usize],
+) -> Vec<StepShape> {
+    use super::guards::{Access, Check};
+    let mut needed = vec![false; steps.len()];
+    for &index in graph_inputs.iter().chain(shape_inputs) {
+        if let Some(n) = needed.get_mut(index) {
+            *n = true;
+        }
+    }
+    for (index, step) in steps.iter().enumerate() {
+        for check in &step.checks {
+            match check {
+                Check::Alias(first) => {
+                    needed[index] = true;
+                    needed[*first] = true;
+                }
+                Check::Tensor | Check::DistinctObject => needed[index] = true,
+                _ => {}
+            }
+        }
+    }
+    steps
+        .iter()
+        .enumerate()
+        .map(|(index, step)| {
+            let read = match &step.access {
+                Access::InstanceAttr { name, lookup, .. }
+                    if lookup.property.is_none() && lookup.renames.is_none() && !lookup.renamed =>
+                {
+                    Some(FrozenRead::InstanceDict {
+                        ty: lookup.ty.as_ptr() as usize,
+                        tag: lookup.tag,
+                        key: lookup.key.clone().unwrap_or_else(|| name.clone()),
+                    })
+                }
+                Access::Item(_, key) => Some(FrozenRead::Item { key: key.clone() }),
+                _ => None,
+            };
+            let witnesses = step
+                .checks
+                .iter()
+                .map(|check| match check {
+                    Check::Id(_) | Check::Tensor | Check::Alias(_) | Check::DistinctObject => {
+                        Some(None)
+                    }
+                    Check::Equals(expected) => {
+                        super::guard_groups::deeply_immutable(&expected.bind(py)).then_some(None)
+                    }
+                    Check::Type(_) => Some(Some(ValueWitness::TypeOf)),
+                    Check::ModuleCall(_) => Some(Some(ValueWitness::ModuleHooks)),
+                    Check::InstanceDictLacks(..) => Some(Some(ValueWitness::InstanceDict)),
+                    Check::Keys(..) | Check::Len(..) | Check::Contains(..) => {
+                        Some(Some(ValueWitness::DictContents))
+                    }
+                    Check::HasAttr(..) => None,
+                })
+                .collect::<Option<Vec<Option<ValueWitness>>>>()
+                .map(|w| w.into_iter().flatten().collect());
+            StepShape {
+                parent: step.parent(),
+                read,
+                witnesses,
+                needed: needed[index],
+            }
+        })
+        .collect()
+}

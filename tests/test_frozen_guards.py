@@ -1,0 +1,200 @@
+"""Frozen guard subtrees (`guard_frozen`): after a passing check, a module tree's reads are
+skipped while every dict they go through, and the type and instance dict of every object
+they read from, keep their version tags. Every test first arms the subtree (three calls),
+then changes something the remembered path must notice — or must not be fooled by — and
+compares with eager on each call."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+import torch
+from torch import nn
+
+import dynamo_rs
+from dynamo_rs import eval_frame
+from dynamo_rs.testing import CompileCounter
+
+
+@pytest.fixture(autouse=True)
+def fresh():
+    dynamo_rs.reset()
+    yield
+    dynamo_rs.reset()
+
+
+def make_model():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.LayerNorm(4), nn.Linear(4, 2))
+
+
+def armed(model):
+    """The compiled model's guards have a subtree under `self` armed."""
+    trees = [tree for guard, _ in eval_frame.cache_entries(type(model).forward.__code__)
+             for tree in guard.frozen_trees()]
+    return any(root == 'L["self"]' and members > 5 and is_armed for root, members, is_armed in trees)
+
+
+def compiled_and_armed(model):
+    counter = CompileCounter()
+    compiled = dynamo_rs.compile(model, backend=counter)
+    x = torch.randn(3, 4)
+    with torch.no_grad():
+        for _ in range(3):
+            torch.testing.assert_close(compiled(x), model(x))
+    assert counter.frame_count == 1
+    assert armed(model)
+    return compiled, counter, x
+
+
+def same_as_eager(compiled, model, x):
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x))
+
+
+def test_a_plain_module_tree_is_armed_after_passing_calls():
+    compiled_and_armed(make_model())
+
+
+@pytest.mark.parametrize("change", [
+    "parameter_data_reshaped", "requires_grad_flipped", "submodule_replaced",
+    "parameter_replaced", "attribute_changed", "hook_registered", "hook_written_directly",
+    "class_reassigned",
+])
+def test_a_change_under_an_armed_subtree_recompiles(change):
+    model = make_model()
+    compiled, counter, x = compiled_and_armed(model)
+    if change == "parameter_data_reshaped":
+        model[3].weight.data = torch.randn(2, 4).t().contiguous().t()  # another stride
+    elif change == "requires_grad_flipped":
+        model[0].bias.requires_grad_(False)
+    elif change == "submodule_replaced":
+        model[1] = nn.Tanh()
+    elif change == "parameter_replaced":
+        model[0].weight = nn.Parameter(torch.randn(4, 4, dtype=torch.float64))
+        model[0].bias = nn.Parameter(torch.randn(4, dtype=torch.float64))
+        x = x.double()
+        model[2].double()
+        model[3].double()
+    elif change == "attribute_changed":
+        model[2].eps = 0.5
+    elif change == "hook_registered":
+        model[1].register_forward_hook(lambda m, i, o: o * 3)
+    elif change == "hook_written_directly":
+        # Bypassing the registration API: only the hook table's own tag changes.
+        model[1]._forward_hooks[12345] = lambda m, i, o: o + 1
+    elif change == "class_reassigned":
+        model[1].__class__ = nn.Tanh
+    same_as_eager(compiled, model, x)
+    same_as_eager(compiled, model, x)
+    assert counter.frame_count >= 2, "the change must be noticed"
+
+
+@pytest.mark.parametrize("change", ["same_value_stored_again", "instance_dict_copied",
+                                    "unrelated_attribute_added"])
+def test_a_change_that_keeps_every_read_passes_again_and_is_armed_again(change):
+    model = make_model()
+    compiled, counter, x = compiled_and_armed(model)
+    if change == "same_value_stored_again":
+        model[2].eps = model[2].eps
+    elif change == "instance_dict_copied":
+        model[0].__dict__ = dict(model[0].__dict__)
+    elif change == "unrelated_attribute_added":
+        model[2].note = "unused"
+    for _ in range(3):
+        same_as_eager(compiled, model, x)
+    assert counter.frame_count == 1
+    assert armed(model)
+
+
+class Counting(nn.Module):
+    """Changes its own instance dict on every call: its subtree cannot stay armed."""
+
+    def __init__(self):
+        super().__init__()
+        self.inner = nn.Linear(4, 4)
+        self.last = None
+
+    def forward(self, x):
+        self.last = x.sum()
+        return self.inner(x) * 2
+
+
+def test_a_module_changing_its_own_dict_every_call_stays_right():
+    model = Counting()
+    eager_model = Counting()
+    eager_model.load_state_dict(model.state_dict())
+    counter = CompileCounter()
+    compiled = dynamo_rs.compile(model, backend=counter)
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        for _ in range(20):
+            torch.testing.assert_close(compiled(x), eager_model(x))
+    torch.testing.assert_close(model.last, eager_model.last)
+    assert counter.frame_count == 1
+
+
+def run_layers(model, x):
+    for layer in model:
+        x = layer(x)
+    return x
+
+
+def test_a_new_model_possibly_at_a_freed_models_address_is_checked_again():
+    counter = CompileCounter()
+    compiled = dynamo_rs.compile(run_layers, backend=counter)
+    x = torch.randn(3, 4)
+    with torch.no_grad():
+        for round in range(6):
+            model = make_model()
+            with torch.no_grad():
+                for layer in model:
+                    if isinstance(layer, nn.Linear):
+                        layer.weight.fill_(float(round))
+            for _ in range(3):
+                torch.testing.assert_close(compiled(model, x), run_layers(model, x))
+            del model
+            gc.collect()
+
+
+TABLE = {"scale": 2.0, "shift": 1.0}
+
+
+def reads_a_global_table(x):
+    return x * TABLE["scale"] + TABLE["shift"]
+
+
+def test_a_global_dict_changed_after_arming_recompiles(monkeypatch):
+    monkeypatch.setitem(TABLE, "scale", 2.0)
+    counter = CompileCounter()
+    compiled = dynamo_rs.compile(reads_a_global_table, backend=counter)
+    x = torch.randn(3)
+    for _ in range(3):
+        torch.testing.assert_close(compiled(x), reads_a_global_table(x))
+    TABLE["scale"] = 5.0
+    torch.testing.assert_close(compiled(x), reads_a_global_table(x))
+    assert counter.frame_count == 2
+
+
+def with_defaults(x, scale=(2.0, 3.0)):
+    return x * scale[0] + scale[1]
+
+
+def test_a_functions_defaults_replaced_after_arming_recompile():
+    counter = CompileCounter()
+
+    def outer(x):
+        return with_defaults(x)
+
+    compiled = dynamo_rs.compile(outer, backend=counter)
+    x = torch.randn(3)
+    original = with_defaults.__defaults__
+    try:
+        for _ in range(3):
+            torch.testing.assert_close(compiled(x), outer(x))
+        with_defaults.__defaults__ = ((4.0, 5.0),)
+        torch.testing.assert_close(compiled(x), outer(x))
+        assert counter.frame_count == 2
+    finally:
+        with_defaults.__defaults__ = original
