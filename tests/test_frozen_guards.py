@@ -198,3 +198,28 @@ def test_a_functions_defaults_replaced_after_arming_recompile():
         assert counter.frame_count == 2
     finally:
         with_defaults.__defaults__ = original
+
+
+def scaled_by_closure(x, fn):
+    return fn(x) + 1
+
+
+def make_scaler(k):
+    def scale(x):
+        return x * k
+
+    return scale
+
+
+def test_new_closures_at_recycled_addresses_are_read_again():
+    """The closure tuple is a new object on every call, often at the address of the last
+    one (freed): its cells must not be taken from the last pass."""
+    counter = CompileCounter()
+    compiled = dynamo_rs.compile(scaled_by_closure, backend=counter)
+    x = torch.randn(3)
+    for i in range(40):
+        fn = make_scaler(float(i % 2))
+        torch.testing.assert_close(compiled(x, fn), scaled_by_closure(x, fn))
+        del fn
+        gc.collect()
+    assert counter.frame_count == 2

@@ -17,9 +17,12 @@
 //! Memory: the objects are remembered by address only. Witnesses are checked in the order
 //! they were recorded, parents before children, and each one's address is proven alive by
 //! the ones before it: the subtree's root is this call's value; an object read from an
-//! instance dict or dict whose witness held is still referenced by that (unchanged) dict. A
-//! dict or type freed and another allocated at the same address has another tag (tags are
-//! never reused), so address reuse cannot pass for the old one.
+//! instance dict or dict whose witness held is still referenced by that (unchanged) dict, an
+//! item of a tuple so vouched for by that tuple. A dict or type freed and another allocated
+//! at the same address has another tag (tags are never reused), so address reuse cannot pass
+//! for the old one. The root's address alone proves nothing (it may be another object at a
+//! freed one's address): every read from the root goes through a tagged witness on it, so
+//! items of a root tuple are never remembered.
 //!
 //! A subtree whose tags change on every call (a module that counts its calls in an
 //! attribute) is recorded again a few times, then left to the normal walk for good.
@@ -81,8 +84,8 @@ enum Witness {
         dict: usize,
         dict_tag: u64,
     },
-    /// The dict (or dict subclass) at `dict` has version `tag`.
-    Dict { dict: usize, tag: u64 },
+    /// The object at `dict` is of type `ty` (a dict or dict subclass) and has version `tag`.
+    Dict { dict: usize, ty: usize, tag: u64 },
     /// The object's type is `ty`.
     TypeOf { object: usize, ty: usize },
 }
@@ -90,7 +93,7 @@ enum Witness {
 pub struct Snapshot {
     root: usize,
     witnesses: Vec<Witness>,
-    /// The value's address of each member, in `members` order (0 for a value not read).
+    /// The address of each member someone reads (`Tree::needed` order).
     values: Vec<usize>,
 }
 
@@ -99,6 +102,8 @@ struct Tree {
     root: usize,
     /// The steps vouched for by the witnesses, parents first.
     members: Vec<usize>,
+    /// The members whose values are read when the tree holds.
+    needed: Vec<usize>,
     snapshot: Mutex<Option<Arc<Snapshot>>>,
     records: AtomicU32,
     retired: AtomicBool,
@@ -110,7 +115,8 @@ const RECORD_LIMIT: u32 = 8;
 pub struct FrozenTrees {
     /// The tree each step is a member of, and its position among the members.
     member_of: Vec<Option<(u32, u32)>>,
-    needed: Vec<bool>,
+    /// For a member someone reads: its position in its tree's `needed`.
+    needed_slot: Vec<Option<u32>>,
     reads: Vec<Option<FrozenRead>>,
     value_witnesses: Vec<Vec<ValueWitness>>,
     parents: Vec<Option<usize>>,
@@ -118,12 +124,14 @@ pub struct FrozenTrees {
 }
 
 /// One call's view of a tree: undecided until its first member is reached.
-#[derive(Clone, Default)]
-pub enum TreeState {
+#[derive(Default)]
+pub enum TreeState<'py> {
     #[default]
     Undecided,
-    /// Frozen: members take the remembered values.
-    Holds(Arc<Snapshot>),
+    /// Frozen: the remembered values of the members someone reads (`Tree::needed` order),
+    /// taken as the tree was decided — before any later step can run code that changes a
+    /// dict the witnesses vouched for and frees what it held.
+    Holds(Vec<Option<Bound<'py, PyAny>>>),
     /// Read the normal way (and recorded after a passing check).
     Walked,
 }
@@ -149,6 +157,7 @@ impl FrozenTrees {
                         trees.push(Tree {
                             root: parent,
                             members: Vec::new(),
+                            needed: Vec::new(),
                             snapshot: Mutex::new(None),
                             records: AtomicU32::new(0),
                             retired: AtomicBool::new(false),
@@ -174,9 +183,17 @@ impl FrozenTrees {
                 }
             }
         }
+        let mut needed_slot = vec![None; member_of.len()];
+        for (index, slot) in needed_slot.iter_mut().enumerate() {
+            if let (Some((tree, _)), true) = (member_of[index], needed[index]) {
+                let tree = &mut trees[tree as usize];
+                *slot = Some(tree.needed.len() as u32);
+                tree.needed.push(index);
+            }
+        }
         FrozenTrees {
             member_of,
-            needed,
+            needed_slot,
             reads,
             value_witnesses,
             parents,
@@ -209,7 +226,7 @@ impl FrozenTrees {
     }
 
     /// Whether the tree holds for this call, given its root's value.
-    pub fn decide(&self, tree: usize, root: Option<&Bound<'_, PyAny>>) -> TreeState {
+    pub fn decide<'py>(&self, tree: usize, root: Option<&Bound<'py, PyAny>>) -> TreeState<'py> {
         let tree = &self.trees[tree];
         let Some(root) = root else {
             return TreeState::Walked;
@@ -231,32 +248,31 @@ impl FrozenTrees {
             .witnesses
             .iter()
             .all(|witness| unsafe { witness_holds(witness) });
-        if holds {
-            TreeState::Holds(snapshot)
-        } else {
-            TreeState::Walked
+        if !holds {
+            return TreeState::Walked;
         }
+        let py = root.py();
+        let values = snapshot
+            .values
+            .iter()
+            .map(|&address| {
+                // SAFETY: the witnesses held just now, so the object at `address` is the one
+                // read at the last pass and still referenced by an unchanged dict (alive);
+                // the Bound takes a new reference.
+                Some(unsafe { Bound::from_borrowed_ptr(py, address as *mut pyo3::ffi::PyObject) })
+            })
+            .collect();
+        TreeState::Holds(values)
     }
 
-    /// The remembered value of `step` in a tree that holds, when someone reads it.
-    pub fn value<'py>(
+    /// The remembered value of member `step` of a tree that holds, when someone reads it.
+    pub fn take<'py>(
         &self,
-        py: Python<'py>,
-        snapshot: &Snapshot,
+        values: &mut [Option<Bound<'py, PyAny>>],
         step: usize,
     ) -> Option<Bound<'py, PyAny>> {
-        if !self.needed[step] {
-            return None;
-        }
-        let (_, position) = self.member_of[step]?;
-        let address = snapshot.values[position as usize];
-        if address == 0 {
-            return None;
-        }
-        // SAFETY: the tree's witnesses held this call, so the object at `address` is the
-        // one read at the last pass and still referenced by an unchanged dict (alive); the
-        // Bound takes a new reference.
-        Some(unsafe { Bound::from_borrowed_ptr(py, address as *mut pyo3::ffi::PyObject) })
+        let slot = self.needed_slot[step]?;
+        values.get_mut(slot as usize)?.take()
     }
 
     /// After a passing check that walked `tree`: remembers what makes its reads and checks
@@ -297,7 +313,7 @@ impl FrozenTrees {
         let py = root.py();
         let mut witnesses = Vec::new();
         let mut witnessed: std::collections::HashSet<(usize, u8)> = Default::default();
-        let mut member_values = Vec::with_capacity(tree.members.len());
+        let mut member_values = Vec::with_capacity(tree.needed.len());
         // Each member as found again (a leaf its group let through was not read this call).
         let mut read: std::collections::HashMap<usize, Bound<'_, PyAny>> = Default::default();
         read.insert(tree.root, root.clone());
@@ -318,7 +334,12 @@ impl FrozenTrees {
                 }
                 FrozenRead::Item { key } => {
                     if let Ok(tuple) = parent_value.cast_exact::<PyTuple>() {
-                        // Immutable: the same tuple holds the same items.
+                        // Immutable: the same tuple holds the same items — but only a tuple
+                        // vouched for by the witnesses before it is known to be the same
+                        // tuple. The root has no tag: another tuple can be at its address.
+                        if parent == tree.root {
+                            return None;
+                        }
                         tuple.as_any().get_item(key.bind(py)).ok()?
                     } else {
                         let dict = parent_value.cast_exact::<PyDict>().ok()?;
@@ -357,7 +378,9 @@ impl FrozenTrees {
                     }
                 }
             }
-            member_values.push(found.as_ptr() as usize);
+            if self.needed_slot[member].is_some() {
+                member_values.push(found.as_ptr() as usize);
+            }
             read.insert(member, found);
         }
         Some(Snapshot {
@@ -408,6 +431,7 @@ fn dict_witness(
     if witnessed.insert((value.as_ptr() as usize, 1)) {
         witnesses.push(Witness::Dict {
             dict: value.as_ptr() as usize,
+            ty: value.get_type().as_ptr() as usize,
             // SAFETY: a live dict (subclass) we hold; GIL held.
             tag: unsafe { dict_tag(value.as_ptr()) },
         });
@@ -491,10 +515,13 @@ unsafe fn witness_holds(witness: &Witness) -> bool {
         }
         Witness::Dict {
             dict,
+            ty,
             tag: expected,
         } => {
-            // SAFETY: the dict is alive (contract).
-            unsafe { dict_tag(dict as *mut pyo3::ffi::PyObject) == expected }
+            let dict = dict as *mut pyo3::ffi::PyObject;
+            // SAFETY: the object is alive (contract); a dict (subclass) once its type is
+            // the one recorded.
+            unsafe { pyo3::ffi::Py_TYPE(dict) as usize == ty && dict_tag(dict) == expected }
         }
         Witness::TypeOf { object, ty } => {
             // SAFETY: the object is alive (contract).

@@ -941,17 +941,19 @@ impl NativeGuard {
             }
         }
         let mut group_states = vec![GroupState::default(); self.groups.len()];
-        let mut tree_states = vec![TreeState::default(); self.frozen.tree_count()];
+        let mut tree_states: Vec<TreeState<'_>> = (0..self.frozen.tree_count())
+            .map(|_| TreeState::Undecided)
+            .collect();
         for (index, step) in self.steps.iter().enumerate() {
             if let Some(tree) = self.frozen.tree_of(index) {
                 if matches!(tree_states[tree], TreeState::Undecided) {
                     let root = values[self.frozen.root(tree)].as_ref();
                     tree_states[tree] = self.frozen.decide(tree, root);
                 }
-                if let TreeState::Holds(snapshot) = &tree_states[tree] {
+                if let TreeState::Holds(remembered) = &mut tree_states[tree] {
                     // Frozen (see `guard_frozen`): the value read at the last pass, and only
                     // the checks that look inside it.
-                    let value = self.frozen.value(py, snapshot, index);
+                    let value = self.frozen.take(remembered, index);
                     if let Some(value) = &value {
                         for check in &step.checks {
                             match check {
