@@ -168,3 +168,52 @@ def test_hooks_that_break_the_graph_match_eager(kind) -> None:
     finally:
         if handle is not None:
             handle.remove()
+
+
+@pytest.mark.parametrize("kind", ["forward_hook", "forward_pre_hook", "global_forward_hook",
+                                  "global_forward_pre_hook", "added_after_calls"])
+def test_hooks_on_the_compiled_wrapper_run_as_on_the_module(kind) -> None:
+    """The compiled wrapper (`OptimizedModule`) is called the short way only while nothing
+    hooks it: hooks registered on the wrapper, or globally, run as `Module.__call__` runs
+    them on a plain module."""
+    torch.manual_seed(0)
+    block = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+    compiled = dynamo_rs.compile(block, backend="eager")
+    x = torch.randn(2, 4)
+    seen: list = []
+    handles = []
+
+    def add_hooks(target):
+        if kind in ("forward_hook", "added_after_calls"):
+            handles.append(target.register_forward_hook(lambda m, i, o: o * 10))
+        elif kind == "forward_pre_hook":
+            handles.append(target.register_forward_pre_hook(lambda m, i: (i[0] + 1,)))
+        elif kind == "global_forward_hook":
+            handles.append(nn.modules.module.register_module_forward_hook(
+                lambda m, i, o: seen.append(type(m).__name__)))
+        else:
+            handles.append(nn.modules.module.register_module_forward_pre_hook(
+                lambda m, i: seen.append(type(m).__name__)))
+
+    try:
+        if kind == "added_after_calls":
+            for _ in range(3):
+                torch.testing.assert_close(compiled(x), block(x))
+        add_hooks(compiled)
+        got = compiled(x)
+        calls_compiled = list(seen)
+        seen.clear()
+        for handle in handles:
+            handle.remove()
+        handles.clear()
+        reference = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+        reference.load_state_dict(block.state_dict())
+        add_hooks(reference)
+        expected = reference(x)
+        torch.testing.assert_close(got, expected)
+        # Global hooks see the wrapper where they would see the plain module.
+        if kind.startswith("global"):
+            assert "OptimizedModule" in calls_compiled and "Sequential" in seen
+    finally:
+        for handle in handles:
+            handle.remove()
