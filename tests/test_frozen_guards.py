@@ -223,3 +223,58 @@ def test_new_closures_at_recycled_addresses_are_read_again():
         del fn
         gc.collect()
     assert counter.frame_count == 2
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.linear(x)
+        if hasattr(self, "extra"):
+            return y + 100
+        return y
+
+
+class WithBlock(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.block = Block()
+
+    def forward(self, x):
+        return self.block(x) * 2
+
+
+@pytest.mark.parametrize("change", ["submodule", "buffer", "parameter", "instance_attribute",
+                                    "class_attribute"])
+def test_an_attribute_appearing_under_an_armed_subtree_recompiles(change):
+    """`hasattr` answered False is remembered by the type's tag, the instance dict and the
+    tables `Module.__getattr__` reads: an attribute appearing in any of them is seen."""
+    torch.manual_seed(0)
+    model = WithBlock()
+    counter = CompileCounter()
+    compiled = dynamo_rs.compile(model, backend=counter)
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        for _ in range(3):
+            torch.testing.assert_close(compiled(x), model(x))
+        assert armed(model)
+        cls = type(model.block)
+        try:
+            if change == "submodule":
+                model.block.extra = nn.Identity()
+            elif change == "buffer":
+                model.block.register_buffer("extra", torch.zeros(1))
+            elif change == "parameter":
+                model.block.extra = nn.Parameter(torch.zeros(1))
+            elif change == "instance_attribute":
+                model.block.__dict__["extra"] = 3
+            else:
+                cls.extra = 3
+            for _ in range(2):
+                torch.testing.assert_close(compiled(x), model(x))
+            assert counter.frame_count == 2
+        finally:
+            if change == "class_attribute":
+                del cls.extra

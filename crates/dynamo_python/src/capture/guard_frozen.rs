@@ -36,7 +36,9 @@ use pyo3::types::{PyDict, PyTuple};
 
 use crate::eval_frame::owned::OwnedRef;
 
-use super::guard_values::{DictTagMemo, MODULE_CALL_HOOKS};
+use super::guard_values::{
+    is_module_lookup, known_hasattr, module_call_hooks, module_tables, DictTagMemo,
+};
 
 /// How a step reads its value from its parent, where a witness can vouch for the read.
 pub enum FrozenRead {
@@ -48,7 +50,6 @@ pub enum FrozenRead {
 }
 
 /// What a check on a step's value needs witnessed to hold again without running.
-#[derive(Clone, Copy, PartialEq, Eq)]
 pub enum ValueWitness {
     /// Its type (`has type ...`).
     TypeOf,
@@ -59,6 +60,10 @@ pub enum ValueWitness {
     /// Its own contents, a dict with dict's `len` and `in` (`has keys`, `has length`,
     /// `contains`).
     DictContents,
+    /// Its lookup of this name, which finds nothing (`has no attribute`): its type (whose
+    /// tag covers the whole MRO), its instance dict and, for a module, the tables
+    /// `Module.__getattr__` looks in.
+    LacksAttribute(OwnedRef),
 }
 
 /// One step as the planner sees it.
@@ -367,7 +372,7 @@ impl FrozenTrees {
                     }
                     ValueWitness::ModuleHooks => {
                         let dict = instance_dict_witness(&found, &mut witnesses, &mut witnessed)?;
-                        for name in MODULE_CALL_HOOKS {
+                        for name in module_call_hooks(py) {
                             let table = dict.get_item(name).ok()??;
                             dict_witness(&table, &mut witnesses, &mut witnessed)?;
                         }
@@ -375,6 +380,22 @@ impl FrozenTrees {
                     ValueWitness::DictContents => {
                         DictTagMemo::tag_of(&found)?;
                         dict_witness(&found, &mut witnesses, &mut witnessed)?;
+                    }
+                    ValueWitness::LacksAttribute(name) => {
+                        let name = name.bind(py);
+                        let name = name.cast::<pyo3::types::PyString>().ok()?;
+                        // Only an answer found without running code is vouched for.
+                        if known_hasattr(&found, name, None) != Some(false) {
+                            return None;
+                        }
+                        let dict = instance_dict_witness(&found, &mut witnesses, &mut witnessed)?;
+                        if is_module_lookup(&found.get_type()) {
+                            for table in module_tables(py) {
+                                if let Some(table) = dict.get_item(table).ok()? {
+                                    dict_witness(&table, &mut witnesses, &mut witnessed)?;
+                                }
+                            }
+                        }
                     }
                 }
             }
@@ -590,6 +611,10 @@ pub(super) fn step_shapes(
                     Check::InstanceDictLacks(..) => Some(Some(ValueWitness::InstanceDict)),
                     Check::Keys(..) | Check::Len(..) | Check::Contains(..) => {
                         Some(Some(ValueWitness::DictContents))
+                    }
+                    // Absence, answered from the type and dicts (not a renaming lookup).
+                    Check::HasAttr(name, false, None) => {
+                        Some(Some(ValueWitness::LacksAttribute(name.clone())))
                     }
                     Check::HasAttr(..) => None,
                 })

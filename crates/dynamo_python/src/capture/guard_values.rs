@@ -516,7 +516,7 @@ impl ModuleCallMemo {
             return Ok(false);
         }
         let mut hooks = [(0usize, 0u64); 4];
-        for (slot, name) in hooks.iter_mut().zip(MODULE_CALL_HOOKS) {
+        for (slot, name) in hooks.iter_mut().zip(module_call_hooks(py)) {
             let Some(table) = dict.get_item(name)? else {
                 return Ok(false);
             };
@@ -598,7 +598,7 @@ pub fn known_hasattr(
     let Some(dict) = dict else {
         return Some(false);
     };
-    for table in super::helpers::MODULE_TABLES {
+    for table in module_tables(py) {
         if let Some(table) = dict.get_item(table).ok()? {
             if table.contains(name).ok()? {
                 return Some(true);
@@ -608,9 +608,28 @@ pub fn known_hasattr(
     Some(false)
 }
 
+/// `MODULE_TABLES` as interned strings (a `&str` key is a new string on every lookup).
+pub(super) fn module_tables(py: Python<'_>) -> [&Bound<'_, PyString>; 3] {
+    [
+        pyo3::intern!(py, "_parameters"),
+        pyo3::intern!(py, "_buffers"),
+        pyo3::intern!(py, "_modules"),
+    ]
+}
+
+/// `MODULE_CALL_HOOKS` as interned strings.
+pub(super) fn module_call_hooks(py: Python<'_>) -> [&Bound<'_, PyString>; 4] {
+    [
+        pyo3::intern!(py, "_forward_hooks"),
+        pyo3::intern!(py, "_forward_pre_hooks"),
+        pyo3::intern!(py, "_backward_hooks"),
+        pyo3::intern!(py, "_backward_pre_hooks"),
+    ]
+}
+
 /// Whether `ty` looks attributes up as `nn.Module` does: object's `__getattribute__`, then
 /// torch's own `Module.__getattr__`.
-fn is_module_lookup(ty: &Bound<'_, pyo3::types::PyType>) -> bool {
+pub(super) fn is_module_lookup(ty: &Bound<'_, pyo3::types::PyType>) -> bool {
     static EXPECTED: pyo3::sync::PyOnceLock<Option<(Py<PyAny>, Py<PyAny>)>> =
         pyo3::sync::PyOnceLock::new();
     let py = ty.py();
