@@ -278,3 +278,68 @@ def test_an_attribute_appearing_under_an_armed_subtree_recompiles(change):
         finally:
             if change == "class_attribute":
                 del cls.extra
+
+
+transformers = pytest.importorskip("transformers")
+
+
+class RenamingConfig(transformers.GPT2Config):
+    """Its own class, so the renaming table can be changed without touching GPT-2's."""
+
+    attribute_map = dict(transformers.GPT2Config.attribute_map)
+
+
+class Holder(nn.Module):
+    """The configuration one read below the root, as in a model (`self.config`)."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+
+
+def reads_a_config(x, holder):
+    config = holder.config
+    out = x * config.hidden_size + config.n_layer
+    if hasattr(config, "made_up_setting"):
+        out = out + 1000
+    return out
+
+
+@pytest.mark.parametrize("change", ["renamed_value", "plain_value", "rename_added",
+                                    "rename_changed", "absent_attribute_set",
+                                    "instance_attribute_map"])
+def test_a_renaming_config_under_an_armed_subtree(change):
+    """A transformers configuration renames attributes through its class's `attribute_map`:
+    its reads and `hasattr` answers are remembered by the instance dict's tag and the
+    table's tag as well."""
+    config = RenamingConfig(n_embd=8, n_layer=2)
+    holder = Holder(config)
+    counter = CompileCounter()
+    compiled = dynamo_rs.compile(reads_a_config, backend=counter)
+    x = torch.randn(3)
+    saved = dict(RenamingConfig.attribute_map)
+    try:
+        for _ in range(3):
+            torch.testing.assert_close(compiled(x, holder), reads_a_config(x, holder))
+        trees = [tree for guard, _ in eval_frame.cache_entries(reads_a_config.__code__)
+                 for tree in guard.frozen_trees()]
+        assert any(root == 'L["holder"]' and members >= 3 and is_armed
+                   for root, members, is_armed in trees), trees
+        if change == "renamed_value":
+            config.n_embd = 40
+        elif change == "plain_value":
+            config.n_layer = 7
+        elif change == "rename_added":
+            RenamingConfig.attribute_map["n_layer"] = "n_head"
+        elif change == "rename_changed":
+            RenamingConfig.attribute_map["hidden_size"] = "n_head"
+        elif change == "absent_attribute_set":
+            config.made_up_setting = True
+        else:
+            config.__dict__["attribute_map"] = {"hidden_size": "n_layer"}
+        for _ in range(2):
+            torch.testing.assert_close(compiled(x, holder), reads_a_config(x, holder))
+        assert counter.frame_count >= 2
+    finally:
+        RenamingConfig.attribute_map.clear()
+        RenamingConfig.attribute_map.update(saved)

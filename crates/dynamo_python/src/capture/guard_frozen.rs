@@ -37,14 +37,15 @@ use pyo3::types::{PyDict, PyTuple};
 use crate::eval_frame::owned::OwnedRef;
 
 use super::guard_values::{
-    is_module_lookup, known_hasattr, module_call_hooks, module_tables, DictTagMemo,
+    is_module_lookup, known_hasattr, module_call_hooks, module_tables, DictTagMemo, KnownLookup,
 };
 
 /// How a step reads its value from its parent, where a witness can vouch for the read.
 pub enum FrozenRead {
-    /// From the parent's instance dict under `key`, while the parent's type is `ty` with
-    /// version tag `tag` (what the plan's `InstanceAttr` read relies on).
-    InstanceDict { ty: usize, tag: u32, key: OwnedRef },
+    /// From the parent's instance dict, as the plan's `InstanceAttr` read does while the
+    /// parent still looks `name` up as `lookup` says (its type at a version tag; for a
+    /// renaming class, the renaming table's answer — witnessed too).
+    InstanceDict { lookup: KnownLookup, name: OwnedRef },
     /// An item of the parent, an exact dict or an exact tuple.
     Item { key: OwnedRef },
 }
@@ -62,8 +63,8 @@ pub enum ValueWitness {
     DictContents,
     /// Its lookup of this name, which finds nothing (`has no attribute`): its type (whose
     /// tag covers the whole MRO), its instance dict and, for a module, the tables
-    /// `Module.__getattr__` looks in.
-    LacksAttribute(OwnedRef),
+    /// `Module.__getattr__` looks in; for a renaming class (`known`), its renaming table.
+    LacksAttribute(OwnedRef, Option<KnownLookup>),
 }
 
 /// One step as the planner sees it.
@@ -326,15 +327,18 @@ impl FrozenTrees {
             let parent = self.parents[member]?;
             let parent_value = read.get(&parent)?.clone();
             let found = match self.reads[member].as_ref()? {
-                FrozenRead::InstanceDict { ty, tag, key } => {
-                    let object_type = parent_value.get_type();
-                    // SAFETY: a live type object (the object holds it); GIL held.
-                    let ty_tag = unsafe { (*object_type.as_type_ptr()).tp_version_tag };
-                    if object_type.as_ptr() as usize != *ty || ty_tag != *tag || ty_tag == 0 {
+                FrozenRead::InstanceDict { lookup, name } => {
+                    // The read the plan makes (type and tag, renaming table) finds the dict.
+                    let dict = lookup.instance_dict(&parent_value, &name.bind(py))?;
+                    let witnessed_dict =
+                        instance_dict_witness(&parent_value, &mut witnesses, &mut witnessed)?;
+                    if !witnessed_dict.is(&dict) {
                         return None;
                     }
-                    let dict =
-                        instance_dict_witness(&parent_value, &mut witnesses, &mut witnessed)?;
+                    if let Some(renames) = &lookup.renames {
+                        dict_witness(&renames.bind(py), &mut witnesses, &mut witnessed)?;
+                    }
+                    let key = lookup.key.as_ref().unwrap_or(name);
                     dict.get_item(key.bind(py)).ok()??
                 }
                 FrozenRead::Item { key } => {
@@ -381,12 +385,15 @@ impl FrozenTrees {
                         DictTagMemo::tag_of(&found)?;
                         dict_witness(&found, &mut witnesses, &mut witnessed)?;
                     }
-                    ValueWitness::LacksAttribute(name) => {
+                    ValueWitness::LacksAttribute(name, known) => {
                         let name = name.bind(py);
                         let name = name.cast::<pyo3::types::PyString>().ok()?;
                         // Only an answer found without running code is vouched for.
-                        if known_hasattr(&found, name, None) != Some(false) {
+                        if known_hasattr(&found, name, known.as_ref()) != Some(false) {
                             return None;
+                        }
+                        if let Some(renames) = known.as_ref().and_then(|k| k.renames.as_ref()) {
+                            dict_witness(&renames.bind(py), &mut witnesses, &mut witnessed)?;
                         }
                         let dict = instance_dict_witness(&found, &mut witnesses, &mut witnessed)?;
                         if is_module_lookup(&found.get_type()) {
@@ -584,13 +591,11 @@ pub(super) fn step_shapes(
         .enumerate()
         .map(|(index, step)| {
             let read = match &step.access {
-                Access::InstanceAttr { name, lookup, .. }
-                    if lookup.property.is_none() && lookup.renames.is_none() && !lookup.renamed =>
-                {
+                // A property's getter can be replaced (`__code__`) without any tag moving.
+                Access::InstanceAttr { name, lookup, .. } if lookup.property.is_none() => {
                     Some(FrozenRead::InstanceDict {
-                        ty: lookup.ty.as_ptr() as usize,
-                        tag: lookup.tag,
-                        key: lookup.key.clone().unwrap_or_else(|| name.clone()),
+                        lookup: lookup.clone(),
+                        name: name.clone(),
                     })
                 }
                 Access::Item(_, key) => Some(FrozenRead::Item { key: key.clone() }),
@@ -612,10 +617,11 @@ pub(super) fn step_shapes(
                     Check::Keys(..) | Check::Len(..) | Check::Contains(..) => {
                         Some(Some(ValueWitness::DictContents))
                     }
-                    // Absence, answered from the type and dicts (not a renaming lookup).
-                    Check::HasAttr(name, false, None) => {
-                        Some(Some(ValueWitness::LacksAttribute(name.clone())))
-                    }
+                    // Absence, answered from the type and dicts.
+                    Check::HasAttr(name, false, known) => Some(Some(ValueWitness::LacksAttribute(
+                        name.clone(),
+                        known.clone(),
+                    ))),
                     Check::HasAttr(..) => None,
                 })
                 .collect::<Option<Vec<Option<ValueWitness>>>>()

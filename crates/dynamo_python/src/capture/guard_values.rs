@@ -288,7 +288,7 @@ pub fn class_lookup<'py>(
 /// tag (no data descriptor or `__getattribute__` can have appeared while the tag holds), and
 /// for a class whose `__getattribute__` only renames through `attribute_map`
 /// (`_capture.renamed_attributes`: transformers' configurations) that map.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct KnownLookup {
     pub ty: OwnedRef,
     pub tag: u32,
