@@ -343,3 +343,16 @@ def test_a_renaming_config_under_an_armed_subtree(change):
     finally:
         RenamingConfig.attribute_map.clear()
         RenamingConfig.attribute_map.update(saved)
+
+
+def test_a_subtree_changed_now_and_then_is_armed_again_each_time():
+    """Changes with passing calls in between (an attribute set once per epoch) are not a
+    subtree changing on every call: it is recorded again after each, however many."""
+    model = make_model()
+    compiled, counter, x = compiled_and_armed(model)
+    for epoch in range(12):
+        model[2].note = epoch  # an attribute forward does not read
+        for _ in range(3):
+            same_as_eager(compiled, model, x)
+        assert armed(model), f"not armed after change {epoch}"
+    assert counter.frame_count == 1

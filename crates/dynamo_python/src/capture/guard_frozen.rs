@@ -25,7 +25,9 @@
 //! items of a root tuple are never remembered.
 //!
 //! A subtree whose tags change on every call (a module that counts its calls in an
-//! attribute) is recorded again a few times, then left to the normal walk for good.
+//! attribute) is recorded again a few times in a row, then left to the normal walk for good;
+//! one that changes now and then (an attribute set once per epoch) holds in between, which
+//! clears the count.
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicBool, AtomicU32};
@@ -115,7 +117,8 @@ struct Tree {
     retired: AtomicBool,
 }
 
-/// How many times a subtree is recorded before it is left to the normal walk.
+/// How many times in a row (without holding in between) a subtree is recorded before it is
+/// left to the normal walk.
 const RECORD_LIMIT: u32 = 8;
 
 pub struct FrozenTrees {
@@ -256,6 +259,11 @@ impl FrozenTrees {
             .all(|witness| unsafe { witness_holds(witness) });
         if !holds {
             return TreeState::Walked;
+        }
+        // Held again: the records so far were changes now settled (an attribute set once
+        // per epoch), not a subtree that changes on every call.
+        if tree.records.load(Relaxed) != 0 {
+            tree.records.store(0, Relaxed);
         }
         let py = root.py();
         let values = snapshot
