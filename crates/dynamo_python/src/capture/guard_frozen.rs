@@ -385,7 +385,7 @@ impl FrozenTrees {
                     ValueWitness::ModuleHooks => {
                         let dict = instance_dict_witness(&found, &mut witnesses, &mut witnessed)?;
                         for name in module_call_hooks(py) {
-                            let table = dict.get_item(name).ok()??;
+                            let table = dict.get_item(name.bind(py)).ok()??;
                             dict_witness(&table, &mut witnesses, &mut witnessed)?;
                         }
                     }
@@ -406,7 +406,7 @@ impl FrozenTrees {
                         let dict = instance_dict_witness(&found, &mut witnesses, &mut witnessed)?;
                         if is_module_lookup(&found.get_type()) {
                             for table in module_tables(py) {
-                                if let Some(table) = dict.get_item(table).ok()? {
+                                if let Some(table) = dict.get_item(table.bind(py)).ok()? {
                                     dict_witness(&table, &mut witnesses, &mut witnessed)?;
                                 }
                             }

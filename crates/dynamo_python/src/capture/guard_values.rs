@@ -517,7 +517,7 @@ impl ModuleCallMemo {
         }
         let mut hooks = [(0usize, 0u64); 4];
         for (slot, name) in hooks.iter_mut().zip(module_call_hooks(py)) {
-            let Some(table) = dict.get_item(name)? else {
+            let Some(table) = dict.get_item(name.bind(py))? else {
                 return Ok(false);
             };
             let Ok(table) = table.cast::<PyDict>() else {
@@ -599,7 +599,7 @@ pub fn known_hasattr(
         return Some(false);
     };
     for table in module_tables(py) {
-        if let Some(table) = dict.get_item(table).ok()? {
+        if let Some(table) = dict.get_item(table.bind(py)).ok()? {
             if table.contains(name).ok()? {
                 return Some(true);
             }
@@ -608,23 +608,21 @@ pub fn known_hasattr(
     Some(false)
 }
 
-/// `MODULE_TABLES` as interned strings (a `&str` key is a new string on every lookup).
-pub(super) fn module_tables(py: Python<'_>) -> [&Bound<'_, PyString>; 3] {
-    [
-        pyo3::intern!(py, "_parameters"),
-        pyo3::intern!(py, "_buffers"),
-        pyo3::intern!(py, "_modules"),
-    ]
+/// `MODULE_TABLES` as interned strings, made once (a `&str` key is a new string on every
+/// lookup).
+pub(super) fn module_tables(py: Python<'_>) -> &[Py<PyString>; 3] {
+    static NAMES: pyo3::sync::PyOnceLock<[Py<PyString>; 3]> = pyo3::sync::PyOnceLock::new();
+    NAMES.get_or_init(py, || {
+        super::helpers::MODULE_TABLES.map(|name| PyString::intern(py, name).unbind())
+    })
 }
 
-/// `MODULE_CALL_HOOKS` as interned strings.
-pub(super) fn module_call_hooks(py: Python<'_>) -> [&Bound<'_, PyString>; 4] {
-    [
-        pyo3::intern!(py, "_forward_hooks"),
-        pyo3::intern!(py, "_forward_pre_hooks"),
-        pyo3::intern!(py, "_backward_hooks"),
-        pyo3::intern!(py, "_backward_pre_hooks"),
-    ]
+/// `MODULE_CALL_HOOKS` as interned strings, made once.
+pub(super) fn module_call_hooks(py: Python<'_>) -> &[Py<PyString>; 4] {
+    static NAMES: pyo3::sync::PyOnceLock<[Py<PyString>; 4]> = pyo3::sync::PyOnceLock::new();
+    NAMES.get_or_init(py, || {
+        MODULE_CALL_HOOKS.map(|name| PyString::intern(py, name).unbind())
+    })
 }
 
 /// Whether `ty` looks attributes up as `nn.Module` does: object's `__getattribute__`, then
