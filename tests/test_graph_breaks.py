@@ -563,6 +563,65 @@ def super_method_on_stack(x):
     return _OverridingDescriber().run(x) + _OverridingDescriber().describe(x)
 
 
+# Zero-argument `super()` answers from the frame's first local and its `__class__` cell: the
+# resume function must have the receiver there although nothing else after the break reads
+# `self` (or reads it through a closure's cell).
+class _Base:
+    def step(self, x):
+        return x + 1
+
+
+class _ReceiverOnlyThroughSuper(_Base):
+    calls = 0
+
+    def step(self, x):
+        type(self).calls += 1
+        print("break")
+        return super().step(x) * 2
+
+
+class _ReceiverInACell(_Base):
+    def step(self, x):
+        scale = lambda: self.scale  # noqa: E731 - `self` becomes a cell variable
+        self.scale = 3
+        print("break")
+        return super().step(x) * scale()
+
+
+class _SuperInBranches(_Base):
+    def step(self, x):
+        y = x.sin()
+        if y.sum() > 0:
+            return super().step(y)
+        return super().step(-y) * __class__.__name__.count("_")
+
+
+class _SuperLinear(torch.nn.Linear):
+    def forward(self, x):
+        h = x.relu()
+        print("break in forward")
+        return super().forward(h) + h.sum()
+
+
+_SUPER_LINEAR = _SuperLinear(3, 3)
+
+
+def super_after_a_break(x):
+    return _ReceiverOnlyThroughSuper().step(x)
+
+
+def super_with_receiver_in_a_cell(x):
+    return _ReceiverInACell().step(x)
+
+
+def super_in_branches(x):
+    return _SuperInBranches().step(x)
+
+
+def super_forward_after_a_break(x):
+    return _SUPER_LINEAR(x)
+
+
 _Pair = collections.namedtuple("_Pair", "first second")
 
 
@@ -1125,6 +1184,10 @@ CASES = {
     "assert on a tensor, passing and failing": (assert_positive, [(torch.ones(3),), (-torch.ones(3),)], 0),
     "super() method on the stack": (super_method_on_stack, [(t(3),)], 0),
     "namedtuple around a break": (namedtuple_around_a_break, [(t(3),)], 0),
+    "zero-argument super() after a break": (super_after_a_break, [(t(3),)], 0),
+    "super() after a break, receiver in a cell": (super_with_receiver_in_a_cell, [(t(3),)], 0),
+    "super() and __class__ in branches on a tensor": (super_in_branches, [(torch.ones(3),), (-torch.ones(3),)], 0),
+    "super().forward after a break in forward": (super_forward_after_a_break, [(t(2, 3),)], 0),
     "requires_grad after a break": (requires_grad_after_break, [(t(3).requires_grad_(),)], 0),
     "in a loop": (in_loop, [(t(3),)], 0),
     # TorchDynamo runs the frame eagerly; ours: the block's `x + 1` before the print, and the

@@ -43,6 +43,11 @@ pub struct ResumeLayout {
     /// are passed, after the locals.
     pub cells: Vec<u32>,
     pub cell_values: Vec<u32>,
+    /// The original calls zero-argument `super()`, which CPython answers from the frame's
+    /// first local (the receiver, `self`): at the end of the prologue, the original slot 0
+    /// (moved up with the others) is copied back to slot 0, an argument slot whose value has
+    /// been moved out by then. The original slot 0 must be passed (a local or a cell value).
+    pub receiver_to_slot_zero: bool,
 }
 
 impl ResumeLayout {
@@ -124,6 +129,14 @@ pub fn resume_instructions(
             next_arg += 1;
         }
     }
+    if layout.receiver_to_slot_zero {
+        if layout.cells.contains(&0) {
+            emit(Opcode::LoadDeref, Operand::Cell(shift));
+        } else {
+            emit(Opcode::LoadFast, Operand::Local(shift));
+        }
+        emit(Opcode::StoreFast, Operand::Local(0));
+    }
     // The body starts after the jump.
     let body_start = out.len() + 1;
     let renumber = |index: InstrIndex, at: usize| -> Result<InstrIndex> {
@@ -198,6 +211,7 @@ mod tests {
             locals: vec![0],
             cells: vec![],
             cell_values: vec![],
+            receiver_to_slot_zero: false,
         };
         let out = resume_instructions(&sample(), 1, 4, &layout, 0).unwrap();
         let ops: Vec<_> = out.iter().map(|i| (i.opcode, i.operand)).collect();
@@ -216,6 +230,32 @@ mod tests {
     }
 
     #[test]
+    fn the_receiver_is_copied_back_to_slot_zero_after_the_stack_is_rebuilt() {
+        // `super()` reads localsplus[0]: the original local 0, passed second here (after a
+        // stack value), must be there when the body runs; as a cell, by its contents.
+        for (cells, load) in [
+            (vec![], (Opcode::LoadFast, Operand::Local(2))),
+            (vec![0], (Opcode::LoadDeref, Operand::Cell(2))),
+        ] {
+            let passed_as_cell = !cells.is_empty();
+            let layout = ResumeLayout {
+                stack_nulls: vec![false],
+                locals: if passed_as_cell { vec![] } else { vec![0] },
+                cell_values: cells.clone(),
+                cells,
+                receiver_to_slot_zero: true,
+            };
+            let out = resume_instructions(&sample(), 1, 4, &layout, 0).unwrap();
+            let ops: Vec<_> = out.iter().map(|i| (i.opcode, i.operand)).collect();
+            let jump = ops.iter().position(|(op, _)| *op == Opcode::Jump).unwrap();
+            // The stack value is pushed first, then the receiver lands in slot 0.
+            assert_eq!(ops[jump - 3], (Opcode::LoadFast, Operand::Local(0)));
+            assert_eq!(ops[jump - 2], load);
+            assert_eq!(ops[jump - 1], (Opcode::StoreFast, Operand::Local(0)));
+        }
+    }
+
+    #[test]
     fn handlers_are_renumbered() {
         let mut code = sample();
         code[5].handler = Some(ExceptionHandler {
@@ -228,6 +268,7 @@ mod tests {
             locals: vec![],
             cells: vec![],
             cell_values: vec![],
+            receiver_to_slot_zero: false,
         };
         let out = resume_instructions(&code, 1, 5, &layout, 1).unwrap();
         // COPY_FREE_VARS, RESUME, JUMP, then the body from original 1.
@@ -244,6 +285,7 @@ mod tests {
             locals: vec![],
             cells: vec![2, 3],
             cell_values: vec![3],
+            receiver_to_slot_zero: false,
         };
         let out = resume_instructions(&sample(), 1, 4, &layout, 0).unwrap();
         let ops: Vec<_> = out.iter().take(5).map(|i| (i.opcode, i.operand)).collect();
@@ -276,6 +318,7 @@ mod tests {
             locals: vec![],
             cells: vec![],
             cell_values: vec![],
+            receiver_to_slot_zero: false,
         };
         assert!(resume_instructions(&sample(), 1, 0, &layout, 0).is_err());
         assert!(resume_instructions(&sample(), 1, 9, &layout, 0).is_err());

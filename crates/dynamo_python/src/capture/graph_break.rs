@@ -108,6 +108,14 @@ pub fn can_split_at(
         && code.getattr("co_flags")?.extract::<u32>()? & GENERATOR_FLAGS == 0)
 }
 
+/// Whether `code` is a method that can call zero-argument `super()`: it has positional
+/// parameters and the compiler gave it a `__class__` free variable.
+fn uses_zero_argument_super(code: &Bound<'_, PyAny>) -> CResult<bool> {
+    let argcount: usize = code.getattr("co_argcount")?.extract()?;
+    let freevars: Vec<String> = code.getattr("co_freevars")?.extract()?;
+    Ok(argcount > 0 && freevars.iter().any(|name| name == "__class__"))
+}
+
 /// The name of every resume function starts with this: the hook compiles them even when
 /// no tensor is among their arguments.
 pub const RESUME_PREFIX: &str = "__resume_at_";
@@ -128,6 +136,8 @@ struct Exit {
     /// Every cell variable's slot, and those whose contents are passed (after the locals).
     cells: Vec<u32>,
     cell_values: Vec<u32>,
+    /// See [`ResumeLayout::receiver_to_slot_zero`].
+    receiver_to_slot_zero: bool,
 }
 
 impl Exit {
@@ -138,6 +148,7 @@ impl Exit {
             locals: self.locals.clone(),
             cells: self.cells.clone(),
             cell_values: self.cell_values.clone(),
+            receiver_to_slot_zero: self.receiver_to_slot_zero,
         }
     }
 }
@@ -227,9 +238,20 @@ impl Converter {
                 cells.values.push((slot as u32, value));
             }
         }
-        let exit_to = |target: usize| Exit {
-            target,
-            locals: liveness
+        // Zero-argument `super()` reads the frame's first local without naming it (no
+        // liveness sees the use): a method with a `__class__` cell passes its receiver on
+        // and puts it back in slot 0 (see `ResumeLayout::receiver_to_slot_zero`).
+        let receiver = if uses_zero_argument_super(split.code)? {
+            if cells.slots.contains(&0) {
+                cells.values.iter().any(|(slot, _)| *slot == 0)
+            } else {
+                varnames > 0 && state.locals.first().is_some_and(|v| v.is_some())
+            }
+        } else {
+            false
+        };
+        let exit_to = |target: usize| {
+            let mut locals: Vec<u32> = liveness
                 .live_locals(target)
                 .into_iter()
                 .filter(|&slot| {
@@ -237,9 +259,17 @@ impl Converter {
                         && state.locals[slot as usize].is_some()
                         && !cells.slots.contains(&slot)
                 })
-                .collect(),
-            cells: cells.slots.clone(),
-            cell_values: cells.values.iter().map(|(slot, _)| *slot).collect(),
+                .collect();
+            if receiver && !cells.slots.contains(&0) && !locals.contains(&0) {
+                locals.insert(0, 0);
+            }
+            Exit {
+                target,
+                locals,
+                cells: cells.slots.clone(),
+                cell_values: cells.values.iter().map(|(slot, _)| *slot).collect(),
+                receiver_to_slot_zero: receiver,
+            }
         };
         let exits: Vec<(Exit, usize)> = exits
             .into_iter()
@@ -547,6 +577,7 @@ fn resume_code<'py>(
         PyTuple::new(py, &layout.locals)?,
         PyTuple::new(py, &layout.cells)?,
         PyTuple::new(py, &layout.cell_values)?,
+        layout.receiver_to_slot_zero,
     )
         .into_pyobject(py)?;
     if let Some(found) = cache
