@@ -119,12 +119,47 @@ fn path_of(py: Python<'_>, source: &Source, out: &mut Vec<Hop>) -> PyResult<()> 
     Ok(())
 }
 
+/// The slow way of `calls_like_torch`: the functions `type(module)` calls through are the
+/// ones defined in torch's `module.py` under their own names, and the instance has no
+/// `_call_impl` and no `_compiled_call_impl` but None.
+fn torch_call_machinery(py: Python<'_>, module: &Bound<'_, PyAny>) -> PyResult<bool> {
+    let file = py
+        .import_module("torch.nn.modules.module")?
+        .getattr("__file__")?;
+    let ty = module.get_type();
+    for (attribute, name) in [
+        ("__call__", "_wrapped_call_impl"),
+        ("_wrapped_call_impl", "_wrapped_call_impl"),
+        ("_call_impl", "_call_impl"),
+    ] {
+        let Ok(code) = ty.getattr(attribute).and_then(|f| f.getattr("__code__")) else {
+            return Ok(false);
+        };
+        if !code.getattr("co_filename")?.eq(&file)? || code.getattr("co_name")?.ne(name)? {
+            return Ok(false);
+        }
+    }
+    let own = module.getattr("__dict__")?;
+    if own.contains("_call_impl")? {
+        return Ok(false);
+    }
+    Ok(module.getattr("_compiled_call_impl")?.is_none())
+}
+
+/// The keys `tensor` dispatches on in this thread's state, as the guard compares them: its
+/// own keys with the thread's local include and exclude sets applied (the JIT tracer, an
+/// exclusion guard change them) and the Python keys left out (no torch-dispatch mode is
+/// active when a guard passes: it checks the mode stack).
 fn dispatch_keys(py: Python<'_>, tensor: &Bound<'_, PyAny>) -> PyResult<String> {
-    let keys = py
-        .import_module("torch")?
-        .getattr("_C")?
-        .getattr("_dispatch_keys")?
-        .call1((tensor,))?;
+    let c = py.import_module("torch")?.getattr("_C")?;
+    let keys = c.getattr("_dispatch_keys")?.call1((tensor,))?;
+    let included = c.getattr("_dispatch_tls_local_include_set")?.call0()?;
+    let excluded = c.getattr("_dispatch_tls_local_exclude_set")?.call0()?;
+    let mut keys = keys.bitor(included)?.sub(excluded)?;
+    let key = c.getattr("DispatchKey")?;
+    for python_key in ["Python", "PythonTLSSnapshot", "PythonDispatcher"] {
+        keys = keys.call_method1("remove", (key.getattr(python_key)?,))?;
+    }
     Ok(keys.str()?.to_string())
 }
 
@@ -336,6 +371,7 @@ impl ReferenceGuard {
                                 .getattr(*hooks)
                                 .is_ok_and(|h| h.len().is_ok_and(|n| n == 0))
                         })
+                        && torch_call_machinery(py, &value).unwrap_or(false)
                 }
                 Expect::HasAttr(name, expected) => {
                     value.hasattr(PyString::new(py, name)).unwrap_or(false) == *expected
