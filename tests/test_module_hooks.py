@@ -217,3 +217,184 @@ def test_hooks_on_the_compiled_wrapper_run_as_on_the_module(kind) -> None:
     finally:
         for handle in handles:
             handle.remove()
+
+
+# The compiled wrapper calls the wrapped module's `forward` directly only when
+# `Module.__call__` would do nothing else: every way of making it do more — hooks on the
+# module (registered before compiling or between calls), global hooks, a class or instance
+# that overrides the call machinery, `_compiled_call_impl`, a patched `Module._call_impl`, a
+# replaced `forward`, JIT tracing — runs as it runs eagerly.
+
+class _Scaled(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.linear = nn.Linear(4, 4)
+
+    def forward(self, x, scale=1.0):
+        return self.linear(x).relu() * scale
+
+
+class _OwnCall(_Scaled):
+    calls = 0
+
+    def __call__(self, *args, **kwargs):
+        type(self).calls += 1
+        return super().__call__(*args, **kwargs) + 1
+
+
+class _OwnCallImpl(_Scaled):
+    calls = 0
+
+    def _call_impl(self, *args, **kwargs):
+        type(self).calls += 1
+        return super()._call_impl(*args, **kwargs) - 1
+
+
+def _pair(cls=_Scaled):
+    """A module, an eager twin with the same weights, and the module compiled."""
+    module, twin = cls(), cls()
+    twin.load_state_dict(module.state_dict())
+    return module, twin, dynamo_rs.compile(module, backend="eager")
+
+
+def _on_both(module, twin, register):
+    return [register(module), register(twin)]
+
+
+HOOKS_ON_THE_MODULE = {
+    "forward_hook": lambda m: m.register_forward_hook(lambda mod, i, o: o * 10),
+    "forward_pre_hook": lambda m: m.register_forward_pre_hook(lambda mod, i: (i[0] + 1,)),
+    "pre_hook_with_kwargs": lambda m: m.register_forward_pre_hook(
+        lambda mod, a, k: (a, {**k, "scale": 3.0}), with_kwargs=True),
+    "always_called_hook": lambda m: m.register_forward_hook(lambda mod, i, o: o - 2,
+                                                            always_call=True),
+    "full_backward_hook": lambda m: m.register_full_backward_hook(lambda mod, gi, go: None),
+}
+
+
+@pytest.mark.parametrize("when", ["before_compiling", "between_calls"])
+@pytest.mark.parametrize("kind", sorted(HOOKS_ON_THE_MODULE))
+def test_hooks_on_the_wrapped_module_run_as_eagerly(kind, when) -> None:
+    module, twin, compiled = _pair()
+    x = torch.randn(2, 4, requires_grad=kind == "full_backward_hook")
+    register = HOOKS_ON_THE_MODULE[kind]
+    handles = []
+    try:
+        if when == "before_compiling":
+            handles += _on_both(module, twin, register)
+        else:
+            for _ in range(2):
+                torch.testing.assert_close(compiled(x), twin(x))
+            handles += _on_both(module, twin, register)
+        for _ in range(2):
+            torch.testing.assert_close(compiled(x, scale=2.0), twin(x, scale=2.0))
+        for handle in handles:
+            handle.remove()
+        handles.clear()
+        # Removed again: the short call resumes and still matches.
+        torch.testing.assert_close(compiled(x), twin(x))
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+@pytest.mark.parametrize("cls", [_OwnCall, _OwnCallImpl], ids=["own___call__", "own__call_impl"])
+def test_a_class_with_its_own_call_machinery_is_called_through_it(cls) -> None:
+    module, twin, compiled = _pair(cls)
+    x = torch.randn(2, 4)
+    cls.calls = 0
+    for _ in range(3):
+        torch.testing.assert_close(compiled(x), twin(x))
+    assert cls.calls == 6  # three calls each, compiled and eager
+
+
+def test_instance_level_call_machinery_and_forward_are_honoured() -> None:
+    module, twin, compiled = _pair()
+    x = torch.randn(2, 4)
+    torch.testing.assert_close(compiled(x), twin(x))
+    seen = []
+
+    def counting_call_impl(*args, **kwargs):
+        seen.append("compiled_call_impl")
+        return type(module)._call_impl(module, *args, **kwargs) * 2
+
+    # What `module.compile()` installs, here a plain function.
+    module._compiled_call_impl = counting_call_impl
+    twin._compiled_call_impl = lambda *a, **k: type(twin)._call_impl(twin, *a, **k) * 2
+    torch.testing.assert_close(compiled(x), twin(x))
+    assert seen == ["compiled_call_impl"]
+    module._compiled_call_impl = twin._compiled_call_impl = None
+    module.forward = twin.forward = None  # reset below
+    del module.forward, twin.forward
+    module.forward = lambda x, scale=1.0: x * 5
+    twin.forward = lambda x, scale=1.0: x * 5
+    torch.testing.assert_close(compiled(x), twin(x))
+    del module.forward, twin.forward
+    torch.testing.assert_close(compiled(x), twin(x))
+
+
+def test_a_patched_module_call_impl_runs(monkeypatch) -> None:
+    """`nn.Module._call_impl` replaced after compiling (instrumentation): the module and the
+    submodule it calls go through the replacement, as eagerly (TorchDynamo's compiled call
+    also records its wrapper)."""
+    module, twin, compiled = _pair()
+    x = torch.randn(2, 4)
+    torch.testing.assert_close(compiled(x), twin(x))
+    original = nn.Module._call_impl
+    calls = []
+
+    def instrumented(self, *args, **kwargs):
+        calls.append(type(self).__name__)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(nn.Module, "_call_impl", instrumented)
+    for _ in range(2):
+        got = compiled(x)
+        compiled_calls = list(calls)
+        calls.clear()
+        torch.testing.assert_close(got, twin(x))
+        assert compiled_calls == calls == ["_Scaled", "Linear"]
+        calls.clear()
+    monkeypatch.undo()
+    torch.testing.assert_close(compiled(x), twin(x))
+    assert calls == []
+
+
+def test_submodules_with_their_own_call_machinery_run_it() -> None:
+    """Called from a compiled forward: a submodule whose class has its own `__call__` or
+    `_call_impl`, or whose instance has a `_compiled_call_impl` (what `module.compile()`
+    sets), runs it as eagerly — also when it is set after the first call."""
+
+    class Outer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.own_call, self.own_call_impl, self.linear = _OwnCall(), _OwnCallImpl(), nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.linear(self.own_call_impl(self.own_call(x)))
+
+    module, twin = Outer(), Outer()
+    twin.load_state_dict(module.state_dict())
+    compiled = dynamo_rs.compile(module, backend="eager")
+    x = torch.randn(2, 4)
+    for _ in range(2):
+        torch.testing.assert_close(compiled(x), twin(x))
+    for m in (module, twin):
+        m.linear._compiled_call_impl = lambda *a, **k: torch.zeros(2, 4)
+    for _ in range(2):
+        torch.testing.assert_close(compiled(x), twin(x))
+    for m in (module, twin):
+        del m.linear._compiled_call_impl
+    torch.testing.assert_close(compiled(x), twin(x))
+
+
+def test_jit_tracing_a_compiled_module_sees_the_module_call() -> None:
+    module, twin, compiled = _pair()
+    x = torch.randn(2, 4)
+    torch.testing.assert_close(compiled(x), twin(x))
+    traced_eager = torch.jit.trace(twin, x, check_trace=False)
+    traced = torch.jit.trace(compiled, x, check_trace=False)
+    y = torch.randn(2, 4)
+    torch.testing.assert_close(traced(y), traced_eager(y))

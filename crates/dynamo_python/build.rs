@@ -1,5 +1,7 @@
-//! Compiles `cpp/tensor_check.cpp` (tensor metadata checks for guards, see that file) against
-//! the headers of the torch that dynamo-rs is built for, and links it to torch's `libc10`.
+//! Compiles `cpp/tensor_check.cpp` (tensor metadata checks for guards) and
+//! `cpp/torch_state.cpp` (thread-local torch state read on every call; see each file) against
+//! the headers of the torch that dynamo-rs is built for, and links them to torch's `libc10`
+//! and `libtorch_cpu`.
 //!
 //! torch is found through the Python interpreter the extension is built for: `PYO3_PYTHON`
 //! (maturin sets it), else the active virtual environment's, else `python3` — or directly
@@ -49,6 +51,7 @@ fn locate() -> (PathBuf, PathBuf) {
 
 fn main() {
     println!("cargo:rerun-if-changed=cpp/tensor_check.cpp");
+    println!("cargo:rerun-if-changed=cpp/torch_state.cpp");
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-env-changed=DYNAMO_RS_TORCH_DIR");
     println!("cargo:rerun-if-env-changed=PYO3_PYTHON");
@@ -65,6 +68,7 @@ fn main() {
         .cpp(true)
         .std("c++20")
         .file("cpp/tensor_check.cpp")
+        .file("cpp/torch_state.cpp")
         .include(&torch_include)
         .include(torch_include.join("torch/csrc/api/include"))
         .include(&python_include)
@@ -73,9 +77,10 @@ fn main() {
         .flag_if_supported("-Wno-unused-parameter")
         .flag_if_supported("-Wno-deprecated-declarations")
         .warnings(false)
-        .compile("dynamo_rs_tensor_check");
+        .compile("dynamo_rs_cpp");
     println!("cargo:rustc-link-search=native={}", torch_lib.display());
     println!("cargo:rustc-link-lib=dylib=c10");
+    println!("cargo:rustc-link-lib=dylib=torch_cpu");
     // Installed: torch sits next to dynamo_rs in site-packages. Editable (`maturin develop`):
     // the build's own torch. Either way torch has usually loaded libc10 already.
     println!("cargo:rustc-cdylib-link-arg=-Wl,-rpath,$ORIGIN/../torch/lib");

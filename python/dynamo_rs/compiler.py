@@ -59,13 +59,11 @@ def _cache_key(backend, mode, options, fullgraph, dynamic) -> str | None:
         return None
 
 
-# Where `Module.__call__` looks for global hooks, and its test for JIT tracing.
-_module_globals = torch.nn.modules.module
-_is_tracing = torch._C._is_tracing
-
 # `_run(converter, fn, args, kwargs)`: `fn(*args, **kwargs)` with the converter installed as
 # this thread's frame callback, the previous one restored afterwards (one native call).
 _run = _native.call_with_callback
+# `_call_compiled_module(wrapper, args, kwargs)`: `OptimizedModule.__call__` (see there).
+_call_compiled_module = _native.call_compiled_module
 
 
 def _compiled_function(fn: Callable, converter) -> Callable:
@@ -92,22 +90,13 @@ class OptimizedModule(torch.nn.Module):
         self._dynamo_rs_forward_code = getattr(type(mod).forward, "__code__", None)
 
     def __call__(self, *args: Any, **kwargs: Any):
-        # `Module.__call__` takes three Python frames (`_wrapped_call_impl`, `_call_impl`,
-        # `forward`) to find that nothing hooks this wrapper: the same test, then the body of
-        # `forward`, in one frame. Anything else (hooks on the wrapper, global hooks, JIT
-        # tracing, `module.compile()`) takes `Module.__call__`'s own path.
-        if (self._compiled_call_impl is None
-                and not (self._backward_hooks or self._backward_pre_hooks or self._forward_hooks
-                         or self._forward_pre_hooks or _module_globals._global_backward_pre_hooks
-                         or _module_globals._global_backward_hooks
-                         or _module_globals._global_forward_hooks
-                         or _module_globals._global_forward_pre_hooks)
-                and not _is_tracing()):
-            code = self._dynamo_rs_forward_code
-            if code is not None:
-                _native.force_intercept(code)
-            return _run(self._dynamo_rs_converter, self._modules["_orig_mod"], args, kwargs)
-        return torch.nn.Module.__call__(self, *args, **kwargs)
+        # `Module.__call__` takes two Python frames (`_wrapped_call_impl`, `_call_impl`) for
+        # the wrapper and two more for the wrapped module to find that nothing hooks them
+        # before `forward` runs: `_call_compiled_module` makes the same tests natively and
+        # calls the wrapped module's `forward` under the compiled callback; anything else
+        # (hooks, global hooks, JIT tracing, `module.compile()`, a class with its own
+        # `__call__`) takes `Module.__call__`'s own path.
+        return _call_compiled_module(self, args, kwargs)
 
     def forward(self, *args: Any, **kwargs: Any):
         if self._dynamo_rs_forward_code is not None:

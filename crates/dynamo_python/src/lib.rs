@@ -17,6 +17,7 @@ pub mod capture;
 pub mod errors;
 pub mod eval_frame;
 pub mod imports;
+pub mod torch_state;
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {

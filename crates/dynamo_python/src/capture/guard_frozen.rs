@@ -80,6 +80,18 @@ pub struct StepShape {
     /// Someone reads the step's value when its subtree is frozen: a tensor or aliasing
     /// check, a graph input, a shape input, a step read the normal way from it.
     pub needed: bool,
+    /// What is done with the value when the subtree is frozen (`needed` steps only).
+    pub uses: FrozenUses,
+}
+
+/// What the walk does with a needed member's remembered value, known when planning so that
+/// a frozen walk does not go through the step's checks.
+#[derive(Clone, Copy, Default)]
+pub struct FrozenUses {
+    /// It is checked as a tensor after the walk (with the tensors reached).
+    pub tensor: bool,
+    /// An aliasing or distinctness check looks at it (the walk goes through its checks).
+    pub identity: bool,
 }
 
 enum Witness {
@@ -110,8 +122,8 @@ struct Tree {
     root: usize,
     /// The steps vouched for by the witnesses, parents first.
     members: Vec<usize>,
-    /// The members whose values are read when the tree holds.
-    needed: Vec<usize>,
+    /// The members whose values are read when the tree holds, and what is done with them.
+    needed: Vec<(usize, FrozenUses)>,
     snapshot: Mutex<Option<Arc<Snapshot>>>,
     records: AtomicU32,
     retired: AtomicBool,
@@ -126,6 +138,9 @@ pub struct FrozenTrees {
     member_of: Vec<Option<(u32, u32)>>,
     /// For a member someone reads: its position in its tree's `needed`.
     needed_slot: Vec<Option<u32>>,
+    /// For a member: the step after the run of consecutive steps of its tree it is in (a
+    /// frozen tree's run is passed over in one jump).
+    run_end: Vec<u32>,
     reads: Vec<Option<FrozenRead>>,
     value_witnesses: Vec<Vec<ValueWitness>>,
     parents: Vec<Option<usize>>,
@@ -137,12 +152,19 @@ pub struct FrozenTrees {
 pub enum TreeState<'py> {
     #[default]
     Undecided,
-    /// Frozen: the remembered values of the members someone reads (`Tree::needed` order),
-    /// taken as the tree was decided — before any later step can run code that changes a
-    /// dict the witnesses vouched for and frees what it held.
-    Holds(Vec<Option<Bound<'py, PyAny>>>),
+    /// Frozen: the remembered values of the members someone reads, taken as the tree was
+    /// decided — before any later step can run code that changes a dict the witnesses
+    /// vouched for and frees what it held.
+    Holds(Held<'py>),
     /// Read the normal way (and recorded after a passing check).
     Walked,
+}
+
+/// The remembered values of a frozen tree's members that someone reads (`Tree::needed`
+/// order), and how many of them the walk has passed.
+pub struct Held<'py> {
+    values: Vec<Option<Bound<'py, PyAny>>>,
+    next: usize,
 }
 
 impl FrozenTrees {
@@ -154,6 +176,7 @@ impl FrozenTrees {
         let mut trees: Vec<Tree> = Vec::new();
         let mut tree_of_root: std::collections::HashMap<usize, u32> = Default::default();
         let mut needed = Vec::with_capacity(shapes.len());
+        let mut uses = Vec::with_capacity(shapes.len());
         let mut reads = Vec::with_capacity(shapes.len());
         let mut value_witnesses = Vec::with_capacity(shapes.len());
         let mut parents = Vec::with_capacity(shapes.len());
@@ -179,6 +202,7 @@ impl FrozenTrees {
                 members.push(index);
             }
             needed.push(shape.needed);
+            uses.push(shape.uses);
             reads.push(shape.read);
             value_witnesses.push(shape.witnesses.unwrap_or_default());
             parents.push(shape.parent);
@@ -197,12 +221,27 @@ impl FrozenTrees {
             if let (Some((tree, _)), true) = (member_of[index], needed[index]) {
                 let tree = &mut trees[tree as usize];
                 *slot = Some(tree.needed.len() as u32);
-                tree.needed.push(index);
+                tree.needed.push((index, uses[index]));
+            }
+        }
+        let mut run_end = vec![0u32; member_of.len()];
+        let mut end = member_of.len();
+        for index in (0..member_of.len()).rev() {
+            let tree = member_of[index].map(|(tree, _)| tree);
+            if tree.is_some() {
+                let next = member_of
+                    .get(index + 1)
+                    .and_then(|m| m.map(|(tree, _)| tree));
+                if next != tree {
+                    end = index + 1;
+                }
+                run_end[index] = end as u32;
             }
         }
         FrozenTrees {
             member_of,
             needed_slot,
+            run_end,
             reads,
             value_witnesses,
             parents,
@@ -276,17 +315,29 @@ impl FrozenTrees {
                 Some(unsafe { Bound::from_borrowed_ptr(py, address as *mut pyo3::ffi::PyObject) })
             })
             .collect();
-        TreeState::Holds(values)
+        TreeState::Holds(Held { values, next: 0 })
     }
 
-    /// The remembered value of member `step` of a tree that holds, when someone reads it.
-    pub fn take<'py>(
+    /// The step after the run of consecutive members of `step`'s tree that `step` is in.
+    pub fn run_end(&self, step: usize) -> usize {
+        self.run_end[step] as usize
+    }
+
+    /// The next member of a tree that holds, before step `end`, whose value someone reads,
+    /// with its remembered value; members are passed in step order.
+    pub fn next_needed<'py>(
         &self,
-        values: &mut [Option<Bound<'py, PyAny>>],
-        step: usize,
-    ) -> Option<Bound<'py, PyAny>> {
-        let slot = self.needed_slot[step]?;
-        values.get_mut(slot as usize)?.take()
+        tree: usize,
+        held: &mut Held<'py>,
+        end: usize,
+    ) -> Option<(usize, FrozenUses, Option<Bound<'py, PyAny>>)> {
+        let (member, uses) = *self.trees[tree].needed.get(held.next)?;
+        if member >= end {
+            return None;
+        }
+        let value = held.values.get_mut(held.next).and_then(Option::take);
+        held.next += 1;
+        Some((member, uses, value))
     }
 
     /// After a passing check that walked `tree`: remembers what makes its reads and checks
@@ -594,6 +645,13 @@ pub(super) fn step_shapes(
             }
         }
     }
+    let uses_of = |step: &super::guards::Step| FrozenUses {
+        tensor: !step.is_argument && step.checks.iter().any(|c| matches!(c, Check::Tensor)),
+        identity: step
+            .checks
+            .iter()
+            .any(|c| matches!(c, Check::Alias(_) | Check::DistinctObject)),
+    };
     steps
         .iter()
         .enumerate()
@@ -639,6 +697,7 @@ pub(super) fn step_shapes(
                 read,
                 witnesses,
                 needed: needed[index],
+                uses: uses_of(step),
             }
         })
         .collect()

@@ -482,6 +482,9 @@ pub struct ModuleCallMemo {
     tag: AtomicU64,
     hooks: [AtomicUsize; 4],
     hook_tags: [AtomicU64; 4],
+    /// The module's type and its version tag: the call machinery found on it is torch's.
+    ty: AtomicUsize,
+    ty_tag: std::sync::atomic::AtomicU32,
 }
 
 /// The version tag of the dict (or dict subclass) at `address`.
@@ -502,7 +505,16 @@ impl ModuleCallMemo {
         let address = dict.as_ptr() as usize;
         // SAFETY: `dict` is a live exact dict we hold.
         let tag = unsafe { dict_tag_at(address) };
-        if self.dict.load(Relaxed) == address && self.tag.load(Relaxed) == tag {
+        let ty = module.get_type();
+        // SAFETY: a live type object (the module holds it); GIL held.
+        let ty_tag = unsafe { (*ty.as_type_ptr()).tp_version_tag };
+        if self.dict.load(Relaxed) == address
+            && self.tag.load(Relaxed) == tag
+            && self.ty.load(Relaxed) == ty.as_ptr() as usize
+            && ty_tag != 0
+            && self.ty_tag.load(Relaxed) == ty_tag
+            && crate::eval_frame::module_call::torch_call_functions_unchanged(py)
+        {
             // SAFETY: the instance dict is the one of the last pass, unchanged (tags are
             // never reused), so it still holds the hook dicts recorded then: alive dicts.
             let unchanged = (0..4).all(|i| unsafe {
@@ -513,6 +525,10 @@ impl ModuleCallMemo {
             }
         }
         if dict.contains(pyo3::intern!(py, "forward"))? {
+            return Ok(false);
+        }
+        // `module(...)` is `forward(...)` only with torch's own `__call__` machinery.
+        if !crate::eval_frame::module_call::calls_like_torch(module) {
             return Ok(false);
         }
         let mut hooks = [(0usize, 0u64); 4];
@@ -536,6 +552,11 @@ impl ModuleCallMemo {
         }
         self.dict.store(address, Relaxed);
         self.tag.store(tag, Relaxed);
+        self.ty.store(ty.as_ptr() as usize, Relaxed);
+        // SAFETY: as above; the lookups made by `calls_like_torch` gave the type a tag if it
+        // can have one (0 never matches).
+        self.ty_tag
+            .store(unsafe { (*ty.as_type_ptr()).tp_version_tag }, Relaxed);
         Ok(true)
     }
 }

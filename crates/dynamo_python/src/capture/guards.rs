@@ -256,7 +256,7 @@ pub(super) struct Step {
     /// For item and instance-attribute reads: what the dict held at the last read.
     read_cache: DictReadCache,
     /// A tensor in the `arguments` group (checked before the walk), not `reached`.
-    is_argument: bool,
+    pub(super) is_argument: bool,
     /// The instance-dict group this leaf read belongs to (see `guard_groups`).
     group: Option<usize>,
 }
@@ -301,12 +301,6 @@ pub struct NativeGuard {
     global_state: Option<OwnedRef>,
     /// `global_state.check`, looked up once.
     global_state_check: Option<OwnedRef>,
-    /// `torch._C._len_torch_function_stack`: frames are only compiled with no torch-function
-    /// mode active (the trace folds `has_torch_function` to False), so none may be active.
-    len_torch_function_stack: OwnedRef,
-    /// `torch._C._len_torch_dispatch_stack`: likewise for torch-dispatch modes (the trace
-    /// folds the stack's length to 0, as `MultiheadAttention`'s fast-path check reads it).
-    len_torch_dispatch_stack: OwnedRef,
     /// Localsplus names, for `first_failure`.
     local_names: Vec<String>,
     /// The graph inputs' steps, in graph-input order, and the compiled graph they are for:
@@ -393,7 +387,8 @@ impl NativeGuard {
             Check::HasAttr(name, true, _) => format!("has an attribute {}", repr(name)),
             Check::HasAttr(name, false, _) => format!("has no attribute {}", repr(name)),
             Check::ModuleCall(_) => {
-                "has no hooks and no forward of its own (as when traced)".into()
+                "has no hooks, no forward of its own and torch's call machinery (as when traced)"
+                    .into()
             }
             Check::InstanceDictLacks(name, _) => {
                 format!(
@@ -637,16 +632,6 @@ impl NativeGuard {
                 Some(state) => Some(OwnedRef::from_bound(&state.bind(py).getattr("check")?)),
                 None => None,
             },
-            len_torch_function_stack: OwnedRef::from_bound(
-                &py.import_module("torch")?
-                    .getattr("_C")?
-                    .getattr("_len_torch_function_stack")?,
-            ),
-            len_torch_dispatch_stack: OwnedRef::from_bound(
-                &py.import_module("torch")?
-                    .getattr("_C")?
-                    .getattr("_len_torch_dispatch_stack")?,
-            ),
             local_names: layout_names.to_vec(),
             graph_inputs,
             graph_token,
@@ -786,13 +771,19 @@ impl NativeGuard {
             Err(_) => return Ok(false),
         }
         if let Some(token) = &self.graph_token {
-            let inputs: Option<Vec<Bound<'_, PyAny>>> = self
+            let present = self
                 .graph_inputs
                 .iter()
-                .map(|&step| values.get(step).cloned().flatten())
-                .collect();
-            if let Some(inputs) = inputs {
-                let inputs = PyTuple::new(py, inputs)?.unbind();
+                .all(|&step| values.get(step).is_some_and(Option::is_some));
+            if present {
+                // Straight from the walk's values into the tuple (no vector in between).
+                let inputs = PyTuple::new(
+                    py,
+                    self.graph_inputs
+                        .iter()
+                        .map(|&step| values[step].clone().expect("checked present")),
+                )?
+                .unbind();
                 let token = token.clone();
                 PASSED_INPUTS.with(|cell| *cell.borrow_mut() = Some((token, inputs)));
             }
@@ -909,7 +900,9 @@ impl NativeGuard {
         keep: Option<&mut Vec<Option<Bound<'py, PyAny>>>>,
     ) -> PyResult<Option<String>> {
         let describe = keep.is_none();
-        let mut values: Vec<Option<Bound<'_, PyAny>>> = Vec::with_capacity(self.steps.len());
+        // One slot per step; a step nobody reads, or not read on this call, stays None.
+        let mut values: Vec<Option<Bound<'_, PyAny>>> = Vec::new();
+        values.resize_with(self.steps.len(), || None);
         let mut tensors: Vec<Bound<'_, PyAny>> = Vec::with_capacity(self.reached.examples.len());
         let mut aliases: Vec<(usize, usize, Bound<'_, PyAny>, &Check)> = Vec::new();
         let mut distinct: Vec<(usize, Bound<'_, PyAny>)> = Vec::new();
@@ -944,29 +937,42 @@ impl NativeGuard {
         let mut tree_states: Vec<TreeState<'_>> = (0..self.frozen.tree_count())
             .map(|_| TreeState::Undecided)
             .collect();
+        // Steps before this one were passed over with a frozen tree's run.
+        let mut skip_to = 0;
         for (index, step) in self.steps.iter().enumerate() {
+            if index < skip_to {
+                continue;
+            }
             if let Some(tree) = self.frozen.tree_of(index) {
                 if matches!(tree_states[tree], TreeState::Undecided) {
                     let root = values[self.frozen.root(tree)].as_ref();
                     tree_states[tree] = self.frozen.decide(tree, root);
                 }
-                if let TreeState::Holds(remembered) = &mut tree_states[tree] {
-                    // Frozen (see `guard_frozen`): the value read at the last pass, and only
-                    // the checks that look inside it.
-                    let value = self.frozen.take(remembered, index);
-                    if let Some(value) = &value {
-                        for check in &step.checks {
-                            match check {
-                                Check::Tensor if !step.is_argument => tensors.push(value.clone()),
-                                Check::Alias(first) => {
-                                    aliases.push((*first, index, value.clone(), check))
+                if let TreeState::Holds(held) = &mut tree_states[tree] {
+                    // Frozen (see `guard_frozen`): the whole run of the tree's steps starting
+                    // here is passed over; of the members someone reads, the value read at
+                    // the last pass, and only the checks that look inside it.
+                    skip_to = self.frozen.run_end(index);
+                    while let Some((member, uses, value)) =
+                        self.frozen.next_needed(tree, held, skip_to)
+                    {
+                        let Some(value) = value else { continue };
+                        if uses.tensor {
+                            tensors.push(value.clone());
+                        }
+                        if uses.identity {
+                            for check in &self.steps[member].checks {
+                                match check {
+                                    Check::Alias(first) => {
+                                        aliases.push((*first, member, value.clone(), check))
+                                    }
+                                    Check::DistinctObject => distinct.push((member, value.clone())),
+                                    _ => {}
                                 }
-                                Check::DistinctObject => distinct.push((index, value.clone())),
-                                _ => {}
                             }
                         }
+                        values[member] = Some(value);
                     }
-                    values.push(value);
                     continue;
                 }
             }
@@ -978,7 +984,6 @@ impl NativeGuard {
                 }
                 if state.holds {
                     // A leaf: nothing reads its value.
-                    values.push(None);
                     continue;
                 }
             }
@@ -1042,7 +1047,6 @@ impl NativeGuard {
             };
             let Some(value) = value else {
                 if step.checks.is_empty() {
-                    values.push(None);
                     continue;
                 }
                 return Ok(Some(format!("{}: missing", self.path(index))));
@@ -1074,7 +1078,7 @@ impl NativeGuard {
                     }));
                 }
             }
-            values.push(Some(value));
+            values[index] = Some(value);
         }
         for (first, index, value, check) in aliases {
             let same = values
@@ -1136,19 +1140,14 @@ impl NativeGuard {
                 )));
             }
         }
-        for (stack_len, what) in [
-            (
-                &self.len_torch_function_stack,
-                "a torch-function mode is active",
-            ),
-            (
-                &self.len_torch_dispatch_stack,
-                "a torch-dispatch mode is active",
-            ),
-        ] {
-            if stack_len.bind(py).call0()?.extract::<usize>()? != 0 {
-                return Ok(Some(what.into()));
-            }
+        // Frames are only compiled with no torch-function mode active (the trace folds
+        // `has_torch_function` to False), and none with a torch-dispatch mode (the trace folds
+        // the stack's length to 0, as `MultiheadAttention`'s fast-path check reads it).
+        if crate::torch_state::torch_function_stack_len() != 0 {
+            return Ok(Some("a torch-function mode is active".into()));
+        }
+        if crate::torch_state::torch_dispatch_stack_len() != 0 {
+            return Ok(Some("a torch-dispatch mode is active".into()));
         }
         for (group, state) in self.groups.iter().zip(&group_states) {
             group.record(state);

@@ -689,6 +689,13 @@ impl<'py> Tracer<'py> {
                 ),
             );
         }
+        if !crate::eval_frame::module_call::calls_like_torch(module) {
+            // A class or instance with call machinery of its own (its `__call__`, its
+            // `_call_impl`, a `_compiled_call_impl`), or torch's patched: the call is traced
+            // as CPython makes it, through `type(module).__call__` (its lookup guarded).
+            let call = self.get_attr(module_var, "__call__")?;
+            return self.call_function(call, args, kwargs);
+        }
         if let Some(result) =
             self.call_module_with_forward_hooks(module_var, module, &args, &kwargs)?
         {
@@ -720,6 +727,7 @@ impl<'py> Tracer<'py> {
         // Hooks added later, or a `forward` set on the instance, must recompile.
         if let Some(source) = self.source(module_var) {
             if Self::in_instance_dict(module, "forward") {
+                self.guard_call_machinery(module_var, module)?;
                 // Its own `forward` is read (and guarded) below; the hooks one by one.
                 for hooks in super::guard_values::MODULE_CALL_HOOKS {
                     self.guards.add(
@@ -796,6 +804,7 @@ impl<'py> Tracer<'py> {
         {
             return Ok(None);
         }
+        self.guard_call_machinery(module_var, module)?;
         if let Some(source) = self.source(module_var) {
             for hooks in ["_backward_hooks", "_backward_pre_hooks"] {
                 self.guards.add(
@@ -808,6 +817,35 @@ impl<'py> Tracer<'py> {
         let mut all = vec![module_var];
         all.extend_from_slice(args);
         self.call_python(&call_impl, all, kwargs.to_vec()).map(Some)
+    }
+
+    /// For a module call modelled as torch's call machinery but not checked by
+    /// `GuardKind::ModuleCall` (it has hooks, or a `forward` of its own): the class lookups
+    /// of that machinery, and no instance attribute overriding it.
+    fn guard_call_machinery(
+        &mut self,
+        module_var: VarId,
+        module: &Bound<'py, PyAny>,
+    ) -> CResult<()> {
+        let ty = module.get_type();
+        for name in [
+            "__call__",
+            "_wrapped_call_impl",
+            "_call_impl",
+            "_compiled_call_impl",
+        ] {
+            self.guard_class(ty.as_any(), name)?;
+        }
+        let source = self.source(module_var);
+        for name in ["_call_impl", "_compiled_call_impl"] {
+            if Self::in_instance_dict(module, name) {
+                // `_compiled_call_impl = None` on the instance: read, and guarded, as it is.
+                self.get_attr(module_var, name)?;
+            } else {
+                self.guard_not_in_instance_dict(module, source.clone(), name)?;
+            }
+        }
+        Ok(())
     }
 
     /// `torch._dynamo.config.allow_rnn`, read when a recurrent module is called.

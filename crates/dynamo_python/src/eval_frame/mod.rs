@@ -6,11 +6,13 @@
 //! - [`cpython311`]: the private CPython 3.11 layouts we depend on, checked at first use.
 //! - [`owned`]: strong references released with the GIL held, without deferral.
 //! - [`disable`]: the `disable(fn)` wrapper.
+//! - [`module_call`]: a compiled module's call without `nn.Module.__call__`'s frames.
 
 pub mod cache;
 pub mod cpython311;
 pub mod disable;
 pub mod hook;
+pub mod module_call;
 pub mod owned;
 pub mod run;
 
@@ -229,6 +231,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     cache::init_extra_index()?;
     m.add_function(wrap_pyfunction!(set_eval_frame, m)?)?;
     m.add_function(wrap_pyfunction!(call_with_callback, m)?)?;
+    m.add_function(wrap_pyfunction!(module_call::call_compiled_module, m)?)?;
     m.add_function(wrap_pyfunction!(skip_code, m)?)?;
     m.add_function(wrap_pyfunction!(force_intercept, m)?)?;
     m.add_function(wrap_pyfunction!(reset_code, m)?)?;
