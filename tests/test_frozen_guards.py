@@ -356,3 +356,153 @@ def test_a_subtree_changed_now_and_then_is_armed_again_each_time():
             same_as_eager(compiled, model, x)
         assert armed(model), f"not armed after change {epoch}"
     assert counter.frame_count == 1
+
+
+# Globals, class lookups, functions' fields and modules' attributes: the guard's reads of
+# them are frozen too (a tree per globals dict; a class's lookups under its version tag; a
+# function's `__code__`/`__defaults__` compared by field; a module's attribute by its
+# dict). Each case arms them (three calls), changes one, and compares with eager.
+
+def _helper(x):
+    return x + 1
+
+
+def _other_helper(x):
+    return x * 3
+
+
+def calls_a_global_helper(x):
+    return _helper(x) * max(2, 3)
+
+
+class _Base:
+    def scale(self, x):
+        return x * 2
+
+
+class _Derived(_Base):
+    pass
+
+
+_DERIVED = _Derived()
+
+
+def calls_an_inherited_method(x):
+    return _DERIVED.scale(x) + 1
+
+
+_fake_module = type(torch)("dynamo_rs_test_fake_module")
+_fake_module.act = torch.tanh
+
+
+def calls_a_module_attribute(x):
+    return _fake_module.act(x) + 1
+
+
+def _armed_function(fn, x):
+    counter = CompileCounter()
+    compiled = dynamo_rs.compile(fn, backend=counter)
+    for _ in range(3):
+        torch.testing.assert_close(compiled(x), fn(x))
+    assert counter.frame_count == 1
+    code = getattr(fn, "__code__")
+    trees = [t for guard, _ in eval_frame.cache_entries(code) for t in guard.frozen_trees()]
+    assert any(armed for _, _, armed in trees)
+    return compiled, counter
+
+
+@pytest.mark.parametrize("change", ["global_rebound", "builtin_shadowed", "code_replaced",
+                                    "defaults_added", "base_method_replaced",
+                                    "module_attribute_replaced"])
+def test_a_change_to_a_frozen_global_or_class_lookup_recompiles(change, monkeypatch):
+    x = torch.randn(3)
+    fn = {"base_method_replaced": calls_an_inherited_method,
+          "module_attribute_replaced": calls_a_module_attribute}.get(change, calls_a_global_helper)
+    compiled, counter = _armed_function(fn, x)
+    if change == "global_rebound":
+        monkeypatch.setitem(globals(), "_helper", _other_helper)
+    elif change == "builtin_shadowed":
+        monkeypatch.setitem(globals(), "max", lambda *args: 10)
+    elif change == "code_replaced":
+        monkeypatch.setattr(_helper, "__code__", _other_helper.__code__)
+    elif change == "defaults_added":
+        # A default the call does not use: nothing to recompile for, but no wrong result.
+        monkeypatch.setattr(_helper, "__defaults__", (5,))
+    elif change == "base_method_replaced":
+        monkeypatch.setattr(_Base, "scale", lambda self, x: x - 7)
+    else:
+        monkeypatch.setattr(_fake_module, "act", torch.sigmoid)
+    for _ in range(2):
+        torch.testing.assert_close(compiled(x), fn(x))
+    if change != "defaults_added":
+        assert counter.frame_count == 2
+    monkeypatch.undo()
+    for _ in range(2):
+        torch.testing.assert_close(compiled(x), fn(x))
+
+
+def test_globals_of_a_function_whose_builtins_are_a_module():
+    """As in `__main__`, where `__builtins__` is the builtins module, not its dict."""
+    import builtins
+
+    namespace = {"__builtins__": builtins, "torch": torch}
+    exec("def uses_builtins(x):\n    return x * max(2, 3) + len([1, 2])\n", namespace)
+    fn = namespace["uses_builtins"]
+    x = torch.randn(3)
+    compiled, counter = _armed_function(fn, x)
+    namespace["len"] = lambda items: 100
+    torch.testing.assert_close(compiled(x), fn(x))
+    assert counter.frame_count == 2
+    del namespace["len"]
+    torch.testing.assert_close(compiled(x), fn(x))
+
+
+_LAST_INPUT = None
+
+
+def stores_a_global(x):
+    global _LAST_INPUT
+    _LAST_INPUT = x
+    return x * _helper(x)
+
+
+def test_a_globals_dict_changed_on_every_call_stays_right():
+    """The global store changes the globals dict on every call (replayed after the graph):
+    its tree is walked again each time (and left to the walk after a few records), with the
+    same results."""
+    counter = CompileCounter()
+    compiled = dynamo_rs.compile(stores_a_global, backend=counter)
+    for _ in range(20):
+        x = torch.randn(3)
+        torch.testing.assert_close(compiled(x), x * _helper(x))
+        assert _LAST_INPUT is x
+    assert counter.frame_count == 1
+
+
+def _replaceable(x):
+    return x
+
+
+def calls_replaceable(x):
+    return _replaceable(x) + 1
+
+
+def test_code_objects_at_recycled_addresses_are_not_taken_for_the_old_ones():
+    """`__code__` replaced by a fresh code object on every call, the old one freed (its
+    address free for the next): the remembered code is held weakly, so a new object at its
+    address does not pass for it."""
+    compiled = dynamo_rs.compile(calls_replaceable, backend="eager")
+    x = torch.randn(3)
+    original = _replaceable.__code__
+    try:
+        for i in range(30):
+            namespace: dict = {}
+            exec(f"def _replaceable(x):\n    return x * {i % 3 + 2}\n", namespace)
+            _replaceable.__code__ = namespace["_replaceable"].__code__
+            del namespace
+            gc.collect()
+            for _ in range(2):
+                torch.testing.assert_close(compiled(x), calls_replaceable(x))
+    finally:
+        _replaceable.__code__ = original
+        dynamo_rs.reset()

@@ -34,12 +34,13 @@ use std::sync::atomic::{AtomicBool, AtomicU32};
 use std::sync::{Arc, Mutex};
 
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyTuple};
+use pyo3::types::{PyDict, PyString, PyTuple};
 
 use crate::eval_frame::owned::OwnedRef;
 
 use super::guard_values::{
-    is_module_lookup, known_hasattr, module_call_hooks, module_tables, DictTagMemo, KnownLookup,
+    class_lookup, is_module_lookup, known_hasattr, module_call_hooks, module_tables, AttrRead,
+    DictReadCache, DictTagMemo, KnownLookup,
 };
 
 /// How a step reads its value from its parent, where a witness can vouch for the read.
@@ -50,6 +51,37 @@ pub enum FrozenRead {
     InstanceDict { lookup: KnownLookup, name: OwnedRef },
     /// An item of the parent, an exact dict or an exact tuple.
     Item { key: OwnedRef },
+    /// A global of a frame or an inlined function: from its globals dict, else its builtins
+    /// dict (both held by the plan, so always alive).
+    Global {
+        globals: OwnedRef,
+        builtins: OwnedRef,
+        name: OwnedRef,
+    },
+    /// `getattr_static(parent, name)` of a class: found along its MRO, which its version tag
+    /// vouches for (any change to a class or its bases gives it a new tag).
+    ClassAttr { name: OwnedRef },
+    /// A function's `__code__` (witnessed through a weak reference to the code), its
+    /// `__globals__` or `__closure__` (fixed for the function's life, so vouched for by the
+    /// function being the same object: never read from the root, which may be another
+    /// function at a freed one's address), or a module's global from the module's own dict.
+    /// Not `__defaults__`/`__kwdefaults__`: replaceable tuples, which a freed one's address
+    /// could pass for.
+    Attr { read: AttrRead, name: OwnedRef },
+}
+
+impl FrozenRead {
+    /// Whether the read is only vouched for when its parent is a member (proven the same
+    /// object by the witnesses before it), not the root.
+    fn needs_vouched_parent(&self) -> bool {
+        matches!(
+            self,
+            FrozenRead::Attr {
+                read: AttrRead::FunctionGlobals | AttrRead::FunctionClosure,
+                ..
+            }
+        )
+    }
 }
 
 /// What a check on a step's value needs witnessed to hold again without running.
@@ -108,9 +140,16 @@ enum Witness {
     Dict { dict: usize, ty: usize, tag: u64 },
     /// The object's type is `ty`.
     TypeOf { object: usize, ty: usize },
+    /// The class at `ty` has version tag `tag`.
+    TypeTag { ty: usize, tag: u32 },
+    /// The function at `function` still holds in its `__code__` the code object that
+    /// `code` (a weak reference) refers to: the weak reference proves that object is the
+    /// one recorded, not another at its address.
+    FunctionCode { function: usize, code: OwnedRef },
 }
 
 pub struct Snapshot {
+    /// The root's address (0 for a tree of constants).
     root: usize,
     witnesses: Vec<Witness>,
     /// The address of each member someone reads (`Tree::needed` order).
@@ -118,8 +157,9 @@ pub struct Snapshot {
 }
 
 struct Tree {
-    /// The step the subtree hangs from (read the normal way).
-    root: usize,
+    /// The step the subtree hangs from (read the normal way); None for a tree of globals
+    /// of one globals dict, which hangs from constants the plan holds.
+    root: Option<usize>,
     /// The steps vouched for by the witnesses, parents first.
     members: Vec<usize>,
     /// The members whose values are read when the tree holds, and what is done with them.
@@ -174,29 +214,47 @@ impl FrozenTrees {
     pub fn plan(shapes: Vec<StepShape>) -> FrozenTrees {
         let mut member_of: Vec<Option<(u32, u32)>> = vec![None; shapes.len()];
         let mut trees: Vec<Tree> = Vec::new();
-        let mut tree_of_root: std::collections::HashMap<usize, u32> = Default::default();
+        // Trees by root: a step, or a globals dict (its globals' tree).
+        let mut tree_of_root: std::collections::HashMap<(usize, bool), u32> = Default::default();
         let mut needed = Vec::with_capacity(shapes.len());
         let mut uses = Vec::with_capacity(shapes.len());
         let mut reads = Vec::with_capacity(shapes.len());
         let mut value_witnesses = Vec::with_capacity(shapes.len());
         let mut parents = Vec::with_capacity(shapes.len());
         for (index, shape) in shapes.into_iter().enumerate() {
-            if let (Some(parent), Some(_), Some(_)) = (shape.parent, &shape.read, &shape.witnesses)
-            {
-                let tree = match member_of[parent] {
-                    Some((tree, _)) => tree,
-                    None => *tree_of_root.entry(parent).or_insert_with(|| {
-                        trees.push(Tree {
-                            root: parent,
-                            members: Vec::new(),
-                            needed: Vec::new(),
-                            snapshot: Mutex::new(None),
-                            records: AtomicU32::new(0),
-                            retired: AtomicBool::new(false),
-                        });
-                        trees.len() as u32 - 1
-                    }),
-                };
+            // The tree a vouched-for step joins: its parent's, or one hanging from its parent,
+            // or (a global) its globals dict's.
+            let root_key = match (&shape.read, &shape.witnesses, shape.parent) {
+                (Some(FrozenRead::Global { globals, .. }), Some(_), None) => {
+                    Some((globals.as_ptr() as usize, true))
+                }
+                (Some(FrozenRead::Global { .. }), _, _) | (_, None, _) | (None, _, _) => None,
+                (Some(read), Some(_), Some(parent)) => match member_of[parent] {
+                    // A field fixed for the function's life says nothing when the function
+                    // (the root, read the normal way) may be another one at its address.
+                    None if read.needs_vouched_parent() => None,
+                    Some((tree, _)) => {
+                        let members = &mut trees[tree as usize].members;
+                        member_of[index] = Some((tree, members.len() as u32));
+                        members.push(index);
+                        None
+                    }
+                    None => Some((parent, false)),
+                },
+                (Some(_), Some(_), None) => None,
+            };
+            if let Some((key, globals)) = root_key {
+                let tree = *tree_of_root.entry((key, globals)).or_insert_with(|| {
+                    trees.push(Tree {
+                        root: (!globals).then_some(key),
+                        members: Vec::new(),
+                        needed: Vec::new(),
+                        snapshot: Mutex::new(None),
+                        records: AtomicU32::new(0),
+                        retired: AtomicBool::new(false),
+                    });
+                    trees.len() as u32 - 1
+                });
                 let members = &mut trees[tree as usize].members;
                 member_of[index] = Some((tree, members.len() as u32));
                 members.push(index);
@@ -249,8 +307,9 @@ impl FrozenTrees {
         }
     }
 
-    /// Each tree's root step, member count and whether a snapshot is armed (for tests).
-    pub fn summary(&self) -> Vec<(usize, usize, bool)> {
+    /// Each tree's root step (None: a globals dict's), member count and whether a snapshot
+    /// is armed (for tests).
+    pub fn summary(&self) -> Vec<(Option<usize>, usize, bool)> {
         self.trees
             .iter()
             .map(|tree| {
@@ -269,15 +328,24 @@ impl FrozenTrees {
         self.member_of[step].map(|(tree, _)| tree as usize)
     }
 
-    pub fn root(&self, tree: usize) -> usize {
+    /// The tree's root step; None for a tree of globals (it hangs from constants).
+    pub fn root(&self, tree: usize) -> Option<usize> {
         self.trees[tree].root
     }
 
-    /// Whether the tree holds for this call, given its root's value.
-    pub fn decide<'py>(&self, tree: usize, root: Option<&Bound<'py, PyAny>>) -> TreeState<'py> {
+    /// Whether the tree holds for this call, given its root's value (None: the root step
+    /// was not read; ignored for a tree of globals).
+    pub fn decide<'py>(
+        &self,
+        py: Python<'py>,
+        tree: usize,
+        root: Option<&Bound<'py, PyAny>>,
+    ) -> TreeState<'py> {
         let tree = &self.trees[tree];
-        let Some(root) = root else {
-            return TreeState::Walked;
+        let root_address = match (tree.root, root) {
+            (None, _) => 0,
+            (Some(_), Some(root)) => root.as_ptr() as usize,
+            (Some(_), None) => return TreeState::Walked,
         };
         let snapshot = match tree.snapshot.lock() {
             Ok(guard) => guard.clone(),
@@ -286,7 +354,7 @@ impl FrozenTrees {
         let Some(snapshot) = snapshot else {
             return TreeState::Walked;
         };
-        if snapshot.root != root.as_ptr() as usize {
+        if snapshot.root != root_address {
             return TreeState::Walked;
         }
         // SAFETY: witnesses are checked in order; each address is the root (alive: the
@@ -304,7 +372,6 @@ impl FrozenTrees {
         if tree.records.load(Relaxed) != 0 {
             tree.records.store(0, Relaxed);
         }
-        let py = root.py();
         let values = snapshot
             .values
             .iter()
@@ -347,6 +414,7 @@ impl FrozenTrees {
     /// walked).
     pub fn record(
         &self,
+        py: Python<'_>,
         tree: usize,
         values: &[Option<Bound<'_, PyAny>>],
         verify: &dyn Fn(usize, &Bound<'_, PyAny>) -> bool,
@@ -362,58 +430,66 @@ impl FrozenTrees {
             }
             return;
         }
-        let snapshot = self.snapshot(tree_ref, values, verify);
+        let snapshot = self.snapshot(py, tree_ref, values, verify);
         if let Ok(mut guard) = tree_ref.snapshot.lock() {
             *guard = snapshot.map(Arc::new);
         }
     }
 
-    fn snapshot(
+    fn snapshot<'py>(
         &self,
+        py: Python<'py>,
         tree: &Tree,
         values: &[Option<Bound<'_, PyAny>>],
         verify: &dyn Fn(usize, &Bound<'_, PyAny>) -> bool,
     ) -> Option<Snapshot> {
-        let root = values.get(tree.root)?.as_ref()?;
-        let py = root.py();
+        let root = match tree.root {
+            Some(step) => Some(values.get(step)?.as_ref()?),
+            None => None,
+        };
         let mut witnesses = Vec::new();
         let mut witnessed: std::collections::HashSet<(usize, u8)> = Default::default();
         let mut member_values = Vec::with_capacity(tree.needed.len());
         // Each member as found again (a leaf its group let through was not read this call).
         let mut read: std::collections::HashMap<usize, Bound<'_, PyAny>> = Default::default();
-        read.insert(tree.root, root.clone());
+        if let (Some(step), Some(root)) = (tree.root, root) {
+            read.insert(step, root.clone());
+        }
         for &member in &tree.members {
-            let parent = self.parents[member]?;
-            let parent_value = read.get(&parent)?.clone();
             let found = match self.reads[member].as_ref()? {
-                FrozenRead::InstanceDict { lookup, name } => {
-                    // The read the plan makes (type and tag, renaming table) finds the dict.
-                    let dict = lookup.instance_dict(&parent_value, &name.bind(py))?;
-                    let witnessed_dict =
-                        instance_dict_witness(&parent_value, &mut witnesses, &mut witnessed)?;
-                    if !witnessed_dict.is(&dict) {
-                        return None;
-                    }
-                    if let Some(renames) = &lookup.renames {
-                        dict_witness(&renames.bind(py), &mut witnesses, &mut witnessed)?;
-                    }
-                    let key = lookup.key.as_ref().unwrap_or(name);
-                    dict.get_item(key.bind(py)).ok()??
-                }
-                FrozenRead::Item { key } => {
-                    if let Ok(tuple) = parent_value.cast_exact::<PyTuple>() {
-                        // Immutable: the same tuple holds the same items — but only a tuple
-                        // vouched for by the witnesses before it is known to be the same
-                        // tuple. The root has no tag: another tuple can be at its address.
-                        if parent == tree.root {
-                            return None;
+                FrozenRead::Global {
+                    globals,
+                    builtins,
+                    name,
+                } => {
+                    // Found in the globals dict, or missing there and found in the builtins.
+                    let globals = globals.bind(py).clone().cast_into_exact::<PyDict>().ok()?;
+                    dict_witness(globals.as_any(), &mut witnesses, &mut witnessed)?;
+                    match globals.get_item(name.bind(py)).ok()? {
+                        Some(found) => found,
+                        None => {
+                            // `__builtins__` is the builtins module in `__main__`: its dict.
+                            let builtins = builtins.bind(py);
+                            let builtins = match builtins.cast::<pyo3::types::PyModule>() {
+                                Ok(module) => module.dict(),
+                                Err(_) => builtins.clone().cast_into_exact::<PyDict>().ok()?,
+                            };
+                            dict_witness(builtins.as_any(), &mut witnesses, &mut witnessed)?;
+                            builtins.get_item(name.bind(py)).ok()??
                         }
-                        tuple.as_any().get_item(key.bind(py)).ok()?
-                    } else {
-                        let dict = parent_value.cast_exact::<PyDict>().ok()?;
-                        dict_witness(dict.as_any(), &mut witnesses, &mut witnessed)?;
-                        dict.get_item(key.bind(py)).ok()??
                     }
+                }
+                other => {
+                    let parent = self.parents[member]?;
+                    let parent_value = read.get(&parent)?.clone();
+                    self.read_from_parent(
+                        other,
+                        tree,
+                        parent,
+                        &parent_value,
+                        &mut witnesses,
+                        &mut witnessed,
+                    )?
                 }
             };
             if let Some(Some(value)) = values.get(member) {
@@ -425,45 +501,7 @@ impl FrozenTrees {
                 return None;
             }
             for need in &self.value_witnesses[member] {
-                match need {
-                    ValueWitness::TypeOf => witnesses.push(Witness::TypeOf {
-                        object: found.as_ptr() as usize,
-                        ty: found.get_type().as_ptr() as usize,
-                    }),
-                    ValueWitness::InstanceDict => {
-                        instance_dict_witness(&found, &mut witnesses, &mut witnessed)?;
-                    }
-                    ValueWitness::ModuleHooks => {
-                        let dict = instance_dict_witness(&found, &mut witnesses, &mut witnessed)?;
-                        for name in module_call_hooks(py) {
-                            let table = dict.get_item(name.bind(py)).ok()??;
-                            dict_witness(&table, &mut witnesses, &mut witnessed)?;
-                        }
-                    }
-                    ValueWitness::DictContents => {
-                        DictTagMemo::tag_of(&found)?;
-                        dict_witness(&found, &mut witnesses, &mut witnessed)?;
-                    }
-                    ValueWitness::LacksAttribute(name, known) => {
-                        let name = name.bind(py);
-                        let name = name.cast::<pyo3::types::PyString>().ok()?;
-                        // Only an answer found without running code is vouched for.
-                        if known_hasattr(&found, name, known.as_ref()) != Some(false) {
-                            return None;
-                        }
-                        if let Some(renames) = known.as_ref().and_then(|k| k.renames.as_ref()) {
-                            dict_witness(&renames.bind(py), &mut witnesses, &mut witnessed)?;
-                        }
-                        let dict = instance_dict_witness(&found, &mut witnesses, &mut witnessed)?;
-                        if is_module_lookup(&found.get_type()) {
-                            for table in module_tables(py) {
-                                if let Some(table) = dict.get_item(table.bind(py)).ok()? {
-                                    dict_witness(&table, &mut witnesses, &mut witnessed)?;
-                                }
-                            }
-                        }
-                    }
-                }
+                value_witness(py, &found, need, &mut witnesses, &mut witnessed)?;
             }
             if self.needed_slot[member].is_some() {
                 member_values.push(found.as_ptr() as usize);
@@ -471,13 +509,162 @@ impl FrozenTrees {
             read.insert(member, found);
         }
         Some(Snapshot {
-            root: root.as_ptr() as usize,
+            root: root.map_or(0, |root| root.as_ptr() as usize),
             witnesses,
             values: member_values,
         })
     }
+
+    /// What member read `how` from `parent_value` (the value of step `parent`) finds now,
+    /// with the witnesses that vouch for the read; None when nothing can vouch for it.
+    fn read_from_parent<'py>(
+        &self,
+        how: &FrozenRead,
+        tree: &Tree,
+        parent: usize,
+        parent_value: &Bound<'py, PyAny>,
+        witnesses: &mut Vec<Witness>,
+        witnessed: &mut std::collections::HashSet<(usize, u8)>,
+    ) -> Option<Bound<'py, PyAny>> {
+        let py = parent_value.py();
+        Some(match how {
+            FrozenRead::InstanceDict { lookup, name } => {
+                // The read the plan makes (type and tag, renaming table) finds the dict.
+                let dict = lookup.instance_dict(parent_value, &name.bind(py))?;
+                let witnessed_dict = instance_dict_witness(parent_value, witnesses, witnessed)?;
+                if !witnessed_dict.is(&dict) {
+                    return None;
+                }
+                if let Some(renames) = &lookup.renames {
+                    dict_witness(&renames.bind(py), witnesses, witnessed)?;
+                }
+                let key = lookup.key.as_ref().unwrap_or(name);
+                dict.get_item(key.bind(py)).ok()??
+            }
+            FrozenRead::Item { key } => {
+                if let Ok(tuple) = parent_value.cast_exact::<PyTuple>() {
+                    // Immutable: the same tuple holds the same items — but only a tuple
+                    // vouched for by the witnesses before it is known to be the same
+                    // tuple. The root has no tag: another tuple can be at its address.
+                    if Some(parent) == tree.root {
+                        return None;
+                    }
+                    tuple.as_any().get_item(key.bind(py)).ok()?
+                } else {
+                    let dict = parent_value.cast_exact::<PyDict>().ok()?;
+                    dict_witness(dict.as_any(), witnesses, witnessed)?;
+                    dict.get_item(key.bind(py)).ok()??
+                }
+            }
+            FrozenRead::ClassAttr { name } => {
+                let ty = parent_value.cast::<pyo3::types::PyType>().ok()?;
+                let found = class_lookup(ty.as_any(), name.bind(py).cast::<PyString>().ok()?)?;
+                // SAFETY: a live type (we hold it); the lookup just gave it a tag if it
+                // can have one.
+                let tag = unsafe { (*ty.as_type_ptr()).tp_version_tag };
+                if tag == 0 {
+                    return None;
+                }
+                if witnessed.insert((ty.as_ptr() as usize, 2)) {
+                    witnesses.push(Witness::TypeTag {
+                        ty: ty.as_ptr() as usize,
+                        tag,
+                    });
+                }
+                found
+            }
+            FrozenRead::Attr { read, name } => match read {
+                AttrRead::ModuleDict => {
+                    let module = parent_value.cast_exact::<pyo3::types::PyModule>().ok()?;
+                    let dict = module.dict();
+                    dict_witness(dict.as_any(), witnesses, witnessed)?;
+                    dict.get_item(name.bind(py)).ok()??
+                }
+                AttrRead::FunctionCode => {
+                    let found = AttrRead::FunctionCode.read(
+                        parent_value,
+                        &name.bind(py),
+                        &DictReadCache::default(),
+                    )?;
+                    // SAFETY: a live object, GIL held; a new reference or NULL (an object
+                    // without weak references: nothing is remembered then).
+                    let weak = unsafe {
+                        pyo3::ffi::PyWeakref_NewRef(found.as_ptr(), std::ptr::null_mut())
+                    };
+                    if weak.is_null() {
+                        let _ = PyErr::take(py);
+                        return None;
+                    }
+                    witnesses.push(Witness::FunctionCode {
+                        function: parent_value.as_ptr() as usize,
+                        // SAFETY: the new reference just made, handed over.
+                        code: unsafe { OwnedRef::from_owned(weak) }?,
+                    });
+                    found
+                }
+                AttrRead::FunctionGlobals | AttrRead::FunctionClosure => {
+                    // Read-only fields: the same function holds the same objects.
+                    read.read(parent_value, &name.bind(py), &DictReadCache::default())?
+                }
+                AttrRead::Generic | AttrRead::FunctionDefaults | AttrRead::FunctionKwDefaults => {
+                    return None
+                }
+            },
+            FrozenRead::Global { .. } => return None,
+        })
+    }
 }
 
+/// Adds what vouches for a check on `found` (`need`) to `witnesses`; None when nothing can
+/// (a dict subclass with its own `len`/`in`, an attribute answer that needs code to run).
+fn value_witness(
+    py: Python<'_>,
+    found: &Bound<'_, PyAny>,
+    need: &ValueWitness,
+    witnesses: &mut Vec<Witness>,
+    witnessed: &mut std::collections::HashSet<(usize, u8)>,
+) -> Option<()> {
+    match need {
+        ValueWitness::TypeOf => witnesses.push(Witness::TypeOf {
+            object: found.as_ptr() as usize,
+            ty: found.get_type().as_ptr() as usize,
+        }),
+        ValueWitness::InstanceDict => {
+            instance_dict_witness(found, witnesses, witnessed)?;
+        }
+        ValueWitness::ModuleHooks => {
+            let dict = instance_dict_witness(found, witnesses, witnessed)?;
+            for name in module_call_hooks(py) {
+                let table = dict.get_item(name.bind(py)).ok()??;
+                dict_witness(&table, witnesses, witnessed)?;
+            }
+        }
+        ValueWitness::DictContents => {
+            DictTagMemo::tag_of(found)?;
+            dict_witness(found, witnesses, witnessed)?;
+        }
+        ValueWitness::LacksAttribute(name, known) => {
+            let name = name.bind(py);
+            let name = name.cast::<PyString>().ok()?;
+            // Only an answer found without running code is vouched for.
+            if known_hasattr(found, name, known.as_ref()) != Some(false) {
+                return None;
+            }
+            if let Some(renames) = known.as_ref().and_then(|k| k.renames.as_ref()) {
+                dict_witness(&renames.bind(py), witnesses, witnessed)?;
+            }
+            let dict = instance_dict_witness(found, witnesses, witnessed)?;
+            if is_module_lookup(&found.get_type()) {
+                for table in module_tables(py) {
+                    if let Some(table) = dict.get_item(table.bind(py)).ok()? {
+                        dict_witness(&table, witnesses, witnessed)?;
+                    }
+                }
+            }
+        }
+    }
+    Some(())
+}
 /// Adds a witness of `object`'s type and instance dict (once per object) and returns the
 /// dict; None when the object has no instance dict or its type no version tag.
 fn instance_dict_witness<'py>(
@@ -614,6 +801,21 @@ unsafe fn witness_holds(witness: &Witness) -> bool {
             // SAFETY: the object is alive (contract).
             unsafe { pyo3::ffi::Py_TYPE(object as *mut pyo3::ffi::PyObject) as usize == ty }
         }
+        Witness::TypeTag { ty, tag } => {
+            // SAFETY: the class is alive (contract); its tag is a field of the type object.
+            // A class freed and another made at its address has another tag (never reused).
+            unsafe { (*(ty as *mut pyo3::ffi::PyTypeObject)).tp_version_tag == tag }
+        }
+        Witness::FunctionCode { function, ref code } => {
+            let function = function as *mut pyo3::ffi::PyObject;
+            // SAFETY: the function is alive (contract) and its fields are read only once it
+            // is known to be an exact function; the weak reference is held by the witness.
+            unsafe {
+                pyo3::ffi::Py_TYPE(function) == std::ptr::addr_of_mut!(pyo3::ffi::PyFunction_Type)
+                    && pyo3::ffi::PyFunction_GetCode(function)
+                        == pyo3::ffi::PyWeakref_GetObject(code.as_ptr())
+            }
+        }
     }
 }
 
@@ -652,6 +854,38 @@ pub(super) fn step_shapes(
             .iter()
             .any(|c| matches!(c, Check::Alias(_) | Check::DistinctObject)),
     };
+    // The type each step's value is known to have when its checks hold (an identity, a
+    // type check, a constant): an attribute read is only vouched for on the kind of object
+    // its witness knows how to read (a function's field, a module's dict, a class's MRO).
+    let known_type: Vec<Option<usize>> = steps
+        .iter()
+        .map(|step| {
+            let from_checks = step.checks.iter().find_map(|check| match check {
+                Check::Id(identity) => identity.get(py).map(|v| v.get_type().as_ptr() as usize),
+                Check::Type(ty) => Some(ty.as_ptr() as usize),
+                _ => None,
+            });
+            from_checks.or(match &step.access {
+                Access::Object(object) => Some(object.bind(py).get_type().as_ptr() as usize),
+                _ => None,
+            })
+        })
+        .collect();
+    // A class: its type (a metaclass) is `type` or a subclass of it.
+    let is_class = |step: Option<usize>| {
+        step.and_then(|s| known_type[s]).is_some_and(|ty| {
+            // SAFETY: the address of a live type object (a value's type, held by it).
+            unsafe {
+                pyo3::ffi::PyType_IsSubtype(
+                    ty as *mut pyo3::ffi::PyTypeObject,
+                    std::ptr::addr_of_mut!(pyo3::ffi::PyType_Type),
+                ) != 0
+            }
+        })
+    };
+    let has_type = |step: Option<usize>, expected: *mut pyo3::ffi::PyTypeObject| {
+        step.and_then(|s| known_type[s]) == Some(expected as usize)
+    };
     steps
         .iter()
         .enumerate()
@@ -665,6 +899,34 @@ pub(super) fn step_shapes(
                     })
                 }
                 Access::Item(_, key) => Some(FrozenRead::Item { key: key.clone() }),
+                Access::Global {
+                    globals,
+                    builtins,
+                    name,
+                } => Some(FrozenRead::Global {
+                    globals: globals.clone(),
+                    builtins: builtins.clone(),
+                    name: name.clone(),
+                }),
+                Access::ClassAttr(parent, name) if is_class(Some(*parent)) => {
+                    Some(FrozenRead::ClassAttr { name: name.clone() })
+                }
+                Access::Attr(parent, name, read) => {
+                    let expected = match read {
+                        AttrRead::Generic => std::ptr::null_mut(),
+                        AttrRead::ModuleDict => std::ptr::addr_of_mut!(pyo3::ffi::PyModule_Type),
+                        AttrRead::FunctionDefaults | AttrRead::FunctionKwDefaults => {
+                            std::ptr::null_mut()
+                        }
+                        _ => std::ptr::addr_of_mut!(pyo3::ffi::PyFunction_Type),
+                    };
+                    (!expected.is_null() && has_type(Some(*parent), expected)).then(|| {
+                        FrozenRead::Attr {
+                            read: *read,
+                            name: name.clone(),
+                        }
+                    })
+                }
                 _ => None,
             };
             let witnesses = step
@@ -692,6 +954,21 @@ pub(super) fn step_shapes(
                 })
                 .collect::<Option<Vec<Option<ValueWitness>>>>()
                 .map(|w| w.into_iter().flatten().collect());
+            // A value known now (an identity check's object) whose checks nothing could
+            // vouch for keeps its step out of the trees: one such member would keep its
+            // whole tree from ever being remembered.
+            let witnesses = witnesses.filter(|needs: &Vec<ValueWitness>| {
+                let known = step.checks.iter().find_map(|check| match check {
+                    Check::Id(identity) => identity.get(py),
+                    _ => None,
+                });
+                known.is_none_or(|value| {
+                    let (mut scratch, mut seen) = (Vec::new(), Default::default());
+                    needs.iter().all(|need| {
+                        value_witness(py, &value, need, &mut scratch, &mut seen).is_some()
+                    })
+                })
+            });
             StepShape {
                 parent: step.parent(),
                 read,

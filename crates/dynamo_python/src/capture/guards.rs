@@ -945,8 +945,8 @@ impl NativeGuard {
             }
             if let Some(tree) = self.frozen.tree_of(index) {
                 if matches!(tree_states[tree], TreeState::Undecided) {
-                    let root = values[self.frozen.root(tree)].as_ref();
-                    tree_states[tree] = self.frozen.decide(tree, root);
+                    let root = self.frozen.root(tree).and_then(|r| values[r].as_ref());
+                    tree_states[tree] = self.frozen.decide(py, tree, root);
                 }
                 if let TreeState::Holds(held) = &mut tree_states[tree] {
                     // Frozen (see `guard_frozen`): the whole run of the tree's steps starting
@@ -1160,7 +1160,7 @@ impl NativeGuard {
                         .iter()
                         .all(|check| plain_check(py, check, value).unwrap_or(false))
                 };
-                self.frozen.record(tree, &values, &verify);
+                self.frozen.record(py, tree, &values, &verify);
             }
         }
         if let Some(keep) = keep {
@@ -1178,7 +1178,10 @@ impl NativeGuard {
         self.frozen
             .summary()
             .into_iter()
-            .map(|(root, members, armed)| (self.path(root), members, armed))
+            .map(|(root, members, armed)| {
+                let root = root.map_or_else(|| "<globals>".to_string(), |r| self.path(r));
+                (root, members, armed)
+            })
             .collect()
     }
 
