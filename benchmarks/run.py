@@ -344,15 +344,20 @@ def bench_per_call(quick: bool) -> dict:
     from synthetic import mlp
 
     calls = 200 if quick else 1000
-    cases = {"add(a, b)": (lambda a, b: a + b, (torch.ones(4), torch.ones(4)))}
-    cases["Sequential, 256 layers"] = (mlp(128), (torch.randn(2, 64),))
+    every = (1, 8, "alternating")
+    cases = {"add(a, b)": (lambda a, b: a + b, (torch.ones(4), torch.ones(4)), every)}
+    cases["Sequential, 256 layers"] = (mlp(128), (torch.randn(2, 64),), every)
     for name in ([] if quick else ["resnet18", "vit_tiny_patch16_224", "gpt2", "llama"]):
         model, inputs = build(name)
-        cases[name] = (model, inputs)
+        cases[name] = (model, inputs, every)
+    # How the overhead grows with the model: a `Sequential` of Linear/ReLU pairs with 10, 100
+    # and 1,000 submodules, one entry (the ratio should stay flat).
+    for submodules in ((10, 100) if quick else (10, 100, 1000)):
+        cases[f"Sequential, {submodules} submodules"] = (mlp(submodules // 2), (torch.randn(2, 64),), (1,))
     out = {}
-    for name, (model, inputs) in cases.items():
+    for name, (model, inputs, entry_counts) in cases.items():
         row = {}
-        for entries in (1, 8, "alternating"):
+        for entries in entry_counts:
             # "alternating": two entries (two batch sizes) called in turn, so every other call
             # first meets the entry for the other shape.
             count = 2 if entries == "alternating" else entries

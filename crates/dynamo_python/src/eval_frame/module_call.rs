@@ -21,15 +21,10 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyString, PyTuple};
 
-use crate::capture::guard_values::instance_dict_of;
+use crate::capture::guard_values::{instance_dict_of, MODULE_CALL_HOOKS as HOOK_TABLES};
 
-/// The instance attributes `_call_impl` tests for hooks, and the module globals it tests.
-const HOOK_TABLES: [&str; 4] = [
-    "_backward_hooks",
-    "_backward_pre_hooks",
-    "_forward_hooks",
-    "_forward_pre_hooks",
-];
+/// The module globals `_call_impl` tests for hooks (its instance attributes are
+/// `HOOK_TABLES`).
 const GLOBAL_HOOK_TABLES: [&str; 4] = [
     "_global_backward_pre_hooks",
     "_global_backward_hooks",
