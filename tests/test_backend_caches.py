@@ -10,6 +10,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 PROGRAM = textwrap.dedent(
     """
     import json, sys, torch, dynamo_rs
@@ -39,16 +41,16 @@ def run(cache_dir: str, dynamic) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def test_second_process_hits_aot_and_fx_graph_caches(tmp_path) -> None:
-    for dynamic in (None, True):
-        cache = str(tmp_path / f"cache_{dynamic}")
-        first = run(cache, dynamic)
-        assert first["inductor"].get("fxgraph_cache_miss", 0) >= 1, first
-        second = run(cache, dynamic)
-        assert second["aot_autograd"].get("autograd_cache_hit", 0) == first["aot_autograd"]["autograd_cache_miss"], second
-        assert second["inductor"].get("fxgraph_cache_hit", 0) == first["inductor"]["fxgraph_cache_miss"], second
-        assert "fxgraph_cache_bypass" not in second["inductor"], second
-        # Inductor's installation keys were computed once, then remembered (and with
-        # them, its caches still find what the first process stored).
-        assert first["inductor_keys"] == {"miss": 1, "saved": 1}, first
-        assert second["inductor_keys"] == {"hit": 1}, second
+@pytest.mark.parametrize("dynamic", [None, True], ids=["automatic", "dynamic"])
+def test_second_process_hits_aot_and_fx_graph_caches(tmp_path, dynamic) -> None:
+    cache = str(tmp_path / "cache")
+    first = run(cache, dynamic)
+    assert first["inductor"].get("fxgraph_cache_miss", 0) >= 1, first
+    second = run(cache, dynamic)
+    assert second["aot_autograd"].get("autograd_cache_hit", 0) == first["aot_autograd"]["autograd_cache_miss"], second
+    assert second["inductor"].get("fxgraph_cache_hit", 0) == first["inductor"]["fxgraph_cache_miss"], second
+    assert "fxgraph_cache_bypass" not in second["inductor"], second
+    # Inductor's installation keys were computed once, then remembered (and with
+    # them, its caches still find what the first process stored).
+    assert first["inductor_keys"] == {"miss": 1, "saved": 1}, first
+    assert second["inductor_keys"] == {"hit": 1}, second
