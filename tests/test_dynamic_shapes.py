@@ -417,7 +417,41 @@ def ints(fn_values, size=8):
     return [(r(size), n) for n in fn_values]
 
 
+def add_two_inputs(a, b):
+    return (a + b).relu() * b
+
+
+def cat_then_linear(a, b, weight):
+    return torch.nn.functional.linear(torch.cat([a, b], dim=-1), weight)
+
+
+def norm_of_joined(a, b, weight):
+    return torch.nn.functional.layer_norm(torch.cat([a, b], dim=-1), (8,), weight)
+
+
+def views_by_ints_across_a_break(x):
+    # timm's Sequencer blocks: the sizes taken before an RNN (a graph break), used after it
+    # on tensors that came out of the break with sizes of their own.
+    batch, height, width, channels = x.shape
+    v = x.permute(0, 2, 1, 3).reshape(-1, height, channels)
+    v = v.sin()
+    torch._dynamo.graph_break()
+    v = v.reshape(batch, width, height, -1).permute(0, 2, 1, 3)
+    h = x.reshape(-1, width, channels).cos()
+    torch._dynamo.graph_break()
+    h = h.reshape(batch, height, width, -1)
+    return (v + h) * x
+
+
 CASES = {
+    # Inputs whose sizes change together: each gets symbols of its own (automatic dynamic),
+    # and the first operation relating them makes them equal (a guard), as under TorchDynamo.
+    "two inputs of equal sizes": (add_two_inputs, [(r(n, n + 1), r(n, n + 1)) for n in (3, 5, 7)]),
+    "joined then projected": (cat_then_linear, [(r(n, 3), r(n, 4), r(5, 7)) for n in (2, 4, 6)]),
+    "joined widths specialised by a norm": (
+        norm_of_joined, [(r(n, w), r(n, 8 - w), torch.ones(8)) for n, w in ((2, 3), (4, 5), (6, 2))]),
+    "views by ints taken before a break": (
+        views_by_ints_across_a_break, [(r(1, h, w, 4),) for h, w in ((3, 4), (5, 6), (7, 9))]),
     "size times tensor": (scale_by_rows, sizes(4, 8, 16, 100)),
     "seed: a.shape[0] * a * b": (seed_fn, [(r(n, 3), r(n, 3)) for n in (4, 8, 16, 100)]),
     "sizes 0 and 1 specialise": (scale_by_rows, sizes(4, 8, 0, 1, 2, 9)),
@@ -1086,3 +1120,32 @@ def test_int_attribute_of_a_module_stays_specialised() -> None:
     for k in (2, 3, 4):
         model.k = k
         torch.testing.assert_close(compiled(x), model(x))
+
+
+@pytest.mark.parametrize("name", ["two inputs of equal sizes", "joined then projected",
+                                  "joined widths specialised by a norm", "views by ints taken before a break"])
+def test_sizes_related_by_operations_are_answered_by_the_rules(name, monkeypatch) -> None:
+    """The recompile with symbolic sizes relates sizes of different symbols (added tensors,
+    joined ones, a norm's width, views to the ints of a resume function): the shape rules
+    record the equalities torch records and answer, with no operation left to
+    FakeTensorMode's symbolic reasoning (10–50 ms each; timm's Sequencer spent most of its
+    capture there). Under `no_grad`, as inference runs (with grad mode on, views are made by
+    FakeTensorMode, which links them to their base for autograd)."""
+    from torch.utils._pytree import tree_leaves
+
+    from dynamo_rs import _capture
+
+    left_to_torch = []
+    original = _capture._call
+
+    def spy(target, args, kwargs):
+        if any(getattr(getattr(a, "fake_mode", None), "dynamo_rs_symbolic", False) for a in tree_leaves(args)):
+            left_to_torch.append(getattr(target, "__name__", str(target)))
+        return original(target, args, kwargs)
+
+    monkeypatch.setattr(_capture, "_call", spy)
+    fn, calls = CASES[name]
+    with torch.no_grad():
+        counter = side_by_side(fn, calls)
+    assert counter.frame_count > 1
+    assert left_to_torch == [], left_to_torch

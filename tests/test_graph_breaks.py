@@ -1123,7 +1123,33 @@ def nested_function_called_at_the_break(x):
     return shifted(x) * 2
 
 
+def requested_break(x):
+    y = x.sin()
+    torch._dynamo.graph_break()
+    return y.cos() + x
+
+
+def requested_break_in_a_helper(x):
+    def helper(t):
+        t = t * 2
+        torch._dynamo.graph_break()
+        return t + 1
+
+    return helper(x.relu()).sum()
+
+
+def requested_breaks_in_a_loop(x):
+    for i in range(3):
+        x = x * (i + 1)
+        torch._dynamo.graph_break()
+    return x
+
+
 CASES = {
+    # `torch._dynamo.graph_break()`: the program asks for the graph to end there.
+    "requested break": (requested_break, [(t(3),)], 0),
+    "requested break in an inlined helper": (requested_break_in_a_helper, [(t(3),)], 0),
+    "requested breaks in a loop": (requested_breaks_in_a_loop, [(t(3),)], 0),
     "print between": (print_between, [(t(3),)], 0),
     "print first": (print_first, [(t(3),)], 0),
     "print last": (print_last, [(t(3),)], 0),

@@ -469,3 +469,147 @@ def test_verification_flags_a_rule_that_leaves_out_a_guard(monkeypatch) -> None:
     monkeypatch.setattr(_rule_check, "mismatches", [])
     with pytest.raises(AssertionError, match="recorded guards the rule did not"):
         s.run(F.interpolate, mask, size=size, mode="bilinear", align_corners=False)
+
+
+def _equalities(s: Symbolic) -> set:
+    """The symbols the ShapeEnv has replaced (by another symbol or a number)."""
+    return set(s.env.replacements)
+
+
+@SEEDS
+def test_sizes_of_separate_symbols_with_equal_values_are_unified_as_torch_does(seed) -> None:
+    """A frame compiled again with automatic dynamic shapes gets a symbol per size of each
+    input (as under TorchDynamo): two tensors of equal sizes have different symbols, and the
+    first operation relating them records their equality (`Eq(s5, s36)`) through
+    FakeTensorMode, 10–50 ms each. The rules record that same equality and answer:
+    elementwise operations over every layout (and broadcast 1s), `cat`, `layer_norm` over a
+    symbolic channel count (specialised), `linear` with a symbolic or summed in-features.
+    Verified against FakeTensorMode (sizes, strides, and no guard the rule did not record)."""
+    rng = random.Random(7 + seed)
+    answered = total = 0
+    for _ in range(40):
+        s = Symbolic()
+        ndim = rng.randint(1, 4)
+        shape = [rng.randint(2, 7) for _ in range(ndim)]
+        everything = range(ndim)
+        x = _layout(s, rng, shape, everything)
+        other = list(shape)
+        if ndim > 1 and rng.random() < 0.3:
+            other[rng.randrange(ndim)] = 1  # a static 1 broadcasts
+        y = _layout(s, rng, other, [d for d in everything if other[d] != 1])
+        for target, args in ((operator.add, (x, y)), (operator.mul, (y, x)), (operator.sub, (x, y))):
+            total += 1
+            answered += s.run(target, *args)[1]
+        assert not _rule_check.mismatches
+    assert answered >= total * 3 // 4, (answered, total)
+
+    s = Symbolic()
+    a, b = s.fake(2, 6, 5, 8, dynamic=(1, 2, 3)), s.fake(2, 6, 5, 4, dynamic=(1, 2, 3))
+    out, answered = s.run(torch.cat, [a, b], -1)
+    assert answered and out.shape[1] is not None and not _rule_check.mismatches
+    assert len(_equalities(s)) == 2  # the sizes at 1 and 2 made one
+
+    # Joined with a permuted half (Sequencer: a vertical and a horizontal RNN's outputs):
+    # torch's channels-last test on the symbolic strides, settled without guards.
+    s = Symbolic()
+    a = s.fake(1, 6, 5, 8, dynamic=(1, 2, 3))
+    base = s.fake(1, 5, 6, 4, dynamic=(1, 2, 3))
+    b = s.under(lambda: base.permute(0, 2, 1, 3))
+    out, answered = s.run(torch.cat, [a, b], -1)
+    assert answered and not _rule_check.mismatches
+
+    s = Symbolic()
+    x = s.fake(2, 5, 384, dynamic=(0, 1, 2))
+    out, answered = s.run(F.layer_norm, x, [384], s.static(384), s.static(384))
+    assert answered and out.shape[-1] == 384 and not _rule_check.mismatches
+
+    s = Symbolic()
+    left, right = s.fake(3, 10, dynamic=(0, 1)), s.fake(3, 6, dynamic=(0, 1))
+    joined = s.under(lambda: torch.cat([left, right], -1))  # in-features s1 + s3
+    weight = s.static(7, 16)
+    out, answered = s.run(F.linear, joined, weight)
+    assert answered and not _rule_check.mismatches
+
+
+def test_views_to_int_arguments_of_the_same_values_unify_them() -> None:
+    """A resume function gets `B, H, W` (taken from a tensor's shape before the break) as
+    int arguments of their own symbols, and tensors whose sizes are other symbols:
+    `v.reshape(B, W, H, -1)` and `x.reshape(-1, H, C)` pair each given size with the input
+    size at its place, as torch's view does, recording the equalities it records; pairs
+    whose values differ, or a size torch would split or merge, are left alone."""
+    s = Symbolic()
+    v = s.fake(6, 4, 10, dynamic=(0, 1, 2))
+    w, h = _int_symbol(s, 6, "w"), _int_symbol(s, 4, "h")
+    out, answered = s.run("reshape", v, 1, w, h, -1)
+    assert answered and not _rule_check.mismatches
+    assert out.shape[0] == 1 and out.shape[-1] is not None
+
+    s = Symbolic()
+    base = s.fake(1, 4, 6, 10, dynamic=(1, 2, 3))
+    x = s.under(lambda: base.permute(0, 2, 1, 3))  # (1, W, H, C), not row-major
+    h, c = _int_symbol(s, 4, "h"), _int_symbol(s, 10, "c")
+    out, answered = s.run("reshape", x, -1, h, c)
+    assert not _rule_check.mismatches
+
+    s = Symbolic()
+    x = s.fake(1, 6, 4, 10, dynamic=(1, 2, 3))
+    h, c = _int_symbol(s, 4, "h"), _int_symbol(s, 10, "c")
+    out, answered = s.run("reshape", x, -1, h, c)
+    assert answered and not _rule_check.mismatches
+
+    # Values that do not pair up: nothing recorded by the rule, FakeTensorMode answers.
+    s = Symbolic()
+    v = s.fake(6, 4, 10, dynamic=(0, 1, 2))
+    a, b = _int_symbol(s, 3, "a"), _int_symbol(s, 8, "b")
+    assert _symbolic_rules.infer(s.mode, "reshape", (v, a, b, -1), {}) is None
+    assert not s.env.guards
+    # A merge of two symbolic sizes into one int argument: torch's walk merges them, it does
+    # not compare pairs.
+    s = Symbolic()
+    v = s.fake(6, 4, 10, dynamic=(0, 1, 2))
+    n = _int_symbol(s, 24, "n")
+    _symbolic_rules.infer(s.mode, "reshape", (v, n, -1), {})
+    assert not s.env.replacements
+
+
+def test_unification_needs_equal_values_and_a_size_not_one() -> None:
+    """Sizes of different values are not unified (the operation would fail in eager: left to
+    FakeTensorMode to report); right after a strided convolution (a size that may be 1)
+    against an int argument, nothing is known to exclude broadcasting: left to torch."""
+    s = Symbolic()
+    x, y = s.fake(4, 5, dynamic=(0, 1)), s.fake(4, 6, dynamic=(0, 1))
+    assert _symbolic_rules.infer(s.mode, operator.add, (x, y), {}) is None
+    assert not s.env.guards
+    s = Symbolic()
+    img = s.fake(1, 3, 16, 16, dynamic=(2, 3))
+    y = s.under(lambda: F.conv2d(img, torch.empty(4, 3, 3, 3), stride=2))
+    n = _int_symbol(s, 7, "n")
+    guards = len(s.env.guards)
+    assert _symbolic_rules.infer(s.mode, "reshape", (y, 1, 4, n, -1), {}) is None
+    assert len(s.env.guards) == guards
+
+
+@SEEDS
+def test_cat_of_permuted_symbolic_images(seed) -> None:
+    """`cat` lays its result out by whether its inputs suggest channels-last; on symbolic
+    strides the rule asks torch's own test with every comparison settled by what the
+    ShapeEnv knows (else declines). Random permutations of 4-d symbolic tensors, joined
+    along random dimensions, each answer verified against FakeTensorMode."""
+    import itertools
+
+    rng = random.Random(31 + seed)
+    orders = list(itertools.permutations(range(4)))
+    answered = 0
+    for _ in range(30):
+        s = Symbolic()
+        sizes = [1 if rng.random() < 0.2 else rng.randint(2, 6) for _ in range(4)]
+        dim = rng.randrange(4)
+        parts = []
+        for _ in range(2):
+            order = rng.choice(orders)
+            base = s.fake(*[sizes[d] for d in order], dynamic=[i for i, d in enumerate(order) if sizes[d] != 1])
+            inverse = [order.index(d) for d in range(4)]
+            parts.append(s.under(lambda base=base, inverse=inverse: base.permute(*inverse)))
+        answered += s.run(torch.cat, parts, dim)[1]
+        assert not _rule_check.mismatches
+    assert answered > 0

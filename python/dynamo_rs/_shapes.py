@@ -498,13 +498,15 @@ def guard_plan(mode, inputs: list, names: list[str], user_marks: list, locations
             return names[k]
         return f"{names[k]}.{'size' if which == 0 else 'stride'}()[{dim}]"
 
+    # Symbol names longest first (`s10` is replaced before `s1` could eat its prefix).
+    renames = sorted(((str(symbol), read_name(index)) for symbol, index in symbol_reads.items()),
+                     key=lambda pair: -len(pair[0]))
     try:
         for index, expr in pending:
             checks.append((("eq", ("v", index), _translate(expr, symbol_reads)),
-                           f"{read_name(index)} == {_describe(expr, symbol_reads, read_name)}"))
+                           f"{read_name(index)} == {_describe(expr, renames)}"))
         for guard in env.guards:
-            checks.append((_translate(guard.expr, symbol_reads),
-                           _describe(guard.expr, symbol_reads, read_name)))
+            checks.append((_translate(guard.expr, symbol_reads), _describe(guard.expr, renames)))
     except _Untranslatable as err:
         raise _capture_unsupported(str(err)) from None
     for symbol, index in symbol_reads.items():
@@ -526,10 +528,13 @@ def _capture_unsupported(message: str) -> Exception:
     return NotImplementedError(f"dynamic shapes: {message}")
 
 
-def _describe(expr, symbol_reads: dict, read_name) -> str:
+def _describe(expr, renames: list) -> str:
+    """`expr` as text with each symbol named by the value it reads (`renames`: pairs of a
+    symbol's name and the read's, longest symbol names first)."""
     text = str(expr)
-    for symbol, index in sorted(symbol_reads.items(), key=lambda kv: -len(str(kv[0]))):
-        text = text.replace(str(symbol), read_name(index))
+    for symbol, name in renames:
+        if symbol in text:
+            text = text.replace(symbol, name)
     return text
 
 

@@ -115,6 +115,25 @@ def _channels_last(sizes, strides) -> bool:
     return True
 
 
+def strides_like_channels_last(sizes, strides) -> bool:
+    """`are_strides_like_channels_last_or_false` (what `suggest_memory_format` asks of a 4-d
+    tensor: `cat` lays its result out by it), every comparison settled without a guard."""
+    if len(sizes) != 4:
+        return False
+    if settled(strides[1] == 0):
+        return False
+    least = 0
+    for d in (1, 3, 2, 0):
+        if settled(sizes[d] == 0):
+            return False
+        if settled(strides[d] < least):
+            return False
+        if d == 0 and settled(least == strides[1]):
+            return False
+        least = strides[d] * sizes[d]
+    return True
+
+
 def _ge(a, b) -> bool:
     """`ge` of `compute_elementwise_output_logical_to_physical_perm` (a, b >= 0)."""
     if settled(b == 0):

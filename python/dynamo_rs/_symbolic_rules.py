@@ -63,6 +63,52 @@ def _same_sizes(a, b) -> bool:
     return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
 
 
+def _hint(size):
+    """The value behind a size: an int itself, a backed SymInt's hint, else None."""
+    if type(size) is int:
+        return size
+    if free_unbacked_symbols(size):
+        return None
+    return size.node.hint
+
+
+def _unify(a, b) -> bool:
+    """Whether sizes `a` and `b` are the same — by structure, or made so the way torch's
+    meta functions make them: two sizes an operation needs equal (the sizes broadcast
+    against each other, the joined tensors' other sizes, a normalised shape, a product's
+    inner size) that the ShapeEnv cannot tell apart are compared, and their equality
+    recorded as a guard (`Eq(s5, s36)`, after which the ShapeEnv replaces one symbol by the
+    other; `Eq(s7, 384)` specialises). The inputs of a frame compiled again with automatic
+    dynamic shapes get a symbol per size (as under TorchDynamo), so the first operation
+    relating two of them records that guard; through FakeTensorMode it costs 10–50 ms.
+
+    Only a backed symbol against a size of the same value (not 0 or 1), one of the two
+    static or known not to be 1 (a size of 1 broadcasts: torch asks that first; an int
+    handed to the frame may be anything, and once equal to such a size it is not 1 either).
+    Where the equality becomes a replacement the sizes are then the same by structure and
+    the rule's answer is torch's, under the same guard; where it does not (`Eq(s50 + s56,
+    384)`) the guard stays recorded — every caller asks only for an equality torch's meta
+    function must establish too — and the rule declines."""
+    if _same(a, b):
+        return True
+    if type(a) is not _SymInt and type(b) is not _SymInt:
+        return False
+    hint = _hint(a)
+    if hint is None or hint != _hint(b) or hint in (0, 1):
+        return False
+    if not all(type(s) is int or _tame(s) for s in (a, b)) or \
+            not any(type(s) is int or _known_not_one(s) for s in (a, b)):
+        return False
+    if not bool(a == b):  # records Eq(a, b); true by the hints
+        return False
+    return _same(a, b)
+
+
+def _unify_sizes(a, b) -> bool:
+    """`_unify` over two lists of sizes of one length, pairwise."""
+    return len(a) == len(b) and all(_unify(x, y) for x, y in zip(a, b))
+
+
 def _simple(size) -> bool:
     """A static size, or a product of symbols and numbers (no floor division, remainder,
     sum): sizes torch reshapes without guards."""
@@ -240,12 +286,14 @@ def implied_by_sizes(env, guard) -> bool:
 
 def _row_major(sizes) -> tuple:
     """`make_contiguous_strides_for(sizes)`, remembered per ShapeEnv by the sizes' expressions
-    (the SymInt arithmetic costs some 100 µs a shape; a model meets each shape many times)."""
+    (the SymInt arithmetic costs some 100 µs a shape; a model meets each shape many times)
+    and by how much the ShapeEnv knows: its `Max(1, s)` terms simplify once a replacement or
+    a guard bounds `s` (an int argument unified with a tensor's size)."""
     env = next((s.node.shape_env for s in sizes if type(s) is _SymInt), None)
     if env is None:
         return make_contiguous_strides_for(sizes)
     memo = env.__dict__.setdefault("_dynamo_rs_row_major", {})
-    key = tuple(map(_expr, sizes))
+    key = (tuple(map(_expr, sizes)), len(env.replacements), len(env.guards))
     strides = memo.get(key)
     if strides is None:
         strides = memo[key] = tuple(make_contiguous_strides_for(sizes))
@@ -354,14 +402,21 @@ def _broadcast(shapes):
     right) the sizes that are not a static 1 must all be the same expression; None when they
     are not (torch would have to compare them, and record a guard)."""
     rank = max(len(s) for s in shapes)
-    out = []
+    columns = []
     for i in range(rank):
         sizes = [s[len(s) - rank + i] for s in shapes if len(s) - rank + i >= 0]
         wide = [s for s in sizes if not _is_one(s)]
+        if any(not _same(s, wide[0]) and _hint(s) != _hint(wide[0]) for s in wide[1:]):
+            return None  # sizes that cannot broadcast (or unknown values): nothing recorded
+        columns.append(wide)
+    out = []
+    for wide in columns:
         if not wide:
             out.append(1)
         elif all(_same(s, wide[0]) for s in wide[1:]):
             out.append(wide[0])
+        elif all(_unify(s, wide[0]) for s in wide[1:]):
+            out.append(wide[0] if type(wide[0]) is int else next((s for s in wide if type(s) is int), wide[0]))
         else:
             return None
     return out
@@ -436,7 +491,7 @@ def _layer_norm(mode, args, kwargs):
     if not _ready(mode, *tensors) or not static._same_float(*tensors):
         return None
     shape = tuple(shape)
-    if x.dim() < len(shape) or not _same_sizes(x.shape[x.dim() - len(shape):], shape):
+    if x.dim() < len(shape) or not _unify_sizes(x.shape[x.dim() - len(shape):], shape):
         return None
     if any(tuple(t.shape) != shape for t in tensors[1:]):
         return None
@@ -561,7 +616,7 @@ def _linear(mode, args, kwargs):
     tensors = (x, w) if b is None else (x, w, b)
     if not _ready(mode, *tensors) or not static._same_float(*tensors):
         return None
-    if x.dim() < 1 or w.dim() != 2 or not _static_ints(w.shape) or not _same(x.shape[-1], w.shape[1]):
+    if x.dim() < 1 or w.dim() != 2 or not _static_ints(w.shape) or not _unify(x.shape[-1], w.shape[1]):
         return None
     # torch folds the leading dimensions into one and unfolds them again (a view of a
     # row-major input, of any rank); on sizes that are floor divisions and remainders
@@ -659,6 +714,44 @@ def _size_one_inserted(x, sizes):
     return tuple(strides)
 
 
+def _unify_view_sizes(in_sizes, sizes) -> tuple:
+    """Before a view of `in_sizes` as `sizes` (one may be -1): when, leaving out static 1s,
+    both have as many sizes and each given size has the value of the input size at its
+    place, those pairs are unified (`_unify`) — torch's view algorithm walks the two in
+    step and compares each pair (a resume function handed `B, H, W` as ints viewing a tensor
+    whose sizes are symbols of their own: `v.reshape(B, W, H, -1)`). Anything else is left
+    as it is (the rule then decides by structure, or declines).
+
+    Returns `sizes` with each given size that is now the same as the input's replaced by the
+    input's own SymInt: one made for an int argument keeps the expressions it was made with
+    (`Max(1, s98)` for a row-major stride, where the input's `s59` is known to be at least
+    2 and torch's strides say `s59`)."""
+    sizes = tuple(sizes)
+    if sum(1 for t in sizes if type(t) is int and t == -1) > 1:
+        return sizes
+    kept_in = [t for t in in_sizes if not _is_one(t)]
+    kept = [i for i, t in enumerate(sizes) if not _is_one(t)]
+    if len(kept_in) != len(kept):
+        return sizes
+    pairs = [(i, u) for i, u in zip(kept, kept_in) if not (type(sizes[i]) is int and sizes[i] == -1)]
+    if not all(_same(sizes[i], u) for i, u in pairs):
+        if any(_hint(sizes[i]) is None or _hint(sizes[i]) != _hint(u) for i, u in pairs):
+            return sizes
+        # Torch's walk pairs sizes this way only while each is a size of its own: a product
+        # or sum may be split or merged instead.
+        if not all(_same(sizes[i], u) or any(type(v) is _SymInt and isinstance(_expr(v), sympy.Symbol)
+                                             for v in (sizes[i], u)) for i, u in pairs):
+            return sizes
+        for i, u in pairs:
+            if not _unify(sizes[i], u):
+                return sizes
+    unified = list(sizes)
+    for i, u in pairs:
+        if type(unified[i]) is _SymInt and _same(unified[i], u):
+            unified[i] = u
+    return tuple(unified)
+
+
 def _reshaping(copy_allowed: bool):
     """`view` / `reshape` to sizes given as ints and SymInts (at most one -1, inferred only
     where the division is exact by structure): the same sizes (the input's own layout), or
@@ -673,6 +766,7 @@ def _reshaping(copy_allowed: bool):
             rest = tuple(rest[0])
         if not all(type(s) in (int, _SymInt) for s in rest):
             return None
+        rest = _unify_view_sizes(x.shape, rest)
         if any(type(s) is int and s < 1 and s != -1 for s in rest) or \
                 any(type(s) is _SymInt and not _size_ok(s, False) for s in rest):
             return None
@@ -704,13 +798,15 @@ def _reshaping(copy_allowed: bool):
             return None
         if _canonical(x) and not any(_is_one(t) for t in sizes):
             return _view(mode, x, tuple(sizes), _row_major(sizes), 0)
+        inserted = _size_one_inserted(x, sizes)
         if _canonical(x) and _same_sizes([t for t in sizes if not _is_one(t)],
                                          [t for t in x.shape if not _is_one(t)]):
             # A row-major tensor with size-1 dimensions added or dropped (`(h, w, c) ->
             # (1, h, w, c)`, a batch of 1 folded away): torch's algorithm splits them off
-            # or squeezes them, and every stride stays row-major.
-            return _view(mode, x, tuple(sizes), _row_major(sizes), 0)
-        inserted = _size_one_inserted(x, sizes)
+            # or squeezes them, and every stride stays row-major — as torch writes them
+            # where a 1 is split off (`s * n`, not `Max(1, n) * s`: the same value, but a
+            # size unified with an int argument has no sign for sympy to drop the `Max`).
+            return _view(mode, x, tuple(sizes), inserted if inserted is not None else _row_major(sizes), 0)
         if inserted is not None:
             return _view(mode, x, tuple(sizes), inserted)
         in_sizes, in_strides = tuple(x.shape), tuple(x.stride())
@@ -867,7 +963,14 @@ def _not_channels_last(t: FakeTensor) -> bool:
     if t.dim() != 4 or _canonical(t):
         return True
     channels, stride = t.shape[1], t.stride()[1]
-    return type(channels) is int and channels > 1 and type(stride) is int and stride != 1
+    if type(channels) is int and channels > 1 and type(stride) is int and stride != 1:
+        return True
+    # Symbolic sizes or strides (Sequencer's permuted halves): torch's own test, each step
+    # settled by what the ShapeEnv knows, or no answer.
+    try:
+        return not _symbolic_layout.strides_like_channels_last(t.shape, t.stride())
+    except _symbolic_layout.Undecided:
+        return False
 
 
 def _cat(mode, args, kwargs):
@@ -893,9 +996,10 @@ def _cat(mode, args, kwargs):
         return None
     d = dim % n
     for t in kept:
-        if not _same_sizes(t.shape[:d], first.shape[:d]) or not _same_sizes(t.shape[d + 1:], first.shape[d + 1:]):
-            return None
         if not _not_channels_last(t):
+            return None
+    for t in kept:
+        if not _unify_sizes(t.shape[:d], first.shape[:d]) or not _unify_sizes(t.shape[d + 1:], first.shape[d + 1:]):
             return None
     total = kept[0].shape[d]
     for t in kept[1:]:

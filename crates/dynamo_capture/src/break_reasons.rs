@@ -31,6 +31,7 @@ pub enum BreakKind {
     Environment,
     ModelOutput,
     Internal,
+    Requested,
 }
 
 /// What the documentation and the logs say about one kind.
@@ -44,7 +45,7 @@ pub struct BreakInfo {
 
 impl BreakKind {
     /// Every kind, in code order.
-    pub const ALL: [BreakKind; 21] = [
+    pub const ALL: [BreakKind; 22] = [
         BreakKind::DataDependentBranch,
         BreakKind::TensorValueNeeded,
         BreakKind::UnsupportedCall,
@@ -66,6 +67,7 @@ impl BreakKind {
         BreakKind::Environment,
         BreakKind::ModelOutput,
         BreakKind::Internal,
+        BreakKind::Requested,
     ];
 
     pub fn info(self) -> BreakInfo {
@@ -237,6 +239,13 @@ impl BreakKind {
                 "The translator reached a state it does not handle (a bug, or a corner not \
                  built yet). The frame runs as it is.",
                 "Please report it with the function's source and the log line.",
+            ),
+            BreakKind::Requested => (
+                "GB0022",
+                "A graph break the program asks for",
+                "`torch._dynamo.graph_break()` ends the graph where it is called, as under \
+                 TorchDynamo: the code after it continues in a resume function.",
+                "Remove the call to keep the code in one graph.",
             ),
         };
         BreakInfo {

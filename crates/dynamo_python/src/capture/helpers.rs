@@ -64,6 +64,8 @@ pub struct Helpers<'py> {
     pub is_compiling: Vec<Bound<'py, PyAny>>,
     /// `torch._assert`: checked while tracing when its condition is known.
     pub torch_assert: Bound<'py, PyAny>,
+    /// `torch._dynamo.graph_break`: a graph break where the program calls it.
+    pub requested_breaks: Vec<Bound<'py, PyAny>>,
     /// `torch.distributions.distribution._all_true_or_runtime_assert`, the check of a
     /// distribution's argument validation (None if torch no longer has it).
     pub distribution_check: Option<Bound<'py, PyAny>>,
@@ -223,6 +225,11 @@ impl<'py> Helpers<'py> {
             constant_types,
             is_compiling,
             torch_assert: torch.getattr("_assert")?,
+            requested_breaks: py
+                .import_module("torch._dynamo.decorators")
+                .and_then(|m| m.getattr("graph_break"))
+                .into_iter()
+                .collect(),
             distribution_check: py
                 .import_module("torch.distributions.distribution")
                 .and_then(|m| m.getattr("_all_true_or_runtime_assert"))

@@ -431,6 +431,7 @@ impl<'py> Tracer<'py> {
             && !h.is_compiling.iter().any(|f| f.is(obj))
             && !h.always_false.iter().any(|f| f.is(obj))
             && !h.always_none.iter().any(|f| f.is(obj))
+            && !h.requested_breaks.iter().any(|f| f.is(obj))
             && !h.foldable.contains(obj).unwrap_or(true)
             && !h.is_graph_function.call1((obj,))?.is_truthy()?;
         // A module call reads what it needs through the module's source (`call_module`); an
@@ -454,6 +455,9 @@ impl<'py> Tracer<'py> {
         };
         if h.is_compiling.iter().any(|f| f.is(obj)) {
             return Ok(self.constant(&true.into_pyobject(py)?.to_owned().into_any()));
+        }
+        if h.requested_breaks.iter().any(|f| f.is(obj)) {
+            return unsupported(BreakKind::Requested, "torch._dynamo.graph_break()");
         }
         if h.always_false.iter().any(|f| f.is(obj)) {
             let overridden = args
