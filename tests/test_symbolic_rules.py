@@ -482,8 +482,9 @@ def test_sizes_of_separate_symbols_with_equal_values_are_unified_as_torch_does(s
     input (as under TorchDynamo): two tensors of equal sizes have different symbols, and the
     first operation relating them records their equality (`Eq(s5, s36)`) through
     FakeTensorMode, 10–50 ms each. The rules record that same equality and answer:
-    elementwise operations over every layout (and broadcast 1s), `cat`, `layer_norm` over a
-    symbolic channel count (specialised), `linear` with a symbolic or summed in-features.
+    elementwise operations over every layout (and broadcast 1s), `cat`, `layer_norm` and
+    `conv2d` over a symbolic channel count (specialised), `linear` with a symbolic or summed
+    in-features.
     Verified against FakeTensorMode (sizes, strides, and no guard the rule did not record)."""
     rng = random.Random(7 + seed)
     answered = total = 0
@@ -522,6 +523,11 @@ def test_sizes_of_separate_symbols_with_equal_values_are_unified_as_torch_does(s
     x = s.fake(2, 5, 384, dynamic=(0, 1, 2))
     out, answered = s.run(F.layer_norm, x, [384], s.static(384), s.static(384))
     assert answered and out.shape[-1] == 384 and not _rule_check.mismatches
+
+    s = Symbolic()
+    image = s.fake(2, 6, 5, 5, dynamic=(0, 1, 2, 3))  # channels symbolic, as the weight's
+    out, answered = s.run(F.conv2d, image, s.static(4, 6, 1, 1), s.static(4))
+    assert answered and not _rule_check.mismatches
 
     s = Symbolic()
     left, right = s.fake(3, 10, dynamic=(0, 1)), s.fake(3, 6, dynamic=(0, 1))

@@ -541,7 +541,7 @@ def _conv2d(mode, args, kwargs):
         return None
     if not _static_ints(w.shape) or not _static_ints(w.stride()) or not static._canonical(w):
         return None
-    if type(x.shape[1]) is not int or x.shape[1] != w.shape[1] * groups or w.shape[0] % groups:
+    if w.shape[0] % groups or not _unify(x.shape[1], w.shape[1] * groups):
         return None
     if b is not None and tuple(b.shape) != (w.shape[0],):
         return None
