@@ -325,11 +325,21 @@ def _hints(values) -> list:
 
 
 def _no_op_backend(gm, example_inputs):
-    """A backend whose compiled graph does no work: returns placeholders of the right arity."""
+    """A backend whose compiled graph does no work: returns placeholders of the right arity
+    and kind (an empty tensor for a tensor, the traced value for a size a dynamic graph
+    returns: code after the graph may build a `torch.Size` of it)."""
     import torch
 
+    def placeholder(out):
+        value = out.meta.get("val", out.meta.get("example_value")) if isinstance(out, torch.fx.Node) else out
+        if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            return value.node.hint
+        if isinstance(value, (int, float, bool)):
+            return value
+        return torch.empty(0)
+
     outputs = gm.graph.output_node().args[0]
-    dummy = tuple(torch.empty(0) for _ in outputs)
+    dummy = tuple(placeholder(out) for out in outputs)
     return lambda *args: dummy
 
 

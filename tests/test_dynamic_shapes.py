@@ -757,6 +757,53 @@ def test_language_models_over_sequence_lengths_and_batches(name) -> None:
         assert counter.frame_count <= 2, (shapes, counter.frame_count)
 
 
+@pytest.mark.parametrize("name", ["gpt2", "llama", "bert"])
+def test_language_models_with_dynamic_true_in_one_graph_as_torchdynamo(name) -> None:
+    """`dynamic=True` makes the frame's int arguments symbolic, not the ints a model's config
+    holds: read through the model (`self.config.num_hidden_layers` sizes transformers'
+    `DynamicCache`) they stay constants, as TorchDynamo keeps ints read through modules.
+    Symbolic, `len()` of the config's per-layer view broke GPT-2 into 3 graphs."""
+    from models import build, tensors_of
+
+    model, _ = build(name)
+    ours, theirs = CompileCounter(), torch._dynamo.testing.CompileCounter()
+    compiled = dynamo_rs.compile(model, backend=ours, dynamic=True)
+    reference = torch.compile(model, backend=theirs, dynamic=True)
+    with torch.no_grad():
+        for shape in ((2, 7), (2, 13), (3, 9)):
+            ids = torch.randint(0, 1000, shape)
+            expected = tensors_of(model(ids))
+            for out in (compiled(ids), reference(ids)):
+                for a, b in zip(tensors_of(out), expected):
+                    torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    assert ours.frame_count == theirs.frame_count == 1, (ours.frame_count, theirs.frame_count)
+
+
+class _Configured(torch.nn.Module):
+    """A module whose config object's ints shape the computation."""
+
+    def __init__(self, repeats: int):
+        super().__init__()
+        self.config = type("Config", (), {})()
+        self.config.repeats = repeats
+
+    def forward(self, x):
+        for _ in range(self.config.repeats):
+            x = x.sin()
+        return x * self.config.repeats
+
+
+def test_ints_of_a_modules_config_stay_constants_under_dynamic_true() -> None:
+    """An int read through a module's attributes is a constant guarded by value under
+    `dynamic=True` (a loop over it unrolls): changing it recompiles, as under TorchDynamo."""
+    module = _Configured(3)
+    calls = [(r(4, 3),), (r(6, 3),)]
+    side_by_side(module, calls, dynamic=True)
+    module.config.repeats = 2
+    counter = side_by_side(module, calls + [(r(5, 3),)], dynamic=True)
+    assert counter.frame_count == 1
+
+
 def test_resnet18_over_image_sizes() -> None:
     from models import build
 

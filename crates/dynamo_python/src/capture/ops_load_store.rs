@@ -171,7 +171,36 @@ impl<'py> Tracer<'py> {
         if self.is_private(obj) {
             self.mark_private_containers(value);
         }
+        if self.reached_through_module(obj)? {
+            self.mark_module_reached(value);
+        }
         Ok(value)
+    }
+
+    /// Whether `obj` is an `nn.Module` or was read through one's attributes.
+    fn reached_through_module(&self, obj: VarId) -> PyResult<bool> {
+        if self.module_reached.contains(&obj) {
+            return Ok(true);
+        }
+        match self.kind(obj) {
+            VarKind::Object(value) => value.bind(self.py).is_instance(&self.h.module_type),
+            _ => Ok(false),
+        }
+    }
+
+    /// Marks `id` (and the items of a container) as read through a module.
+    fn mark_module_reached(&mut self, id: VarId) {
+        if !self.module_reached.insert(id) {
+            return;
+        }
+        let inner: Vec<VarId> = match self.kind(id) {
+            VarKind::List(items) | VarKind::Tuple(items) => items.clone(),
+            VarKind::Dict(entries) => entries.iter().map(|(_, v)| *v).collect(),
+            _ => return,
+        };
+        for item in inner {
+            self.mark_module_reached(item);
+        }
     }
 
     fn read_attr(&mut self, obj: VarId, name: &str) -> CResult<VarId> {
@@ -422,12 +451,13 @@ impl<'py> Tracer<'py> {
                 // `cumulative_length`, a step counter) is subject to automatic dynamic shapes
                 // as the frame's own int arguments are: once it changes between compiles it
                 // becomes symbolic, instead of one recompile per value. Modules' ints (layer
-                // indices, sizes) and those of classes and Python modules stay specialised,
-                // as under TorchDynamo.
+                // indices, sizes), those of objects read through modules (a model's config:
+                // `num_hidden_layers` sizes its cache) and those of classes and Python
+                // modules stay specialised, as under TorchDynamo.
                 if let Some(s) = &source {
                     if attr.is_exact_instance_of::<pyo3::types::PyInt>()
                         && s.is_rooted_in_locals()
-                        && !value.is_instance(&self.h.module_type)?
+                        && !self.reached_through_module(obj)?
                         && !value.is_instance_of::<pyo3::types::PyType>()
                         && !value.is_instance_of::<pyo3::types::PyModule>()
                     {

@@ -206,6 +206,10 @@ pub struct Tracer<'py> {
     pub effects_floor: u32,
     /// Trackers of the lists and dicts read from private objects (not to be changed).
     pub private_containers: std::collections::HashSet<VarId>,
+    /// Values read through an `nn.Module`'s attributes (`self.config`, and what is read
+    /// from those in turn): their int attributes stay specialised, as TorchDynamo keeps ints
+    /// read through modules (`allow_unspec_int_on_nn_module` off).
+    pub module_reached: std::collections::HashSet<VarId>,
     /// `obj.__dict__` of each instance made in the trace whose `__dict__` was read: a dict
     /// tracker kept equal to the instance's attributes (stores and deletes update both; the
     /// dict itself may not be changed, and it is not rebuilt after the graph).
@@ -337,6 +341,7 @@ impl<'py> Tracer<'py> {
             effects: 0,
             effects_floor: u32::MAX,
             private_containers: Default::default(),
+            module_reached: Default::default(),
             instance_dicts: HashMap::new(),
             global_stores: Vec::new(),
             root_code: None,
