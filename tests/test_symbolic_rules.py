@@ -619,3 +619,54 @@ def test_cat_of_permuted_symbolic_images(seed) -> None:
         answered += s.run(torch.cat, parts, dim)[1]
         assert not _rule_check.mismatches
     assert answered > 0
+
+
+def test_attention_masks_over_a_symbolic_length() -> None:
+    """The masks transformers build for a symbolic sequence length: positions indexed with
+    None into broadcastable shapes, compared (`kv_idx <= q_idx`), and-ed with a padding
+    mask of its own symbols, compared with numbers and a 0-d tensor — answered by the rules
+    (a bool result broadcast by structure, or by the equality torch records), each verified
+    against FakeTensorMode."""
+    s = Symbolic()
+    ids = s.fake(7, dynamic=(0,), dtype=torch.int64)
+    q, answered = s.run(operator.getitem, ids, (None, None, slice(None), None))
+    assert answered and tuple(q.shape)[:2] == (1, 1)
+    kv, answered = s.run(operator.getitem, ids, (None, None, None, slice(None)))
+    assert answered
+    causal, answered = s.run(operator.le, kv, q)
+    assert answered and causal.dtype == torch.bool
+    padding = s.fake(2, 7, dynamic=(1,), dtype=torch.int64)
+    wide, answered = s.run(operator.getitem, padding, (slice(None), None, None, slice(None)))
+    assert answered
+    flags, answered = s.run(operator.ne, wide, 0)
+    assert answered
+    both, answered = s.run(operator.and_, causal, flags)
+    assert answered and both.dim() == 4
+    _, answered = s.run(torch.eq, ids, ids)
+    assert answered
+    scalar = s.under(lambda: torch.tensor(True))
+    _, answered = s.run(operator.and_, scalar, both)
+    assert not _rule_check.mismatches
+    # Mixed dtypes (a conversion) and a layout that is not row-major: left to torch.
+    floats = s.fake(7, dynamic=(0,))
+    assert _symbolic_rules.infer(s.mode, operator.lt, (ids, floats), {}) is None
+    base = s.fake(7, 5, dynamic=(0,))
+    transposed = s.under(lambda: base.t())
+    assert _symbolic_rules.infer(s.mode, operator.gt, (transposed, 0.5), {}) is None
+    assert not _rule_check.mismatches
+
+
+def test_indexing_with_new_dimensions_over_symbolic_layouts() -> None:
+    """`x[None]`, `x[:, None]`, `x[..., None]`, `x[None, :, 1:3]` on row-major, transposed
+    and sliced symbolic tensors: a view whose new dimensions get `unsqueeze`'s strides,
+    verified against FakeTensorMode."""
+    rng = random.Random(5)
+    answered = 0
+    for _ in range(20):
+        s = Symbolic()
+        x = _layout(s, rng, [rng.randint(4, 7) for _ in range(3)], (0, 1))
+        for index in ((None,), (slice(None), None), (Ellipsis, None), (None, slice(None), None),
+                      (None, Ellipsis, slice(1, 3)), (slice(None), None, slice(None), None)):
+            answered += s.run(operator.getitem, x, index)[1]
+        assert not _rule_check.mismatches
+    assert answered > 60

@@ -455,6 +455,36 @@ def _binary(true_division: bool = False, inplace: bool = False):
     return rule
 
 
+def _compare_or_logical(logical: bool, tensor_first: bool = False):
+    """`a < b` (and the other comparisons; a bool result) or `a & b` (and `|`, `^`) of bool
+    tensors, over row-major operands of one dtype and numbers that do not change it,
+    broadcast by structure (or by the equalities torch records, `_unify`): a row-major bool
+    result. The masks of attention over a symbolic sequence length (`kv_idx <= q_idx`,
+    `causal & padding`). `tensor_first`: torch's functions and methods, whose first argument
+    must be a tensor."""
+    def rule(mode, args, kwargs):
+        tensors = static._binary_operands(mode, args, kwargs, _ready)
+        if tensors is None or (tensor_first and not isinstance(args[0], FakeTensor)):
+            return None
+        dtype = tensors[0].dtype
+        if dtype.is_complex or any(t.dtype != dtype for t in tensors):
+            return None
+        if logical and dtype is not torch.bool:
+            return None
+        for o in args:
+            if isinstance(o, FakeTensor):
+                continue
+            if type(o) not in (*_NUMBERS, bool) or (type(o) is int and not -2**63 <= o < 2**63):
+                return None
+        if torch.result_type(*args) != dtype or not all(_canonical(t) for t in tensors):
+            return None
+        shape = _broadcast([t.shape for t in tensors])
+        if shape is None:
+            return None
+        return _new(mode, tensors[0], tuple(shape), _row_major(shape), torch.bool)
+    return rule
+
+
 # --- layers ------------------------------------------------------------------------------
 
 
@@ -1012,46 +1042,58 @@ def _cat(mode, args, kwargs):
 
 
 def _getitem(mode, args, kwargs):
-    """Basic indexing by a tuple of slices (and an Ellipsis): a slice is either the whole
-    dimension (`:` or `0:`), or has static bounds and step on a dimension of static size
-    and stride. A view at a moved offset."""
+    """Basic indexing by a tuple of slices, None (a new dimension of size 1) and an
+    Ellipsis: a slice is either the whole dimension (`:` or `0:`), or has static bounds and
+    step on a dimension of static size and stride. A view at a moved offset; a None takes
+    the stride torch's `unsqueeze` gives it there (the next dimension's size times its
+    stride, or 1 at the end) — a mask's `ids[None, None, :, None]`."""
     if kwargs or len(args) != 2:
         return None
     x, index = args
     if not isinstance(x, FakeTensor) or not _ready(mode, x):
         return None
     items = list(index) if type(index) is tuple else [index]
-    if sum(item is Ellipsis for item in items) > 1 or not all(type(i) is slice or i is Ellipsis for i in items):
+    if sum(item is Ellipsis for item in items) > 1 or \
+            not all(type(i) is slice or i is Ellipsis or i is None for i in items):
         return None
+    slices = sum(type(item) is slice for item in items)
     if Ellipsis in items:
         at = items.index(Ellipsis)
-        fill = x.dim() - (len(items) - 1)
+        fill = x.dim() - slices
         if fill < 0:
             return None
         items = items[:at] + [slice(None)] * fill + items[at + 1:]
-    if len(items) > x.dim():
+        slices += fill
+    if slices > x.dim():
         return None
-    items += [slice(None)] * (x.dim() - len(items))
-    sizes, strides = list(x.shape), x.stride()
+    items += [slice(None)] * (x.dim() - slices)
+    sizes, strides = list(x.shape), list(x.stride())
+    out_sizes, out_strides = [], []
     offset = x.storage_offset()
-    for d, item in enumerate(items):
-        if item.step is None and item.stop is None and item.start in (None, 0):
-            continue  # the whole dimension
-        if type(sizes[d]) is not int or type(strides[d]) is not int:
-            return None
-        if not all(p is None or type(p) is int for p in (item.start, item.stop, item.step)):
-            return None
-        start, stop, step = item.indices(sizes[d])
-        if step < 1:
-            return None
-        length = len(range(start, stop, step))
-        if length < 1:
-            return None
-        sizes[d] = length
-        offset = offset + start * strides[d]
-        if step != 1:
-            strides = (*strides[:d], strides[d] * step, *strides[d + 1:])
-    return _view(mode, x, tuple(sizes), tuple(strides), offset)
+    d = 0  # the input's dimension the next slice applies to
+    for item in items:
+        if item is None:
+            out_sizes.append(1)
+            out_strides.append(sizes[d] * strides[d] if d < len(sizes) else 1)
+            continue
+        size, stride = sizes[d], strides[d]
+        d += 1
+        if not (item.step is None and item.stop is None and item.start in (None, 0)):
+            if type(size) is not int or type(stride) is not int:
+                return None
+            if not all(p is None or type(p) is int for p in (item.start, item.stop, item.step)):
+                return None
+            start, stop, step = item.indices(size)
+            if step < 1:
+                return None
+            size = len(range(start, stop, step))
+            if size < 1:
+                return None
+            offset = offset + start * stride
+            stride = stride * step
+        out_sizes.append(size)
+        out_strides.append(stride)
+    return _view(mode, x, tuple(out_sizes), tuple(out_strides), offset)
 
 
 def _cast(dtype_of_method):
@@ -1237,6 +1279,11 @@ RULES = {
     torch.cat: _cat, operator.getitem: _getitem, torch.mean: _mean, "mean": _mean,
     F.scaled_dot_product_attention: _sdpa, F.interpolate: _interpolate,
     "to": _cast(None), **{name: _cast(dtype) for name, dtype in _CASTS.items()},
+    **{op: _compare_or_logical(False) for op in (
+        operator.lt, operator.le, operator.gt, operator.ge, operator.eq, operator.ne)},
+    **{op: _compare_or_logical(False, tensor_first=True) for op in (
+        torch.lt, torch.le, torch.gt, torch.ge, torch.eq, torch.ne, "lt", "le", "gt", "ge", "eq", "ne")},
+    **{op: _compare_or_logical(True) for op in (operator.and_, operator.or_, operator.xor)},
 }
 
 
