@@ -670,3 +670,25 @@ def test_indexing_with_new_dimensions_over_symbolic_layouts() -> None:
             answered += s.run(operator.getitem, x, index)[1]
         assert not _rule_check.mismatches
     assert answered > 60
+
+
+def test_masked_attention_over_a_symbolic_length() -> None:
+    """`scaled_dot_product_attention` with a bool or additive mask broadcasting to
+    (B, H, L, S) and a row-major query: a row-major result (both CPU paths agree), verified
+    against FakeTensorMode; a transposed query with a 4-d mask is left to it."""
+    for dtype in (torch.bool, torch.float32):
+        s = Symbolic()
+        q, k, v = (s.fake(2, 4, 7, 16, dynamic=(2,)) for _ in range(3))
+        k = s.under(lambda k=k: k.view(2, 4, -1, 16))
+        mask = s.fake(2, 1, 7, 7, dynamic=(2, 3), dtype=torch.float32 if dtype.is_floating_point else torch.int64)
+        if dtype is torch.bool:
+            mask = s.under(lambda mask=mask: mask != 0)
+        out, answered = s.run(F.scaled_dot_product_attention, q, k, v, attn_mask=mask)
+        assert answered and not _rule_check.mismatches
+    s = Symbolic()
+    base = s.fake(2, 7, 4, 16, dynamic=(1,))
+    q = s.under(lambda: base.transpose(1, 2))
+    k, v = s.fake(2, 4, 7, 16, dynamic=(2,)), s.fake(2, 4, 7, 16, dynamic=(2,))
+    mask = s.fake(2, 1, 7, 7, dynamic=(2, 3), dtype=torch.int64)
+    mask = s.under(lambda: mask != 0)
+    assert _symbolic_rules.infer(s.mode, F.scaled_dot_product_attention, (q, k, v), {"attn_mask": mask}) is None

@@ -1132,7 +1132,7 @@ def _sdpa(mode, args, kwargs):
     if bound is None:
         return None
     q, k, v, mask, dropout_p, is_causal, scale, enable_gqa = bound
-    if mask is not None or dropout_p != 0.0 or type(is_causal) is not bool or enable_gqa is not False:
+    if dropout_p != 0.0 or type(is_causal) is not bool or enable_gqa is not False:
         return None
     if not (scale is None or type(scale) is float):
         return None
@@ -1142,6 +1142,8 @@ def _sdpa(mode, args, kwargs):
         return None
     if not _same_sizes(q.shape[:2], k.shape[:2]) or not _same_sizes(q.shape[:2], v.shape[:2]):
         return None
+    if mask is not None:
+        return _sdpa_masked(mode, q, k, v, mask, is_causal)
     e, ek, ev = q.shape[3], k.shape[3], v.shape[3]
     if type(e) is not int or e != ek or e != ev or not _same(k.shape[2], v.shape[2]):
         return None
@@ -1154,6 +1156,29 @@ def _sdpa(mode, args, kwargs):
     if math_path in order and order.index(math_path) < order.index(flash):
         return None
     return _new(mode, q, q.shape, _row_major(q.shape)) if _canonical(q) else None
+
+
+def _sdpa_masked(mode, q, k, v, mask, is_causal):
+    """With a mask (bool, or additive of the query's dtype, broadcasting to (B, H, L, S) by
+    structure): a row-major (B, H, L, Ev) result where both of torch's CPU paths agree — a
+    row-major query (as `_meta_rules._sdpa`; the masked attention of a decoder over a
+    symbolic length)."""
+    if is_causal or not isinstance(mask, FakeTensor) or not _ready(mode, mask):
+        return None
+    if not (mask.dtype is torch.bool or mask.dtype == q.dtype) or not 2 <= mask.dim() <= 4:
+        return None
+    if type(q.shape[3]) is not int or q.shape[3] != k.shape[3]:
+        return None
+    target = (*q.shape[:3], k.shape[2])
+    pairs = [(m, t) for m, t in zip(reversed(mask.shape), reversed(target)) if not _is_one(m)]
+    if any(not _same(m, t) and _hint(m) != _hint(t) for m, t in pairs) or _hint(k.shape[2]) != _hint(v.shape[2]):
+        return None
+    if not _unify(k.shape[2], v.shape[2]) or not all(_unify(m, t) for m, t in pairs):
+        return None
+    if mask.dim() != 3 and q.shape[3] == v.shape[3] and not _canonical(q):
+        return None
+    out = (*q.shape[:3], v.shape[3])
+    return _new(mode, q, out, _row_major(out))
 
 
 def _mean(mode, args, kwargs):
