@@ -692,3 +692,56 @@ def test_masked_attention_over_a_symbolic_length() -> None:
     mask = s.fake(2, 1, 7, 7, dynamic=(2, 3), dtype=torch.int64)
     mask = s.under(lambda: mask != 0)
     assert _symbolic_rules.infer(s.mode, F.scaled_dot_product_attention, (q, k, v), {"attn_mask": mask}) is None
+
+
+def test_indexing_every_dimension_by_position_grids() -> None:
+    """`mask[batch_idx, kv_idx]` with integer index tensors broadcasting to a 4-d grid over
+    a symbolic length (transformers' padding mask): a fresh row-major result of the grid's
+    shape, verified against FakeTensorMode; a bool index (a mask) is left to it."""
+    s = Symbolic()
+    mask = s.fake(2, 7, dynamic=(1,), dtype=torch.int64)
+    batch = s.under(lambda: torch.arange(2)[:, None, None, None])
+    positions = s.fake(7, dynamic=(0,), dtype=torch.int64)
+    kv = s.under(lambda: positions[None, None, None, :])
+    out, answered = s.run(operator.getitem, mask, (batch, kv))
+    assert answered and out.dim() == 4 and not _rule_check.mismatches
+    flags = s.under(lambda: mask != 0)
+    assert _symbolic_rules.infer(s.mode, operator.getitem, (mask, (flags,)), {}) is None
+
+
+@SEEDS
+def test_expand_over_symbolic_layouts(seed) -> None:
+    """`x.expand(...)` of symbolic tensors in every layout: size-1 dimensions widened (to
+    static and symbolic sizes), new leading dimensions (of 1 and more), -1 kept, a size
+    given again as another symbol of its value — verified against FakeTensorMode."""
+    rng = random.Random(11 + seed)
+    answered = 0
+    for _ in range(40):
+        s = Symbolic()
+        ndim = rng.randint(1, 3)
+        shape = [1 if rng.random() < 0.4 else rng.randint(2, 6) for _ in range(ndim)]
+        x = _layout(s, rng, shape, [d for d in range(ndim) if shape[d] != 1])
+        other = s.fake(*[rng.randint(2, 6) for _ in range(ndim)], dynamic=range(ndim))
+        target = []
+        for d, n in enumerate(shape):
+            if n == 1:
+                target.append(rng.choice([1, 3, other.shape[d], -1]))
+            else:
+                target.append(rng.choice([-1, x.shape[d]]))
+        lead = [rng.choice([1, 2, other.shape[0]]) for _ in range(rng.randint(0, 2))]
+        answered += s.run("expand", x, *lead, *target)[1]
+        assert not _rule_check.mismatches
+    assert answered > 20
+
+
+def test_positions_over_a_symbolic_length() -> None:
+    """`torch.arange(n)` of a symbolic length (an input's size): a fresh int64 vector of n
+    elements, verified against FakeTensorMode; other starts and steps are left to it."""
+    s = Symbolic()
+    x = s.fake(2, 7, dynamic=(1,))
+    n = x.shape[1]
+    out, answered = s.run(torch.arange, n)
+    assert answered and out.dtype == torch.int64 and not _rule_check.mismatches
+    out, answered = s.run(torch.arange, 0, n)
+    assert answered and not _rule_check.mismatches
+    assert _symbolic_rules.infer(s.mode, torch.arange, (1, n), {}) is None

@@ -1052,6 +1052,8 @@ def _getitem(mode, args, kwargs):
     x, index = args
     if not isinstance(x, FakeTensor) or not _ready(mode, x):
         return None
+    if type(index) is tuple and index and all(isinstance(i, FakeTensor) for i in index):
+        return _gather_all_dims(mode, x, index)
     items = list(index) if type(index) is tuple else [index]
     if sum(item is Ellipsis for item in items) > 1 or \
             not all(type(i) is slice or i is Ellipsis or i is None for i in items):
@@ -1094,6 +1096,94 @@ def _getitem(mode, args, kwargs):
         out_sizes.append(size)
         out_strides.append(stride)
     return _view(mode, x, tuple(out_sizes), tuple(out_strides), offset)
+
+
+def _expand(mode, args, kwargs):
+    """`x.expand(*sizes)`, laid out as torch's `broadcast_in_dim` does on symbolic sizes: a
+    widened size-1 dimension gets stride 0, a kept one its stride (-1, or the same size by
+    structure or by the equality torch records); a new leading dimension stride 0, or if it
+    is of size 1, the next input dimension's size times its stride (1 past the last). Sizes
+    to widen to must be known not to be 1 (torch would guard it)."""
+    if kwargs or len(args) < 2 or not isinstance(args[0], FakeTensor) or not _ready(mode, args[0]):
+        return None
+    x, sizes = args[0], args[1:]
+    if len(sizes) == 1 and isinstance(sizes[0], (tuple, list, torch.Size)):
+        sizes = tuple(sizes[0])
+    if not all(type(t) in (int, _SymInt) for t in sizes) or len(sizes) < x.dim():
+        return None
+    lead = len(sizes) - x.dim()
+    in_sizes, in_strides = x.shape, x.stride()
+
+    def widened(target) -> bool | None:
+        """Whether a size-1 dimension becomes `target` wide: None when not known."""
+        if type(target) is int:
+            return target != 1
+        return True if _size_ok(target, False) else None
+
+    out_sizes, out_strides = [], []
+    for i, target in enumerate(sizes):
+        if type(target) is int and target < 0 and not (target == -1 and i >= lead):
+            return None
+        if i < lead:
+            wide = widened(target)
+            if wide is None:
+                return None
+            out_sizes.append(target)
+            out_strides.append(0 if wide else in_strides[0] * in_sizes[0] if x.dim() else 1)
+            continue
+        size, stride = in_sizes[i - lead], in_strides[i - lead]
+        if type(target) is int and target == -1:
+            target = size
+        if _is_one(size):
+            wide = widened(target)
+            if wide is None:
+                return None
+            out_sizes.append(target)
+            out_strides.append(0 if wide else stride)
+        elif _same(size, target) or (_hint(size) == _hint(target) and _unify(size, target)):
+            out_sizes.append(size)
+            out_strides.append(stride)
+        else:
+            return None
+    return _view(mode, x, tuple(out_sizes), tuple(out_strides))
+
+
+def _arange(mode, args, kwargs):
+    """`torch.arange(n)` (and `arange(0, n)`) of a symbolic length known to be at least 2,
+    on the CPU: a fresh 1-d int64 tensor of `n` elements (positions over a symbolic sequence
+    length)."""
+    bound = _bind(SIGNATURES["arange"], args, kwargs)
+    if bound is None:
+        return None
+    start, end, step, dtype, device, requires_grad = bound
+    if end is None:
+        start, end = 0, start
+    if start != 0 or type(start) is not int or step != 1 or type(step) is not int or requires_grad:
+        return None
+    if type(end) is not _SymInt or not _size_ok(end, False) or not isinstance(_expr(end), sympy.Symbol):
+        return None
+    if dtype not in (None, torch.int64) or torch.get_default_device().type != "cpu":
+        return None
+    if device is not None and torch.device(device) != torch.device("cpu"):
+        return None
+    meta = torch.empty_strided((end,), (1,), dtype=torch.int64, device="meta")
+    return static.wrap_meta(mode, meta, torch.device("cpu"))
+
+
+def _gather_all_dims(mode, x, index):
+    """`x[i, j]` with an integer tensor for every dimension (`mask[batch_idx, kv_idx]` over
+    broadcast position grids): a fresh row-major tensor of the indices' broadcast shape, of
+    `x`'s dtype. The indices' values are not looked at (they are not known while tracing)."""
+    if len(index) != x.dim() or not _ready(mode, *index):
+        return None
+    if any(i.dtype not in (torch.int64, torch.int32) or not _canonical(i) for i in index):
+        return None
+    if any(i._fake_device != x._fake_device for i in index):
+        return None
+    shape = _broadcast([i.shape for i in index])
+    if shape is None:
+        return None
+    return _new(mode, x, tuple(shape), _row_major(shape))
 
 
 def _cast(dtype_of_method):
@@ -1304,6 +1394,7 @@ RULES = {
     torch.cat: _cat, operator.getitem: _getitem, torch.mean: _mean, "mean": _mean,
     F.scaled_dot_product_attention: _sdpa, F.interpolate: _interpolate,
     "to": _cast(None), **{name: _cast(dtype) for name, dtype in _CASTS.items()},
+    "expand": _expand, torch.arange: _arange,
     **{op: _compare_or_logical(False) for op in (
         operator.lt, operator.le, operator.gt, operator.ge, operator.eq, operator.ne)},
     **{op: _compare_or_logical(False, tensor_first=True) for op in (
