@@ -243,9 +243,11 @@ impl BreakKind {
             BreakKind::Requested => (
                 "GB0022",
                 "A graph break the program asks for",
-                "`torch._dynamo.graph_break()` ends the graph where it is called, as under \
-                 TorchDynamo: the code after it continues in a resume function.",
-                "Remove the call to keep the code in one graph.",
+                "`torch._dynamo.graph_break()` ends the graph where it is called, and a \
+                 function disabled with `torch.compiler.disable` (or `torch._dynamo.disable`) \
+                 runs as it is, nothing it calls compiled — as under TorchDynamo: the code \
+                 after it continues in a resume function.",
+                "Remove the call (or the `disable`) to keep the code in one graph.",
             ),
         };
         BreakInfo {

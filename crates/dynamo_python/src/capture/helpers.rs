@@ -105,6 +105,16 @@ impl<'py> Helpers<'py> {
         )?
         .into_any();
         let mut is_compiling = vec![torch.getattr("compiler")?.getattr("is_compiling")?];
+        // `torch.compiler.is_dynamo_compiling` and `torch._utils.is_compiling`: true under
+        // TorchDynamo's trace too.
+        for (module, name) in [
+            ("torch.compiler", "is_dynamo_compiling"),
+            ("torch._utils", "is_compiling"),
+        ] {
+            if let Ok(f) = py.import_module(module).and_then(|m| m.getattr(name)) {
+                is_compiling.push(f);
+            }
+        }
         if let Ok(dynamo) = py.import_module("torch._dynamo") {
             if let Ok(f) = dynamo.getattr("is_compiling") {
                 is_compiling.push(f);

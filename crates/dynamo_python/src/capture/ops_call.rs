@@ -427,7 +427,9 @@ impl<'py> Tracer<'py> {
         let h = self.h.clone();
         // Only inlining a user function leaves its identity unread (its code and closure
         // are guarded instead); every other way of calling depends on which object it is.
+        let torch_disabled = torch_disabled(obj);
         let user_function = obj.get_type().is(&h.function_type)
+            && !torch_disabled
             && !h.is_compiling.iter().any(|f| f.is(obj))
             && !h.always_false.iter().any(|f| f.is(obj))
             && !h.always_none.iter().any(|f| f.is(obj))
@@ -458,6 +460,27 @@ impl<'py> Tracer<'py> {
         }
         if h.requested_breaks.iter().any(|f| f.is(obj)) {
             return unsupported(BreakKind::Requested, "torch._dynamo.graph_break()");
+        }
+        if torch_disabled {
+            // Run as it is, after the graph: the hook leaves the wrapper's frames and all
+            // they call alone (`Mode::Disabled`). A non-recursive disable leaves only the
+            // function's own frames alone.
+            let recursive = obj
+                .getattr("_torchdynamo_disable_recursive")
+                .map(|r| r.is_truthy().unwrap_or(true))
+                .unwrap_or(true);
+            if !recursive {
+                if let Ok(code) = obj
+                    .getattr("_torchdynamo_orig_callable")
+                    .and_then(|f| f.getattr("__code__"))
+                {
+                    crate::eval_frame::skip_code(py, &code)?;
+                }
+            }
+            return unsupported(
+                BreakKind::Requested,
+                "a function disabled with torch.compiler.disable",
+            );
         }
         if h.always_false.iter().any(|f| f.is(obj)) {
             let overridden = args
@@ -1367,4 +1390,19 @@ fn py_getattr_static<'py>(
 ) -> PyResult<Option<Bound<'py, PyAny>>> {
     let inspect = obj.py().import_module("inspect")?;
     Ok(inspect.call_method1("getattr_static", (obj, name)).ok())
+}
+
+/// Whether `obj` is a function `torch.compiler.disable` / `torch._dynamo.disable` returned
+/// (it carries `_torchdynamo_disable = True`): read from the function's own `__dict__`, so
+/// the common case (no such attribute) raises nothing.
+fn torch_disabled(obj: &Bound<'_, PyAny>) -> bool {
+    let Ok(function) = obj.cast::<pyo3::types::PyFunction>() else {
+        return false;
+    };
+    function
+        .getattr(pyo3::intern!(obj.py(), "__dict__"))
+        .ok()
+        .and_then(|d| d.cast_into::<pyo3::types::PyDict>().ok())
+        .and_then(|d| d.get_item("_torchdynamo_disable").ok().flatten())
+        .is_some_and(|v| v.is_truthy().unwrap_or(false))
 }

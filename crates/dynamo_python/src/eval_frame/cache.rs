@@ -29,7 +29,18 @@ pub enum Mode {
     Skip,
     /// Look up the cache but never call the callback (the cache size limit was reached).
     RunOnly,
+    /// Run the original code with the hook off for everything it calls: the wrapper
+    /// `torch.compiler.disable` puts around a function (TorchDynamo's recursive disable).
+    Disabled,
 }
+
+/// The code of the wrapper `torch.compiler.disable` / `torch._dynamo.disable` put around a
+/// function (one code object for every disabled function): its frames, and every frame they
+/// call, are not compiled, as under TorchDynamo.
+const TORCH_DISABLE_WRAPPER: (&str, &str) = (
+    "DisableContext.__call__.<locals>._fn",
+    "torch/_dynamo/eval_frame.py",
+);
 
 /// Facts about a code object's frames, read once when the hook first sees it.
 #[derive(Debug)]
@@ -48,6 +59,7 @@ pub struct FrameLayout {
     pub stacksize: usize,
     /// `qualname (file:line)`, for messages.
     pub location: String,
+    pub qualname: String,
     pub filename: String,
     pub flags: u32,
 }
@@ -91,7 +103,14 @@ pub fn initial_mode(layout: &FrameLayout, skip_prefixes: &[String]) -> Mode {
         })
         .max_by_key(|(len, _)| *len)
         .is_some_and(|(_, skip)| skip);
-    if layout.flags & CO_GENERATOR_LIKE != 0 || skipped {
+    if layout.qualname == TORCH_DISABLE_WRAPPER.0
+        && layout
+            .filename
+            .replace('\\', "/")
+            .ends_with(TORCH_DISABLE_WRAPPER.1)
+    {
+        Mode::Disabled
+    } else if layout.flags & CO_GENERATOR_LIKE != 0 || skipped {
         Mode::Skip
     } else {
         Mode::Default
@@ -134,6 +153,7 @@ impl FrameLayout {
             first_free,
             stacksize: code.getattr("co_stacksize")?.extract()?,
             location: format!("{qualname} ({filename}:{line})"),
+            qualname,
             filename,
             flags,
         })

@@ -206,6 +206,12 @@ unsafe fn eval_frame(
         // SAFETY: forwarded contract.
         return unsafe { eval_default(tstate, frame, throw) };
     }
+    if mode == Mode::Disabled {
+        count(STAT_SKIPPED);
+        let _disabled = HookDisabled::new();
+        // SAFETY: forwarded contract.
+        return unsafe { eval_default(tstate, frame, throw) };
+    }
     let view = FrameView {
         frame,
         layout: &extra.layout,

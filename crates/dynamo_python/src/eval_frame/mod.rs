@@ -82,7 +82,7 @@ fn code_arg<'py>(code: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
 
 /// Never intercept frames of `code` (a code object or a function) again.
 #[pyfunction]
-fn skip_code(py: Python<'_>, code: &Bound<'_, PyAny>) -> PyResult<()> {
+pub fn skip_code(py: Python<'_>, code: &Bound<'_, PyAny>) -> PyResult<()> {
     let code = code_arg(code)?;
     // SAFETY: live code object, GIL held.
     let extra = unsafe { get_or_init_extra(py, code.as_ptr(), &hook::SKIP_PREFIXES)? };
@@ -163,6 +163,7 @@ fn code_mode(code: &Bound<'_, PyAny>) -> PyResult<&'static str> {
         Mode::Default => "default",
         Mode::Skip => "skip",
         Mode::RunOnly => "run_only",
+        Mode::Disabled => "disabled",
     })
 }
 
