@@ -503,7 +503,7 @@ def bench_scaling(quick: bool) -> dict:
     from dynamo_rs.testing import CompileCounter
     from synthetic import mlp, transformer
 
-    sizes = [10, 100] if quick else [10, 100, 1000]
+    sizes = [10, 40] if quick else [10, 100, 1000]
     out = {}
     for kind, make, example in (("mlp", mlp, torch.randn(4, 64)), ("transformer", transformer, torch.randn(2, 8, 32))):
         rows = {}
