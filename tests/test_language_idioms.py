@@ -770,6 +770,39 @@ def fresh_caches():
     yield
 
 
+# --- TorchDynamo's own decorators -------------------------------------------------------------
+
+@torch.compiler.allow_in_graph
+def _allowed(x, k):
+    # One node in the graph, run on fake tensors while tracing, as under TorchDynamo.
+    return x.cos() * k + 1
+
+
+def _plain_helper(x):
+    return x.sin()
+
+
+@case(T34)
+def allow_in_graph_function(x):
+    return _allowed(x, 2.0) + _plain_helper(x)
+
+
+@case(T34)
+def allow_in_graph_function_twice(x):
+    y = _allowed(x, 3.0)
+    return _allowed(y, 0.5).sum(0)
+
+
+@torch.compiler.assume_constant_result
+def _constant_scale():
+    return 4
+
+
+@case(T34)
+def assume_constant_result_function(x):
+    return x * _constant_scale()
+
+
 def test_enough_cases() -> None:
     assert len(CASES) >= 130, len(CASES)
 

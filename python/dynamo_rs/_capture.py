@@ -543,6 +543,8 @@ def is_graph_function(fn) -> bool:
     operations) rather than being inlined or folded."""
     if isinstance(fn, torch._ops.OpOverloadPacket) or isinstance(fn, torch._ops.OpOverload):
         return True
+    if isinstance(fn, types.FunctionType) and _allowed_in_graph(fn):
+        return True
     module = getattr(fn, "__module__", None) or ""
     if getattr(fn, "__self__", None) is torch._C._nn or module == "torch._C._nn":
         return True
@@ -562,6 +564,19 @@ def is_graph_function(fn) -> bool:
         return False
     return module.startswith("torch.") and not module.startswith(_SKIP_MODULE_PREFIXES) \
         and callable(fn) and not isinstance(fn, type) and type(fn).__name__ == "builtin_function_or_method"
+
+
+def _allowed_in_graph(fn) -> bool:
+    """Whether `torch.compiler.allow_in_graph(fn)` put the user function `fn` in the graph as
+    one call (not traced into; run on fake tensors while tracing), as TorchDynamo does. Read
+    from TorchDynamo's registry only when it is imported (`allow_in_graph` imports it)."""
+    rules = sys.modules.get("torch._dynamo.trace_rules")
+    if rules is None:
+        return False
+    try:
+        return id(fn) in rules._allowed_callable_ids
+    except Exception:  # noqa: BLE001 - a registry of another shape: not allowed
+        return False
 
 
 _recompiles_log = logging.getLogger("dynamo_rs.recompiles")
