@@ -346,25 +346,33 @@ def _compare_or_logical(logical: bool, tensor_first: bool = False):
     broadcast as elementwise arithmetic is (mask building: `kv_idx <= q_idx`, `mask & padding`).
     `tensor_first`: torch's functions and methods, whose first argument must be a tensor."""
     def rule(mode, args, kwargs):
-        tensors = _binary_operands(mode, args, kwargs, _ready)
+        tensors = compare_operands(mode, args, kwargs, _ready, logical, tensor_first)
         if tensors is None:
             return None
-        if tensor_first and not isinstance(args[0], FakeTensor):
-            return None  # `torch.lt(2, x)` raises: the input must be a tensor
-        dtype = tensors[0].dtype
-        if dtype.is_complex or any(t.dtype != dtype for t in tensors):
-            return None
-        if logical and dtype is not torch.bool:
-            return None
-        for o in args:
-            if isinstance(o, FakeTensor):
-                continue
-            if type(o) not in (*_NUMBERS, bool) or (type(o) is int and not -2**63 <= o < 2**63):
-                return None
-        if torch.result_type(*args) != dtype:
-            return None
-        return _elementwise(mode, args, dtype, torch.bool)
+        return _elementwise(mode, args, tensors[0].dtype, torch.bool)
     return rule
+
+
+def compare_operands(mode, args, kwargs, ready, logical: bool, tensor_first: bool):
+    """The tensors among the operands of a comparison or logical operation when the rules
+    can answer it (see `_compare_or_logical`; `ready` is this module's or `_symbolic_rules`'),
+    else None."""
+    tensors = _binary_operands(mode, args, kwargs, ready)
+    if tensors is None:
+        return None
+    if tensor_first and not isinstance(args[0], FakeTensor):
+        return None  # `torch.lt(2, x)` raises: the input must be a tensor
+    dtype = tensors[0].dtype
+    if dtype.is_complex or any(t.dtype != dtype for t in tensors):
+        return None
+    if logical and dtype is not torch.bool:
+        return None
+    for o in args:
+        if isinstance(o, FakeTensor):
+            continue
+        if type(o) not in (*_NUMBERS, bool) or (type(o) is int and not -2**63 <= o < 2**63):
+            return None
+    return tensors if torch.result_type(*args) == dtype else None
 
 
 # --- layers ------------------------------------------------------------------------------
@@ -1122,23 +1130,33 @@ def _attribute(mode, args, kwargs):
 def _arange(mode, args, kwargs):
     """`torch.arange` of Python ints on the CPU: a fresh 1-d int64 tensor (position ids, causal
     masks)."""
-    bound = _bind(SIGNATURES["arange"], args, kwargs)
-    if bound is None:
+    bounds = arange_bounds(args, kwargs)
+    if bounds is None:
         return None
-    start, end, step, dtype, device, requires_grad = bound
-    if end is None:
-        start, end = 0, start
-    if not all(type(v) is int for v in (start, end, step)) or step == 0 or requires_grad:
-        return None
-    if dtype not in (None, torch.int64) or torch.get_default_device().type != "cpu":
-        return None
-    if device is not None and torch.device(device) != torch.device("cpu"):
+    start, end, step = bounds
+    if not all(type(v) is int for v in (start, end, step)) or step == 0:
         return None
     length = -((start - end) // step)  # ceil((end - start) / step)
     if length <= 0:
         return None
     meta = torch.empty_strided((length,), (1,), dtype=torch.int64, device="meta")
     return wrap_meta(mode, meta, torch.device("cpu"))
+
+
+def arange_bounds(args, kwargs):
+    """(start, end, step) of a `torch.arange` call whose result is an int64 tensor on the CPU
+    that does not require grad (what the rules answer), else None."""
+    bound = _bind(SIGNATURES["arange"], args, kwargs)
+    if bound is None:
+        return None
+    start, end, step, dtype, device, requires_grad = bound
+    if end is None:
+        start, end = 0, start
+    if requires_grad or dtype not in (None, torch.int64) or torch.get_default_device().type != "cpu":
+        return None
+    if device is not None and torch.device(device) != torch.device("cpu"):
+        return None
+    return start, end, step
 
 
 def _unsqueeze(mode, args, kwargs):

@@ -463,20 +463,8 @@ def _compare_or_logical(logical: bool, tensor_first: bool = False):
     `causal & padding`). `tensor_first`: torch's functions and methods, whose first argument
     must be a tensor."""
     def rule(mode, args, kwargs):
-        tensors = static._binary_operands(mode, args, kwargs, _ready)
-        if tensors is None or (tensor_first and not isinstance(args[0], FakeTensor)):
-            return None
-        dtype = tensors[0].dtype
-        if dtype.is_complex or any(t.dtype != dtype for t in tensors):
-            return None
-        if logical and dtype is not torch.bool:
-            return None
-        for o in args:
-            if isinstance(o, FakeTensor):
-                continue
-            if type(o) not in (*_NUMBERS, bool) or (type(o) is int and not -2**63 <= o < 2**63):
-                return None
-        if torch.result_type(*args) != dtype or not all(_canonical(t) for t in tensors):
+        tensors = static.compare_operands(mode, args, kwargs, _ready, logical, tensor_first)
+        if tensors is None or not all(_canonical(t) for t in tensors):
             return None
         shape = _broadcast([t.shape for t in tensors])
         if shape is None:
@@ -1152,19 +1140,13 @@ def _arange(mode, args, kwargs):
     """`torch.arange(n)` (and `arange(0, n)`) of a symbolic length known to be at least 2,
     on the CPU: a fresh 1-d int64 tensor of `n` elements (positions over a symbolic sequence
     length)."""
-    bound = _bind(SIGNATURES["arange"], args, kwargs)
-    if bound is None:
+    bounds = static.arange_bounds(args, kwargs)
+    if bounds is None:
         return None
-    start, end, step, dtype, device, requires_grad = bound
-    if end is None:
-        start, end = 0, start
-    if start != 0 or type(start) is not int or step != 1 or type(step) is not int or requires_grad:
+    start, end, step = bounds
+    if start != 0 or type(start) is not int or step != 1 or type(step) is not int:
         return None
     if type(end) is not _SymInt or not _size_ok(end, False) or not isinstance(_expr(end), sympy.Symbol):
-        return None
-    if dtype not in (None, torch.int64) or torch.get_default_device().type != "cpu":
-        return None
-    if device is not None and torch.device(device) != torch.device("cpu"):
         return None
     meta = torch.empty_strided((end,), (1,), dtype=torch.int64, device="meta")
     return static.wrap_meta(mode, meta, torch.device("cpu"))
