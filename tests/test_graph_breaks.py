@@ -1599,6 +1599,35 @@ def test_disabled_functions_and_what_they_call_are_never_compiled() -> None:
     assert eval_frame.cache_entries(_disabled_here_only._torchdynamo_orig_callable.__code__) == []
 
 
+class _DisabledForward(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(3, 3)
+
+    @torch.compiler.disable
+    def forward(self, x):
+        return self.linear(x.sin()).cos()
+
+
+def test_a_compiled_module_whose_forward_is_disabled_compiles_nothing() -> None:
+    """`dynamo_rs.compile(module)` whose `forward` is disabled runs it as it is (TorchDynamo
+    compiles nothing either) — and compiling it does not switch the disable wrapper, whose
+    code every disabled function shares, back on for other disabled functions."""
+    from dynamo_rs import eval_frame
+
+    module = _DisabledForward()
+    counter = CompileCounter()
+    compiled = dynamo_rs.compile(module, backend=counter)
+    x = t(2, 3)
+    for _ in range(2):
+        torch.testing.assert_close(compiled(x), module(x))
+    assert counter.frame_count == 0
+    assert eval_frame.cache_entries(_DisabledForward.forward.__wrapped__.__code__) == []
+    other = dynamo_rs.compile(calls_disabled, backend=CompileCounter())
+    torch.testing.assert_close(other(x), calls_disabled(x))
+    assert eval_frame.cache_entries(_disabled.__wrapped__.__code__) == []
+
+
 def test_is_dynamo_compiling_is_true_in_the_trace() -> None:
     """`torch.compiler.is_dynamo_compiling()` answers True while tracing, as under
     TorchDynamo (the compiled function takes the branch TorchDynamo takes)."""

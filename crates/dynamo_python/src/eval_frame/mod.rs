@@ -101,7 +101,11 @@ fn force_intercept(py: Python<'_>, code: &Bound<'_, PyAny>) -> PyResult<()> {
     let extra = unsafe { get_or_init_extra(py, code.as_ptr(), &hook::SKIP_PREFIXES)? };
     // SAFETY: the state lives as long as `code`.
     let state = unsafe { &*extra };
-    if state.layout.flags & cache::CO_GENERATOR_LIKE == 0 {
+    // A forward disabled with `torch.compiler.disable` (its code is torch's disable
+    // wrapper, shared by every disabled function) stays disabled.
+    if state.layout.flags & cache::CO_GENERATOR_LIKE == 0
+        && state.inner.borrow().mode != Mode::Disabled
+    {
         let mut inner = state.inner.borrow_mut();
         inner.forced = true;
         if !inner.decided {
