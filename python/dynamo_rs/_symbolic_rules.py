@@ -1128,7 +1128,7 @@ def _expand(mode, args, kwargs):
                 return None
             out_sizes.append(target)
             out_strides.append(0 if wide else stride)
-        elif _same(size, target) or (_hint(size) == _hint(target) and _unify(size, target)):
+        elif _unify(size, target):
             out_sizes.append(size)
             out_strides.append(stride)
         else:
