@@ -121,11 +121,13 @@ impl<'py> Tracer<'py> {
         }
         if is("len") && args.len() == 1 {
             let n = match self.kind(args[0]) {
+                VarKind::Unrealized(_) => return super::lazy_inputs::unrealized_reached(),
                 VarKind::Tuple(items) | VarKind::List(items) => items.len(),
                 VarKind::Dict(entries) => entries.len(),
                 VarKind::DictView { dict, .. } => match self.kind(*dict) {
                     VarKind::Dict(entries) => entries.len(),
                     other @ (VarKind::Tensor { .. }
+                    | VarKind::Unrealized(_)
                     | VarKind::Symbolic { .. }
                     | VarKind::Slice(_)
                     | VarKind::Const(_)
@@ -272,6 +274,7 @@ impl<'py> Tracer<'py> {
         if (is("isinstance") || is("issubclass")) && args.len() == 2 {
             let cls = self.python_value(args[1])?;
             let value = match self.kind(args[0]) {
+                VarKind::Unrealized(_) => return super::lazy_inputs::unrealized_reached(),
                 VarKind::Tensor { fake, .. } => fake.bind(py).clone(),
                 VarKind::Tuple(_) => PyTuple::empty(py).into_any(),
                 VarKind::List(_) => pyo3::types::PyList::empty(py).into_any(),
@@ -315,6 +318,7 @@ impl<'py> Tracer<'py> {
                 _ => None,
             };
             let found = match self.kind(args[0]) {
+                VarKind::Unrealized(_) => return super::lazy_inputs::unrealized_reached(),
                 _ if stored.is_some() => matches!(stored, Some(Some(_))),
                 VarKind::Const(v) | VarKind::Object(v) => v.bind(py).hasattr(attr.as_str())?,
                 VarKind::Tensor { fake, .. } => fake.bind(py).hasattr(attr.as_str())?,

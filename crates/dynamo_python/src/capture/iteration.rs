@@ -20,6 +20,7 @@ impl<'py> Tracer<'py> {
     pub fn items_of(&mut self, id: VarId) -> CResult<Vec<VarId>> {
         let py = self.py;
         match self.kind(id) {
+            VarKind::Unrealized(_) => super::lazy_inputs::unrealized_reached(),
             VarKind::Tuple(items) | VarKind::List(items) => Ok(items.clone()),
             VarKind::Generator { .. } | VarKind::Lazy(_) => self.take_all_unobserved(id),
             VarKind::Iter { .. } => {

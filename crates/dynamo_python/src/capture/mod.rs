@@ -27,6 +27,7 @@ pub mod guard_values;
 pub mod guards;
 pub mod helpers;
 mod iteration;
+mod lazy_inputs;
 mod model_output;
 mod ops_arith;
 mod ops_autograd;
@@ -700,6 +701,8 @@ impl Converter {
         for slot in (0..nargs).chain(first_free..state.slot_names.len()) {
             let name = state.slot_names[slot].clone();
             if let Some(value) = f_locals.get_item(&name)? {
+                // The tensors in an argument tuple become graph inputs when first used.
+                tracer.lazy_tuple_items = slot < nargs;
                 let id = tracer.wrap(&value, Some(Rc::new(Source::Local(name))))?;
                 // `*args` and `**kwargs` are made fresh for each call: the trace may change
                 // them like any container it built (their items keep their sources).

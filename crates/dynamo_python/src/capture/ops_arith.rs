@@ -239,6 +239,7 @@ impl<'py> Tracer<'py> {
                 found
             }
             other @ (VarKind::Tensor { .. }
+            | VarKind::Unrealized(_)
             | VarKind::Symbolic { .. }
             | VarKind::Slice(_)
             | VarKind::DictView { .. }
@@ -534,6 +535,7 @@ impl<'py> Tracer<'py> {
     pub fn truth(&mut self, id: VarId) -> CResult<bool> {
         let py = self.py;
         Ok(match self.kind(id) {
+            VarKind::Unrealized(_) => return super::lazy_inputs::unrealized_reached(),
             VarKind::Const(v) | VarKind::Object(v) => {
                 let v = v.bind(py);
                 if matches!(self.kind(id), VarKind::Object(_))
@@ -814,6 +816,7 @@ impl<'py> Tracer<'py> {
                 self.wrap(&item, source)
             }
             other @ (VarKind::Tensor { .. }
+            | VarKind::Unrealized(_)
             | VarKind::Symbolic { .. }
             | VarKind::Slice(_)
             | VarKind::DictView { .. }
@@ -851,6 +854,7 @@ impl<'py> Tracer<'py> {
             return Ok(Flow::Continue);
         }
         match self.kind(container) {
+            VarKind::Unrealized(_) => super::lazy_inputs::unrealized_reached(),
             VarKind::Tensor { .. } => {
                 let setitem = self.h.operator.getattr("setitem")?;
                 self.graph_call(
@@ -992,6 +996,7 @@ impl<'py> Tracer<'py> {
                 Ok(Flow::Continue)
             }
             other @ (VarKind::Tensor { .. }
+            | VarKind::Unrealized(_)
             | VarKind::Symbolic { .. }
             | VarKind::Slice(_)
             | VarKind::Const(_)

@@ -59,6 +59,7 @@ impl<'py> Tracer<'py> {
         match self.kind(id) {
             VarKind::Const(v) => Ok(v.clone()),
             other @ (VarKind::Tensor { .. }
+            | VarKind::Unrealized(_)
             | VarKind::Symbolic { .. }
             | VarKind::Slice(_)
             | VarKind::Object(_)
@@ -285,6 +286,7 @@ impl<'py> Tracer<'py> {
         let value = self.pop(f)?;
         let list = self.owned_at(f, depth, "LIST_APPEND")?;
         match &mut self.vars[list.0 as usize].kind {
+            VarKind::Unrealized(_) => return super::lazy_inputs::unrealized_reached(),
             VarKind::List(items) => items.push(value),
             VarKind::Tensor { .. }
             | VarKind::Symbolic { .. }
@@ -321,6 +323,7 @@ impl<'py> Tracer<'py> {
         let new_items = self.items_of(iterable)?;
         let list = self.owned_at(f, depth, "LIST_EXTEND")?;
         match &mut self.vars[list.0 as usize].kind {
+            VarKind::Unrealized(_) => return super::lazy_inputs::unrealized_reached(),
             VarKind::List(items) => items.extend(new_items),
             VarKind::Tensor { .. }
             | VarKind::Symbolic { .. }
@@ -366,6 +369,7 @@ impl<'py> Tracer<'py> {
         let key = self.key(key)?;
         let dict = self.owned_at(f, depth, "MAP_ADD")?;
         match &mut self.vars[dict.0 as usize].kind {
+            VarKind::Unrealized(_) => return super::lazy_inputs::unrealized_reached(),
             VarKind::Dict(entries) => entries.push((key, value)),
             VarKind::Tensor { .. }
             | VarKind::Symbolic { .. }
@@ -402,6 +406,7 @@ impl<'py> Tracer<'py> {
         let new_entries = match self.kind(update) {
             VarKind::Dict(entries) => entries.clone(),
             other @ (VarKind::Tensor { .. }
+            | VarKind::Unrealized(_)
             | VarKind::Symbolic { .. }
             | VarKind::Slice(_)
             | VarKind::Const(_)
@@ -431,6 +436,7 @@ impl<'py> Tracer<'py> {
         let dict = self.owned_at(f, depth, "DICT_UPDATE")?;
         let py = self.py;
         match &mut self.vars[dict.0 as usize].kind {
+            VarKind::Unrealized(_) => return super::lazy_inputs::unrealized_reached(),
             VarKind::Dict(entries) => {
                 for (k, v) in new_entries {
                     super::vars::dict_set(py, entries, k, v);

@@ -221,6 +221,7 @@ impl<'py> Tracer<'py> {
                     }
                 }
                 other @ (VarKind::Tensor { .. }
+                | VarKind::Unrealized(_)
                 | VarKind::Symbolic { .. }
                 | VarKind::Slice(_)
                 | VarKind::Const(_)
@@ -286,6 +287,7 @@ impl<'py> Tracer<'py> {
                 match self.kind(item) {
                     VarKind::CellRef(cell) => cells.push(cell.clone()),
                     other @ (VarKind::Tensor { .. }
+                    | VarKind::Unrealized(_)
                     | VarKind::Symbolic { .. }
                     | VarKind::Slice(_)
                     | VarKind::Const(_)
@@ -389,6 +391,7 @@ impl<'py> Tracer<'py> {
                 self.call_function(method, args, kwargs)
             }
             other @ (VarKind::Tensor { .. }
+            | VarKind::Unrealized(_)
             | VarKind::Symbolic { .. }
             | VarKind::Slice(_)
             | VarKind::Tuple(_)

@@ -93,6 +93,7 @@ impl<'py> Tracer<'py> {
                                 (key, value)
                             }
                             other @ (VarKind::Tensor { .. }
+                            | VarKind::Unrealized(_)
                             | VarKind::Symbolic { .. }
                             | VarKind::Slice(_)
                             | VarKind::Const(_)
@@ -186,6 +187,7 @@ impl<'py> Tracer<'py> {
         match self.kind(key) {
             VarKind::Const(k) if self.h.is_constant(&k.bind(self.py).clone())? => Ok(k.clone()),
             other @ (VarKind::Tensor { .. }
+            | VarKind::Unrealized(_)
             | VarKind::Symbolic { .. }
             | VarKind::Slice(_)
             | VarKind::Const(_)

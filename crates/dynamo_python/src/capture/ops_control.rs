@@ -81,6 +81,7 @@ impl<'py> Tracer<'py> {
                 self.iter_advance(iter)?
             }
             other @ (VarKind::Tensor { .. }
+            | VarKind::Unrealized(_)
             | VarKind::Symbolic { .. }
             | VarKind::Slice(_)
             | VarKind::Const(_)

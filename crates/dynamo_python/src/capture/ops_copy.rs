@@ -209,6 +209,7 @@ impl<'py> Tracer<'py> {
                 Ok(())
             }
             other @ (VarKind::Tensor { .. }
+            | VarKind::Unrealized(_)
             | VarKind::Symbolic { .. }
             | VarKind::Slice(_)
             | VarKind::DictView { .. }

@@ -137,6 +137,7 @@ impl<'py> Tracer<'py> {
         let elements = self.deque_elements(&items)?;
         let maxlen = match maxlen {
             Some(m) => match self.kind(m) {
+                VarKind::Unrealized(_) => return super::lazy_inputs::unrealized_reached(),
                 VarKind::Const(v) => v.bind(self.py).clone(),
                 VarKind::Tensor { .. }
                 | VarKind::Symbolic { .. }

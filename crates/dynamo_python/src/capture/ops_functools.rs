@@ -179,6 +179,7 @@ impl<'py> Tracer<'py> {
                 .map(|(k, v)| Ok((k.bind(py).extract::<String>()?, *v)))
                 .collect(),
             other @ (VarKind::Tensor { .. }
+            | VarKind::Unrealized(_)
             | VarKind::Symbolic { .. }
             | VarKind::Slice(_)
             | VarKind::Const(_)

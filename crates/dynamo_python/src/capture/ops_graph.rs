@@ -327,6 +327,7 @@ impl<'py> Tracer<'py> {
     pub fn fake_value(&self, id: VarId) -> CResult<Bound<'py, PyAny>> {
         let py = self.py;
         Ok(match self.kind(id) {
+            VarKind::Unrealized(_) => return super::lazy_inputs::unrealized_reached(),
             VarKind::Tensor { fake, .. } | VarKind::Symbolic { fake, .. } => fake.bind(py).clone(),
             VarKind::Tuple(items) => PyTuple::new(
                 py,
@@ -400,6 +401,7 @@ impl<'py> Tracer<'py> {
     /// The graph argument for a tracker.
     pub fn graph_arg(&self, id: VarId) -> CResult<Arg> {
         Ok(match self.kind(id) {
+            VarKind::Unrealized(_) => return super::lazy_inputs::unrealized_reached(),
             VarKind::Tensor { node, .. } | VarKind::Symbolic { node, .. } => Arg::Node(*node),
             VarKind::Tuple(items) => Arg::Tuple(
                 items

@@ -301,6 +301,7 @@ impl<'py> Tracer<'py> {
             match self.kind(k) {
                 VarKind::Const(v) => values.push(v.bind(py).clone()),
                 other @ (VarKind::Tensor { .. }
+                | VarKind::Unrealized(_)
                 | VarKind::Symbolic { .. }
                 | VarKind::Slice(_)
                 | VarKind::Object(_)

@@ -122,6 +122,7 @@ impl<'py> Tracer<'py> {
     pub(super) fn advance_lazy(&mut self, id: VarId) -> CResult<Option<VarId>> {
         let py = self.py;
         let lazy = match self.kind(id) {
+            VarKind::Unrealized(_) => return super::lazy_inputs::unrealized_reached(),
             VarKind::Lazy(lazy) => lazy.clone(),
             VarKind::Tensor { .. }
             | VarKind::Symbolic { .. }

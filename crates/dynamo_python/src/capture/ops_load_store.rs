@@ -206,6 +206,7 @@ impl<'py> Tracer<'py> {
     fn read_attr(&mut self, obj: VarId, name: &str) -> CResult<VarId> {
         let py = self.py;
         match self.kind(obj) {
+            VarKind::Unrealized(_) => super::lazy_inputs::unrealized_reached(),
             VarKind::Tensor { fake, .. } => {
                 let fake = fake.bind(py).clone();
                 self.tensor_attr(obj, &fake, name)

@@ -50,6 +50,7 @@ impl<'py> Tracer<'py> {
             VarKind::Dict(entries) => entries.len(),
             VarKind::Const(v) => v.bind(self.py).len()?,
             other @ (VarKind::Tensor { .. }
+            | VarKind::Unrealized(_)
             | VarKind::Symbolic { .. }
             | VarKind::Slice(_)
             | VarKind::Object(_)
@@ -94,6 +95,7 @@ impl<'py> Tracer<'py> {
     fn match_kind(&mut self, f: &mut FrameState<'py>, flag: u64, what: &str) -> CResult<Flow> {
         let subject = self.subject(f)?;
         let answer = match self.kind(subject) {
+            VarKind::Unrealized(_) => return super::lazy_inputs::unrealized_reached(),
             VarKind::Tuple(_) | VarKind::List(_) => flag == TPFLAGS_SEQUENCE,
             VarKind::Dict(_) => flag == TPFLAGS_MAPPING,
             VarKind::Tensor { .. } | VarKind::Symbolic { .. } => false,

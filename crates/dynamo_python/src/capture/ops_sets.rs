@@ -70,6 +70,7 @@ impl<'py> Tracer<'py> {
     fn set_elements(&mut self, ids: &[VarId]) -> CResult<Vec<Bound<'py, PyAny>>> {
         ids.iter()
             .map(|&id| match self.kind(id) {
+                VarKind::Unrealized(_) => super::lazy_inputs::unrealized_reached(),
                 VarKind::Const(v) => Ok(v.bind(self.py).clone()),
                 VarKind::Tensor { .. } => self.tensor_key(id),
                 other @ (VarKind::Symbolic { .. }

@@ -59,6 +59,7 @@ impl<'py> Tracer<'py> {
             VarKind::Instance { cls, .. } => cls.bind(py).clone(),
             VarKind::Object(o) => o.bind(py).get_type().into_any(),
             other @ (VarKind::Tensor { .. }
+            | VarKind::Unrealized(_)
             | VarKind::Symbolic { .. }
             | VarKind::Slice(_)
             | VarKind::Const(_)

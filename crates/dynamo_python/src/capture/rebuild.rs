@@ -184,6 +184,7 @@ fn contents_plan(tracer: &Tracer<'_>, id: VarId, r: &mut Rebuilder) -> CResult<R
             None => return unsupported(BreakKind::Internal, "internal: the contents of a deque"),
         },
         other @ (VarKind::Tensor { .. }
+        | VarKind::Unrealized(_)
         | VarKind::Symbolic { .. }
         | VarKind::Slice(_)
         | VarKind::Const(_)
@@ -321,6 +322,8 @@ fn plan_once(
 fn rebuild_inline(tracer: &Tracer<'_>, id: VarId, r: &mut Rebuilder) -> CResult<Rebuild> {
     let py = tracer.py;
     Ok(match tracer.kind(id) {
+        // Never used by the trace: loaded from its source, an argument tuple.
+        VarKind::Unrealized(_) => Rebuild::Source(tracer.source(id).expect("unrealized inputs have sources")),
         // A frame argument the trace did not replace is loaded from its local, which the
         // generated code never overwrites: the same object, no graph output.
         VarKind::Tensor { node, .. }

@@ -210,6 +210,11 @@ pub struct Tracer<'py> {
     /// from those in turn): their int attributes stay specialised, as TorchDynamo keeps ints
     /// read through modules (`allow_unspec_int_on_nn_module` off).
     pub module_reached: std::collections::HashSet<VarId>,
+    /// While the frame's arguments are wrapped: the tensors in tuples among them are left
+    /// unrealized (`VarKind::Unrealized`, see `lazy_inputs`). Taken (reset) by each `wrap`.
+    pub lazy_tuple_items: bool,
+    /// Some tracker is `VarKind::Unrealized` (the stack is checked before each instruction).
+    pub has_unrealized: bool,
     /// `obj.__dict__` of each instance made in the trace whose `__dict__` was read: a dict
     /// tracker kept equal to the instance's attributes (stores and deletes update both; the
     /// dict itself may not be changed, and it is not rebuilt after the graph).
@@ -342,6 +347,8 @@ impl<'py> Tracer<'py> {
             effects_floor: u32::MAX,
             private_containers: Default::default(),
             module_reached: Default::default(),
+            lazy_tuple_items: false,
+            has_unrealized: false,
             instance_dicts: HashMap::new(),
             global_stores: Vec::new(),
             root_code: None,
@@ -456,6 +463,7 @@ impl<'py> Tracer<'py> {
         let py = self.py;
         self.pin_identity(id);
         Ok(match self.kind(id) {
+            VarKind::Unrealized(_) => return super::lazy_inputs::unrealized_reached(),
             VarKind::Object(v) if !self.fresh_deques.is_empty() => {
                 self.check_deque_as_value(id)?;
                 v.bind(py).clone()
@@ -570,7 +578,7 @@ impl<'py> Tracer<'py> {
 
     pub fn contains_tensor(&self, id: VarId) -> bool {
         match self.kind(id) {
-            VarKind::Tensor { .. } => true,
+            VarKind::Tensor { .. } | VarKind::Unrealized(_) => true,
             VarKind::Tuple(items) | VarKind::List(items) | VarKind::Slice(items) => {
                 items.iter().any(|&i| self.contains_tensor(i))
             }
@@ -624,6 +632,7 @@ impl<'py> Tracer<'py> {
         source: Option<Rc<Source>>,
     ) -> CResult<VarId> {
         let h = self.h.clone();
+        let lazy_items = std::mem::take(&mut self.lazy_tuple_items);
         if value.is_instance(&h.tensor_type)? {
             let Some(source) = source else {
                 return unsupported(
@@ -699,10 +708,20 @@ impl<'py> Tracer<'py> {
             }
             let mut items = Vec::with_capacity(len);
             for (i, item) in value.try_iter()?.enumerate() {
+                let item = item?;
                 let item_source = source
                     .as_ref()
                     .map(|s| Rc::new(Source::Item(s.clone(), ItemKey::Int(i as i64))));
-                items.push(self.wrap(&item?, item_source)?);
+                let lazy_item = lazy_items && exact_tuple && item_source.is_some();
+                if lazy_item && item.is_instance(&h.tensor_type)? {
+                    items.push(self.unrealized(&item, item_source.expect("checked")));
+                    continue;
+                }
+                // A tuple inside it: its tensors are left unrealized too.
+                self.lazy_tuple_items = lazy_item && item.get_type().is(&h.tuple_type);
+                let wrapped = self.wrap(&item, item_source);
+                self.lazy_tuple_items = false;
+                items.push(wrapped?);
             }
             let kind = if exact_tuple {
                 VarKind::Tuple(items)
@@ -1184,7 +1203,13 @@ impl<'py> Tracer<'py> {
                     && !super::ops_exceptions::is_except_cleanup(frame, h)
             });
             self.raised = None;
-            match self.step(frame, &instruction) {
+            let stepped = if self.has_unrealized {
+                self.realize_for(frame, &instruction)
+                    .and_then(|()| self.step(frame, &instruction))
+            } else {
+                self.step(frame, &instruction)
+            };
+            match stepped {
                 Ok(Flow::Continue) => {}
                 Ok(done) => break Ok(done),
                 Err(err) => match self.catch(frame, &instruction, &err, locations) {
@@ -1421,7 +1446,7 @@ impl<'py> Tracer<'py> {
 
 pub fn kind_name(kind: &VarKind) -> &'static str {
     match kind {
-        VarKind::Tensor { .. } => "a tensor",
+        VarKind::Tensor { .. } | VarKind::Unrealized(_) => "a tensor",
         VarKind::Symbolic { .. } => "a symbolic size",
         VarKind::Slice(_) => "a slice with a symbolic bound",
         VarKind::Const(_) => "a constant",

@@ -52,6 +52,12 @@ pub enum VarKind {
     /// `slice(start, stop, step)` with a symbolic bound (`x[:, :n]` where n is a symbolic
     /// size): indexing a tensor with it stays symbolic; anywhere else it is specialised.
     Slice(Vec<VarId>),
+    /// A tensor inside a tuple among the frame's arguments (`out, _ = self.lstm(x)` hands a
+    /// resume function the LSTM's `(output, (h, c))`), not yet a graph input: it becomes one
+    /// when the trace first uses it (`Tracer::realize`), as TorchDynamo realises its inputs
+    /// lazily. One that is only moved between the stack and locals, stored in a dead local or
+    /// returned, never costs a placeholder, a fake tensor or a guard (see `lazy_inputs`).
+    Unrealized(OwnedRef),
     /// An immutable Python value: None, bools, numbers, strings, dtypes, devices, sizes,
     /// slices, ranges and tuples of those.
     Const(OwnedRef),

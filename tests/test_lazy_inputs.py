@@ -1,0 +1,235 @@
+"""Tensors handed to a frame inside tuples become graph inputs only when the trace uses them
+(as TorchDynamo realises its inputs lazily): `out, _ = self.lstm(x)` split at the LSTM hands
+its resume function `(out, (h, c))`, and `h`, `c` cost no placeholder, fake tensor or guard.
+
+Each case runs eagerly, under dynamo_rs and under TorchDynamo (results, graph counts); the
+graphs' placeholders show which tensors became inputs, and changing an unused tensor must
+not compile again while changing a used one must."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import dynamo_rs
+from dynamo_rs.testing import CompileCounter
+from test_graph_breaks import run_cases, t
+
+pytestmark = pytest.mark.usefixtures("reset_compilers")
+
+
+def state():
+    return t(4, 3), (t(2, 3), t(2, 3))
+
+
+def first_only(pair):
+    out, _ = pair
+    return out.sin()
+
+
+def second_only(pair):
+    _, (h, c) = pair
+    return h * c
+
+
+def dead_then_reassigned(pair, x):
+    out, rest = pair
+    rest = x.cos()
+    return out + rest
+
+
+def used_on_one_branch(pair, flag):
+    out, (h, c) = pair
+    if flag:
+        return out + h.sum()
+    return out * 2
+
+
+def returns_unused_whole(pair):
+    out, rest = pair
+    return out.relu(), rest
+
+
+def returns_item_untouched(pair):
+    out, (h, c) = pair
+    return out + 1, c
+
+
+def passes_to_a_helper(pair):
+    def helper(a, b):
+        return a @ b.T
+
+    out, (h, _) = pair
+    return helper(out, h)
+
+
+def iterated(pair):
+    acc = 0
+    for item in pair[1]:
+        acc = acc + item.sum()
+    return pair[0] * acc
+
+
+def indexed(pair):
+    return pair[0] - pair[1][1].mean()
+
+
+def used_after_a_break(pair):
+    out, (h, c) = pair
+    y = out.sin()
+    print("break")
+    return y + h.sum(), c
+
+
+def unused_across_a_break(pair):
+    out, (h, c) = pair
+    y = out.sin()
+    print("break")
+    return y * 2
+
+
+def mutates_an_item(pair):
+    out, (h, c) = pair
+    h.add_(1)
+    return out * 2
+
+
+def aliases_another_argument(x, pair):
+    a, b = pair
+    x.mul_(2)
+    return a + x
+
+
+def identity_of_an_item(x, pair):
+    a, b = pair
+    return x + 1 if a is x else x - 1
+
+
+def varargs(*args):
+    first, *rest = args
+    return first.sin()
+
+
+def mixed_items(pair):
+    n, x = pair
+    return x * n
+
+
+CASES = {
+    "first_only": (first_only, [(state(),)]),
+    "second_only": (second_only, [(state(),)]),
+    "dead_then_reassigned": (dead_then_reassigned, [(state(), t(4, 3))]),
+    "used_on_one_branch_true": (used_on_one_branch, [(state(), True)]),
+    "used_on_one_branch_false": (used_on_one_branch, [(state(), False)]),
+    "returns_unused_whole": (returns_unused_whole, [(state(),)]),
+    "returns_item_untouched": (returns_item_untouched, [(state(),)]),
+    "passes_to_a_helper": (passes_to_a_helper, [(state(),)]),
+    "iterated": (iterated, [(state(),)]),
+    "indexed": (indexed, [(state(),)]),
+    "used_after_a_break": (used_after_a_break, [(state(),)]),
+    "unused_across_a_break": (unused_across_a_break, [(state(),)]),
+    "mutates_an_item": (mutates_an_item, [(state(),)]),
+    "varargs": (varargs, [(t(3), t(2), t(5))]),
+    "mixed_items": (mixed_items, [((3, t(4)),)]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_case(name) -> None:
+    fn, calls = CASES[name]
+    run_cases(fn, calls)
+
+
+def test_aliased_and_identity_cases() -> None:
+    x = t(3)
+    run_cases(aliases_another_argument, [(x, (x, t(3)))])
+    y = t(3)
+    run_cases(identity_of_an_item, [(y, (y, t(3)))])
+    run_cases(identity_of_an_item, [(y, (t(3), y))])
+
+
+def _placeholders(counter_graphs) -> list[list[str]]:
+    return [[n.target for n in gm.graph.nodes if n.op == "placeholder"] for gm in counter_graphs]
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.graphs = []
+
+    def __call__(self, gm, example_inputs):
+        self.graphs.append(gm)
+        return gm.forward
+
+
+def test_unused_items_are_not_graph_inputs() -> None:
+    recorder = _Recorder()
+    compiled = dynamo_rs.compile(first_only, backend=recorder)
+    pair = state()
+    assert torch.equal(compiled(pair), first_only(pair))
+    (inputs,) = _placeholders(recorder.graphs)
+    assert len(inputs) == 1, inputs
+
+
+def test_changing_an_unused_item_does_not_compile_again() -> None:
+    counter = CompileCounter()
+    compiled = dynamo_rs.compile(second_only, backend=counter)
+    out, (h, c) = state()
+    expected = second_only((out, (h, c)))
+    assert torch.equal(compiled((out, (h, c))), expected)
+    # The unused tensor changes shape, dtype, and becomes a non-tensor: nothing to recompile.
+    for other in (t(7, 7, 7), torch.ones(2, dtype=torch.int64), "not a tensor"):
+        assert torch.equal(compiled((other, (h, c))), expected)
+    assert counter.frame_count == 1
+    # A used one changes: compiled again, with the right result.
+    h2 = t(5, 3)
+    c2 = t(5, 3)
+    assert torch.equal(compiled((out, (h2, c2))), second_only((out, (h2, c2))))
+    assert counter.frame_count == 2
+
+
+def test_returned_unused_item_is_the_same_object() -> None:
+    compiled = dynamo_rs.compile(returns_item_untouched, backend=CompileCounter())
+    pair = state()
+    _, c = compiled(pair)
+    assert c is pair[1][1]
+    compiled_whole = dynamo_rs.compile(returns_unused_whole, backend=CompileCounter())
+    _, rest = compiled_whole(pair)
+    assert rest is pair[1]
+
+
+class _Stacked(torch.nn.Module):
+    """The pattern the lazy inputs are for: LSTMs breaking the graph (as under TorchDynamo),
+    their states unused by the code after them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lstm_a = torch.nn.LSTM(6, 6, batch_first=True, bidirectional=True)
+        self.lstm_b = torch.nn.LSTM(12, 6, batch_first=True)
+        self.norm = torch.nn.LayerNorm(6)
+
+    def forward(self, x):
+        y, _ = self.lstm_a(x)
+        y = y.relu()
+        z, (h, _) = self.lstm_b(y)
+        return self.norm(z) + h[-1].unsqueeze(1)
+
+
+@pytest.mark.parametrize("shapes", [[(2, 5, 6)], [(2, 5, 6), (3, 7, 6), (4, 2, 6)]])
+def test_lstm_states_in_resume_functions(shapes) -> None:
+    torch.manual_seed(0)
+    model = _Stacked().eval()
+    recorder = _Recorder()
+    compiled = dynamo_rs.compile(model, backend=recorder)
+    reference = torch.compile(model, backend=torch._dynamo.testing.CompileCounter())
+    with torch.no_grad():
+        for shape in shapes:
+            x = t(*shape)
+            torch.testing.assert_close(compiled(x), model(x))
+            reference(x)
+    # The resume functions get `(output, (h, c))`: the cell state `c` is never read, so no
+    # graph takes it; the second LSTM's `h` is read, and is an input of its graph; the
+    # graph after the first LSTM takes neither state.
+    graphs = _placeholders(recorder.graphs)
+    assert all("L_stack0_1_1_" not in inputs for inputs in graphs), graphs
+    assert any("L_stack0_1_0_" in inputs for inputs in graphs), graphs
+    assert any(inputs == ["L_stack0_0_"] for inputs in graphs), graphs
