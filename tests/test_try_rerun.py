@@ -445,3 +445,93 @@ def test_generator_frames_keep_breaking_per_operation() -> None:
         return list(gen(x, i))
 
     check(consume, _calls([(X, OUT_OF_RANGE)]), _calls([(X, IN_RANGE)]))
+
+
+# --- random numbers in a graph that may raise: the generators are put back for the rerun ---
+
+
+def _same_random_run(fn, args, compiled):
+    """Runs `fn` eagerly and `compiled` from the same seed: equal results (or the same
+    exception) and the generator left in the same state (the next draw equal)."""
+    torch.manual_seed(11)
+    expected = _run(fn, args, {})
+    after_eager = torch.rand(3)
+    torch.manual_seed(11)
+    actual = _run(compiled, args, {})
+    after_compiled = torch.rand(3)
+    _same(actual[0], expected[0])
+    assert actual[1] == expected[1]
+    torch.testing.assert_close(after_compiled, after_eager)
+
+
+def random_before_try(x, i):
+    noise = torch.rand_like(x)
+    try:
+        y = (x + noise)[i]
+    except IndexError:
+        y = x - noise
+    return y * torch.randn(1)
+
+
+def random_factories_inside_try(x, i):
+    try:
+        y = torch.randn(3, 2) * x[i].sum() + torch.rand(2)
+    except IndexError:
+        y = torch.normal(torch.zeros(2), torch.ones(2))
+    return y
+
+
+def dropout_after_try(x, i):
+    try:
+        y = x[i]
+    except IndexError as e:
+        raise IndexError("index out of range, said the model") from e
+    return nn.functional.dropout(y, 0.3, training=True) + torch.bernoulli(torch.full_like(y, 0.5))
+
+
+def explicit_generator_inside_try(x, i, g):
+    try:
+        y = x[i] + torch.rand(2, generator=g)
+    except IndexError:
+        y = x[:1] * 0
+    return y
+
+
+@pytest.mark.parametrize("fn", [dropout_in_training_inside_try, random_before_try,
+                                random_factories_inside_try, dropout_after_try],
+                         ids=lambda f: f.__name__)
+def test_random_graph_reruns_from_the_same_generator_state(fn) -> None:
+    counter = CompileCounter()
+    compiled = dynamo_rs.compile(fn, backend=counter)
+    for i in (IN_RANGE, OUT_OF_RANGE, IN_RANGE, OUT_OF_RANGE):
+        _same_random_run(fn, (X, i), compiled)
+    # One graph, as under TorchDynamo (which lets the graph's exception escape instead).
+    assert counter.frame_count == 1
+    theirs = torch._dynamo.testing.CompileCounter()
+    torch.manual_seed(0)
+    torch.compile(fn, backend=theirs)(X, IN_RANGE)
+    assert theirs.frame_count == 1
+
+
+def test_explicit_generator_is_not_rerun() -> None:
+    # A generator handed in is not put back: the operation breaks the graph and runs once.
+    compiled = dynamo_rs.compile(explicit_generator_inside_try, backend=CompileCounter())
+    for i in (IN_RANGE, OUT_OF_RANGE):
+        g_eager, g_compiled = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
+        expected = explicit_generator_inside_try(X, i, g_eager)
+        actual = compiled(X, i, g_compiled)
+        torch.testing.assert_close(actual, expected)
+        torch.testing.assert_close(torch.rand(2, generator=g_compiled), torch.rand(2, generator=g_eager))
+
+
+def test_model_with_a_try_block_trains_in_one_graph() -> None:
+    # LayoutLM in training: dropout after the try block's lookups (TorchDynamo: 1 graph).
+    torch.manual_seed(0)
+    model = _LayoutEmbeddings().train()
+    counter = CompileCounter()
+    compiled = dynamo_rs.compile(model, backend=counter)
+    good = torch.tensor([[[1, 2], [3, 4]]])
+    bad = torch.tensor([[[1, 2], [3, 40]]])
+    for bbox in (good, bad, good):
+        _same_random_run(model, (bbox,), compiled)
+    assert counter.frame_count == 1

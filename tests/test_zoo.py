@@ -4,9 +4,10 @@ compiles nothing. By default a sample, one or two models of each kind of archite
 holds; DYNAMO_RS_ZOO=all runs every model (as `make bench` does, with timings,
 benchmarks/zoo.py).
 
-Transformers models are also trained: with `labels`, in train mode (dropout off, so eager and
-compiled see the same numbers), `backward()` through `aot_eager` gives eager's loss and
-gradients in one graph, where TorchDynamo's count is the bound."""
+Every text and encoder-decoder transformers architecture of the zoo is also trained: with
+`labels`, in train mode (dropout off, so eager and compiled see the same numbers), `backward()`
+through `aot_eager` gives eager's loss and gradients in one graph, where TorchDynamo's count
+is the bound."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import torch._dynamo.testing
 
 import dynamo_rs
 from dynamo_rs.testing import CompileCounter
-from zoo import TRANSFORMERS_SEQ2SEQ, ZOO, _SMALL, build, tensors_of
+from zoo import TRANSFORMERS_SEQ2SEQ, TRANSFORMERS_TEXT, ZOO, _SMALL, build, tensors_of
 
 SAMPLE = [
     "torchvision/resnet18", "torchvision/shufflenet_v2_x0_5", "torchvision/squeezenet1_1",
@@ -69,7 +70,19 @@ def test_zoo_model_at_parity_with_torchdynamo(name) -> None:
     assert abs(ours.op_count - theirs.op_count) <= 0.1 * theirs.op_count, (ours.op_count, theirs.op_count)
 
 
-TRAINED = ["bert", "albert", "gpt2", "llama", "gemma", "t5", "bart"]
+# Every text and encoder-decoder architecture of the zoo, trained. DeBERTa-v2's
+# sequence-classification head builds its activation in `forward` through transformers'
+# `ACT2FN[...]` (an OrderedDict subclass with a Python `__getitem__`, then a module class
+# whose `__init__` transformers patches): both still break the graph here (5 graphs where
+# TorchDynamo makes 2, at the loss's `nonzero`).
+TRAINED = [
+    pytest.param(name, marks=pytest.mark.xfail(strict=True, reason="ACT2FN[...] in forward breaks the graph"))
+    if name == "deberta-v2" else name
+    for name in TRANSFORMERS_TEXT + TRANSFORMERS_SEQ2SEQ
+]
+# Encoder-only architectures: trained with a sequence-classification head.
+ENCODERS = ("bert", "roberta", "xlm-roberta", "distilbert", "albert", "electra", "deberta-v2",
+            "mpnet", "layoutlm", "canine", "modernbert", "longformer", "xlm")
 
 
 def training_setup(name: str):
@@ -92,7 +105,7 @@ def training_setup(name: str):
         config.decoder_start_token_id = 0
         model = AutoModelForSeq2SeqLM.from_config(config)
         labels = torch.randint(1, 128, (2, 7))
-    elif name in ("bert", "albert", "roberta", "distilbert", "electra"):
+    elif name in ENCODERS:
         model = AutoModelForSequenceClassification.from_config(config)
         labels = torch.tensor([0, 1])
     else:
@@ -122,4 +135,8 @@ def test_transformers_model_trains_in_one_graph(name) -> None:
         assert (g is None) == (e is None)
         if e is not None:
             torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5)
-    assert ours.frame_count == 1 and ours.frame_count <= max(theirs.frame_count, 1)
+    # One graph, as under TorchDynamo; where TorchDynamo breaks too (a data-dependent
+    # `.item()` or `nonzero()`: XLM, Longformer), no more graphs than it makes.
+    assert ours.frame_count <= theirs.frame_count, (ours.frame_count, theirs.frame_count)
+    if theirs.frame_count == 1:
+        assert ours.frame_count == 1

@@ -165,6 +165,7 @@ def symbolic_fake(mode, tensor, name: str, dims: list[int], user: list[int], duc
     """The fake of `tensor` with symbolic sizes in `dims` (sizes 0 and 1 stay specialised,
     equal sizes share a symbol unless marked by the user, as in TorchDynamo)."""
     from torch._dynamo.source import ConstantSource
+    from torch._subclasses.fake_tensor import disable_fake_tensor_cache
     from torch.fx.experimental.symbolic_shapes import (
         DimDynamic,
         RelaxedUnspecConstraint,
@@ -212,7 +213,11 @@ def symbolic_fake(mode, tensor, name: str, dims: list[int], user: list[int], duc
     context = StatelessSymbolicContext(dynamic_sizes=sizes, constraint_sizes=constraints,
                                        view_base_context=base)
     mode.dynamo_rs_symbolic = True  # see `_capture.run_fake`
-    return mode.from_tensor(tensor, symbolic_context=context, source=ConstantSource(name))
+    # A view is made from its base by `as_strided` through FakeTensorMode's dispatch, whose
+    # cache would file an entry for sizes made of the new symbols — never asked for again,
+    # and half the cost of the input.
+    with disable_fake_tensor_cache(mode):
+        return mode.from_tensor(tensor, symbolic_context=context, source=ConstantSource(name))
 
 
 def input_fake(mode, tensor, code, name: str, policy, static: bool):

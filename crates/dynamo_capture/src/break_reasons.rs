@@ -147,10 +147,12 @@ impl BreakKind {
                 "Operations inside a `try` block go into the graph; a graph that raises makes \
                  the frame run again eagerly from the start, so the exception meets the \
                  block's `except` as in eager. That needs a graph that changes nothing a \
-                 second run would see: with an in-place operation, random numbers (dropout in \
-                 training) or running statistics (batch norm in training) in the same graph, \
-                 or in a generator (which cannot be run again as a call), the operation runs \
-                 as it is, under the block's handler.",
+                 second run would see — random numbers drawn from the default generators \
+                 (dropout in training) are drawn again from the state they were drawn from: \
+                 with an in-place operation, running statistics (batch norm in training) or \
+                 random numbers from a generator passed in, in the same graph, or in a \
+                 generator function (which cannot be run again as a call), the operation \
+                 runs as it is, under the block's handler.",
                 "Keep the state-changing operation out of the graph of the `try` block: move \
                  the `try` around the smallest code that can raise, or the in-place operation \
                  after the block.",

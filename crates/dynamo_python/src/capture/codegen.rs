@@ -196,6 +196,9 @@ pub struct Rerun {
     /// How many of the code's first `co_varnames` are parameters (`*args` and `**kwargs`
     /// included).
     pub parameters: usize,
+    /// The graph draws random numbers: the default generators' state is taken before it
+    /// runs and put back before the rerun, which then draws the same numbers eager would.
+    pub restore_random: bool,
 }
 
 pub struct CodeGen<'py> {
@@ -502,6 +505,23 @@ impl<'py> CodeGen<'py> {
         inputs: &[Rc<Source>],
         rerun: Option<&Rerun>,
     ) -> CResult<()> {
+        let random_state = match rerun {
+            Some(r) if r.restore_random => {
+                //     ___random_state = random_state()
+                let take = self
+                    .py
+                    .import_module("dynamo_rs._rerun")?
+                    .getattr("random_state")?;
+                self.emit(Opcode::PushNull, Operand::None);
+                self.load_const(&take);
+                self.emit(Opcode::Precall, Operand::Int(0));
+                self.emit(Opcode::Call, Operand::Int(0));
+                let slot = self.temp("___random_state");
+                self.emit(Opcode::StoreFast, Operand::Local(slot));
+                Some(slot)
+            }
+            _ => None,
+        };
         if rerun.is_some() {
             // Depth 0: the graph is called first, on an empty stack.
             self.begin_handled(0, false);
@@ -515,7 +535,8 @@ impl<'py> CodeGen<'py> {
         self.emit(Opcode::Jump, Operand::Jump(InstrIndex(0)));
         self.patch_handlers_here();
         // The handler, with the exception on the stack:
-        //     return rerun_eagerly(exc, code, grad_mode, (parameters...), (free cells...))
+        //     return rerun_eagerly(exc, code, grad_mode, (parameters...), (free cells...)
+        //                          [, ___random_state])
         let helper = self
             .py
             .import_module("dynamo_rs._rerun")?
@@ -545,8 +566,13 @@ impl<'py> CodeGen<'py> {
             self.load_closure(slot as u32);
         }
         self.emit(Opcode::BuildTuple, Operand::Int(free as u32));
-        self.emit(Opcode::Precall, Operand::Int(5));
-        self.emit(Opcode::Call, Operand::Int(5));
+        let mut count = 5;
+        if let Some(slot) = random_state {
+            self.emit(Opcode::LoadFast, Operand::Local(slot));
+            count += 1;
+        }
+        self.emit(Opcode::Precall, Operand::Int(count));
+        self.emit(Opcode::Call, Operand::Int(count));
         self.emit(Opcode::Swap, Operand::Int(2));
         self.emit(Opcode::PopTop, Operand::None);
         self.emit(Opcode::ReturnValue, Operand::None);

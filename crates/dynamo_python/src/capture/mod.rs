@@ -1454,5 +1454,6 @@ pub(crate) fn rerun_plan(
     Ok(Some(codegen::Rerun {
         grad_mode: tracer.guards.grad_mode.unwrap_or(true),
         parameters,
+        restore_random: tracer.draws_random,
     }))
 }

@@ -22,7 +22,13 @@ impl<'py> Tracer<'py> {
         kwargs: Vec<(String, VarId)>,
     ) -> CResult<VarId> {
         let py = self.py;
-        let changes_state = self.changes_state(&op, name, &args, &kwargs)?;
+        let change = self.changes_state(&op, name, &args, &kwargs)?;
+        // Random numbers drawn from the default generators: a rerun after the graph raised
+        // draws them again from the state they were drawn from (`Rerun::restore_random`).
+        if change == StateChange::Random {
+            self.draws_random = true;
+        }
+        let changes_state = change == StateChange::Other;
         if self.in_try {
             // An operation inside a `try` block of its own frame: in the graph when the frame
             // can run again eagerly if the graph raises (see `Tracer::rerun_on_error`), which
@@ -113,17 +119,79 @@ impl<'py> Tracer<'py> {
 
     /// Whether running operation `name` twice could differ from running it once: an
     /// in-place form (`add_`, `x[i] = v`, `x += y`, `out=`, `inplace=` not known to be
-    /// False), the random generator (`dropout` not known to be in eval, sampling), running
-    /// statistics (`batch_norm` in training), or a call of code outside torch and the
-    /// operator module (an `autograd.Function`, a function allowed in the graph).
-    /// Conservative: a false answer must be right, a true one only costs graph breaks.
+    /// False), running statistics (`batch_norm` in training), global state, or a call of
+    /// code outside torch and the operator module (an `autograd.Function`, a function
+    /// allowed in the graph) — `Other`; random numbers (`dropout` not known to be in eval,
+    /// sampling) drawn from the CPU or CUDA default generators — `Random`, which a rerun can
+    /// undo by restoring the generators (drawn from an explicit `generator=`, or on another
+    /// device, `Other`). Conservative: `None` must be right; `Other` only costs graph breaks.
     fn changes_state(
         &self,
         op: &Op,
         name: &str,
         args: &[VarId],
         kwargs: &[(String, VarId)],
-    ) -> PyResult<bool> {
+    ) -> PyResult<StateChange> {
+        let random = self.random_state_change(args, kwargs)?;
+        let other = self.changes_other_state(op, name, args, kwargs, random)?;
+        Ok(other)
+    }
+
+    /// `Random` when the random numbers an operation draws come from generators a rerun
+    /// restores: the CPU and CUDA default generators (no `generator=` argument, every tensor
+    /// argument on one of those devices, and a factory's device among them).
+    fn random_state_change(
+        &self,
+        args: &[VarId],
+        kwargs: &[(String, VarId)],
+    ) -> PyResult<StateChange> {
+        let py = self.py;
+        let restorable_device = |device: &Bound<'py, PyAny>| -> PyResult<bool> {
+            let kind: String = if let Ok(text) = device.extract::<String>() {
+                text.split(':').next().unwrap_or_default().to_string()
+            } else {
+                device.getattr("type")?.extract()?
+            };
+            Ok(kind == "cpu" || kind == "cuda")
+        };
+        let mut any_tensor = false;
+        for &a in args.iter().chain(kwargs.iter().map(|(_, v)| v)) {
+            if let VarKind::Tensor { fake, .. } = self.kind(a) {
+                any_tensor = true;
+                if !restorable_device(&fake.bind(py).getattr("device")?)? {
+                    return Ok(StateChange::Other);
+                }
+            }
+        }
+        for (keyword, value) in kwargs {
+            match keyword.as_str() {
+                "generator" => return Ok(StateChange::Other),
+                "device" => match self.kind(*value) {
+                    VarKind::Const(d) if d.bind(py).is_none() => {}
+                    VarKind::Const(d) | VarKind::Object(d) if restorable_device(&d.bind(py))? => {}
+                    _ => return Ok(StateChange::Other),
+                },
+                _ => {}
+            }
+        }
+        if !any_tensor {
+            let default = self.h.torch.call_method0("get_default_device")?;
+            if !restorable_device(&default)? {
+                return Ok(StateChange::Other);
+            }
+        }
+        Ok(StateChange::Random)
+    }
+
+    /// `changes_state` once `random` says what drawing random numbers would be.
+    fn changes_other_state(
+        &self,
+        op: &Op,
+        name: &str,
+        args: &[VarId],
+        kwargs: &[(String, VarId)],
+        random: StateChange,
+    ) -> PyResult<StateChange> {
         const IN_PLACE_OPERATORS: &[&str] = &[
             "setitem",
             "delitem",
@@ -170,7 +238,7 @@ impl<'py> Tracer<'py> {
             && !operator_name)
             || IN_PLACE_OPERATORS.contains(&plain)
         {
-            return Ok(true);
+            return Ok(StateChange::Other);
         }
         let known_false = |id: VarId| {
             matches!(self.kind(id), VarKind::Const(v)
@@ -178,7 +246,7 @@ impl<'py> Tracer<'py> {
         };
         for (keyword, value) in kwargs {
             if keyword == "out" || (keyword == "inplace" && !known_false(*value)) {
-                return Ok(true);
+                return Ok(StateChange::Other);
             }
         }
         // Whether the operation runs in training mode (drawing random numbers, updating
@@ -194,15 +262,28 @@ impl<'py> Tracer<'py> {
         };
         if base.contains("dropout") {
             // F.dropout(input, p, training=True, inplace), torch.dropout(input, p, train)
-            return Ok(in_training(2, true));
+            return Ok(if in_training(2, true) {
+                random
+            } else {
+                StateChange::None
+            });
         }
         if base.contains("rrelu") {
-            return Ok(in_training(3, false)); // F.rrelu(input, lower, upper, training=False)
+            // F.rrelu(input, lower, upper, training=False)
+            return Ok(if in_training(3, false) {
+                random
+            } else {
+                StateChange::None
+            });
         }
         if base.contains("batch_norm") {
             // F.batch_norm(input, mean, var, weight, bias, training=False, ...) and
             // torch.batch_norm(input, weight, bias, mean, var, training, ...)
-            return Ok(in_training(5, false));
+            return Ok(if in_training(5, false) {
+                StateChange::Other
+            } else {
+                StateChange::None
+            });
         }
         // Global state set by the graph (autocast entered, ...) stays set when it raises;
         // grad mode is put back by the rerun itself (`Rerun::grad_mode`).
@@ -210,11 +291,16 @@ impl<'py> Tracer<'py> {
             .iter()
             .any(|s| base.contains(s))
             && base != "_set_grad_enabled";
-        if sets_global_state
-            || base.contains("instance_norm")
-            || (RANDOM.iter().any(|r| base.contains(r)) && !base.contains("normalize"))
-        {
-            return Ok(true);
+        if sets_global_state || base.contains("instance_norm") {
+            return Ok(StateChange::Other);
+        }
+        if RANDOM.iter().any(|r| base.contains(r)) && !base.contains("normalize") {
+            // `seed` sets the generator rather than drawing from it: not undone by a rerun.
+            return Ok(if base.contains("seed") {
+                StateChange::Other
+            } else {
+                random
+            });
         }
         if let Op::CallFunction(function) = op {
             let module = function
@@ -229,9 +315,13 @@ impl<'py> Tracer<'py> {
                     module.as_str(),
                     "_operator" | "operator" | "math" | "builtins"
                 );
-            return Ok(!known);
+            return Ok(if known {
+                StateChange::None
+            } else {
+                StateChange::Other
+            });
         }
-        Ok(false)
+        Ok(StateChange::None)
     }
 
     pub(super) fn wrap_node_result(
@@ -473,4 +563,15 @@ impl<'py> Tracer<'py> {
             }
         })
     }
+}
+
+/// What running one graph operation does beyond computing its result (see
+/// `Tracer::changes_state`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum StateChange {
+    None,
+    /// Draws from the CPU or CUDA default random generators.
+    Random,
+    /// Anything else a second run would see.
+    Other,
 }

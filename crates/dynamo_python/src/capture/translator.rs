@@ -118,6 +118,9 @@ pub struct Tracer<'py> {
     /// again after such a graph raised would apply it twice, so a graph with one is not run
     /// again (see `graph_call` for what that means for operations inside `try` blocks).
     pub state_changing_op: Option<String>,
+    /// The graph draws random numbers from the default generators (see `StateChange`): a
+    /// rerun after it raised restores them first.
+    pub draws_random: bool,
     /// Grad mode as the traced code sees it (changed by grad-mode `with` blocks).
     pub grad_enabled: bool,
     /// Field names of tuples that came from named tuples (`torch.topk(...).values`).
@@ -316,6 +319,7 @@ impl<'py> Tracer<'py> {
             graph_ops_in_try: false,
             graph_ops_in_own_try: false,
             state_changing_op: None,
+            draws_random: false,
             grad_enabled: true,
             tuple_fields: HashMap::new(),
             tuple_classes: HashMap::new(),
