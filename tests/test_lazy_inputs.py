@@ -105,6 +105,15 @@ def identity_of_an_item(x, pair):
     return x + 1 if a is x else x - 1
 
 
+def first_by_index(pair):
+    return pair[0] * 2
+
+
+def sliced(pair):
+    rest = pair[1:]
+    return pair[0] + rest[0][1].sum()
+
+
 def varargs(*args):
     first, *rest = args
     return first.sin()
@@ -130,6 +139,8 @@ CASES = {
     "unused_across_a_break": (unused_across_a_break, [(state(),)]),
     "mutates_an_item": (mutates_an_item, [(state(),)]),
     "varargs": (varargs, [(t(3), t(2), t(5))]),
+    "first_by_index": (first_by_index, [(state(),)]),
+    "sliced": (sliced, [(state(),)]),
     "mixed_items": (mixed_items, [((3, t(4)),)]),
 }
 
@@ -161,13 +172,15 @@ class _Recorder:
         return gm.forward
 
 
-def test_unused_items_are_not_graph_inputs() -> None:
+@pytest.mark.parametrize("fn,used", [(first_only, 1), (first_by_index, 1), (sliced, 2),
+                                     (second_only, 2)], ids=lambda v: getattr(v, "__name__", str(v)))
+def test_unused_items_are_not_graph_inputs(fn, used) -> None:
     recorder = _Recorder()
-    compiled = dynamo_rs.compile(first_only, backend=recorder)
+    compiled = dynamo_rs.compile(fn, backend=recorder)
     pair = state()
-    assert torch.equal(compiled(pair), first_only(pair))
+    assert torch.equal(compiled(pair), fn(pair))
     (inputs,) = _placeholders(recorder.graphs)
-    assert len(inputs) == 1, inputs
+    assert len(inputs) == used, inputs
 
 
 def test_changing_an_unused_item_does_not_compile_again() -> None:
@@ -208,7 +221,7 @@ class _Stacked(torch.nn.Module):
         self.norm = torch.nn.LayerNorm(6)
 
     def forward(self, x):
-        y, _ = self.lstm_a(x)
+        y = self.lstm_a(x)[0]
         y = y.relu()
         z, (h, _) = self.lstm_b(y)
         return self.norm(z) + h[-1].unsqueeze(1)

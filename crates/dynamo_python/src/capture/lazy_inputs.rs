@@ -10,7 +10,7 @@
 //! The tensors in tuples among the frame's arguments (through tuples only) start as
 //! `VarKind::Unrealized`. Only a few instructions move values without looking at them:
 //! loads and stores of locals, `POP_TOP`, `COPY`/`SWAP`, constants, unconditional jumps
-//! (a resume function starts with one), and `UNPACK_SEQUENCE`
+//! (a resume function starts with one), a tuple indexed by a constant, and `UNPACK_SEQUENCE`
 //! of a tuple (which pushes its items). Before any other instruction every unrealized
 //! tracker reachable from the stack is realised in place — wrapped as it would have been
 //! at the start (`Tracer::wrap`: placeholder, fake, guard), its tracker id kept so that the
@@ -59,6 +59,11 @@ impl<'py> Tracer<'py> {
                 Some(&top) => self.realize_within(top),
                 None => Ok(()),
             },
+            // `self.lstm(x)[0]`: a tuple indexed by a constant (an int or a slice) pushes the
+            // item (or a tuple of the items) as it is.
+            BinarySubscr if self.constant_index_of_tuple(frame) => Ok(()),
+            // The slice of such an index (`pair[1:]`), made of constants.
+            BuildSlice if self.constants_on_top(frame, ins.effect_arg() as usize) => Ok(()),
             _ => {
                 for at in 0..frame.stack.len() {
                     self.realize_within(frame.stack[at])?;
@@ -66,6 +71,22 @@ impl<'py> Tracer<'py> {
                 Ok(())
             }
         }
+    }
+
+    /// Whether the stack's top two values are a tuple and a constant to index it with.
+    fn constant_index_of_tuple(&self, frame: &FrameState<'py>) -> bool {
+        let n = frame.stack.len();
+        n >= 2
+            && matches!(self.kind(frame.stack[n - 2]), VarKind::Tuple(_))
+            && matches!(self.kind(frame.stack[n - 1]), VarKind::Const(_))
+    }
+
+    /// Whether the stack's top `n` values are constants.
+    fn constants_on_top(&self, frame: &FrameState<'py>, n: usize) -> bool {
+        frame.stack.len() >= n
+            && frame.stack[frame.stack.len() - n..]
+                .iter()
+                .all(|&id| matches!(self.kind(id), VarKind::Const(_)))
     }
 
     /// Realises `id` if it is unrealized, and the unrealized trackers in it if it is a tuple
