@@ -990,3 +990,66 @@ def test_in_place_and_out_results_are_their_argument(fn) -> None:
     BUFFER_HOLDER.__init__()
     assert got[0] == expected[0]
     torch.testing.assert_close(got[1], expected[1])
+
+
+# --- a function whose code is replaced in place, however the compiled code reached it ---
+
+
+class _Scaler:
+    def __init__(self):
+        self.a = 1.0
+
+    def norm(self, z):
+        return z * 2 + self.a
+
+
+def _method_code():
+    return vars(_Scaler)["norm"].__code__
+
+
+def through_a_break_in_the_arguments(p, x):
+    # The break (a tensor operation inside `try` after an in-place change) falls between
+    # loading `p.norm` and calling it: the resume function gets the bound method.
+    x.clamp_(min=-1.0)
+    try:
+        y = p.norm(torch.where(x > 0, x, x * 2))
+    except IndexError:
+        y = x
+    return y
+
+
+def bound_method_argument(callback, x):
+    return callback(x) + 1
+
+
+def bound_method_in_a_list(callbacks, x):
+    return callbacks[0](x) * 3
+
+
+def through_the_instance(p, x):
+    return p.norm(x)
+
+
+REACHED = {
+    "bound method handed to a resume function": (through_a_break_in_the_arguments, lambda p: p),
+    "bound method as an argument": (bound_method_argument, lambda p: p.norm),
+    "bound method in a list": (bound_method_in_a_list, lambda p: [p.norm]),
+    "method of the instance": (through_the_instance, lambda p: p),
+}
+
+
+@pytest.mark.parametrize("name", list(REACHED))
+def test_replaced_function_code_is_seen(name) -> None:
+    fn, handed = REACHED[name]
+    code = _method_code()
+    try:
+        counter = CompileCounter()
+        compiled = dynamo_rs.compile(fn, backend=counter)
+        p = _Scaler()
+        x = torch.randn(3)
+        torch.testing.assert_close(compiled(handed(p), x.clone()), fn(handed(p), x.clone()))
+        torch.testing.assert_close(compiled(handed(p), x.clone()), fn(handed(p), x.clone()))
+        vars(_Scaler)["norm"].__code__ = (lambda self, z: z - self.a).__code__
+        torch.testing.assert_close(compiled(handed(p), x.clone()), fn(handed(p), x.clone()))
+    finally:
+        vars(_Scaler)["norm"].__code__ = code

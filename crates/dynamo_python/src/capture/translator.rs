@@ -897,6 +897,13 @@ impl<'py> Tracer<'py> {
             GuardKind::Type(OwnedRef::from_bound(&self.h.method_type)),
         );
         let func_source = Rc::new(Source::Attr(source.clone(), "__func__".into()));
+        // The same function object can get other code (`fn.__code__ = other.__code__`), and
+        // calling the method inlines the code it has now (see `call_python_from`).
+        let code = func.getattr("__code__")?;
+        self.guards.add(
+            Rc::new(Source::Attr(func_source.clone(), "__code__".into())),
+            GuardKind::Id(OwnedRef::from_bound(&code)),
+        );
         self.guards
             .add(func_source, GuardKind::Id(OwnedRef::from_bound(&func)));
         let receiver_source = Rc::new(Source::Attr(source.clone(), "__self__".into()));
