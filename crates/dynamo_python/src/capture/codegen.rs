@@ -483,6 +483,19 @@ impl<'py> CodeGen<'py> {
                     "internal: loading a class-lookup source",
                 );
             }
+            // `dict.__getitem__(base, key)`: `base[key]` would run the class's override.
+            Source::DictItem(base, key) => {
+                let getitem = py
+                    .get_type::<pyo3::types::PyDict>()
+                    .getattr("__getitem__")?;
+                self.emit(Opcode::PushNull, Operand::None);
+                self.load_const(&getitem);
+                self.load_source(base)?;
+                let key = key.to_python(py)?;
+                self.load_const(&key);
+                self.emit(Opcode::Precall, Operand::Int(2));
+                self.emit(Opcode::Call, Operand::Int(2));
+            }
             Source::Item(base, key) => {
                 self.load_source(base)?;
                 let key = key.to_python(py)?;

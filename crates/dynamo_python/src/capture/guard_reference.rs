@@ -35,6 +35,7 @@ enum Hop {
     Attr(String),
     ClassAttr(String),
     Item(OwnedRef),
+    DictItem(OwnedRef),
 }
 
 /// What a tensor looked like when the guard was built.
@@ -114,6 +115,10 @@ fn path_of(py: Python<'_>, source: &Source, out: &mut Vec<Hop>) -> PyResult<()> 
         Source::Item(parent, key) => {
             path_of(py, parent, out)?;
             out.push(Hop::Item(OwnedRef::from_bound(&key.to_python(py)?)));
+        }
+        Source::DictItem(parent, key) => {
+            path_of(py, parent, out)?;
+            out.push(Hop::DictItem(OwnedRef::from_bound(&key.to_python(py)?)));
         }
     }
     Ok(())
@@ -315,6 +320,12 @@ impl ReferenceGuard {
                     Ok(dict) => dict.get_item(key.bind(py))?,
                     Err(_) => base.get_item(key.bind(py)).ok(),
                 },
+                // Through `dict.__getitem__` itself, as the source says.
+                (Hop::DictItem(key), Some(base)) => py
+                    .get_type::<PyDict>()
+                    .getattr("__getitem__")?
+                    .call1((base, key.bind(py)))
+                    .ok(),
                 (_, None) => None,
             };
         }

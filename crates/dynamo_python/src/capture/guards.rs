@@ -137,6 +137,7 @@ enum SourceKey {
     Attr(u32, String),
     ClassAttr(u32, String),
     Item(u32, ItemKey),
+    DictItem(u32, ItemKey),
 }
 
 /// Every distinct source guards depend on, parents before children, each with an id.
@@ -182,6 +183,10 @@ impl SourceTable {
                 let parent = self.intern(base);
                 (SourceKey::Item(parent, key.clone()), Some(parent))
             }
+            Source::DictItem(base, key) => {
+                let parent = self.intern(base);
+                (SourceKey::DictItem(parent, key.clone()), Some(parent))
+            }
         };
         let id = match self.by_key.get(&key) {
             Some(&id) => id,
@@ -224,6 +229,8 @@ pub(super) enum Access {
         lookup: KnownLookup,
     },
     Item(usize, OwnedRef),
+    /// `dict.__getitem__(parent, key)` (`Source::DictItem`): the dict's own table.
+    DictItem(usize, OwnedRef),
 }
 
 pub(super) enum Check {
@@ -268,6 +275,7 @@ impl Step {
             Access::Attr(parent, _, _)
             | Access::ClassAttr(parent, _)
             | Access::Item(parent, _)
+            | Access::DictItem(parent, _)
             | Access::InstanceAttr { parent, .. } => Some(*parent),
             _ => None,
         }
@@ -446,6 +454,13 @@ impl NativeGuard {
                 Source::Item(_, key) => {
                     let py_key = key.to_python(py)?;
                     Access::Item(
+                        parent.expect("items have a parent") as usize,
+                        OwnedRef::from_bound(&py_key),
+                    )
+                }
+                Source::DictItem(_, key) => {
+                    let py_key = key.to_python(py)?;
+                    Access::DictItem(
                         parent.expect("items have a parent") as usize,
                         OwnedRef::from_bound(&py_key),
                     )
@@ -1041,6 +1056,14 @@ impl NativeGuard {
                     Some(base) => match base.cast_exact::<PyDict>() {
                         Ok(dict) => step.read_cache.get(dict, &key.bind(py)).ok().flatten(),
                         Err(_) => base.get_item(key.bind(py)).ok(),
+                    },
+                    None => None,
+                },
+                // `PyDict_GetItem`: the table itself, whatever the class overrides.
+                Access::DictItem(parent, key) => match &values[*parent] {
+                    Some(base) => match base.cast::<PyDict>() {
+                        Ok(dict) => dict.get_item(key.bind(py)).ok().flatten(),
+                        Err(_) => None,
                     },
                     None => None,
                 },

@@ -595,22 +595,31 @@ impl<'py> Tracer<'py> {
             );
         };
         // The values are guarded (and loaded) through item sources, which read `d[key]`: with
-        // a `__getitem__` (or `__iter__`) of the dict's class written in Python, that is not
-        // the dict's own lookup (`super().__getitem__(key)` inside such a `__getitem__` would
-        // read what the override returns).
-        for dunder in ["__getitem__", "__iter__"] {
+        // a `__getitem__` of the dict's class written in Python, that is not the dict's own
+        // lookup, which is what these methods read (`super().__getitem__(key)` inside such a
+        // `__getitem__`, `d.get(key)`): the values are then guarded through the dict's own
+        // table (`Source::DictItem`), and not loaded by the generated code. An `__iter__` in
+        // Python would make the keys another question too: refused.
+        let defines_in_python = |dunder: &str| {
             let key = pyo3::types::PyString::new(py, dunder);
-            if super::guard_values::class_lookup(dict.get_type().as_any(), &key)
+            super::guard_values::class_lookup(dict.get_type().as_any(), &key)
                 .is_some_and(|found| found.is_instance(&self.h.function_type).unwrap_or(true))
-            {
-                return unsupported(
-                    BreakKind::UnsupportedOperation,
-                    format!(
-                        "{name}() of a dict whose class defines {dunder} in Python (read \
-                         through the class, not the dict's own lookup)"
-                    ),
-                );
-            }
+        };
+        // So is a `__getitem__` override in a class that also writes its items through Python
+        // (`__setitem__`, `__setattr__`: transformers' `ModelOutput` keeps fields and items in
+        // step), whose items are read through its own methods.
+        let own_lookup = defines_in_python("__getitem__");
+        let refused = ["__iter__", "__setitem__", "__setattr__"]
+            .into_iter()
+            .find(|&d| defines_in_python(d) && (d == "__iter__" || own_lookup));
+        if let Some(dunder) = refused {
+            return unsupported(
+                BreakKind::UnsupportedOperation,
+                format!(
+                    "{name}() of a dict whose class defines {dunder} in Python (read through \
+                     the class, not the dict's own table)"
+                ),
+            );
         }
         let keys = PyTuple::new(py, dict.try_iter()?.collect::<PyResult<Vec<_>>>()?)?;
         // Strings and exact ints (a hook table's handle ids) compare and hash without user
@@ -633,12 +642,17 @@ impl<'py> Tracer<'py> {
             GuardKind::Keys(OwnedRef::from_bound(keys.as_any())),
         );
         let item = |this: &mut Self, key: &Bound<'py, PyAny>| -> CResult<VarId> {
-            let value = dict.get_item(key)?;
-            let item_source = Rc::new(Source::Item(
-                source.clone(),
-                super::source::ItemKey::of(key),
-            ));
-            this.wrap(&value, Some(item_source))
+            let key_of = super::source::ItemKey::of(key);
+            let (value, item_source) = if own_lookup {
+                let table = dict.cast::<PyDict>().map_err(PyErr::from)?;
+                let value = table
+                    .get_item(key)?
+                    .ok_or_else(|| pyo3::exceptions::PyKeyError::new_err(key.clone().unbind()))?;
+                (value, Source::DictItem(source.clone(), key_of))
+            } else {
+                (dict.get_item(key)?, Source::Item(source.clone(), key_of))
+            };
+            this.wrap(&value, Some(Rc::new(item_source)))
         };
         match name {
             "keys" => {

@@ -56,6 +56,10 @@ pub fn describe<'py>(py: Python<'py>, set: &GuardSet) -> PyResult<Bound<'py, PyD
             Source::Item(_, key) => ("item", parent, key.to_python(py)?)
                 .into_pyobject(py)?
                 .into_any(),
+            // Not written (`_persist` refuses kinds it does not know).
+            Source::DictItem(_, key) => ("dictitem", parent, key.to_python(py)?)
+                .into_pyobject(py)?
+                .into_any(),
         };
         sources.append(item)?;
     }

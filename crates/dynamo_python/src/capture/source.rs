@@ -82,6 +82,7 @@ pub enum PathPart {
     Attr(String),
     ClassAttr(String),
     Item(ItemKey),
+    DictItem(ItemKey),
 }
 
 impl PathPart {
@@ -98,6 +99,11 @@ impl PathPart {
             PathPart::Item(ItemKey::Int(i)) => format!("{parent}[{i}]"),
             PathPart::Item(ItemKey::Str(k)) => format!("{parent}[{k:?}]"),
             PathPart::Item(ItemKey::Object(k)) => format!("{parent}[{}]", k.repr),
+            PathPart::DictItem(ItemKey::Int(i)) => format!("dict.__getitem__({parent}, {i})"),
+            PathPart::DictItem(ItemKey::Str(k)) => format!("dict.__getitem__({parent}, {k:?})"),
+            PathPart::DictItem(ItemKey::Object(k)) => {
+                format!("dict.__getitem__({parent}, {})", k.repr)
+            }
         }
     }
 }
@@ -126,6 +132,10 @@ pub enum Source {
     /// invoked — what a method call inlines. Only guards read it.
     ClassAttr(Rc<Source>, String),
     Item(Rc<Source>, ItemKey),
+    /// `dict.__getitem__(parent, key)`: the dict's own lookup, past a `__getitem__` its class
+    /// defines in Python (`super().__getitem__(key)` inside that override reads this, and
+    /// so do `dict.get` and the other C methods). Only guards read it.
+    DictItem(Rc<Source>, ItemKey),
 }
 
 impl Source {
@@ -152,9 +162,10 @@ impl Source {
     /// The readable path, written as TorchDynamo writes sources (`L["self"]._modules["fc"]`).
     pub fn describe(&self) -> String {
         let parent = match self {
-            Source::Attr(base, _) | Source::ClassAttr(base, _) | Source::Item(base, _) => {
-                base.describe()
-            }
+            Source::Attr(base, _)
+            | Source::ClassAttr(base, _)
+            | Source::Item(base, _)
+            | Source::DictItem(base, _) => base.describe(),
             _ => String::new(),
         };
         self.part().render(&parent)
@@ -174,9 +185,10 @@ impl Source {
     pub fn is_rooted_in_locals(&self) -> bool {
         match self {
             Source::Local(_) => true,
-            Source::Attr(base, _) | Source::ClassAttr(base, _) | Source::Item(base, _) => {
-                base.is_rooted_in_locals()
-            }
+            Source::Attr(base, _)
+            | Source::ClassAttr(base, _)
+            | Source::Item(base, _)
+            | Source::DictItem(base, _) => base.is_rooted_in_locals(),
             Source::Global { .. } | Source::Cell(_) | Source::Object(..) => false,
         }
     }
@@ -191,6 +203,7 @@ impl Source {
             Source::Attr(_, attr) => PathPart::Attr(attr.clone()),
             Source::ClassAttr(_, attr) => PathPart::ClassAttr(attr.clone()),
             Source::Item(_, key) => PathPart::Item(key.clone()),
+            Source::DictItem(_, key) => PathPart::DictItem(key.clone()),
         }
     }
 }
