@@ -132,9 +132,11 @@ impl<'py> Tracer<'py> {
         args: &[VarId],
         kwargs: &[(String, VarId)],
     ) -> PyResult<StateChange> {
-        let random = self.random_state_change(args, kwargs)?;
-        let other = self.changes_other_state(op, name, args, kwargs, random)?;
-        Ok(other)
+        match self.changes_other_state(op, name, args, kwargs)? {
+            // Which generators it draws from is only asked of operations that draw.
+            StateChange::Random => self.random_state_change(args, kwargs),
+            other => Ok(other),
+        }
     }
 
     /// `Random` when the random numbers an operation draws come from generators a rerun
@@ -183,15 +185,15 @@ impl<'py> Tracer<'py> {
         Ok(StateChange::Random)
     }
 
-    /// `changes_state` once `random` says what drawing random numbers would be.
+    /// `changes_state`, with every operation that draws random numbers `Random`.
     fn changes_other_state(
         &self,
         op: &Op,
         name: &str,
         args: &[VarId],
         kwargs: &[(String, VarId)],
-        random: StateChange,
     ) -> PyResult<StateChange> {
+        let random = StateChange::Random;
         const IN_PLACE_OPERATORS: &[&str] = &[
             "setitem",
             "delitem",
