@@ -1356,6 +1356,54 @@ def amp_autocast_disabled_positional(x):
     return y + 1
 
 
+# --- torch.autocast turning autocast on inside the frame: _enter/_exit_autocast nodes ----------
+# As TorchDynamo: the block's operations run with autocast's dtypes, the graph holds the pair.
+W8 = lambda: torch.randn(4, 4, generator=torch.Generator().manual_seed(8))  # noqa: E731
+
+
+@case(T34, W8)
+def autocast_bfloat16_matmul(x, w):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = x @ w
+    return y.float().relu(), y.dtype
+@case(T34, W8)
+def autocast_default_dtype_keywords(x, w):
+    with torch.autocast(device_type="cpu"):
+        y = F.linear(x, w)
+    return y, (y * 2).dtype
+@case(T34, W8)
+def amp_autocast_positional_then_float_ops(x, w):
+    with torch.amp.autocast("cpu", torch.bfloat16, True):
+        y = torch.mm(x, w)
+    return (y.float() @ w).sum(0)
+@case(T34, W8)
+def autocast_with_enabled_false_inside(x, w):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        a = x @ w
+        with torch.autocast("cpu", enabled=False):
+            b = x @ w
+    return a.float() + b, a.dtype, b.dtype
+@case(T34, W8)
+def autocast_in_an_inlined_helper(x, w):
+    def project(v):
+        with torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=False):
+            return F.linear(v, w).relu()
+    return project(x).float() + project(x * 2).float()
+@case(T34, W8)
+def autocast_block_returning_inside(x, w):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        return (x @ w).softmax(-1)
+@case(T34, W8)
+def autocast_same_context_entered_twice(x, w):
+    ctx = torch.autocast("cpu", dtype=torch.bfloat16)
+    with ctx:
+        a = x @ w
+    b = x @ w
+    with ctx:
+        c = b @ w
+    return a.float() + b + c.float()
+
+
 @pytest.fixture(autouse=True)
 def fresh_caches():
     reset_all()

@@ -841,6 +841,92 @@ class _StaticForward(nn.Module):
 def module_with_static_forward(x): return _StaticForward()(x) + 1
 
 
+# --- modules of user classes made in forward (`ACT2FN[name]`, heads built per call) --------
+# The construction is traced on a stand-in first (nothing but the new module may change),
+# then made for real; TorchDynamo's graphs hold one `_log_api_usage_once` node per module.
+
+class _PickAct(nn.Module):
+    def __init__(self, use_python=False):
+        super().__init__()
+        self.act = self._python_gelu if use_python else F.gelu
+
+    def _python_gelu(self, x):
+        return 0.5 * x * (1.0 + torch.tanh(0.79788456 * (x + 0.044715 * x.pow(3))))
+
+    def forward(self, x):
+        return self.act(x)
+
+
+class _ScaleBy(nn.Module):
+    def __init__(self, dim, power=-0.5):
+        super(_ScaleBy, self).__init__()
+        self.dim = dim
+        self.scale = dim ** power
+
+    def forward(self, x):
+        return x * self.scale + self.dim
+
+
+class _OldStyleInit(nn.Module):
+    def __init__(self, k):
+        nn.Module.__init__(self)
+        self.k = k
+
+    def forward(self, x):
+        return x - self.k
+
+
+class _Nested(nn.Module):
+    def __init__(self, dims=(1, 0)):
+        super().__init__()
+        self.inner = _ScaleBy(4)
+        self.norm = nn.Softmax(dim=-1)
+        self.dims = dims
+
+    def forward(self, x):
+        return self.norm(self.inner(x)).permute(*self.dims)
+
+
+class _Registry(collections.OrderedDict):
+    def __getitem__(self, key):
+        content = super().__getitem__(key)
+        cls, kwargs = content if isinstance(content, tuple) else (content, {})
+        return cls(**kwargs)
+
+
+_ACTS = _Registry({"gelu": _PickAct, "gelu_python": (_PickAct, {"use_python": True}),
+                   "relu": nn.ReLU, "scaled": (_ScaleBy, {"dim": 9, "power": 0.5})})
+
+
+@case(T34, ops=lambda theirs: theirs - 1)
+def user_module_made_in_frame(x): return _PickAct()(x) + 1
+@case(T34, ops=lambda theirs: theirs - 1)
+def user_module_bound_method_attribute(x): return _PickAct(use_python=True)(x)
+@case(T34, ops=lambda theirs: theirs - 1)
+def user_module_two_argument_super(x): return _ScaleBy(16)(x)
+@case(T34)  # no log node: TorchDynamo logs only through super().__init__()
+def user_module_explicit_module_init(x): return _OldStyleInit(2.5)(x)
+@case(T34, ops=lambda theirs: theirs - 3)
+def user_module_with_submodules(x): return _Nested()(x)
+@case(T34, ops=lambda theirs: theirs - 4)
+def user_modules_from_registry(x):
+    return _ACTS["gelu"](x) + _ACTS["gelu_python"](x) + _ACTS["relu"](x) + _ACTS["scaled"](x)
+@case(T34, ops=lambda theirs: theirs - 3)
+def user_module_made_in_loop(x):
+    for dim in (1, 2, 3):
+        x = _ScaleBy(dim)(x)
+    return x
+@case(T34, ops=lambda theirs: theirs - 1)
+def user_module_attribute_set_after(x):
+    m = _ScaleBy(4)
+    m.scale = 3.0
+    return m(x) * m.dim
+@case(T34, ops=lambda theirs: theirs - 1)
+def user_module_kept_and_called_twice(x):
+    act = _PickAct()
+    return act(act(x)) + act.training
+
+
 # --- tensor attributes ------------------------------------------------------------------------
 
 @case(T34)

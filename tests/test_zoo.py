@@ -70,16 +70,11 @@ def test_zoo_model_at_parity_with_torchdynamo(name) -> None:
     assert abs(ours.op_count - theirs.op_count) <= 0.1 * theirs.op_count, (ours.op_count, theirs.op_count)
 
 
-# Every text and encoder-decoder architecture of the zoo, trained. DeBERTa-v2's
+# Every text and encoder-decoder architecture of the zoo, trained. (DeBERTa-v2's
 # sequence-classification head builds its activation in `forward` through transformers'
-# `ACT2FN[...]` (an OrderedDict subclass with a Python `__getitem__`, then a module class
-# whose `__init__` transformers patches): both still break the graph here (5 graphs where
-# TorchDynamo makes 2, at the loss's `nonzero`).
-TRAINED = [
-    pytest.param(name, marks=pytest.mark.xfail(strict=True, reason="ACT2FN[...] in forward breaks the graph"))
-    if name == "deberta-v2" else name
-    for name in TRANSFORMERS_TEXT + TRANSFORMERS_SEQ2SEQ
-]
+# `ACT2FN[...]`: an OrderedDict subclass with a Python `__getitem__`, then a module class made
+# per call; see `test_modules_made_in_forward.py`.)
+TRAINED = TRANSFORMERS_TEXT + TRANSFORMERS_SEQ2SEQ
 # Encoder-only architectures: trained with a sequence-classification head.
 ENCODERS = ("bert", "roberta", "xlm-roberta", "distilbert", "albert", "electra", "deberta-v2",
             "mpnet", "layoutlm", "canine", "modernbert", "longformer", "xlm")

@@ -160,9 +160,11 @@ impl BreakKind {
             BreakKind::ContextManager => (
                 "GB0010",
                 "A context manager the translator does not follow",
-                "Only grad-mode context managers (`torch.no_grad()`, `torch.enable_grad()`) \
-                 are traced; the block of any other runs in a resume function, entered as it \
-                 is.",
+                "Grad-mode context managers (`torch.no_grad()`, `torch.enable_grad()`), \
+                 `torch.autocast` with constant arguments and classes with Python \
+                 `__enter__`/`__exit__` are traced; the block of any other runs in a resume \
+                 function, entered as it is. A resume function that starts inside a \
+                 `torch.autocast` block breaks again where the block ends.",
                 "Move the `with` statement outside the compiled function when it does not \
                  affect the tensor computation.",
             ),

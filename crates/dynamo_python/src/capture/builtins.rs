@@ -147,7 +147,8 @@ impl<'py> Tracer<'py> {
                     | VarKind::Instance { .. }
                     | VarKind::GradModeContext { .. }
                     | VarKind::GradModeWrapped { .. }
-                    | VarKind::GradModeExit { .. }) => {
+                    | VarKind::GradModeExit { .. }
+                    | VarKind::Autocast(_)) => {
                         return unsupported(
                             BreakKind::UnsupportedOperation,
                             format!("len() of a view of {}", kind_name(other)),
@@ -181,7 +182,8 @@ impl<'py> Tracer<'py> {
                 | VarKind::Instance { .. }
                 | VarKind::GradModeContext { .. }
                 | VarKind::GradModeWrapped { .. }
-                | VarKind::GradModeExit { .. }) => {
+                | VarKind::GradModeExit { .. }
+                | VarKind::Autocast(_)) => {
                     return unsupported(
                         BreakKind::UnsupportedOperation,
                         format!("len() of {}", kind_name(other)),
@@ -298,7 +300,8 @@ impl<'py> Tracer<'py> {
                 | VarKind::Instance { .. }
                 | VarKind::GradModeContext { .. }
                 | VarKind::GradModeWrapped { .. }
-                | VarKind::GradModeExit { .. }) => {
+                | VarKind::GradModeExit { .. }
+                | VarKind::Autocast(_)) => {
                     return unsupported(
                         BreakKind::UnsupportedOperation,
                         format!("isinstance() of {}", kind_name(other)),
@@ -342,7 +345,8 @@ impl<'py> Tracer<'py> {
                 | VarKind::Super { .. }
                 | VarKind::GradModeContext { .. }
                 | VarKind::GradModeWrapped { .. }
-                | VarKind::GradModeExit { .. } => {
+                | VarKind::GradModeExit { .. }
+                | VarKind::Autocast(_) => {
                     return unsupported(BreakKind::UnsupportedOperation, "getattr() on a container")
                 }
             };

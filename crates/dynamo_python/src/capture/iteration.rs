@@ -99,7 +99,8 @@ impl<'py> Tracer<'py> {
             | VarKind::Super { .. }
             | VarKind::GradModeContext { .. }
             | VarKind::GradModeWrapped { .. }
-            | VarKind::GradModeExit { .. }) => unsupported(
+            | VarKind::GradModeExit { .. }
+            | VarKind::Autocast(_)) => unsupported(
                 BreakKind::UnsupportedOperation,
                 format!("iterating over {}", kind_name(other)),
             ),

@@ -30,6 +30,7 @@ mod iteration;
 mod lazy_inputs;
 mod model_output;
 mod ops_arith;
+mod ops_autocast;
 mod ops_autograd;
 mod ops_build;
 mod ops_call;
@@ -45,6 +46,7 @@ mod ops_itertools;
 mod ops_lazy_iter;
 mod ops_load_store;
 mod ops_match;
+mod ops_module_new;
 mod ops_module_to;
 mod ops_objects;
 mod ops_operator_getters;
@@ -828,6 +830,8 @@ impl Converter {
     ) -> CResult<(Vec<Rebuild>, CompiledGraph<'py>)> {
         let h = tracer.h.clone();
         let grad_enabled = tracer.guards.grad_mode.unwrap_or(true);
+        // The graph leaves autocast as the frame found it (at a graph break inside a block).
+        tracer.leave_open_autocasts()?;
         let (plans, replays, rebuilder) = rebuild::plan_all(tracer, roots)?;
         let outputs = rebuilder.outputs;
         let shared: Vec<(u32, Rebuild)> = rebuilder

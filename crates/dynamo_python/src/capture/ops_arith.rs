@@ -255,7 +255,8 @@ impl<'py> Tracer<'py> {
             | VarKind::Instance { .. }
             | VarKind::GradModeContext { .. }
             | VarKind::GradModeWrapped { .. }
-            | VarKind::GradModeExit { .. }) => {
+            | VarKind::GradModeExit { .. }
+            | VarKind::Autocast(_)) => {
                 return unsupported(
                     BreakKind::UnsupportedOperation,
                     format!("`in` on {}", kind_name(other)),
@@ -615,7 +616,8 @@ impl<'py> Tracer<'py> {
             | VarKind::Super { .. }
             | VarKind::GradModeContext { .. }
             | VarKind::GradModeWrapped { .. }
-            | VarKind::GradModeExit { .. }) => {
+            | VarKind::GradModeExit { .. }
+            | VarKind::Autocast(_)) => {
                 return unsupported(
                     BreakKind::DataDependentBranch,
                     format!("the truth value of {}", kind_name(other)),
@@ -832,7 +834,8 @@ impl<'py> Tracer<'py> {
             | VarKind::Instance { .. }
             | VarKind::GradModeContext { .. }
             | VarKind::GradModeWrapped { .. }
-            | VarKind::GradModeExit { .. }) => unsupported(
+            | VarKind::GradModeExit { .. }
+            | VarKind::Autocast(_)) => unsupported(
                 BreakKind::UnsupportedOperation,
                 format!("indexing {}", kind_name(other)),
             ),
@@ -936,7 +939,8 @@ impl<'py> Tracer<'py> {
             | VarKind::Instance { .. }
             | VarKind::GradModeContext { .. }
             | VarKind::GradModeWrapped { .. }
-            | VarKind::GradModeExit { .. }) => unsupported(
+            | VarKind::GradModeExit { .. }
+            | VarKind::Autocast(_)) => unsupported(
                 BreakKind::UnreplayableSideEffect,
                 format!(
                     "item assignment on {} (a side effect to replay)",
@@ -1015,7 +1019,8 @@ impl<'py> Tracer<'py> {
             | VarKind::Instance { .. }
             | VarKind::GradModeContext { .. }
             | VarKind::GradModeWrapped { .. }
-            | VarKind::GradModeExit { .. }) => unsupported(
+            | VarKind::GradModeExit { .. }
+            | VarKind::Autocast(_)) => unsupported(
                 BreakKind::UnreplayableSideEffect,
                 format!("del on an item of {}", kind_name(other)),
             ),

@@ -79,7 +79,8 @@ impl<'py> Tracer<'py> {
             | VarKind::Instance { .. }
             | VarKind::GradModeContext { .. }
             | VarKind::GradModeWrapped { .. }
-            | VarKind::GradModeExit { .. }) => unsupported(
+            | VarKind::GradModeExit { .. }
+            | VarKind::Autocast(_)) => unsupported(
                 BreakKind::UnsupportedOperation,
                 format!("a dict key that is {}", kind_name(other)),
             ),
@@ -308,7 +309,8 @@ impl<'py> Tracer<'py> {
             | VarKind::Instance { .. }
             | VarKind::GradModeContext { .. }
             | VarKind::GradModeWrapped { .. }
-            | VarKind::GradModeExit { .. } => {
+            | VarKind::GradModeExit { .. }
+            | VarKind::Autocast(_) => {
                 return unsupported(
                     BreakKind::UnsupportedOperation,
                     "LIST_APPEND on something that is not a traced list",
@@ -345,7 +347,8 @@ impl<'py> Tracer<'py> {
             | VarKind::Instance { .. }
             | VarKind::GradModeContext { .. }
             | VarKind::GradModeWrapped { .. }
-            | VarKind::GradModeExit { .. } => {
+            | VarKind::GradModeExit { .. }
+            | VarKind::Autocast(_) => {
                 return unsupported(
                     BreakKind::UnsupportedOperation,
                     "LIST_EXTEND on something that is not a traced list",
@@ -391,7 +394,8 @@ impl<'py> Tracer<'py> {
             | VarKind::Instance { .. }
             | VarKind::GradModeContext { .. }
             | VarKind::GradModeWrapped { .. }
-            | VarKind::GradModeExit { .. } => {
+            | VarKind::GradModeExit { .. }
+            | VarKind::Autocast(_) => {
                 return unsupported(
                     BreakKind::Internal,
                     "MAP_ADD on something that is not a traced dict",
@@ -426,7 +430,8 @@ impl<'py> Tracer<'py> {
             | VarKind::Instance { .. }
             | VarKind::GradModeContext { .. }
             | VarKind::GradModeWrapped { .. }
-            | VarKind::GradModeExit { .. }) => {
+            | VarKind::GradModeExit { .. }
+            | VarKind::Autocast(_)) => {
                 return unsupported(
                     BreakKind::UnsupportedOperation,
                     format!("dict update from {}", kind_name(other)),
@@ -462,7 +467,8 @@ impl<'py> Tracer<'py> {
             | VarKind::Instance { .. }
             | VarKind::GradModeContext { .. }
             | VarKind::GradModeWrapped { .. }
-            | VarKind::GradModeExit { .. } => {
+            | VarKind::GradModeExit { .. }
+            | VarKind::Autocast(_) => {
                 return unsupported(
                     BreakKind::UnsupportedOperation,
                     "DICT_UPDATE on something that is not a traced dict",

@@ -51,7 +51,7 @@ fn library_models<'py>() -> [LibraryModel<'py>; 9] {
         Tracer::attribute_builtin,
         Tracer::construct_exception,
         Tracer::construct_named_tuple,
-        Tracer::construct_stateless_module,
+        Tracer::construct_module,
         Tracer::lazy_iteration_call,
         Tracer::operator_getter_call,
     ]
@@ -100,6 +100,43 @@ impl<'py> Tracer<'py> {
         let result = self.call_function(callee, args, kwargs)?;
         f.stack.push(result);
         Ok(Flow::Continue)
+    }
+
+    /// `super(cls, receiver)`: as `super()` in a method of `cls`, when the receiver is an
+    /// instance of `cls` (Python raises otherwise; refused here). The class is guarded where
+    /// it was read, the receiver's class where attributes are looked up through it.
+    fn two_arg_super(&mut self, cls: VarId, receiver: VarId) -> CResult<VarId> {
+        let receiver_class = match self.instance_class(receiver) {
+            Some(class) => Some(class),
+            None => self
+                .real_unpinned(receiver)
+                .map(|r| r.get_type().into_any()),
+        };
+        let cls_value = self
+            .real(cls)
+            .filter(|c| c.is_instance_of::<pyo3::types::PyType>());
+        let (Some(cls_value), Some(receiver_class)) = (cls_value, receiver_class) else {
+            return unsupported(
+                BreakKind::SuperCall,
+                "super(cls, obj) with a class or receiver the translator does not know",
+            );
+        };
+        let within = receiver_class
+            .cast::<pyo3::types::PyType>()
+            .map_or(Ok(false), |r| r.is_subclass(&cls_value))?;
+        if !within {
+            return unsupported(
+                BreakKind::SuperCall,
+                "super(cls, obj) where obj is not an instance of cls",
+            );
+        }
+        Ok(self.add(
+            VarKind::Super {
+                cls: OwnedRef::from_bound(&cls_value),
+                receiver,
+            },
+            None,
+        ))
     }
 
     fn is_builtin(&self, id: VarId, name: &str) -> bool {
@@ -241,7 +278,8 @@ impl<'py> Tracer<'py> {
                 | VarKind::Instance { .. }
                 | VarKind::GradModeContext { .. }
                 | VarKind::GradModeWrapped { .. }
-                | VarKind::GradModeExit { .. }) => {
+                | VarKind::GradModeExit { .. }
+                | VarKind::Autocast(_)) => {
                     return unsupported(
                         BreakKind::UnsupportedOperation,
                         format!("**kwargs from {}", kind_name(other)),
@@ -307,7 +345,8 @@ impl<'py> Tracer<'py> {
                     | VarKind::Instance { .. }
                     | VarKind::GradModeContext { .. }
                     | VarKind::GradModeWrapped { .. }
-                    | VarKind::GradModeExit { .. }) => {
+                    | VarKind::GradModeExit { .. }
+                    | VarKind::Autocast(_)) => {
                         return unsupported(
                             BreakKind::ValueNotRebuildable,
                             format!("a closure made of {}", kind_name(other)),
@@ -336,6 +375,9 @@ impl<'py> Tracer<'py> {
         kwargs: Vec<(String, VarId)>,
     ) -> CResult<VarId> {
         if let Some(result) = self.grad_mode_call(callee, &args, &kwargs)? {
+            return Ok(result);
+        }
+        if let Some(result) = self.autocast_call(callee)? {
             return Ok(result);
         }
         let py = self.py;
@@ -407,7 +449,8 @@ impl<'py> Tracer<'py> {
             | VarKind::Instance { .. }
             | VarKind::GradModeContext { .. }
             | VarKind::GradModeWrapped { .. }
-            | VarKind::GradModeExit { .. }) => unsupported(
+            | VarKind::GradModeExit { .. }
+            | VarKind::Autocast(_)) => unsupported(
                 BreakKind::UnsupportedCall,
                 format!("calling {}", kind_name(other)),
             ),
@@ -599,6 +642,9 @@ impl<'py> Tracer<'py> {
                 BreakKind::SuperCall,
                 "super() outside a method the translator knows",
             );
+        }
+        if obj.is(&h.builtins.getattr("super")?) && args.len() == 2 && kwargs.is_empty() {
+            return self.two_arg_super(args[0], args[1]);
         }
         if is_dict_fromkeys(obj, &h.dict_type) && kwargs.is_empty() && (1..=2).contains(&args.len())
         {
@@ -908,6 +954,9 @@ impl<'py> Tracer<'py> {
         let py = self.py;
         if let Some(module) = self.module_to_without_change(func, &args, &kwargs)? {
             return Ok(module);
+        }
+        if let Some(none) = self.stand_in_module_init(func, &args, &kwargs)? {
+            return Ok(none);
         }
         let code = func.getattr("__code__")?;
         if let Some(source) = &source {

@@ -114,7 +114,8 @@ impl<'py> Tracer<'py> {
                             | VarKind::Instance { .. }
                             | VarKind::GradModeContext { .. }
                             | VarKind::GradModeWrapped { .. }
-                            | VarKind::GradModeExit { .. }) => {
+                            | VarKind::GradModeExit { .. }
+                            | VarKind::Autocast(_)) => {
                                 return unsupported(
                                     BreakKind::UnsupportedOperation,
                                     format!(
@@ -208,7 +209,8 @@ impl<'py> Tracer<'py> {
             | VarKind::Instance { .. }
             | VarKind::GradModeContext { .. }
             | VarKind::GradModeWrapped { .. }
-            | VarKind::GradModeExit { .. }) => unsupported(
+            | VarKind::GradModeExit { .. }
+            | VarKind::Autocast(_)) => unsupported(
                 BreakKind::UnsupportedOperation,
                 format!(
                     "{}() with a key that is {}",

@@ -1,5 +1,5 @@
-//! `copy.deepcopy` of values with no tensors inside, `torch.nn` modules without state made
-//! in `forward`, and the private objects they are.
+//! `copy.deepcopy` of values with no tensors inside, and the private objects copies (and
+//! modules made in `forward`, see `ops_module_new`) are.
 //!
 //! The copy is made while tracing (it is what the frame would make) and is *private*: no
 //! code but the trace can reach it, so attribute stores on it are made at once instead of
@@ -64,71 +64,6 @@ impl<'py> Tracer<'py> {
             return Ok(Some(value));
         }
         Ok(Some(self.private_object(&copy)))
-    }
-
-    /// `nn.Softmax(dim=-1)`, `nn.ConstantPad1d((1, 2), 0)` and other `torch.nn` modules
-    /// without parameters or buffers (or a subclass keeping torch's `__init__`), made in
-    /// `forward` from constants and tuples of them: made now, private to the trace like a copy
-    /// (their `__init__` only stores its arguments). None for other calls.
-    pub(super) fn construct_stateless_module(
-        &mut self,
-        cls: &Bound<'py, PyAny>,
-        args: &[VarId],
-        kwargs: &[(String, VarId)],
-    ) -> CResult<Option<VarId>> {
-        let py = self.py;
-        let Ok(ty) = cls.cast::<pyo3::types::PyType>() else {
-            return Ok(None);
-        };
-        // Torch's own modules, and subclasses that keep an `__init__` of torch's (whose only
-        // effect is on the new module).
-        let init_module = ty
-            .getattr("__init__")?
-            .getattr("__module__")
-            .map(|m| m.to_string())
-            .unwrap_or_default();
-        let module_name = ty.getattr("__module__")?.to_string();
-        if !ty.is_subclass(&self.h.module_type)?
-            || !(module_name.starts_with("torch.nn.modules.")
-                || init_module.starts_with("torch.nn.modules."))
-            || !args
-                .iter()
-                .chain(kwargs.iter().map(|(_, v)| v))
-                .all(|&a| self.is_constant_tuple_tree(a))
-        {
-            return Ok(None);
-        }
-        let positional = self.python_args(args)?;
-        let keywords = self.python_kwargs(kwargs)?;
-        // A module with parameters initialises them from the random generator: the trial
-        // must leave it as it was (the module is then made again, for real, after a break).
-        let torch = py.import_module("torch")?;
-        let rng = torch.call_method0("get_rng_state")?;
-        let made = cls.call(positional, Some(&keywords));
-        torch.call_method1("set_rng_state", (rng,))?;
-        let module = match made {
-            Ok(module) => module,
-            Err(err) => {
-                let detail = format!("{}() raised {err}", ty.name()?);
-                return self.raised(err, detail);
-            }
-        };
-        let stateless = module
-            .call_method0("parameters")?
-            .try_iter()?
-            .next()
-            .is_none()
-            && module.call_method0("buffers")?.try_iter()?.next().is_none();
-        if !stateless {
-            return unsupported(
-                BreakKind::UnsupportedCall,
-                format!(
-                    "making a {} (a module with parameters) in forward",
-                    ty.name()?
-                ),
-            );
-        }
-        Ok(Some(self.private_object(&module)))
     }
 
     /// A tracker for an object only the trace can reach (see the module doc).
@@ -225,7 +160,8 @@ impl<'py> Tracer<'py> {
             | VarKind::Instance { .. }
             | VarKind::GradModeContext { .. }
             | VarKind::GradModeWrapped { .. }
-            | VarKind::GradModeExit { .. }) => unsupported(
+            | VarKind::GradModeExit { .. }
+            | VarKind::Autocast(_)) => unsupported(
                 BreakKind::UnsupportedCall,
                 format!("copy.deepcopy of {}", super::translator::kind_name(other)),
             ),
@@ -299,6 +235,8 @@ impl<'py> Tracer<'py> {
                 "internal: a private object without one",
             );
         };
+        // Made again after the graph, the module would not have this change.
+        self.private_recipes.remove(&(real.as_ptr() as usize));
         let result = match value {
             Some(v) => {
                 if self.contains_tensor(v) {

@@ -159,7 +159,8 @@ impl<'py> Tracer<'py> {
                 | VarKind::Instance { .. }
                 | VarKind::GradModeContext { .. }
                 | VarKind::GradModeWrapped { .. }
-                | VarKind::GradModeExit { .. } => {
+                | VarKind::GradModeExit { .. }
+                | VarKind::Autocast(_) => {
                     return unsupported(
                         BreakKind::UnsupportedOperation,
                         "collections.deque() with a maxlen not known while tracing",

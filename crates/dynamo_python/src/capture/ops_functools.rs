@@ -199,7 +199,8 @@ impl<'py> Tracer<'py> {
             | VarKind::Instance { .. }
             | VarKind::GradModeContext { .. }
             | VarKind::GradModeWrapped { .. }
-            | VarKind::GradModeExit { .. }) => unsupported(
+            | VarKind::GradModeExit { .. }
+            | VarKind::Autocast(_)) => unsupported(
                 BreakKind::UnsupportedOperation,
                 format!(
                     "the keywords of a partial held as {}",
@@ -219,6 +220,7 @@ impl<'py> Tracer<'py> {
             | VarKind::Partial { .. }
             | VarKind::GradModeContext { .. }
             | VarKind::GradModeExit { .. }
+            | VarKind::Autocast(_)
             | VarKind::GradModeWrapped { .. } => true,
             VarKind::Instance { cls, .. } => cls.bind(py).hasattr("__call__")?,
             VarKind::Const(v) | VarKind::Object(v) => v.bind(py).is_callable(),

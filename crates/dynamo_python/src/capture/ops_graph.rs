@@ -481,7 +481,8 @@ impl<'py> Tracer<'py> {
             | VarKind::Instance { .. }
             | VarKind::GradModeContext { .. }
             | VarKind::GradModeWrapped { .. }
-            | VarKind::GradModeExit { .. }) => {
+            | VarKind::GradModeExit { .. }
+            | VarKind::Autocast(_)) => {
                 return unsupported(
                     BreakKind::UnsupportedOperation,
                     format!("{} as an operation argument", kind_name(other)),
@@ -557,7 +558,8 @@ impl<'py> Tracer<'py> {
             | VarKind::Instance { .. }
             | VarKind::GradModeContext { .. }
             | VarKind::GradModeWrapped { .. }
-            | VarKind::GradModeExit { .. }) => {
+            | VarKind::GradModeExit { .. }
+            | VarKind::Autocast(_)) => {
                 return unsupported(
                     BreakKind::UnsupportedOperation,
                     format!("{} as a graph argument", kind_name(other)),

@@ -321,7 +321,8 @@ impl<'py> Tracer<'py> {
                 | VarKind::Instance { .. }
                 | VarKind::GradModeContext { .. }
                 | VarKind::GradModeWrapped { .. }
-                | VarKind::GradModeExit { .. }) => {
+                | VarKind::GradModeExit { .. }
+                | VarKind::Autocast(_)) => {
                     return unsupported(
                         BreakKind::UnsupportedOperation,
                         format!(

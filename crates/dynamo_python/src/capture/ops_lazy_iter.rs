@@ -144,7 +144,8 @@ impl<'py> Tracer<'py> {
             | VarKind::Instance { .. }
             | VarKind::GradModeContext { .. }
             | VarKind::GradModeWrapped { .. }
-            | VarKind::GradModeExit { .. } => {
+            | VarKind::GradModeExit { .. }
+            | VarKind::Autocast(_) => {
                 return unsupported(BreakKind::Internal, "advancing a lazy iterator that is not")
             }
         };

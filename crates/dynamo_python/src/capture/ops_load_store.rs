@@ -645,7 +645,8 @@ impl<'py> Tracer<'py> {
             | VarKind::CellRef(_)
             | VarKind::GradModeContext { .. }
             | VarKind::GradModeWrapped { .. }
-            | VarKind::GradModeExit { .. }) => unsupported(
+            | VarKind::GradModeExit { .. }
+            | VarKind::Autocast(_)) => unsupported(
                 BreakKind::UnsupportedOperation,
                 format!(
                     "attribute {name:?} of {}",

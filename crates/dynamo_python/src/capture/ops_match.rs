@@ -67,7 +67,8 @@ impl<'py> Tracer<'py> {
             | VarKind::Instance { .. }
             | VarKind::GradModeContext { .. }
             | VarKind::GradModeWrapped { .. }
-            | VarKind::GradModeExit { .. }) => {
+            | VarKind::GradModeExit { .. }
+            | VarKind::Autocast(_)) => {
                 return unsupported(
                     BreakKind::UnsupportedOperation,
                     format!("len() of {} in a match statement", kind_name(other)),
@@ -115,7 +116,8 @@ impl<'py> Tracer<'py> {
             | VarKind::Instance { .. }
             | VarKind::GradModeContext { .. }
             | VarKind::GradModeWrapped { .. }
-            | VarKind::GradModeExit { .. } => match self.type_flag(subject, flag)? {
+            | VarKind::GradModeExit { .. }
+            | VarKind::Autocast(_) => match self.type_flag(subject, flag)? {
                 Some(answer) => answer,
                 None => {
                     return unsupported(

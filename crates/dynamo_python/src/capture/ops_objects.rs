@@ -35,7 +35,11 @@ impl<'py> Tracer<'py> {
         value: Option<VarId>,
     ) -> CResult<()> {
         let py = self.py;
-        if let Some(cls) = self.instance_class(obj) {
+        // A module's stand-in (see `ops_module_new`) records its stores as they are.
+        if let Some(cls) = self
+            .instance_class(obj)
+            .filter(|_| !self.is_module_stand_in(obj).unwrap_or(false))
+        {
             let slot = if value.is_some() {
                 "__setattr__"
             } else {

@@ -92,7 +92,8 @@ impl<'py> Tracer<'py> {
                 | VarKind::Instance { .. }
                 | VarKind::GradModeContext { .. }
                 | VarKind::GradModeWrapped { .. }
-                | VarKind::GradModeExit { .. }) => unsupported(
+                | VarKind::GradModeExit { .. }
+                | VarKind::Autocast(_)) => unsupported(
                     BreakKind::UnsupportedOperation,
                     format!("a set element that is {}", kind_name(other)),
                 ),

@@ -23,6 +23,13 @@ impl<'py> Tracer<'py> {
     /// returned.
     pub(super) fn op_before_with(&mut self, f: &mut FrameState<'py>) -> CResult<Flow> {
         let context = self.pop(f)?;
+        if let VarKind::Autocast(super::vars::AutocastVar::Context { spec }) = *self.kind(context) {
+            let exit = self.autocast_enter(spec)?;
+            let entered = self.constant(&self.py.None().into_bound(self.py));
+            f.stack.push(exit);
+            f.stack.push(entered);
+            return Ok(Flow::Continue);
+        }
         let VarKind::GradModeContext { on_enter } = *self.kind(context) else {
             let (exit, entered) = self.user_context_enter(context)?;
             f.stack.push(exit);
@@ -78,7 +85,8 @@ impl<'py> Tracer<'py> {
             | VarKind::Super { .. }
             | VarKind::GradModeContext { .. }
             | VarKind::GradModeWrapped { .. }
-            | VarKind::GradModeExit { .. }) => {
+            | VarKind::GradModeExit { .. }
+            | VarKind::Autocast(_)) => {
                 return unsupported(
                     BreakKind::ContextManager,
                     format!("a with statement on {}", kind_name(other)),
@@ -119,8 +127,11 @@ impl<'py> Tracer<'py> {
         handler.lasti
             && depth >= 1
             && f.stack.get(depth - 1).is_some_and(|&id| {
-                matches!(self.kind(id), VarKind::GradModeExit { .. })
-                    || self.with_exits.contains(&id)
+                matches!(
+                    self.kind(id),
+                    VarKind::GradModeExit { .. }
+                        | VarKind::Autocast(super::vars::AutocastVar::Exit { .. })
+                ) || self.with_exits.contains(&id)
             })
     }
 
@@ -193,57 +204,6 @@ impl<'py> Tracer<'py> {
             }
             _ => Ok(None),
         }
-    }
-
-    /// `torch.autocast(device_type, enabled=False)` (or `torch.amp.autocast`,
-    /// `torch.cpu.amp.autocast`) while autocast is off for that device: a block that changes
-    /// nothing (the guard on torch's global state keeps autocast off), modelled as a grad-mode
-    /// block that sets the grad mode it finds. Any other autocast is refused.
-    pub fn autocast_context(
-        &mut self,
-        cls: &Bound<'py, PyAny>,
-        args: &[VarId],
-        kwargs: &[(String, VarId)],
-    ) -> CResult<Option<VarId>> {
-        let py = self.py;
-        let torch = py.import_module("torch")?;
-        let amp = torch.getattr("amp")?.getattr("autocast_mode")?;
-        let is_autocast = cls.is(&torch.getattr("autocast")?)
-            || cls.is(&amp.getattr("autocast")?)
-            || cls.is(&torch.getattr("cpu")?.getattr("amp")?.getattr("autocast")?);
-        if !is_autocast {
-            return Ok(None);
-        }
-        let constant = |id: VarId| match self.kind(id) {
-            VarKind::Const(v) => Some(v.bind(py).clone()),
-            _ => None,
-        };
-        let argument = |position: usize, name: &str| {
-            kwargs
-                .iter()
-                .find(|(k, _)| k == name)
-                .map(|(_, v)| *v)
-                .or_else(|| args.get(position).copied())
-        };
-        let device = argument(0, "device_type").and_then(constant);
-        let enabled = argument(2, "enabled").and_then(constant);
-        let off = match (&device, &enabled) {
-            (Some(device), Some(enabled)) if device.is_instance_of::<pyo3::types::PyString>() => {
-                !enabled.is_truthy()?
-                    && !torch
-                        .call_method1("is_autocast_enabled", (device,))?
-                        .is_truthy()?
-            }
-            _ => false,
-        };
-        if !off {
-            return unsupported(
-                BreakKind::ContextManager,
-                "torch.autocast that turns autocast on (only enabled=False while it is off is traced)",
-            );
-        }
-        let on_enter = GradModeEntry::Keep;
-        Ok(Some(self.add(VarKind::GradModeContext { on_enter }, None)))
     }
 
     /// `torch.no_grad()`, `torch.enable_grad()`, `torch.set_grad_enabled(mode)` with a

@@ -51,7 +51,9 @@ fn made_in_trace(tracer: &Tracer<'_>, id: VarId) -> bool {
         VarKind::List(_) | VarKind::Dict(_) => tracer.source(id).is_none(),
         VarKind::Instance { .. } | VarKind::Partial { .. } | VarKind::Function(_) => true,
         VarKind::Object(_) => {
-            tracer.is_fresh_set(id) || (tracer.is_fresh_deque(id) && tracer.source(id).is_none())
+            tracer.is_fresh_set(id)
+                || (tracer.is_fresh_deque(id) && tracer.source(id).is_none())
+                || tracer.is_private(id)
         }
         _ => false,
     }
@@ -203,7 +205,8 @@ fn contents_plan(tracer: &Tracer<'_>, id: VarId, r: &mut Rebuilder) -> CResult<R
         | VarKind::Instance { .. }
         | VarKind::GradModeContext { .. }
         | VarKind::GradModeWrapped { .. }
-        | VarKind::GradModeExit { .. }) => {
+        | VarKind::GradModeExit { .. }
+        | VarKind::Autocast(_)) => {
             return unsupported(
                 BreakKind::Internal,
                 format!("internal: the contents of {}", translator::kind_name(other)),
@@ -348,6 +351,18 @@ fn rebuild_inline(tracer: &Tracer<'_>, id: VarId, r: &mut Rebuilder) -> CResult<
                 }
                 if let Some(deque) = tracer.fresh_deque_contents(id)? {
                     return deque_plan(tracer, deque, r);
+                }
+                // A module made in forward (or a copy) is a new object on every call: the
+                // one the trace made may not stand for them all.
+                if let Some(recipe) = tracer.private_module_recipe(id)? {
+                    return Ok(recipe);
+                }
+                if tracer.is_private(id) {
+                    return unsupported(
+                        BreakKind::ValueNotRebuildable,
+                        "handing on an object made while tracing (a module made in forward, \
+                         a copy)",
+                    );
                 }
                 let obj = v.bind(py);
                 // A method bound while tracing is bound to the object the trace saw, which
@@ -564,6 +579,7 @@ fn rebuild_inline(tracer: &Tracer<'_>, id: VarId, r: &mut Rebuilder) -> CResult<
                 value: Box::new(Rebuild::Tuple(items)),
             }
         }
+        VarKind::Autocast(var) => tracer.autocast_rebuild(*var)?,
         // Only on the stack at a graph break inside the block: the resume function's.
         VarKind::GradModeExit { previous } => Rebuild::Const(OwnedRef::from_bound(
             ops_with::GradModeExit::get(py, *previous)?.as_any(),

@@ -194,6 +194,13 @@ pub struct Tracer<'py> {
     /// Objects only the trace can reach (deep copies made while tracing), by address (kept
     /// alive): see `ops_copy`.
     pub private_objects: HashMap<usize, OwnedRef>,
+    /// How to make again each module made in `forward` that nothing changed since: (class,
+    /// positional, keyword arguments), by the module's address (see `ops_module_new`).
+    pub private_recipes: HashMap<usize, (OwnedRef, OwnedRef, OwnedRef)>,
+    /// The arguments of each `torch.autocast(...)` the trace made (see `ops_autocast`).
+    pub autocast_specs: Vec<OwnedRef>,
+    /// The autocast blocks entered and not left, innermost last.
+    pub autocast_open: Vec<super::ops_autocast::OpenAutocast>,
     /// The exception of the instruction that just failed, when the traced code raised it
     /// (see `ops_exceptions`).
     pub raised: Option<OwnedRef>,
@@ -276,6 +283,7 @@ impl Drop for Tracer<'_> {
     /// it remembers about real tensors must not: see `_capture.release_real_tensor_memos`
     /// (a crash in CPython's weak-reference clearing otherwise).
     fn drop(&mut self) {
+        self.restore_autocast_state();
         if let Err(err) = self.h.release_real_tensor_memos.call1((&self.fake_mode,)) {
             err.write_unraisable(self.py, Some(&self.fake_mode));
         }
@@ -344,6 +352,9 @@ impl<'py> Tracer<'py> {
             root_free_cells: HashMap::new(),
             key_tensors: HashMap::new(),
             private_objects: HashMap::new(),
+            private_recipes: HashMap::new(),
+            autocast_specs: Vec::new(),
+            autocast_open: Vec::new(),
             raised: None,
             caught_in_root: false,
             deref_stores: Vec::new(),
@@ -561,7 +572,8 @@ impl<'py> Tracer<'py> {
             | VarKind::Instance { .. }
             | VarKind::GradModeContext { .. }
             | VarKind::GradModeWrapped { .. }
-            | VarKind::GradModeExit { .. }) => {
+            | VarKind::GradModeExit { .. }
+            | VarKind::Autocast(_)) => {
                 return unsupported(
                     BreakKind::ValueNotRebuildable,
                     format!("{} used as a Python value", kind_name(other)),
@@ -1478,6 +1490,7 @@ pub fn kind_name(kind: &VarKind) -> &'static str {
         VarKind::Instance { .. } => "an object made while tracing",
         VarKind::GradModeContext { .. } => "a grad-mode context manager",
         VarKind::GradModeExit { .. } => "a grad-mode __exit__",
+        VarKind::Autocast(_) => "a torch.autocast context",
         VarKind::GradModeWrapped { .. } => "a function decorated by a grad-mode context",
     }
 }

@@ -151,6 +151,18 @@ pub enum VarKind {
     GradModeExit {
         previous: bool,
     },
+    /// `torch.autocast(...)` made in the trace, or the `__exit__` of one it entered (see
+    /// `ops_autocast`).
+    Autocast(AutocastVar),
+}
+
+/// A [`VarKind::Autocast`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AutocastVar {
+    /// Made, not entered: `Tracer::autocast_specs[spec]` holds its arguments.
+    Context { spec: usize },
+    /// The `__exit__` of the block entered from `Tracer::autocast_specs[spec]`.
+    Exit { spec: usize },
 }
 
 /// What a `VarKind::Lazy` iterator computes its next item from (see `ops_lazy_iter`).

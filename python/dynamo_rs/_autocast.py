@@ -1,0 +1,21 @@
+"""`torch.autocast` blocks made again by generated code (see the translator's
+`ops_autocast`): at a graph break inside a block, the graph has left autocast, and the code
+after it enters a real one again before the instruction that broke, handing its `__exit__` to
+the resume function where the block's own `__exit__` was."""
+
+from __future__ import annotations
+
+import torch
+
+
+def make(device_type, dtype, enabled, cache_enabled):
+    """`torch.autocast(...)` as the traced code made it (not entered)."""
+    return torch.amp.autocast(device_type, dtype=dtype, enabled=enabled,
+                              cache_enabled=cache_enabled)
+
+
+def enter(device_type, dtype, enabled, cache_enabled):
+    """Enters such an autocast; returns its bound `__exit__`."""
+    mode = make(device_type, dtype, enabled, cache_enabled)
+    mode.__enter__()
+    return mode.__exit__
