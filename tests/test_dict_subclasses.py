@@ -147,3 +147,194 @@ def test_a_class_writing_items_in_python_breaks_at_the_lookup() -> None:
 
     converter = run_cases(read, [(t(3),)])
     assert converter.breaks
+
+
+# --- instances made in the trace ---------------------------------------------------------------
+# A dict subclass instance made in the frame is a traced dict of its class: what the class adds
+# in Python (methods, `__getitem__`, `__getattr__`/`__setattr__`, class constants) is inlined;
+# classes overriding what dicts do natively (`__setitem__`, `__missing__`, ...) break the graph.
+
+
+class Plain(dict):
+    pass
+
+
+class Registry(OrderedDict):
+    def __getitem__(self, key):
+        content = super().__getitem__(key)
+        fn, kwargs = content if isinstance(content, tuple) else (content, {})
+        return lambda x: fn(x, **kwargs)
+
+
+class Doubled(Registry):
+    def __getitem__(self, key):
+        once = super(Doubled, self).__getitem__(key)
+        return lambda x: once(once(x))
+
+
+class AttrDict(dict):
+    __getattr__ = dict.__getitem__
+    __setattr__ = dict.__setitem__
+
+
+class EasyDict(dict):
+    def __getattr__(self, name):
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __setattr__(self, name, value):
+        self[name] = value
+
+
+class Totals(OrderedDict):
+    SCALE = 3.0
+
+    def total(self):
+        return sum(self.values()) * self.SCALE
+
+    def scaled(self, key, by=2.0):
+        return self[key] * by
+
+
+class WithMissing(dict):
+    def __missing__(self, key):
+        return 0.0
+
+
+class Recording(dict):
+    def __setitem__(self, key, value):
+        super().__setitem__(key, value * 2)
+
+
+def made_plain(x):
+    d = Plain(a=x)
+    d["b"] = x * 2
+    d.update(c=x + 1)
+    return d["a"] + d["b"] + d["c"], type(d) is Plain, isinstance(d, Plain), len(d)
+
+
+def made_registry(x):
+    acts = Registry(gelu=F.gelu, tanh=(F.gelu, {"approximate": "tanh"}))
+    return acts["gelu"](x) - acts["tanh"](x)
+
+
+def made_subclass_of_registry(x):
+    return Doubled(relu=F.relu, sig=torch.sigmoid)["sig"](x)
+
+
+def made_attr_dict(x):
+    cfg = AttrDict(scale=2.0)
+    cfg.shift = 1.0
+    return x * cfg.scale + cfg.shift, len(cfg), "shift" in cfg
+
+
+def made_easy_dict(x):
+    cfg = EasyDict(scale=0.5)
+    cfg.bias = x.sum()
+    return x * cfg.scale + cfg.bias + getattr(cfg, "missing", 3.0), hasattr(cfg, "nope")
+
+
+def made_ordered_with_methods(x):
+    t = Totals(a=x, b=x * 3)
+    t["c"] = x - 1
+    return t.total() + t.scaled("b"), len(t), t.SCALE
+
+
+def made_copies_keep_python_classes(x):
+    plain, ordered = Plain(a=x), Totals(a=x)
+    return (type(plain.copy()) is dict, type(ordered.copy()) is Totals,
+            type(plain | {"b": 1}) is dict, type(ordered | {"b": 1}) is Totals, plain.copy()["a"] + 1)
+
+
+def made_and_returned(x):
+    d = Totals(a=x + 1)
+    d["b"] = x * 2
+    return d
+
+
+def made_then_break(x):
+    d = EasyDict(w=x * 2)
+    d.v = d.w + 1
+    print("break")
+    return d, d.v * 3
+
+
+def made_with_missing(x):
+    d = WithMissing(a=x)
+    return d["a"] + d["zzz"]
+
+
+def made_with_own_setitem(x):
+    d = Recording()
+    d["a"] = x
+    return d["a"] + 1
+
+
+MADE_CASES = {
+    "made_plain": (made_plain, 0),
+    "made_registry": (made_registry, 0),
+    "made_subclass_of_registry": (made_subclass_of_registry, 0),
+    "made_attr_dict": (made_attr_dict, 1),  # TorchDynamo runs this frame eagerly
+    "made_easy_dict": (made_easy_dict, 0),
+    "made_ordered_with_methods": (made_ordered_with_methods, 0),
+    "made_copies_keep_python_classes": (made_copies_keep_python_classes, 0),
+    "made_and_returned": (made_and_returned, 0),
+    "made_then_break": (made_then_break, 1),  # TorchDynamo runs the resume function eagerly
+    # Not admitted (they override what the translator does natively): a break at the call.
+    "made_with_missing": (made_with_missing, None),
+    "made_with_own_setitem": (made_with_own_setitem, None),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MADE_CASES))
+def test_made_in_the_trace(name, capsys) -> None:
+    fn, more_graphs = MADE_CASES[name]  # None: not admitted, a break before the graph
+    x = t(4)
+    expected = fn(x)
+    got = dynamo_rs.compile(fn, backend=CompileCounter())(x)
+    assert type(got) is type(expected)
+    if isinstance(expected, dict):
+        assert list(got) == list(expected)
+        for key in expected:
+            torch.testing.assert_close(got[key], expected[key])
+    # Results (values, types, graph counts) side by side with TorchDynamo.
+    converter = run_cases(fn, [(t(4),)], graphs_delta=more_graphs or 0)
+    if more_graphs is not None and name != "made_then_break":
+        assert not converter.breaks, converter.breaks
+
+
+def test_made_in_the_trace_follows_changes_to_its_class() -> None:
+    def fn(x):
+        t = Totals(a=x, b=x + 1)
+        return t.total()
+
+    original_total, original_scale = Totals.total, Totals.SCALE
+    counter = CompileCounter()
+    compiled = dynamo_rs.compile(fn, backend=counter)
+    x = t(3)
+    torch.testing.assert_close(compiled(x), fn(x))
+    try:
+        Totals.SCALE = -1.0
+        torch.testing.assert_close(compiled(x), fn(x))
+        Totals.total = lambda self: self["a"] * self.SCALE
+        torch.testing.assert_close(compiled(x), fn(x))
+        assert counter.frame_count == 3
+    finally:
+        Totals.total, Totals.SCALE = original_total, original_scale
+
+
+def test_made_in_the_trace_and_changed_after_a_break_is_right(capsys) -> None:
+    def fn(x):
+        d = Plain(a=x)
+        print("break")
+        d["b"] = d["a"] * 2
+        return d
+
+    compiled = dynamo_rs.compile(fn, backend=CompileCounter())
+    x = t(3)
+    got, expected = compiled(x), fn(x)
+    assert type(got) is Plain and list(got) == list(expected)
+    for key in expected:
+        torch.testing.assert_close(got[key], expected[key])

@@ -312,6 +312,9 @@ impl<'py> Tracer<'py> {
             return Ok(self.constant(&result));
         }
         if (is("getattr") || is("hasattr")) && (2..=3).contains(&args.len()) {
+            if let Some(result) = self.dict_subclass_getattr_builtin(is("hasattr"), &args)? {
+                return Ok(result);
+            }
             let attr: String = self.python_value(args[1])?.extract()?;
             // A store or `del` earlier in this trace decides the answer for an existing object.
             let stored = match self.kind(args[0]) {

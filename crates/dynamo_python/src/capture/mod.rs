@@ -38,6 +38,7 @@ mod ops_containers;
 mod ops_control;
 mod ops_copy;
 mod ops_deque;
+mod ops_dict_subclass;
 mod ops_exceptions;
 mod ops_functools;
 mod ops_generators;

@@ -367,7 +367,7 @@ impl<'py> Tracer<'py> {
                     super::vars::dict_set(self.py, &mut entries, key, value);
                 }
                 let merged = self.add(VarKind::Dict(entries), None);
-                if let Some(cls) = self.dict_classes.get(&args[0]).cloned() {
+                if let Some(cls) = self.class_kept_by_copy(args[0])? {
                     self.dict_classes.insert(merged, cls);
                 }
                 return Ok(merged);
@@ -656,6 +656,10 @@ impl<'py> Tracer<'py> {
                 model_output: false,
                 ..
             } => cls.bind(py).clone(),
+            VarKind::Dict(_) => match self.user_dict_class(id) {
+                Some(cls) => cls,
+                None => return Ok(false),
+            },
             VarKind::Object(value) => {
                 let value = value.bind(py);
                 if value.is_instance(&self.h.module_type)?
@@ -846,6 +850,16 @@ impl<'py> Tracer<'py> {
         let index = self.pop(f)?;
         let container = self.pop(f)?;
         let value = self.pop(f)?;
+        self.store_item(container, index, value)
+    }
+
+    /// `container[index] = value`.
+    pub(super) fn store_item(
+        &mut self,
+        container: VarId,
+        index: VarId,
+        value: VarId,
+    ) -> CResult<Flow> {
         if self.has_python_method(container, "__setitem__")? {
             // A user class's own `__setitem__` (made here or existing): inlined, so what it
             // stores is traced like any other store.

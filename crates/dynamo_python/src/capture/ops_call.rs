@@ -106,7 +106,10 @@ impl<'py> Tracer<'py> {
     /// instance of `cls` (Python raises otherwise; refused here). The class is guarded where
     /// it was read, the receiver's class where attributes are looked up through it.
     fn two_arg_super(&mut self, cls: VarId, receiver: VarId) -> CResult<VarId> {
-        let receiver_class = match self.instance_class(receiver) {
+        let receiver_class = match self
+            .instance_class(receiver)
+            .or_else(|| self.user_dict_class(receiver))
+        {
             Some(class) => Some(class),
             None => self
                 .real_unpinned(receiver)
@@ -672,6 +675,9 @@ impl<'py> Tracer<'py> {
             }
         }
         if let Some(dict) = self.construct_defaultdict(obj, &args, &kwargs)? {
+            return Ok(dict);
+        }
+        if let Some(dict) = self.construct_dict_subclass(obj, &args, &kwargs)? {
             return Ok(dict);
         }
         if obj.is(&h.dict_type) || obj.is(&h.ordered_dict_type) {

@@ -314,7 +314,7 @@ impl<'py> Tracer<'py> {
                 if let Some(factory) = self.dict_defaults.get(&receiver).copied() {
                     self.dict_defaults.insert(copy, factory);
                 }
-                if let Some(cls) = self.dict_classes.get(&receiver).cloned() {
+                if let Some(cls) = self.class_kept_by_copy(receiver)? {
                     self.dict_classes.insert(copy, cls);
                 }
                 Ok(copy)

@@ -486,6 +486,9 @@ impl<'py> Tracer<'py> {
                 }
             }
             VarKind::Tuple(_) | VarKind::List(_) | VarKind::Dict(_) => {
+                if let Some(attr) = self.dict_subclass_attr(obj, name)? {
+                    return Ok(attr);
+                }
                 Ok(self.method(obj, name, None))
             }
             VarKind::Generator { .. }
@@ -539,6 +542,9 @@ impl<'py> Tracer<'py> {
                         );
                     }
                     return unsupported(BreakKind::SuperCall, format!("super().{name}: not found"));
+                }
+                if let Some(attr) = self.dict_subclass_super_attr(receiver, &cls, name)? {
+                    return Ok(attr);
                 }
                 let Some(real_receiver) = self.real_unpinned(receiver) else {
                     return unsupported(

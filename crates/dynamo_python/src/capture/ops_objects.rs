@@ -54,6 +54,9 @@ impl<'py> Tracer<'py> {
                 return Ok(());
             }
         }
+        if self.dict_subclass_setattr(obj, name, value)? {
+            return Ok(());
+        }
         self.store_attr(obj, name, value)
     }
 
