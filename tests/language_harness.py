@@ -9,6 +9,7 @@ from __future__ import annotations
 import collections
 from typing import Callable
 
+import numpy as np
 import pytest
 import torch
 import torch._dynamo
@@ -64,6 +65,11 @@ def compare(expected, got):
         assert type(got) is type(expected) and list(got) == list(expected)
         for k in expected:
             compare(expected[k], got[k])
+    elif isinstance(expected, (np.ndarray, np.generic)):
+        # A 0-d result is a 0-d array where NumPy gives a scalar (as under TorchDynamo).
+        assert isinstance(got, np.ndarray) or type(got) is type(expected), type(got)
+        assert np.asarray(got).dtype == np.asarray(expected).dtype
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
     else:
         assert got == expected
 

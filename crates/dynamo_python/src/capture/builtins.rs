@@ -148,7 +148,8 @@ impl<'py> Tracer<'py> {
                     | VarKind::GradModeContext { .. }
                     | VarKind::GradModeWrapped { .. }
                     | VarKind::GradModeExit { .. }
-                    | VarKind::Autocast(_)) => {
+                    | VarKind::Autocast(_)
+                    | VarKind::NdArray(_)) => {
                         return unsupported(
                             BreakKind::UnsupportedOperation,
                             format!("len() of a view of {}", kind_name(other)),
@@ -183,7 +184,8 @@ impl<'py> Tracer<'py> {
                 | VarKind::GradModeContext { .. }
                 | VarKind::GradModeWrapped { .. }
                 | VarKind::GradModeExit { .. }
-                | VarKind::Autocast(_)) => {
+                | VarKind::Autocast(_)
+                | VarKind::NdArray(_)) => {
                     return unsupported(
                         BreakKind::UnsupportedOperation,
                         format!("len() of {}", kind_name(other)),
@@ -243,6 +245,7 @@ impl<'py> Tracer<'py> {
                     None => None,
                 },
                 VarKind::List(_) => Some(h.list_type.clone()),
+                VarKind::NdArray(_) => Some(py.import_module("numpy")?.getattr("ndarray")?),
                 VarKind::Dict(_) => Some(match self.dict_classes.get(&args[0]) {
                     Some(cls) => cls.bind(py).clone(),
                     None => h.dict_type.clone(),
@@ -280,6 +283,7 @@ impl<'py> Tracer<'py> {
                 VarKind::Tensor { fake, .. } => fake.bind(py).clone(),
                 VarKind::Tuple(_) => PyTuple::empty(py).into_any(),
                 VarKind::List(_) => pyo3::types::PyList::empty(py).into_any(),
+                VarKind::NdArray(_) => py.import_module("numpy")?.call_method1("empty", (0,))?,
                 VarKind::Dict(_) => match self.dict_classes.get(&args[0]) {
                     Some(cls) => cls.bind(py).call0()?,
                     None => PyDict::new(py).into_any(),
@@ -349,7 +353,8 @@ impl<'py> Tracer<'py> {
                 | VarKind::GradModeContext { .. }
                 | VarKind::GradModeWrapped { .. }
                 | VarKind::GradModeExit { .. }
-                | VarKind::Autocast(_) => {
+                | VarKind::Autocast(_)
+                | VarKind::NdArray(_) => {
                     return unsupported(BreakKind::UnsupportedOperation, "getattr() on a container")
                 }
             };

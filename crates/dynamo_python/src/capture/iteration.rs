@@ -100,7 +100,8 @@ impl<'py> Tracer<'py> {
             | VarKind::GradModeContext { .. }
             | VarKind::GradModeWrapped { .. }
             | VarKind::GradModeExit { .. }
-            | VarKind::Autocast(_)) => unsupported(
+            | VarKind::Autocast(_)
+            | VarKind::NdArray(_)) => unsupported(
                 BreakKind::UnsupportedOperation,
                 format!("iterating over {}", kind_name(other)),
             ),

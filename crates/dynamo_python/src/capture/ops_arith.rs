@@ -13,7 +13,7 @@ use super::vars::{VarId, VarKind};
 use crate::eval_frame::owned::OwnedRef;
 
 /// Python's augmented-assignment operators (`operator.iadd`, ...).
-const IN_PLACE_OPERATORS: &[&str] = &[
+pub(super) const IN_PLACE_OPERATORS: &[&str] = &[
     "iadd",
     "isub",
     "imul",
@@ -256,7 +256,8 @@ impl<'py> Tracer<'py> {
             | VarKind::GradModeContext { .. }
             | VarKind::GradModeWrapped { .. }
             | VarKind::GradModeExit { .. }
-            | VarKind::Autocast(_)) => {
+            | VarKind::Autocast(_)
+            | VarKind::NdArray(_)) => {
                 return unsupported(
                     BreakKind::UnsupportedOperation,
                     format!("`in` on {}", kind_name(other)),
@@ -286,6 +287,9 @@ impl<'py> Tracer<'py> {
     /// Applies a Python operator: on tensors a graph node, on containers the container
     /// operation, on known values the real result.
     pub fn apply_operator(&mut self, op: &Bound<'py, PyAny>, args: Vec<VarId>) -> CResult<VarId> {
+        if let Some(result) = self.numpy_operator(op, &args)? {
+            return Ok(result);
+        }
         if args
             .iter()
             .any(|&a| matches!(self.kind(a), VarKind::Tensor { .. }))
@@ -617,7 +621,8 @@ impl<'py> Tracer<'py> {
             | VarKind::GradModeContext { .. }
             | VarKind::GradModeWrapped { .. }
             | VarKind::GradModeExit { .. }
-            | VarKind::Autocast(_)) => {
+            | VarKind::Autocast(_)
+            | VarKind::NdArray(_)) => {
                 return unsupported(
                     BreakKind::DataDependentBranch,
                     format!("the truth value of {}", kind_name(other)),
@@ -678,6 +683,10 @@ impl<'py> Tracer<'py> {
 
     pub fn subscript(&mut self, container: VarId, index: VarId) -> CResult<VarId> {
         let py = self.py;
+        if matches!(self.kind(container), VarKind::NdArray(_)) {
+            let getitem = self.h.operator.getattr("getitem")?;
+            return self.apply_operator(&getitem, vec![container, index]);
+        }
         if matches!(self.kind(container), VarKind::Tensor { .. }) {
             let getitem = self.h.operator.getattr("getitem")?;
             return self.graph_call(
@@ -839,7 +848,8 @@ impl<'py> Tracer<'py> {
             | VarKind::GradModeContext { .. }
             | VarKind::GradModeWrapped { .. }
             | VarKind::GradModeExit { .. }
-            | VarKind::Autocast(_)) => unsupported(
+            | VarKind::Autocast(_)
+            | VarKind::NdArray(_)) => unsupported(
                 BreakKind::UnsupportedOperation,
                 format!("indexing {}", kind_name(other)),
             ),
@@ -954,7 +964,8 @@ impl<'py> Tracer<'py> {
             | VarKind::GradModeContext { .. }
             | VarKind::GradModeWrapped { .. }
             | VarKind::GradModeExit { .. }
-            | VarKind::Autocast(_)) => unsupported(
+            | VarKind::Autocast(_)
+            | VarKind::NdArray(_)) => unsupported(
                 BreakKind::UnreplayableSideEffect,
                 format!(
                     "item assignment on {} (a side effect to replay)",
@@ -1034,7 +1045,8 @@ impl<'py> Tracer<'py> {
             | VarKind::GradModeContext { .. }
             | VarKind::GradModeWrapped { .. }
             | VarKind::GradModeExit { .. }
-            | VarKind::Autocast(_)) => unsupported(
+            | VarKind::Autocast(_)
+            | VarKind::NdArray(_)) => unsupported(
                 BreakKind::UnreplayableSideEffect,
                 format!("del on an item of {}", kind_name(other)),
             ),

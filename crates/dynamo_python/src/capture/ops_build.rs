@@ -80,7 +80,8 @@ impl<'py> Tracer<'py> {
             | VarKind::GradModeContext { .. }
             | VarKind::GradModeWrapped { .. }
             | VarKind::GradModeExit { .. }
-            | VarKind::Autocast(_)) => unsupported(
+            | VarKind::Autocast(_)
+            | VarKind::NdArray(_)) => unsupported(
                 BreakKind::UnsupportedOperation,
                 format!("a dict key that is {}", kind_name(other)),
             ),
@@ -310,7 +311,8 @@ impl<'py> Tracer<'py> {
             | VarKind::GradModeContext { .. }
             | VarKind::GradModeWrapped { .. }
             | VarKind::GradModeExit { .. }
-            | VarKind::Autocast(_) => {
+            | VarKind::Autocast(_)
+            | VarKind::NdArray(_) => {
                 return unsupported(
                     BreakKind::UnsupportedOperation,
                     "LIST_APPEND on something that is not a traced list",
@@ -348,7 +350,8 @@ impl<'py> Tracer<'py> {
             | VarKind::GradModeContext { .. }
             | VarKind::GradModeWrapped { .. }
             | VarKind::GradModeExit { .. }
-            | VarKind::Autocast(_) => {
+            | VarKind::Autocast(_)
+            | VarKind::NdArray(_) => {
                 return unsupported(
                     BreakKind::UnsupportedOperation,
                     "LIST_EXTEND on something that is not a traced list",
@@ -395,7 +398,8 @@ impl<'py> Tracer<'py> {
             | VarKind::GradModeContext { .. }
             | VarKind::GradModeWrapped { .. }
             | VarKind::GradModeExit { .. }
-            | VarKind::Autocast(_) => {
+            | VarKind::Autocast(_)
+            | VarKind::NdArray(_) => {
                 return unsupported(
                     BreakKind::Internal,
                     "MAP_ADD on something that is not a traced dict",
@@ -431,7 +435,8 @@ impl<'py> Tracer<'py> {
             | VarKind::GradModeContext { .. }
             | VarKind::GradModeWrapped { .. }
             | VarKind::GradModeExit { .. }
-            | VarKind::Autocast(_)) => {
+            | VarKind::Autocast(_)
+            | VarKind::NdArray(_)) => {
                 return unsupported(
                     BreakKind::UnsupportedOperation,
                     format!("dict update from {}", kind_name(other)),
@@ -468,7 +473,8 @@ impl<'py> Tracer<'py> {
             | VarKind::GradModeContext { .. }
             | VarKind::GradModeWrapped { .. }
             | VarKind::GradModeExit { .. }
-            | VarKind::Autocast(_) => {
+            | VarKind::Autocast(_)
+            | VarKind::NdArray(_) => {
                 return unsupported(
                     BreakKind::UnsupportedOperation,
                     "DICT_UPDATE on something that is not a traced dict",

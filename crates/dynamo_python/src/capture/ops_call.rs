@@ -102,46 +102,6 @@ impl<'py> Tracer<'py> {
         Ok(Flow::Continue)
     }
 
-    /// `super(cls, receiver)`: as `super()` in a method of `cls`, when the receiver is an
-    /// instance of `cls` (Python raises otherwise; refused here). The class is guarded where
-    /// it was read, the receiver's class where attributes are looked up through it.
-    fn two_arg_super(&mut self, cls: VarId, receiver: VarId) -> CResult<VarId> {
-        let receiver_class = match self
-            .instance_class(receiver)
-            .or_else(|| self.user_dict_class(receiver))
-        {
-            Some(class) => Some(class),
-            None => self
-                .real_unpinned(receiver)
-                .map(|r| r.get_type().into_any()),
-        };
-        let cls_value = self
-            .real(cls)
-            .filter(|c| c.is_instance_of::<pyo3::types::PyType>());
-        let (Some(cls_value), Some(receiver_class)) = (cls_value, receiver_class) else {
-            return unsupported(
-                BreakKind::SuperCall,
-                "super(cls, obj) with a class or receiver the translator does not know",
-            );
-        };
-        let within = receiver_class
-            .cast::<pyo3::types::PyType>()
-            .map_or(Ok(false), |r| r.is_subclass(&cls_value))?;
-        if !within {
-            return unsupported(
-                BreakKind::SuperCall,
-                "super(cls, obj) where obj is not an instance of cls",
-            );
-        }
-        Ok(self.add(
-            VarKind::Super {
-                cls: OwnedRef::from_bound(&cls_value),
-                receiver,
-            },
-            None,
-        ))
-    }
-
     fn is_builtin(&self, id: VarId, name: &str) -> bool {
         match self.kind(id) {
             VarKind::Object(obj) => self
@@ -152,42 +112,6 @@ impl<'py> Tracer<'py> {
                 .unwrap_or(false),
             _ => false,
         }
-    }
-
-    /// `super()` in a method: the class from the `__class__` cell, the receiver from the
-    /// first argument.
-    fn zero_arg_super(&mut self, f: &FrameState<'py>) -> CResult<VarId> {
-        let Some(slot) = f.slot_names.iter().position(|n| n == "__class__") else {
-            return unsupported(BreakKind::SuperCall, "super() without a __class__ cell");
-        };
-        let cls = match f.cells.get(&slot) {
-            Some(Cell::Real(cell, _)) => cell.bind(self.py).getattr("cell_contents")?,
-            _ => match f
-                .locals
-                .get(slot)
-                .copied()
-                .flatten()
-                .and_then(|v| self.real(v))
-            {
-                Some(cls) => cls,
-                None => {
-                    return unsupported(
-                        BreakKind::SuperCall,
-                        "super() whose class cell the translator does not know",
-                    )
-                }
-            },
-        };
-        let Some(receiver) = f.locals.first().copied().flatten() else {
-            return unsupported(BreakKind::SuperCall, "super() without a first argument");
-        };
-        Ok(self.add(
-            VarKind::Super {
-                cls: OwnedRef::from_bound(&cls),
-                receiver,
-            },
-            None,
-        ))
     }
 
     pub(super) fn op_import_name(&mut self, f: &mut FrameState<'py>, i: u32) -> CResult<Flow> {
@@ -282,7 +206,8 @@ impl<'py> Tracer<'py> {
                 | VarKind::GradModeContext { .. }
                 | VarKind::GradModeWrapped { .. }
                 | VarKind::GradModeExit { .. }
-                | VarKind::Autocast(_)) => {
+                | VarKind::Autocast(_)
+                | VarKind::NdArray(_)) => {
                     return unsupported(
                         BreakKind::UnsupportedOperation,
                         format!("**kwargs from {}", kind_name(other)),
@@ -349,7 +274,8 @@ impl<'py> Tracer<'py> {
                     | VarKind::GradModeContext { .. }
                     | VarKind::GradModeWrapped { .. }
                     | VarKind::GradModeExit { .. }
-                    | VarKind::Autocast(_)) => {
+                    | VarKind::Autocast(_)
+                    | VarKind::NdArray(_)) => {
                         return unsupported(
                             BreakKind::ValueNotRebuildable,
                             format!("a closure made of {}", kind_name(other)),
@@ -393,6 +319,8 @@ impl<'py> Tracer<'py> {
                 let (receiver, name) = (*receiver, name.clone());
                 if matches!(self.kind(receiver), VarKind::Tensor { .. }) {
                     self.tensor_method(receiver, &name, args, kwargs)
+                } else if matches!(self.kind(receiver), VarKind::NdArray(_)) {
+                    self.ndarray_method(receiver, &name, args, kwargs)
                 } else {
                     self.container_method(receiver, &name, args, kwargs)
                 }
@@ -453,7 +381,8 @@ impl<'py> Tracer<'py> {
             | VarKind::GradModeContext { .. }
             | VarKind::GradModeWrapped { .. }
             | VarKind::GradModeExit { .. }
-            | VarKind::Autocast(_)) => unsupported(
+            | VarKind::Autocast(_)
+            | VarKind::NdArray(_)) => unsupported(
                 BreakKind::UnsupportedCall,
                 format!("calling {}", kind_name(other)),
             ),
@@ -474,6 +403,10 @@ impl<'py> Tracer<'py> {
     ) -> CResult<VarId> {
         let py = self.py;
         let h = self.h.clone();
+        if let Some(result) = self.numpy_call(obj, &args, &kwargs)? {
+            self.pin_identity(callee);
+            return Ok(result);
+        }
         // Only inlining a user function leaves its identity unread (its code and closure
         // are guarded instead); every other way of calling depends on which object it is.
         let torch_disabled = torch_disabled(obj);
@@ -1278,6 +1211,7 @@ impl<'py> Tracer<'py> {
         };
         let fake = fake.bind(py).clone();
         match name {
+            "numpy" => self.tensor_to_numpy(receiver, &args, &kwargs),
             "size" | "dim" | "ndimension" | "numel" | "nelement" | "stride" | "is_contiguous"
             | "element_size" | "is_floating_point" | "is_complex" | "__len__" | "get_device" => {
                 if self.any_tensor(&args, &kwargs) {
@@ -1363,8 +1297,7 @@ impl<'py> Tracer<'py> {
             ),
             // With `capture_dynamic_output_shape_ops`, `nonzero` is a graph operation whose
             // result's size is an unbacked symbol (as TorchDynamo makes it): the last arm.
-            "item" | "tolist" | "numpy" | "__bool__" | "__int__" | "__float__" | "nonzero"
-            | "cpu_numpy"
+            "item" | "tolist" | "__bool__" | "__int__" | "__float__" | "nonzero" | "cpu_numpy"
                 if name != "nonzero"
                     || !self.shape_env_allows("allow_dynamic_output_shape_ops")? =>
             {

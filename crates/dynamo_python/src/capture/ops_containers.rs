@@ -115,7 +115,8 @@ impl<'py> Tracer<'py> {
                             | VarKind::GradModeContext { .. }
                             | VarKind::GradModeWrapped { .. }
                             | VarKind::GradModeExit { .. }
-                            | VarKind::Autocast(_)) => {
+                            | VarKind::Autocast(_)
+                            | VarKind::NdArray(_)) => {
                                 return unsupported(
                                     BreakKind::UnsupportedOperation,
                                     format!(
@@ -210,7 +211,8 @@ impl<'py> Tracer<'py> {
             | VarKind::GradModeContext { .. }
             | VarKind::GradModeWrapped { .. }
             | VarKind::GradModeExit { .. }
-            | VarKind::Autocast(_)) => unsupported(
+            | VarKind::Autocast(_)
+            | VarKind::NdArray(_)) => unsupported(
                 BreakKind::UnsupportedOperation,
                 format!(
                     "{}() with a key that is {}",

@@ -160,7 +160,8 @@ impl<'py> Tracer<'py> {
                 | VarKind::GradModeContext { .. }
                 | VarKind::GradModeWrapped { .. }
                 | VarKind::GradModeExit { .. }
-                | VarKind::Autocast(_) => {
+                | VarKind::Autocast(_)
+                | VarKind::NdArray(_) => {
                     return unsupported(
                         BreakKind::UnsupportedOperation,
                         "collections.deque() with a maxlen not known while tracing",

@@ -200,7 +200,8 @@ impl<'py> Tracer<'py> {
             | VarKind::GradModeContext { .. }
             | VarKind::GradModeWrapped { .. }
             | VarKind::GradModeExit { .. }
-            | VarKind::Autocast(_)) => unsupported(
+            | VarKind::Autocast(_)
+            | VarKind::NdArray(_)) => unsupported(
                 BreakKind::UnsupportedOperation,
                 format!(
                     "the keywords of a partial held as {}",
@@ -221,6 +222,7 @@ impl<'py> Tracer<'py> {
             | VarKind::GradModeContext { .. }
             | VarKind::GradModeExit { .. }
             | VarKind::Autocast(_)
+            | VarKind::NdArray(_)
             | VarKind::GradModeWrapped { .. } => true,
             VarKind::Instance { cls, .. } => cls.bind(py).hasattr("__call__")?,
             VarKind::Const(v) | VarKind::Object(v) => v.bind(py).is_callable(),

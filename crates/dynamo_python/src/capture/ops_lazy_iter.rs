@@ -145,7 +145,8 @@ impl<'py> Tracer<'py> {
             | VarKind::GradModeContext { .. }
             | VarKind::GradModeWrapped { .. }
             | VarKind::GradModeExit { .. }
-            | VarKind::Autocast(_) => {
+            | VarKind::Autocast(_)
+            | VarKind::NdArray(_) => {
                 return unsupported(BreakKind::Internal, "advancing a lazy iterator that is not")
             }
         };

@@ -485,6 +485,7 @@ impl<'py> Tracer<'py> {
                     ),
                 }
             }
+            VarKind::NdArray(_) => self.ndarray_attr(obj, name),
             VarKind::Tuple(_) | VarKind::List(_) | VarKind::Dict(_) => {
                 if let Some(attr) = self.dict_subclass_attr(obj, name)? {
                     return Ok(attr);

@@ -68,7 +68,8 @@ impl<'py> Tracer<'py> {
             | VarKind::GradModeContext { .. }
             | VarKind::GradModeWrapped { .. }
             | VarKind::GradModeExit { .. }
-            | VarKind::Autocast(_)) => {
+            | VarKind::Autocast(_)
+            | VarKind::NdArray(_)) => {
                 return unsupported(
                     BreakKind::UnsupportedOperation,
                     format!("len() of {} in a match statement", kind_name(other)),
@@ -117,7 +118,8 @@ impl<'py> Tracer<'py> {
             | VarKind::GradModeContext { .. }
             | VarKind::GradModeWrapped { .. }
             | VarKind::GradModeExit { .. }
-            | VarKind::Autocast(_) => match self.type_flag(subject, flag)? {
+            | VarKind::Autocast(_)
+            | VarKind::NdArray(_) => match self.type_flag(subject, flag)? {
                 Some(answer) => answer,
                 None => {
                     return unsupported(

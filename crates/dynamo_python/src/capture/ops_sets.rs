@@ -93,7 +93,8 @@ impl<'py> Tracer<'py> {
                 | VarKind::GradModeContext { .. }
                 | VarKind::GradModeWrapped { .. }
                 | VarKind::GradModeExit { .. }
-                | VarKind::Autocast(_)) => unsupported(
+                | VarKind::Autocast(_)
+                | VarKind::NdArray(_)) => unsupported(
                     BreakKind::UnsupportedOperation,
                     format!("a set element that is {}", kind_name(other)),
                 ),

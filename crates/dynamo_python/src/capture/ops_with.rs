@@ -86,7 +86,8 @@ impl<'py> Tracer<'py> {
             | VarKind::GradModeContext { .. }
             | VarKind::GradModeWrapped { .. }
             | VarKind::GradModeExit { .. }
-            | VarKind::Autocast(_)) => {
+            | VarKind::Autocast(_)
+            | VarKind::NdArray(_)) => {
                 return unsupported(
                     BreakKind::ContextManager,
                     format!("a with statement on {}", kind_name(other)),

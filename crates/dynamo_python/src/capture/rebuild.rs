@@ -206,7 +206,8 @@ fn contents_plan(tracer: &Tracer<'_>, id: VarId, r: &mut Rebuilder) -> CResult<R
         | VarKind::GradModeContext { .. }
         | VarKind::GradModeWrapped { .. }
         | VarKind::GradModeExit { .. }
-        | VarKind::Autocast(_)) => {
+        | VarKind::Autocast(_)
+        | VarKind::NdArray(_)) => {
             return unsupported(
                 BreakKind::Internal,
                 format!("internal: the contents of {}", translator::kind_name(other)),
@@ -580,6 +581,10 @@ fn rebuild_inline(tracer: &Tracer<'_>, id: VarId, r: &mut Rebuilder) -> CResult<
             }
         }
         VarKind::Autocast(var) => tracer.autocast_rebuild(*var)?,
+        VarKind::NdArray(tensor) => {
+            let tensor = rebuild_plan(tracer, *tensor, r)?;
+            tracer.ndarray_rebuild(tensor)?
+        }
         // Only on the stack at a graph break inside the block: the resume function's.
         VarKind::GradModeExit { previous } => Rebuild::Const(OwnedRef::from_bound(
             ops_with::GradModeExit::get(py, *previous)?.as_any(),

@@ -154,6 +154,9 @@ pub enum VarKind {
     /// `torch.autocast(...)` made in the trace, or the `__exit__` of one it entered (see
     /// `ops_autocast`).
     Autocast(AutocastVar),
+    /// A NumPy array the trace made from a tensor (`x.numpy()`, `np.*` of such arrays): the
+    /// tensor tracker that holds its values (see `ops_numpy`).
+    NdArray(VarId),
 }
 
 /// A [`VarKind::Autocast`].

@@ -1,0 +1,218 @@
+"""NumPy code on tensors (`x.numpy()`, `np.*` on the arrays, operators, methods, indexing,
+`torch.from_numpy` back), traced through `torch._numpy` as TorchDynamo does — side by side
+with it (`language_harness.check_case`: results equal eager, graph and op counts equal
+TorchDynamo's). Then what must stay eager: the data read in Python, arrays changed in place
+(which share the tensor's memory, as in eager), and a tensor's own aliasing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import dynamo_rs
+from dynamo_rs.testing import CompileCounter
+from language_harness import case_registrar, check_case, params, reset_all, t
+
+pytestmark = pytest.mark.usefixtures("reset_compilers")
+
+CASES: list = []
+case = case_registrar(CASES)
+
+T34 = t(3, 4)
+T44 = t(4, 4)
+T6 = t(6)
+
+
+# --- functions and ufuncs ----------------------------------------------------------------------
+
+@case(T34)
+def ufuncs_and_back_to_torch(x):
+    a = x.numpy()
+    return torch.from_numpy(np.sin(a) * 2 + np.exp(a / 4)) + 1
+@case(T34)
+def reductions_with_axes(x):
+    a = x.numpy()
+    return a.sum(axis=0), np.mean(a, axis=1, keepdims=True), a.max(), np.argmax(a, axis=1)
+@case(T34)
+def two_array_functions(x):
+    a, b = x.numpy(), (x * 2).numpy()
+    return np.maximum(a, b) - np.minimum(a, 0.5), np.where(a > 0, a, b)
+@case(T34)
+def clip_abs_sqrt(x):
+    a = x.numpy()
+    return np.sqrt(np.abs(np.clip(a, -1.0, 1.0)))
+@case(T44)
+def matmul_einsum_norm(x):
+    a = x.numpy()
+    return a @ a.T, np.einsum("ij,jk->ik", a, a), np.linalg.norm(a, axis=1)
+@case(T34)
+def concatenate_stack_split(x):
+    a = x.numpy()
+    left, right = np.split(a, 2, axis=1)
+    return np.concatenate([left, right * 2], axis=0), np.stack((left, right)).shape
+@case(T6)
+def cumsum_diff_sort(x):
+    a = x.numpy()
+    return np.cumsum(a), np.diff(a), np.sort(a)
+
+
+# --- methods, attributes, operators, indexing -------------------------------------------------
+
+# TorchDynamo does not trace `ndarray.dtype` (it runs these two frames eagerly): ours make one
+# graph, of view_as and one node per array operation.
+@case(T34, graphs=1, ops=7)  # view_as, reshape, transpose, astype, .T, copy, flatten
+def methods_reshape_transpose_astype(x):
+    a = x.numpy()
+    return a.reshape(4, 3).transpose(), a.astype(np.float64).dtype, a.T.copy(), a.flatten()
+@case(T34, graphs=1, ops=4)  # view_as, mul, add, add: the attributes are known sizes
+def attributes_shape_dtype_ndim(x):
+    a = x.numpy()
+    return x * a.shape[1] + a.ndim + a.size, a.dtype == np.float32, len(a), isinstance(a, np.ndarray)
+@case(T34)
+def operators(x):
+    a = x.numpy()
+    return -a, a ** 2, a // 0.5, a % 1.0, (a > 0) & (a < 1), 2 - a
+@case(T34)
+def indexing(x):
+    a = x.numpy()
+    return a[1], a[:, 2], a[1:, ::2], a[..., None], a[0, 1]
+@case(T34)
+def integer_arrays_promote_as_numpy(x):
+    # (`n / 4` of an int array is float32 in torch._numpy, under TorchDynamo too; NumPy's
+    # is float64.)
+    n = (x * 10).int().numpy()
+    return n // 3, n * 2.5, n + 2, n.astype(np.float64) / 4
+@case(T34)
+def arrays_made_from_constants_and_arrays(x):
+    a = x.numpy()
+    return a + np.ones_like(a), np.zeros_like(a) - a, np.full_like(a, 2.0) * a
+
+
+# --- arrays going places ------------------------------------------------------------------------
+
+@case(T34)
+def array_returned(x):
+    return (x + 1).numpy()
+@case(T34)
+def arrays_in_a_list(x):
+    a = x.numpy()
+    return [a * i for i in range(3)]
+@case(T34)
+def array_through_a_helper(x):
+    def normalise(v):
+        return (v - v.mean()) / (v.std() + 1e-5)
+    return torch.as_tensor(normalise(x.numpy())).relu()
+@case(T34)
+def tensor_ops_after_numpy(x):
+    y = torch.from_numpy(np.tanh(x.numpy()))
+    return y.softmax(-1) @ x.T
+
+
+@pytest.fixture(autouse=True)
+def fresh_caches():
+    reset_all()
+    yield
+
+
+def test_enough_cases() -> None:
+    assert len(CASES) >= 17
+
+
+@pytest.mark.parametrize("name,fn,make,spec", params(CASES))
+def test_case(name, fn, make, spec) -> None:
+    check_case(fn, make, spec)
+
+
+# --- what stays eager ------------------------------------------------------------------------
+
+
+def compiled(fn):
+    counter = CompileCounter()
+    return dynamo_rs.compile(fn, backend=counter), counter
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_an_array_changed_in_place_changes_its_tensor(backend, capsys) -> None:
+    def fn(x):
+        a = x.numpy()
+        a += 1
+        print("between")
+        a[0] = 5.0
+        return x * 2, a.sum()
+
+    x_eager, x_compiled = torch.zeros(3), torch.zeros(3)
+    expected = fn(x_eager)
+    got = dynamo_rs.compile(fn, backend=backend)(x_compiled)
+    torch.testing.assert_close(x_compiled, x_eager)
+    torch.testing.assert_close(got[0], expected[0])
+    assert float(got[1]) == float(expected[1])
+
+
+def test_the_array_sees_a_later_change_to_its_tensor() -> None:
+    def fn(x):
+        a = x.numpy()
+        x.mul_(3)
+        return torch.from_numpy(a + 0)
+
+    compiled_fn, _ = compiled(fn)
+    x_eager, x_compiled = torch.ones(3), torch.ones(3)
+    torch.testing.assert_close(compiled_fn(x_compiled), fn(x_eager))
+    torch.testing.assert_close(x_compiled, x_eager)
+
+
+def test_values_read_in_python_break_the_graph() -> None:
+    def fn(x):
+        a = x.numpy()
+        if (a > 0).any():
+            return torch.from_numpy(a * 2)
+        return x.tolist(), a.tolist()
+
+    compiled_fn, _ = compiled(fn)
+    for x in (torch.randn(4), -torch.ones(4)):
+        got, expected = compiled_fn(x), fn(x)
+        if isinstance(expected, torch.Tensor):
+            torch.testing.assert_close(got, expected)
+        else:
+            assert got == expected
+
+
+def test_boolean_masks_and_random_numbers_stay_eager() -> None:
+    def fn(x):
+        a = x.numpy()
+        picked = a[a > 0]
+        noise = np.random.default_rng(0).standard_normal(3)
+        return picked.sum() + noise.sum()
+
+    compiled_fn, _ = compiled(fn)
+    x = torch.tensor([1.0, -2.0, 3.0])
+    np.testing.assert_allclose(compiled_fn(x), fn(x), rtol=1e-6)
+
+
+def test_numpy_of_a_tensor_that_requires_grad_raises_as_in_eager() -> None:
+    def fn(x):
+        return x.numpy() * 2
+
+    compiled_fn, _ = compiled(fn)
+    x = torch.ones(2, requires_grad=True)
+    with pytest.raises(RuntimeError, match="requires grad"):
+        fn(x)
+    with pytest.raises(RuntimeError, match="requires grad"):
+        compiled_fn(x)
+
+
+def test_new_shapes_and_dtypes_are_right() -> None:
+    """A new dtype recompiles; a new size makes sizes symbolic, which arrays are not traced
+    with (the frame then runs its NumPy code eagerly)."""
+
+    def fn(x):
+        a = x.numpy()
+        return a.sum(axis=0) * a.shape[0]
+
+    compiled_fn, counter = compiled(fn)
+    for x in (torch.randn(3, 4), torch.randn(3, 4, dtype=torch.float64),
+              torch.arange(12).reshape(3, 4), torch.randn(5, 4), torch.randn(7, 4)):
+        got, expected = compiled_fn(x), fn(x)
+        assert np.asarray(got).dtype == np.asarray(expected).dtype
+        np.testing.assert_allclose(got, expected, rtol=1e-6)
+    assert counter.frame_count >= 3
