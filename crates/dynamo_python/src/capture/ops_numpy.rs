@@ -384,14 +384,7 @@ impl<'py> Tracer<'py> {
                     .into_iter()
                     .map(|i| self.arrays_as_tensors_within(i, levels - 1))
                     .collect::<CResult<Vec<_>>>()?;
-                Ok(self.add(
-                    if list {
-                        VarKind::List(mapped)
-                    } else {
-                        VarKind::Tuple(mapped)
-                    },
-                    None,
-                ))
+                Ok(self.sequence_like(list, mapped))
             }
             _ => Ok(id),
         }
@@ -412,17 +405,20 @@ impl<'py> Tracer<'py> {
                     .into_iter()
                     .map(|i| self.tensors_as_arrays(i))
                     .collect::<CResult<Vec<_>>>()?;
-                Ok(self.add(
-                    if list {
-                        VarKind::List(mapped)
-                    } else {
-                        VarKind::Tuple(mapped)
-                    },
-                    None,
-                ))
+                Ok(self.sequence_like(list, mapped))
             }
             _ => Ok(id),
         }
+    }
+
+    /// A new list (or tuple) of `items`.
+    fn sequence_like(&mut self, list: bool, items: Vec<VarId>) -> VarId {
+        let kind = if list {
+            VarKind::List(items)
+        } else {
+            VarKind::Tuple(items)
+        };
+        self.add(kind, None)
     }
 
     /// Arrays with symbolic sizes are not traced (their sizes would be read as ints).
