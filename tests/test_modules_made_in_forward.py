@@ -302,3 +302,58 @@ def test_a_module_changed_after_it_was_made_is_not_made_again() -> None:
     got = compiled_fn(x)
     assert got.scale == 7.0 and got is not compiled_fn(x)
     torch.testing.assert_close(got(x), fn(x)(x))
+
+
+class KeepsFunction(nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x):
+        return self.fn(x)
+
+
+class KeepsOwnMethod(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.act = self.double
+
+    def double(self, x):
+        return x * 2
+
+    def forward(self, x):
+        return self.act(x)
+
+
+def _user_activation(x):
+    return x + 1
+
+
+def test_functions_kept_by_the_module_follow_code_changes() -> None:
+    """A Python function kept as an attribute (read without a guard through the module) is not
+    taken as fixed; the module's own method is guarded through its class, code included."""
+
+    def keeps_function(x):
+        return KeepsFunction(_user_activation)(x)
+
+    def keeps_torch_function(x):
+        return KeepsFunction(F.relu)(x)
+
+    def keeps_own_method(x):
+        return KeepsOwnMethod()(x)
+
+    x = torch.randn(3)
+    compiled_fns = [compiled(f)[0] for f in (keeps_function, keeps_torch_function, keeps_own_method)]
+    for fn, compiled_fn in zip((keeps_function, keeps_torch_function, keeps_own_method), compiled_fns):
+        torch.testing.assert_close(compiled_fn(x), fn(x))
+    original_code = _user_activation.__code__
+    original_double = KeepsOwnMethod.double.__code__
+    try:
+        _user_activation.__code__ = (lambda x: x - 10).__code__
+        KeepsOwnMethod.double.__code__ = (lambda self, x: x * -3).__code__
+        for fn, compiled_fn in zip((keeps_function, keeps_torch_function, keeps_own_method),
+                                   compiled_fns):
+            torch.testing.assert_close(compiled_fn(x), fn(x))
+    finally:
+        _user_activation.__code__ = original_code
+        KeepsOwnMethod.double.__code__ = original_double

@@ -253,33 +253,53 @@ impl<'py> Tracer<'py> {
     }
 
     /// Whether every attribute of `module` outside `nn.Module`'s own bookkeeping is a
-    /// constant, a tuple of constants, a function, a class, a method of a module or a
-    /// module: what reading it without a guard cannot get wrong.
-    fn holds_only_fixed_values(&self, module: &Bound<'py, PyAny>) -> PyResult<bool> {
+    /// constant, a tuple of constants, a builtin or torch function, or a method of the module's own
+    /// class (guarded there, code included): what reading it without a guard cannot get
+    /// wrong. A Python function or a class kept as an attribute could be changed later
+    /// (`fn.__code__ = ...`, a class attribute) where no guard would see it.
+    fn holds_only_fixed_values(&mut self, module: &Bound<'py, PyAny>) -> CResult<bool> {
         let py = self.py;
-        let dict = module.getattr("__dict__")?.cast_into::<PyDict>()?;
+        let dict = module
+            .getattr("__dict__")?
+            .cast_into::<PyDict>()
+            .map_err(PyErr::from)?;
         let fresh = self.h.module_type.call0()?.getattr("__dict__")?;
         let types = py.import_module("types")?;
-        let function_like = [
-            self.h.function_type.clone(),
-            types.getattr("BuiltinFunctionType")?,
-            py.get_type::<PyType>().into_any(),
-        ];
+        let builtin_function = types.getattr("BuiltinFunctionType")?;
+        let method_type = types.getattr("MethodType")?;
+        let cls = module.get_type().into_any();
         for (key, value) in dict.iter() {
             if fresh.contains(&key)? {
                 continue;
             }
-            let fixed = self.is_constant_tuple_value(&value)?
-                || function_like
-                    .iter()
-                    .any(|t| value.is_instance(t).unwrap_or(false))
-                || (value.is_instance(&types.getattr("MethodType")?)?
-                    && value
-                        .getattr("__self__")?
-                        .is_instance(&self.h.module_type)?);
-            if !fixed {
-                return Ok(false);
+            // torch's own functions (`F.relu`) are not changed by user code.
+            let torch_function = value.is_instance(&self.h.function_type)?
+                && value
+                    .getattr("__module__")
+                    .is_ok_and(|m| m.to_string().starts_with("torch."));
+            if self.is_constant_tuple_value(&value)?
+                || value.is_instance(&builtin_function)?
+                || torch_function
+            {
+                continue;
             }
+            // `self.act = self._python_gelu`: the class's own function, bound to the module.
+            let own_method = value.is_instance(&method_type)?
+                && value.getattr("__self__")?.is(module)
+                && value
+                    .getattr("__func__")?
+                    .is_instance(&self.h.function_type)?;
+            if own_method {
+                let func = value.getattr("__func__")?;
+                let name = func.getattr("__name__")?.to_string();
+                let key = pyo3::types::PyString::intern(py, &name);
+                let found = super::guard_values::class_lookup(&cls, &key);
+                if found.is_some_and(|f| f.is(&func)) {
+                    self.guard_class(&cls, &name)?;
+                    continue;
+                }
+            }
+            return Ok(false);
         }
         Ok(true)
     }
