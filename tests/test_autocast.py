@@ -173,3 +173,23 @@ def test_bad_autocast_arguments_raise_as_in_eager() -> None:
         compiled(torch.ones(2))
     assert str(compiled_error.value) == str(eager_error.value)
     assert state()[0] is False
+
+
+def test_a_generator_yielding_inside_an_autocast_block() -> None:
+    """`sum()` of a generator that yields inside an autocast block: in eager the additions
+    between the items run in autocast too (the generator's frame and its consumer interleave;
+    entering autocast also counts as a change a generator run ahead may not make)."""
+    w = weights(4, 4)
+
+    def items(x):
+        for i in range(3):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                yield (x @ w) * i
+
+    def fn(x):
+        return sum(items(x))
+
+    compiled_fn = dynamo_rs.compile(fn, backend=CompileCounter())
+    x = weights(2, 4, seed=7)
+    assert_same(compiled_fn(x), fn(x))
+    assert state()[0] is False

@@ -147,6 +147,8 @@ impl<'py> Tracer<'py> {
             Vec::new(),
             OwnedRef::from_bound(&mode),
         );
+        // Global state: a generator run ahead of its consumer may not change it.
+        self.note_effect(None);
         self.autocast_open.push(OpenAutocast {
             spec,
             enter: node,
@@ -224,6 +226,7 @@ impl<'py> Tracer<'py> {
         let Some(open) = self.autocast_open.pop() else {
             return Ok(());
         };
+        self.note_effect(None);
         let exit = py
             .import_module("torch")?
             .getattr("amp")?
