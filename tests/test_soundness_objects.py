@@ -1053,3 +1053,56 @@ def test_replaced_function_code_is_seen(name) -> None:
         torch.testing.assert_close(compiled(handed(p), x.clone()), fn(handed(p), x.clone()))
     finally:
         vars(_Scaler)["norm"].__code__ = code
+
+
+# --- `is` between objects handed to the frame: the arrangement is guarded, not identities ------
+
+
+class _Config:
+    def __init__(self, scale):
+        self.scale = scale
+
+
+def test_is_between_two_arguments_guards_which_are_one_object() -> None:
+    """`a is b` of two plain objects the frame gets (new ones on every call, as a resume
+    function gets a module made per call under two names): the same arrangement reuses the
+    graph, a different one recompiles and answers right."""
+
+    def fn(x, a, b):
+        return x * a.scale if a is b else x + b.scale
+
+    counter = CompileCounter()
+    compiled_fn = dynamo_rs.compile(fn, backend=counter)
+    x = torch.ones(2)
+    for _ in range(3):
+        shared = _Config(2.0)
+        torch.testing.assert_close(compiled_fn(x, shared, shared), fn(x, shared, shared))
+    assert counter.frame_count == 1
+    for _ in range(3):
+        a, b = _Config(2.0), _Config(5.0)
+        torch.testing.assert_close(compiled_fn(x, a, b), fn(x, a, b))
+    assert counter.frame_count == 2
+    # Three names, two objects: each pair compared keeps its answer.
+    def three(x, a, b, c):
+        return x * (a is b) + 2 * (b is c) + 4 * (a is c)
+
+    compiled_three = dynamo_rs.compile(three, backend=CompileCounter())
+    p, q = _Config(1.0), _Config(1.0)
+    for args in [(p, p, q), (p, q, q), (q, p, q), (p, p, p), (p, q, p)]:
+        torch.testing.assert_close(compiled_three(x, *args), three(x, *args))
+
+
+def test_a_module_made_per_call_compared_after_a_break_is_not_recompiled(capsys) -> None:
+    def fn(x):
+        m = torch.nn.Softmax(dim=-1)
+        alias = m
+        y = m(x)
+        print("break")
+        return alias(y) if alias is m else y
+
+    counter = CompileCounter()
+    compiled_fn = dynamo_rs.compile(fn, backend=counter)
+    x = torch.randn(3)
+    for _ in range(3):
+        torch.testing.assert_close(compiled_fn(x), fn(x))
+    assert counter.frame_count == 2

@@ -9,6 +9,7 @@ use pyo3::prelude::*;
 use super::guards::GuardKind;
 use super::source::Source;
 use super::translator::{CResult, Tracer};
+use super::vars::{VarId, VarKind};
 use crate::eval_frame::owned::OwnedRef;
 use crate::imports::ImportModule;
 
@@ -25,7 +26,47 @@ const DICT_LOOKUPS: &[&str] = &[
     "__len__",
 ];
 
+/// Object classes (`GuardKind::SameObjectClass`) of objects compared with `is` are numbered
+/// from here, apart from those of containers (numbered from 0).
+const IDENTITY_CLASSES: usize = 1 << 32;
+
 impl<'py> Tracer<'py> {
+    /// `a is b` for two objects read from two sources: the answer, with the arrangement it
+    /// depends on — which of the sources hold one object — recorded to be guarded
+    /// (`identity_sources`) instead of each object's identity. Objects made anew on every
+    /// call (a module or config handed to a resume function under two names) then keep the
+    /// compiled code. None for other operands.
+    pub(super) fn is_between_sources(&mut self, a: VarId, b: VarId) -> Option<bool> {
+        let (VarKind::Object(x), VarKind::Object(y)) = (self.kind(a), self.kind(b)) else {
+            return None;
+        };
+        let (x, y) = (x.as_ptr() as usize, y.as_ptr() as usize);
+        let (sa, sb) = (self.source(a)?, self.source(b)?);
+        if self.guards.sources.intern(&sa) == self.guards.sources.intern(&sb) {
+            return None;
+        }
+        for (source, address) in [(sa, x), (sb, y)] {
+            let class = match self
+                .identity_sources
+                .iter()
+                .find(|(_, _, at)| *at == address)
+            {
+                Some((_, class, _)) => *class,
+                None => {
+                    let distinct = self
+                        .identity_sources
+                        .iter()
+                        .map(|(_, _, at)| *at)
+                        .collect::<std::collections::HashSet<_>>()
+                        .len();
+                    IDENTITY_CLASSES + distinct
+                }
+            };
+            self.identity_sources.push((source, class, address));
+        }
+        Some(x == y)
+    }
+
     /// For a Python function or an instance of a plain Python class read from `source`:
     /// records the guards that stand for it without its identity — a function's code,
     /// globals and closure layout (its cells, defaults and attributes are guarded when read),

@@ -80,6 +80,12 @@ impl<'py> Tracer<'py> {
             f.stack.push(id);
             return Ok(Flow::Continue);
         }
+        if let Some(same) = self.is_between_sources(lhs, rhs) {
+            let result = same != (invert == 1);
+            let id = self.constant(&result.into_pyobject(self.py)?.to_owned().into_any());
+            f.stack.push(id);
+            return Ok(Flow::Continue);
+        }
         self.pin_identity(lhs);
         self.pin_identity(rhs);
         // A symbolic int (`n is None` where n is an int argument made dynamic) is not

@@ -117,6 +117,12 @@ pub fn plan_all(
             );
         }
     }
+    // Which sources compared with `is` are one object (see `is_between_sources`).
+    for (source, class, _) in tracer.identity_sources.clone() {
+        tracer
+            .guards
+            .add(source, guards::GuardKind::SameObjectClass(class));
+    }
     if !tracer.written_containers.is_empty() || tracer.containers_shared {
         // Which sources are one object must stay as traced (see `SameObjectClass`).
         for (source, class) in tracer.container_sources.clone() {

@@ -155,6 +155,11 @@ pub struct Tracer<'py> {
     pub container_sources: Vec<(Rc<Source>, usize)>,
     /// Whether some existing list or dict was reached through two different sources.
     pub containers_shared: bool,
+    /// Objects compared with `is` (read from two sources, guarded by what the trace reads
+    /// rather than identity): (source, object class, object address), the classes numbering
+    /// the distinct objects from `IDENTITY_CLASSES` on; guarded as `GuardKind::SameObjectClass`, so the
+    /// answer holds for new objects in the same arrangement (see `is_between_sources`).
+    pub identity_sources: Vec<(Rc<Source>, usize, usize)>,
     /// Existing lists, dicts and sets the trace changed, in the order of their first change.
     pub written_containers: Vec<VarId>,
     /// How many entries each dict tracker has lost (`del`, `pop`, reordering): part of a
@@ -326,6 +331,7 @@ impl<'py> Tracer<'py> {
             container_by_object: HashMap::new(),
             container_sources: Vec::new(),
             containers_shared: false,
+            identity_sources: Vec::new(),
             written_containers: Vec::new(),
             dict_removals: HashMap::new(),
             fresh_sets: HashMap::new(),
