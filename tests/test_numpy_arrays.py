@@ -202,17 +202,37 @@ def test_numpy_of_a_tensor_that_requires_grad_raises_as_in_eager() -> None:
 
 
 def test_new_shapes_and_dtypes_are_right() -> None:
-    """A new dtype recompiles; a new size makes sizes symbolic, which arrays are not traced
-    with (the frame then runs its NumPy code eagerly)."""
+    """A new dtype recompiles; a new size makes the sizes symbolic (automatic dynamic shapes),
+    and later sizes reuse that graph, `a.shape`, `len(a)` and `a.size` read symbolically."""
 
     def fn(x):
         a = x.numpy()
-        return a.sum(axis=0) * a.shape[0]
+        return np.sin(a).sum(axis=0) * 2, a.shape[0] + len(a), a.size, a.ndim, a.shape
 
     compiled_fn, counter = compiled(fn)
     for x in (torch.randn(3, 4), torch.randn(3, 4, dtype=torch.float64),
-              torch.arange(12).reshape(3, 4), torch.randn(5, 4), torch.randn(7, 4)):
+              torch.arange(12).reshape(3, 4), torch.randn(5, 4)):
         got, expected = compiled_fn(x), fn(x)
-        assert np.asarray(got).dtype == np.asarray(expected).dtype
-        np.testing.assert_allclose(got, expected, rtol=1e-6)
-    assert counter.frame_count >= 3
+        assert np.asarray(got[0]).dtype == np.asarray(expected[0]).dtype
+        np.testing.assert_allclose(got[0], expected[0], rtol=1e-6)
+        assert got[1:] == expected[1:]
+    compiled_after_new_size = counter.frame_count
+    for rows in (7, 2, 9):
+        x = torch.randn(rows, 4)
+        got, expected = compiled_fn(x), fn(x)
+        np.testing.assert_allclose(got[0], expected[0], rtol=1e-6)
+        assert got[1:] == expected[1:] and type(got[4]) is tuple
+    assert counter.frame_count == compiled_after_new_size
+
+
+def test_numpy_functions_writing_into_an_array_stay_eager() -> None:
+    def fn(x):
+        a = x.numpy()
+        np.copyto(a, 2.0)
+        np.fill_diagonal(a, -1.0)
+        return x + 1
+
+    compiled_fn, _ = compiled(fn)
+    x_eager, x_compiled = torch.zeros(3, 3), torch.zeros(3, 3)
+    torch.testing.assert_close(compiled_fn(x_compiled), fn(x_eager))
+    torch.testing.assert_close(x_compiled, x_eager)

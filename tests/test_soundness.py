@@ -1447,3 +1447,16 @@ def test_lazy_iteration_matches_eager(fn) -> None:
         else:
             torch.testing.assert_close(actual, expected)
         assert compiled_args[1] == eager_args[1]
+
+
+def test_explicit_len_of_a_tensor_with_a_symbolic_size() -> None:
+    """`x.__len__()` once the size is symbolic (automatic dynamic shapes) is `x.size(0)`: right
+    for every later size, not the size it was traced with."""
+
+    def fn(x):
+        return x * x.__len__()
+
+    compiled_fn, _ = compiled(fn)
+    for n in (3, 5, 7, 2, 9):
+        x = torch.randn(n)
+        torch.testing.assert_close(compiled_fn(x), fn(x))

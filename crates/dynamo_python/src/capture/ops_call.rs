@@ -1195,7 +1195,7 @@ impl<'py> Tracer<'py> {
     }
 
     /// A tensor method call.
-    fn tensor_method(
+    pub(super) fn tensor_method(
         &mut self,
         receiver: VarId,
         name: &str,
@@ -1212,6 +1212,15 @@ impl<'py> Tracer<'py> {
         let fake = fake.bind(py).clone();
         match name {
             "numpy" => self.tensor_to_numpy(receiver, &args, &kwargs),
+            // `x.__len__()` is `x.size(0)` (symbolic when that size is; a 0-d tensor raises).
+            "__len__"
+                if args.is_empty()
+                    && kwargs.is_empty()
+                    && fake.call_method0("dim")?.extract::<i64>()? > 0 =>
+            {
+                let zero = self.constant(&0i64.into_pyobject(py)?.into_any());
+                self.tensor_method(receiver, "size", vec![zero], Vec::new())
+            }
             "size" | "dim" | "ndimension" | "numel" | "nelement" | "stride" | "is_contiguous"
             | "element_size" | "is_floating_point" | "is_complex" | "__len__" | "get_device" => {
                 if self.any_tensor(&args, &kwargs) {

@@ -18,7 +18,8 @@
 //! Refused (a graph break): what needs the data (`tolist`, `item`, `bool(...)`, boolean
 //! masks), what changes an array in place (`a += 1`, `out=`, `sort`, `fill`), `np.random`,
 //! functions `torch._numpy` does not have, tensors handed to NumPy functions directly (not
-//! through `.numpy()`), symbolic sizes, and NumPy arrays given to the frame.
+//! through `.numpy()`), and NumPy arrays given to the frame. Sizes (`shape`, `ndim`, `size`,
+//! `len`) are the tensor's own, symbolic ones too.
 
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
@@ -56,6 +57,16 @@ const REFUSED_METHODS: &[&str] = &[
     "nonzero",
 ];
 
+/// NumPy functions that write into an array given to them.
+const IN_PLACE_FUNCTIONS: &[&str] = &[
+    "copyto",
+    "place",
+    "put",
+    "putmask",
+    "put_along_axis",
+    "fill_diagonal",
+];
+
 impl<'py> Tracer<'py> {
     /// `tensor.numpy()` (`force=False`): the array over the tensor's data.
     pub(super) fn tensor_to_numpy(
@@ -88,7 +99,6 @@ impl<'py> Tracer<'py> {
                 "tensor.numpy() of a tensor that requires grad or is not on the CPU",
             );
         }
-        self.refuse_symbolic_array(&fake)?;
         let view = self.graph_call(
             Op::CallMethod("view_as".into()),
             "view_as",
@@ -157,12 +167,9 @@ impl<'py> Tracer<'py> {
             .unwrap_or_default();
         if obj.is(&self.h.builtins.getattr("len")?) && args.len() == 1 {
             if let Some(tensor) = self.ndarray_tensor(args[0]) {
-                if let VarKind::Tensor { fake, .. } = self.kind(tensor) {
-                    let shape = fake.bind(py).getattr("shape")?;
-                    if shape.len()? > 0 {
-                        return Ok(Some(self.constant(&shape.get_item(0)?)));
-                    }
-                }
+                return self
+                    .tensor_method(tensor, "__len__", Vec::new(), Vec::new())
+                    .map(Some);
             }
         }
         if module.starts_with("torch") {
@@ -178,10 +185,13 @@ impl<'py> Tracer<'py> {
             // Anything else (builtins, user functions) takes arrays as values.
             return Ok(None);
         }
-        if module.starts_with("numpy.random") || kwargs.iter().any(|(k, _)| k == "out") {
+        if module.starts_with("numpy.random")
+            || kwargs.iter().any(|(k, _)| k == "out")
+            || IN_PLACE_FUNCTIONS.contains(&name.as_str())
+        {
             return unsupported(
                 BreakKind::UnsupportedCall,
-                format!("numpy.{name} with out= or random numbers"),
+                format!("numpy.{name} with out=, random numbers or writing into an array"),
             );
         }
         let tnp = py.import_module("torch._numpy")?;
@@ -255,6 +265,29 @@ impl<'py> Tracer<'py> {
             return unsupported(BreakKind::Internal, "internal: an array without a tensor");
         };
         let fake = fake.bind(py).clone();
+        // Sizes as the tensor's own (symbolic ones too, after automatic dynamic shapes).
+        let size_query = match name {
+            "shape" => Some("size"),
+            "ndim" => Some("dim"),
+            "size" => Some("numel"),
+            _ => None,
+        };
+        if let Some(query) = size_query {
+            let answer = self.tensor_method(tensor, query, Vec::new(), Vec::new())?;
+            // A NumPy shape is a plain tuple (not a `torch.Size`).
+            match self.kind(answer) {
+                VarKind::Tuple(items) => {
+                    let items = items.clone();
+                    return Ok(self.add(VarKind::Tuple(items), None));
+                }
+                VarKind::Const(size) if size.bind(py).is_instance_of::<PyTuple>() => {
+                    let plain =
+                        PyTuple::new(py, size.bind(py).try_iter()?.collect::<PyResult<Vec<_>>>()?)?;
+                    return Ok(self.constant(plain.as_any()));
+                }
+                _ => return Ok(answer),
+            }
+        }
         let wrapped = py
             .import_module("torch._numpy")?
             .getattr("ndarray")?
@@ -393,11 +426,7 @@ impl<'py> Tracer<'py> {
     /// A wrapper's result: tensors (in tuples and lists too) become arrays.
     fn tensors_as_arrays(&mut self, id: VarId) -> CResult<VarId> {
         match self.kind(id) {
-            VarKind::Tensor { fake, .. } => {
-                let fake = fake.bind(self.py).clone();
-                self.refuse_symbolic_array(&fake)?;
-                Ok(self.add(VarKind::NdArray(id), None))
-            }
+            VarKind::Tensor { .. } => Ok(self.add(VarKind::NdArray(id), None)),
             VarKind::Tuple(items) | VarKind::List(items) => {
                 let list = matches!(self.kind(id), VarKind::List(_));
                 let items = items.clone();
@@ -419,21 +448,6 @@ impl<'py> Tracer<'py> {
             VarKind::Tuple(items)
         };
         self.add(kind, None)
-    }
-
-    /// Arrays with symbolic sizes are not traced (their sizes would be read as ints).
-    fn refuse_symbolic_array(&self, fake: &Bound<'py, PyAny>) -> CResult<()> {
-        let static_sizes = fake
-            .getattr("shape")?
-            .try_iter()?
-            .all(|d| d.is_ok_and(|d| d.is_instance_of::<pyo3::types::PyInt>()));
-        if !static_sizes {
-            return unsupported(
-                BreakKind::UnsupportedOperation,
-                "a NumPy array with symbolic sizes",
-            );
-        }
-        Ok(())
     }
 
     /// The tensor of array `id`, if it is one.
