@@ -1460,20 +1460,3 @@ def test_explicit_len_of_a_tensor_with_a_symbolic_size() -> None:
     for n in (3, 5, 7, 2, 9):
         x = torch.randn(n)
         torch.testing.assert_close(compiled_fn(x), fn(x))
-
-
-@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
-def test_assignment_through_a_boolean_mask_breaks_the_graph(backend) -> None:
-    """`y[mask] = v` writes where the data says: AOTAutograd cannot trace it (its positions
-    are a dynamic shape), so the graph breaks there as under TorchDynamo, never a backend
-    failure (wav2vec2's time masking in training)."""
-
-    def fn(x, mask):
-        y = x * 2
-        y[mask] = 0.0
-        return y + 1
-
-    compiled_fn = dynamo_rs.compile(fn, backend=backend)
-    x = torch.randn(6)
-    for mask in (x > 0, torch.tensor([True, False] * 3)):
-        torch.testing.assert_close(compiled_fn(x, mask), fn(x, mask))

@@ -862,27 +862,6 @@ impl<'py> Tracer<'py> {
         }
     }
 
-    /// Whether `index` is (or a tuple holding) a tensor of booleans or bytes (a mask).
-    fn has_boolean_mask(&self, index: VarId) -> PyResult<bool> {
-        match self.kind(index) {
-            VarKind::Tensor { fake, .. } => {
-                let dtype = fake.bind(self.py).getattr("dtype")?.to_string();
-                Ok(dtype == "torch.bool" || dtype == "torch.uint8")
-            }
-            VarKind::Tuple(items) | VarKind::List(items) => {
-                for &item in items {
-                    if matches!(self.kind(item), VarKind::Tensor { .. })
-                        && self.has_boolean_mask(item)?
-                    {
-                        return Ok(true);
-                    }
-                }
-                Ok(false)
-            }
-            _ => Ok(false),
-        }
-    }
-
     pub(super) fn op_store_subscr(&mut self, f: &mut FrameState<'py>) -> CResult<Flow> {
         let index = self.pop(f)?;
         let container = self.pop(f)?;
@@ -910,17 +889,6 @@ impl<'py> Tracer<'py> {
         match self.kind(container) {
             VarKind::Unrealized(_) => super::lazy_inputs::unrealized_reached(),
             VarKind::Tensor { .. } => {
-                // `x[mask] = v` with a boolean mask: where it writes depends on the data (its
-                // backends need the mask's nonzero positions): a graph break, as under
-                // TorchDynamo, unless dynamic output shapes are captured.
-                if self.has_boolean_mask(index)?
-                    && !self.shape_env_allows("allow_dynamic_output_shape_ops")?
-                {
-                    return unsupported(
-                        BreakKind::TensorValueNeeded,
-                        "assignment through a boolean mask (its positions depend on the data)",
-                    );
-                }
                 let setitem = self.h.operator.getattr("setitem")?;
                 self.graph_call(
                     Op::CallFunction(OwnedRef::from_bound(&setitem)),

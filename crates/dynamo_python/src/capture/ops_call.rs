@@ -1325,7 +1325,7 @@ impl<'py> Tracer<'py> {
 
     /// A setting of the trace's ShapeEnv (`allow_scalar_outputs`,
     /// `allow_dynamic_output_shape_ops`: torch's `capture_*` configs when the trace began).
-    pub(super) fn shape_env_allows(&self, setting: &str) -> PyResult<bool> {
+    fn shape_env_allows(&self, setting: &str) -> PyResult<bool> {
         self.fake_mode
             .getattr("shape_env")?
             .getattr(setting)?
