@@ -109,6 +109,26 @@ def training_setup(name: str):
     return model.train(), {"input_ids": ids, "attention_mask": mask, "labels": labels}
 
 
+def train_side_by_side(model, loss_and_grads, unused_as_zeros=False):
+    """One training step of `model` eagerly, under TorchDynamo and under dynamo_rs (both with
+    `aot_eager`); our loss and gradients checked against eager's. `unused_as_zeros`: a
+    gradient None in eager may be zeros (AOTAutograd's, for TorchDynamo too). Returns both
+    compile counters."""
+    expected_loss, expected_grads = loss_and_grads(model)
+    theirs = torch._dynamo.testing.CompileCounterWithBackend("aot_eager")
+    loss_and_grads(torch.compile(model, backend=theirs))
+    torch._dynamo.reset()
+    ours = torch._dynamo.testing.CompileCounterWithBackend("aot_eager")
+    loss, grads = loss_and_grads(dynamo_rs.compile(model, backend=ours))
+    torch.testing.assert_close(loss, expected_loss, rtol=1e-5, atol=1e-5)
+    for g, e in zip(grads, expected_grads):
+        if e is None:
+            assert g is None or (unused_as_zeros and not g.any())
+        else:
+            torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5)
+    return ours, theirs
+
+
 @pytest.mark.parametrize("name", TRAINED)
 def test_transformers_model_trains_in_one_graph(name) -> None:
     model, kwargs = training_setup(name)
@@ -119,17 +139,7 @@ def test_transformers_model_trains_in_one_graph(name) -> None:
         loss.backward()
         return loss.detach(), [p.grad for p in model.parameters()]
 
-    expected_loss, expected_grads = loss_and_grads(model)
-    theirs = torch._dynamo.testing.CompileCounterWithBackend("aot_eager")
-    loss_and_grads(torch.compile(model, backend=theirs))
-    torch._dynamo.reset()
-    ours = torch._dynamo.testing.CompileCounterWithBackend("aot_eager")
-    loss, grads = loss_and_grads(dynamo_rs.compile(model, backend=ours))
-    torch.testing.assert_close(loss, expected_loss, rtol=1e-5, atol=1e-5)
-    for g, e in zip(grads, expected_grads):
-        assert (g is None) == (e is None)
-        if e is not None:
-            torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5)
+    ours, theirs = train_side_by_side(model, loss_and_grads)
     # One graph, as under TorchDynamo; where TorchDynamo breaks too (a data-dependent
     # `.item()` or `nonzero()`: XLM, Longformer), no more graphs than it makes.
     assert ours.frame_count <= theirs.frame_count, (ours.frame_count, theirs.frame_count)
@@ -165,16 +175,5 @@ def test_vision_and_audio_transformers_train(name) -> None:
         loss.backward()
         return loss.detach(), [p.grad for p in model.parameters()]
 
-    expected_loss, expected_grads = loss_and_grads(model)
-    theirs = torch._dynamo.testing.CompileCounterWithBackend("aot_eager")
-    loss_and_grads(torch.compile(model, backend=theirs))
-    torch._dynamo.reset()
-    ours = torch._dynamo.testing.CompileCounterWithBackend("aot_eager")
-    loss, grads = loss_and_grads(dynamo_rs.compile(model, backend=ours))
-    torch.testing.assert_close(loss, expected_loss, rtol=1e-5, atol=1e-5)
-    for g, e in zip(grads, expected_grads):
-        if e is None:
-            assert g is None or not g.any()
-        else:
-            torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5)
+    ours, theirs = train_side_by_side(model, loss_and_grads, unused_as_zeros=True)
     assert ours.frame_count <= theirs.frame_count, (ours.frame_count, theirs.frame_count)
