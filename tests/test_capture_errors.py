@@ -210,3 +210,96 @@ def test_decorator_form() -> None:
         return x + 1
 
     torch.testing.assert_close(f(torch.zeros(2)), torch.ones(2))
+
+
+# The backend meets a limit of fake tensors (`exceptions_allowed_to_be_fallback`): under
+# torch.compile a graph break — the frame runs eagerly, an error only with fullgraph=True —
+# not BackendCompilerFailed. The family's usual member: `x[mask] = v` with a boolean mask in
+# a graph that is differentiated (AOTAutograd's backward needs `grad[mask]`, whose size
+# depends on the data); whatever raises it, the backend's own check or ours.
+def masked_assignment(x, mask, v):
+    y = x * 2
+    y[mask] = v
+    return y.sum()
+
+
+def masked_assignment_after_a_break(x, mask, v):
+    x = x + 1
+    print("", end="")
+    return masked_assignment(x, mask, v) * 3
+
+
+def masked_assignment_before_a_break(x, mask, v):
+    y = x * 2
+    y[mask] = v
+    print("", end="")
+    return y.sum() * 3
+
+
+def raises_a_fake_tensor_limit(gm, example_inputs):
+    """A backend that cannot take item assignments, as AOTAutograd's backward cannot."""
+    import operator
+
+    from torch._subclasses.fake_tensor import DynamicOutputShapeException
+
+    if any(node.target is operator.setitem for node in gm.graph.nodes):
+        raise DynamicOutputShapeException(torch.ops.aten.nonzero.default)
+    return gm.forward
+
+
+def _masked_inputs():
+    torch.manual_seed(0)
+    x = torch.randn(6, 4, requires_grad=True)
+    mask = torch.rand(6) > 0.5
+    v = torch.randn(4, requires_grad=True)
+    return x, mask, v
+
+
+def _result_and_grads(fn):
+    x, mask, v = _masked_inputs()
+    out = fn(x, mask, v)
+    out.backward()
+    return out.detach(), x.grad, v.grad
+
+
+@pytest.mark.parametrize("fn", [masked_assignment, masked_assignment_after_a_break,
+                                masked_assignment_before_a_break])
+@pytest.mark.parametrize("backend", ["aot_eager", raises_a_fake_tensor_limit])
+def test_a_fake_tensor_limit_in_the_backend_is_a_graph_break(fn, backend, suppress_errors) -> None:
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    expected = _result_and_grads(fn)
+    theirs = CompileCounterWithBackend(backend) if isinstance(backend, str) else backend
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    torch.testing.assert_close(_result_and_grads(torch.compile(fn, backend=theirs)), expected)
+    assert any("Backend compiler exception" in k for k in torch._dynamo.utils.counters["unimplemented"])
+    torch._dynamo.reset()
+    for setting in (None, False):  # not the backend's failure, whatever suppress_errors says
+        suppress_errors(setting)
+        dynamo_rs.reset()
+        compiled = dynamo_rs.compile(fn, backend=backend)
+        for _ in range(2):
+            torch.testing.assert_close(_result_and_grads(compiled), expected)
+        # The frames holding the assignment run eagerly (after a break: the resume
+        # function, then `masked_assignment` called from it), saying why.
+        failures = compiled._dynamo_rs_converter.failures
+        assert failures and all("GB0023" in why for _, why in failures), failures
+    dynamo_rs.reset()
+    with pytest.raises(dynamo_rs.Unsupported, match=r"DynamicOutputShapeException.*GB0023.*masked_assignment \(.*test_capture_errors.py:\d+\)"):
+        dynamo_rs.compile(masked_assignment, backend=backend, fullgraph=True)(*_masked_inputs())
+
+
+def test_a_boolean_mask_assignment_without_gradients_stays_in_the_graph() -> None:
+    # No backward to trace: AOTAutograd takes `x[mask] = v` (wav2vec2's `x[~mask] = 0` in
+    # eval), one graph under both front ends.
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    x, mask, v = (t.detach() for t in _masked_inputs())
+    expected = masked_assignment(x, mask, v)
+    theirs, ours = CompileCounterWithBackend("aot_eager"), CompileCounterWithBackend("aot_eager")
+    torch._dynamo.reset()
+    torch.testing.assert_close(torch.compile(masked_assignment, backend=theirs)(x, mask, v), expected)
+    torch._dynamo.reset()
+    torch.testing.assert_close(dynamo_rs.compile(masked_assignment, backend=ours)(x, mask, v), expected)
+    assert ours.frame_count == theirs.frame_count == 1

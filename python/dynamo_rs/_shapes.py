@@ -62,6 +62,8 @@ def call_backend(backend, gm, example_inputs, mode):
         try:
             compiled = backend(gm, example_inputs)
         except Exception as error:
+            if _fake_tensor_limit(error):
+                raise BackendFallback(f"{type(error).__name__}: {error}") from error
             # AOTAutograd's restart, or any backend that does not take SymFloat inputs
             # (TorchDynamo never hands one to a backend: a backend written against it may
             # expect only tensors and SymInts): the same graph with the floats constant.
@@ -294,6 +296,23 @@ def _symbolic_number(mode, value, name: str, kind):
 # The FRAME_SIZES key of a code whose float arguments stay constants: its backend refused
 # symbolic floats (see `FloatsSpecialized`).
 _FLOATS_STATIC = ("floats", "static")
+
+
+class BackendFallback(Exception):
+    """The backend met one of the limits of fake tensors (an operator whose output shape
+    depends on data — in a graph that is differentiated, the backward of `x[mask] = v` needs
+    `grad[mask]` — or one without a fake implementation). torch.compile takes that as a
+    graph break, not as the backend's failure: the frame runs eagerly (an error only under
+    `fullgraph=True`). The message is the original error."""
+
+
+def _fake_tensor_limit(error: BaseException) -> bool:
+    """Whether `error` is one torch.compile lets fall back to eager: one of
+    `torch._dynamo.exc.exceptions_allowed_to_be_fallback`, torch's own list (as there, the
+    error itself, not one it was raised from)."""
+    from torch._dynamo.exc import exceptions_allowed_to_be_fallback
+
+    return isinstance(error, exceptions_allowed_to_be_fallback)
 
 
 class FloatsSpecialized(Exception):

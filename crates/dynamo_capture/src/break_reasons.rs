@@ -32,6 +32,7 @@ pub enum BreakKind {
     ModelOutput,
     Internal,
     Requested,
+    BackendFallback,
 }
 
 /// What the documentation and the logs say about one kind.
@@ -45,7 +46,7 @@ pub struct BreakInfo {
 
 impl BreakKind {
     /// Every kind, in code order.
-    pub const ALL: [BreakKind; 22] = [
+    pub const ALL: [BreakKind; 23] = [
         BreakKind::DataDependentBranch,
         BreakKind::TensorValueNeeded,
         BreakKind::UnsupportedCall,
@@ -68,6 +69,7 @@ impl BreakKind {
         BreakKind::ModelOutput,
         BreakKind::Internal,
         BreakKind::Requested,
+        BreakKind::BackendFallback,
     ];
 
     pub fn info(self) -> BreakInfo {
@@ -252,6 +254,17 @@ impl BreakKind {
                  runs as it is, nothing it calls compiled — as under TorchDynamo: the code \
                  after it continues in a resume function.",
                 "Remove the call (or the `disable`) to keep the code in one graph.",
+            ),
+            BreakKind::BackendFallback => (
+                "GB0023",
+                "The backend met a limit of fake tensors",
+                "The backend raised one of the errors torch.compile takes as a graph break: \
+                 an operation whose output shape depends on the data (for instance the \
+                 backward of `x[mask] = v` with a boolean mask, which AOTAutograd traces when \
+                 the graph is differentiated) or one without a fake implementation. The frame \
+                 runs eagerly, as under torch.compile.",
+                "Write a boolean-mask assignment as `x = torch.where(mask, v, x)`, whose \
+                 shapes do not depend on the data.",
             ),
         };
         BreakInfo {

@@ -437,7 +437,7 @@ impl Converter {
             (&converted, split_at, this.fullgraph)
         {
             // A graph break: trace again, stop before the instruction, split the frame there.
-            let where_ = tracer.location();
+            let where_ = failure_location(&tracer, frame);
             let mut retry = new_tracer()?;
             let mut split =
                 this.convert(py, &mut retry, frame, slf.as_any(), Some(index), &mut None);
@@ -471,6 +471,8 @@ impl Converter {
                         CaptureError::BreakPoint => "internal: stopped twice".into(),
                     };
                     log_graph_break(py, &where_, reason, Some(&why))?;
+                    let detail = format!("{}; not split: {why}", reason.detail);
+                    converted = Err(CaptureError::Unsupported(Break::new(reason.kind, detail)));
                 }
                 Ok(None) => {}
             }
@@ -485,7 +487,7 @@ impl Converter {
                 Err(err)
             }
             Err(err) => {
-                let where_ = tracer.location();
+                let where_ = failure_location(&tracer, frame);
                 let suppress = crate::eval_frame::hook::SUPPRESS_ERRORS.load(Ordering::Relaxed);
                 let (message, raised) = match err {
                     CaptureError::Unsupported(reason) => (format!("{reason} at {where_}"), None),
@@ -538,9 +540,24 @@ impl Converter {
 /// Whether `err` is `_shapes.FloatsSpecialized`: the backend asked for the frame's floats
 /// to be constants.
 fn floats_specialized(py: Python<'_>, err: &PyErr) -> PyResult<bool> {
-    let class = py
-        .import_module("dynamo_rs._shapes")?
-        .getattr("FloatsSpecialized")?;
+    python_error_is(py, err, "FloatsSpecialized")
+}
+
+/// Where a compile failed: the instruction the trace was at, or (a failure after the trace,
+/// in the backend) the frame's code.
+fn failure_location(tracer: &Tracer<'_>, frame: &Bound<'_, PyAny>) -> String {
+    match tracer.location() {
+        unknown if unknown == "<unknown>" => frame
+            .getattr("f_code")
+            .and_then(|code| frame_location(&code))
+            .unwrap_or(unknown),
+        location => location,
+    }
+}
+
+/// Whether `err` is the exception class `name` of `dynamo_rs._shapes`.
+fn python_error_is(py: Python<'_>, err: &PyErr, name: &str) -> PyResult<bool> {
+    let class = py.import_module("dynamo_rs._shapes")?.getattr(name)?;
     Ok(err.get_type(py).is(&class))
 }
 
@@ -968,6 +985,18 @@ impl Converter {
                 // `compile_frame`).
                 Err(err) if floats_specialized(py, &err)? => {
                     return Err(CaptureError::Python(err));
+                }
+                // A limit of fake tensors met inside the backend: a graph break, as under
+                // torch.compile (the frame runs eagerly), not the backend's failure.
+                Err(err) if python_error_is(py, &err, "BackendFallback")? => {
+                    return unsupported(
+                        BreakKind::BackendFallback,
+                        format!(
+                            "backend {} could not compile the graph ({})",
+                            backend_name(self.backend.bind(py)),
+                            err.value(py)
+                        ),
+                    );
                 }
                 Err(err) => {
                     let kind = err
