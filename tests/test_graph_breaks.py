@@ -1108,7 +1108,8 @@ def walrus_in_the_comprehension(x):
 def comprehension_break_after_an_earlier_break(x):
     # The comprehension's break is in a resume function, whose cells exist only in the trace
     # (it makes them after its RESUME): not shared; the resume function runs its code.
-    fn = x.__class__.sin
+    fn = torch.sin
+    print("", end="")  # the earlier break
     k = x.sum()
     return [fn(r) * float(r[0]) + k for r in x]
 

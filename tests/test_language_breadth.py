@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import copy
 import dataclasses
 import functools
 import itertools
@@ -1155,6 +1156,120 @@ def shape_arithmetic_in_python(x):
     n, m = x.shape
     return x.reshape(m * n // 2, 2)
 
+
+
+# --- max/min with key= or default= (keys computed while tracing, Python's own choice) ------
+@case(T34)
+def max_of_tensors_by_len(x): return max([x[:2], x, x[:1]], key=len)
+@case(T34)
+def min_by_lambda_over_numbers(x): return x * min([3, 1, 2], key=lambda v: -v)
+@case(T34)
+def max_with_default_of_nothing(x): return x + max([], default=5)
+@case(T34)
+def max_of_arguments_by_key(x): return max(x[:1], x[:3], x[:2], key=lambda t: t.shape[0]) * 2
+@case(T34)
+def min_by_dict_get(x):
+    widths = {"a": 3, "b": 1, "c": 2}
+    return x * len(min(widths, key=widths.get))
+@case(T34)
+def max_first_of_equal_keys(x):
+    pairs = [(1, x), (2, x + 1), (2, x + 2)]
+    return max(pairs, key=lambda p: p[0])[1]
+
+
+# --- torch.Tensor's methods called from the class: the tensor's method -----------------------
+@case(T34)
+def tensor_method_from_class(x): return torch.Tensor.add(x, x) + torch.Tensor.sum(x, dim=0)
+@case(T34)
+def tensor_dunder_from_class(x): return torch.Tensor.__mul__(x, 2) - torch.Tensor.__add__(x, 1)
+@case(T34)
+def tensor_method_from_class_as_value(x):
+    op = torch.Tensor.relu if x.shape[0] > 2 else torch.Tensor.sigmoid
+    return op(x) * torch.Tensor.size(x, 1)
+@case(T34)
+def tensor_methods_mapped(x): return list(map(torch.Tensor.exp, [x, x * 2]))
+
+
+# --- a tensor's __class__ ---------------------------------------------------------------------
+@case(T34)
+def tensor_class_is_tensor(x): return x + 1 if x.__class__ is torch.Tensor else x - 1
+@case(T34)
+def tensor_class_name(x): return x * len(x.__class__.__name__)
+
+
+# --- copy.copy of containers: a new container with the same items -----------------------------
+@case(T34)
+def copy_of_list_is_new(x):
+    items = [x]
+    again = copy.copy(items)
+    again.append(x + 1)
+    return len(items), again
+@case(T34, graphs=1)  # TorchDynamo breaks the graph in two here
+def copy_of_dict_and_set(x):
+    d = copy.copy({"a": x})
+    d["b"] = x * 2
+    s = copy.copy({1, 2})
+    s.add(3)
+    return d, x * len(s)
+@case(T34)
+def copy_of_tuple_and_number(x):
+    pair = (x, 2)
+    return copy.copy(pair)[0] * copy.copy(3) + (copy.copy(pair) is pair)
+
+
+# --- islice over the endless count() and repeat() ---------------------------------------------
+@case(T34)
+def islice_of_count(x):
+    for v in itertools.islice(itertools.count(), 3):
+        x = x + v
+    return x
+@case(T34)
+def islice_of_count_with_step(x):
+    return x * sum(itertools.islice(itertools.count(2, 3), 1, 4))
+@case(T34)
+def islice_of_repeat(x):
+    for v in itertools.islice(itertools.repeat(0.5), 2):
+        x = x * v
+    return x
+
+
+# --- named tuples: _replace and _asdict --------------------------------------------------------
+Pair = collections.namedtuple("Pair", ["left", "right"])
+@case(T34)
+def named_tuple_replace(x):
+    p = Pair(x, x + 1)._replace(right=x * 3)
+    return p.left + p.right, type(p) is Pair
+@case(T34)
+def named_tuple_asdict(x):
+    d = Pair(x, 2)._asdict()
+    return d["left"] * d["right"], list(d)
+@case(T34)
+def named_tuple_replace_then_asdict(x):
+    return Pair(x, 1)._replace(left=x - 1, right=4)._asdict()
+
+
+# --- slices of Sequential and ModuleList: new containers of their class -----------------------
+class SlicedContainers(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.blocks = nn.ModuleList([nn.Linear(4, 4) for _ in range(3)])
+        self.seq = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4))
+
+SLICED = SlicedContainers()
+# Each slice is a module made: TorchDynamo's graphs hold a `_log_api_usage_once` node for it.
+TWO_SLICES = dict(ops=lambda theirs: theirs - 2)
+@case(T34, **TWO_SLICES)
+def sequential_slice_called(x): return SLICED.seq[:2](x) + SLICED.seq[1:](x)
+@case(T34, **TWO_SLICES)
+def module_list_slice_iterated(x):
+    for block in SLICED.blocks[1:]:
+        x = block(x)
+    return x + len(SLICED.blocks[::2])
+@case(T34, **TWO_SLICES)
+def module_container_slice_class(x):
+    ok = isinstance(SLICED.blocks[:2], nn.ModuleList) and type(SLICED.seq[:1]) is nn.Sequential
+    return x + ok
 
 @pytest.fixture(autouse=True)
 def fresh_caches():

@@ -218,23 +218,23 @@ impl<'py> Tracer<'py> {
             }
         }
         if is("isinstance") && args.len() == 2 {
-            if let Some(inst_cls) = self.instance_class(args[0]) {
+            if let Some(inst_cls) = self
+                .instance_class(args[0])
+                .or_else(|| self.module_slice_class(args[0]))
+            {
                 let cls = self.python_value(args[1])?;
                 let result = b.getattr("issubclass")?.call1((inst_cls, cls))?;
                 return Ok(self.constant(&result));
             }
         }
         if is("type") && args.len() == 1 {
-            if let Some(inst_cls) = self.instance_class(args[0]) {
+            if let Some(inst_cls) = self
+                .instance_class(args[0])
+                .or_else(|| self.module_slice_class(args[0]))
+            {
                 return self.wrap(&inst_cls, None);
             }
-            if let VarKind::Tensor { node, .. } = *self.kind(args[0]) {
-                // A graph input's type is its example's (the tensor guard checks the exact
-                // type: a Parameter stays a Parameter); what the graph computes is a Tensor.
-                let ty = match self.inputs.iter().find(|i| i.node == node) {
-                    Some(input) => input.example.bind(py).get_type().into_any(),
-                    None => h.tensor_type.clone(),
-                };
+            if let Some(ty) = self.tensor_class(args[0]) {
                 return self.wrap(&ty, None);
             }
             // Containers the trace holds (their items may be tensors): their class is known.
@@ -491,6 +491,9 @@ impl<'py> Tracer<'py> {
                 total = self.apply_operator(&add, vec![total, item])?;
             }
             return Ok(total);
+        }
+        if (is("max") || is("min")) && !kwargs.is_empty() && !self.all_constant(&args, &kwargs) {
+            return self.min_max_by_key(is("max"), &args, &kwargs);
         }
         if (is("max") || is("min")) && kwargs.is_empty() && self.any_tensor(&args, &kwargs) {
             if let Some(best) = self.min_max_of_scalars(is("max"), &args)? {

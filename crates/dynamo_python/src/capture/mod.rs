@@ -49,6 +49,7 @@ mod ops_lazy_iter;
 mod ops_load_store;
 mod ops_match;
 mod ops_module_new;
+mod ops_module_slice;
 mod ops_module_to;
 mod ops_numpy;
 mod ops_objects;

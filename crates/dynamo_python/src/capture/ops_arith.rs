@@ -813,13 +813,9 @@ impl<'py> Tracer<'py> {
                 if v.bind(py).is_instance(&self.h.module_sequences)?
                     && key.is_instance_of::<pyo3::types::PySlice>() =>
             {
-                // Slicing a ModuleList or Sequential makes a new container each time: slice
-                // the tracked children (which keep their sources) instead.
-                let items = self.items_of(container)?;
-                let positions = pyo3::types::PyList::new(py, 0..items.len())?;
-                let picked: Vec<usize> = positions.as_any().get_item(&key)?.extract()?;
-                let chosen = picked.into_iter().map(|i| items[i]).collect();
-                Ok(self.add(VarKind::List(chosen), None))
+                // A new container each time: see `ops_module_slice`.
+                let value = v.bind(py).clone();
+                self.slice_module_sequence(container, &value, &key)
             }
             VarKind::Const(v) | VarKind::Object(v) => {
                 let v = v.bind(py).clone();

@@ -43,10 +43,11 @@ type LibraryModel<'py> = fn(
 /// Models of library and builtin calls tried in order by `call_object`, each in the file of
 /// its family (`ops_autograd`, `ops_copy`, `builtins`, `ops_exceptions`, `ops_build`,
 /// `ops_itertools`, `ops_operator_getters`).
-fn library_models<'py>() -> [LibraryModel<'py>; 9] {
+fn library_models<'py>() -> [LibraryModel<'py>; 10] {
     [
         Tracer::deque_call,
         Tracer::autograd_function_apply,
+        Tracer::shallow_copy_call,
         Tracer::deepcopy_call,
         Tracer::attribute_builtin,
         Tracer::construct_exception,
@@ -309,6 +310,9 @@ impl<'py> Tracer<'py> {
         if let Some(result) = self.autocast_call(callee)? {
             return Ok(result);
         }
+        if let Some(result) = self.call_module_slice(callee, &args, &kwargs)? {
+            return Ok(result);
+        }
         let py = self.py;
         match self.kind(callee) {
             VarKind::Method {
@@ -389,6 +393,38 @@ impl<'py> Tracer<'py> {
         }
     }
 
+    /// The name of `obj` if it is a C method of torch's tensor class taken from the class
+    /// (`torch.Tensor.add`, `torch.Tensor.__mul__`) and `args` start with a tensor to call it
+    /// on.
+    fn unbound_tensor_method(
+        &self,
+        obj: &Bound<'py, PyAny>,
+        args: &[VarId],
+    ) -> PyResult<Option<String>> {
+        let Some(&first) = args.first() else {
+            return Ok(None);
+        };
+        if !matches!(self.kind(first), VarKind::Tensor { .. }) {
+            return Ok(None);
+        }
+        let kind = obj.get_type().name()?.to_string();
+        if kind != "method_descriptor" && kind != "wrapper_descriptor" {
+            return Ok(None);
+        }
+        let Ok(owner) = obj.getattr("__objclass__") else {
+            return Ok(None);
+        };
+        let tensor_base = self
+            .py
+            .import_module("torch")?
+            .getattr("_C")?
+            .getattr("TensorBase")?;
+        if !owner.is(&tensor_base) {
+            return Ok(None);
+        }
+        Ok(Some(obj.getattr("__name__")?.extract()?))
+    }
+
     pub(super) fn any_tensor(&self, args: &[VarId], kwargs: &[(String, VarId)]) -> bool {
         args.iter().any(|&a| self.contains_tensor(a))
             || kwargs.iter().any(|(_, v)| self.contains_tensor(*v))
@@ -406,6 +442,12 @@ impl<'py> Tracer<'py> {
         if let Some(result) = self.numpy_call(obj, &args, &kwargs)? {
             self.pin_identity(callee);
             return Ok(result);
+        }
+        if let Some(name) = self.unbound_tensor_method(obj, &args)? {
+            // `torch.Tensor.add(x, y)`: the method of `x`, as `x.add(y)` (TorchDynamo's
+            // graph too).
+            self.pin_identity(callee);
+            return self.tensor_method(args[0], &name, args[1..].to_vec(), kwargs);
         }
         // Only inlining a user function leaves its identity unread (its code and closure
         // are guarded instead); every other way of calling depends on which object it is.

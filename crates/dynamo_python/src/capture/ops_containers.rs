@@ -7,7 +7,7 @@ use std::rc::Rc;
 
 use crate::imports::ImportModule;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyTuple};
+use pyo3::types::{PyDict, PyString, PyTuple};
 
 use super::break_reasons::BreakKind;
 use super::guards::GuardKind;
@@ -516,10 +516,13 @@ impl<'py> Tracer<'py> {
         else {
             return Ok(None);
         };
-        let own = attr.is_instance(&self.h.function_type)?
-            && attr
-                .getattr("__module__")
-                .is_ok_and(|m| m.to_string() != "collections");
+        let from_collections = attr
+            .getattr("__module__")
+            .is_ok_and(|m| m.to_string() == "collections");
+        if from_collections && matches!(name, "_replace" | "_asdict") {
+            return self.named_tuple_helper(receiver, &cls, name, args, kwargs);
+        }
+        let own = attr.is_instance(&self.h.function_type)? && !from_collections;
         if !own {
             return Ok(None);
         }
@@ -527,6 +530,58 @@ impl<'py> Tracer<'py> {
         let mut all = vec![receiver];
         all.extend_from_slice(args);
         self.call_python(&attr, all, kwargs.to_vec()).map(Some)
+    }
+
+    /// `nt._replace(field=value, ...)` (a new tuple of the same class, the other fields kept)
+    /// and `nt._asdict()` (a dict from field names) of a named tuple the trace holds, as
+    /// `collections.namedtuple` defines them (the class's entry is guarded).
+    fn named_tuple_helper(
+        &mut self,
+        receiver: VarId,
+        cls: &Bound<'py, PyAny>,
+        name: &str,
+        args: &[VarId],
+        kwargs: &[(String, VarId)],
+    ) -> CResult<Option<VarId>> {
+        let py = self.py;
+        let (Some(fields), VarKind::Tuple(items)) = (
+            self.tuple_fields.get(&receiver).cloned(),
+            self.kind(receiver),
+        ) else {
+            return Ok(None);
+        };
+        let mut items = items.clone();
+        if !args.is_empty() || (name == "_asdict" && !kwargs.is_empty()) {
+            return Ok(None); // Python's TypeError: the method as it is
+        }
+        self.guard_class(cls, name)?;
+        if name == "_asdict" {
+            let entries = fields
+                .iter()
+                .zip(&items)
+                .map(|(f, &v)| (OwnedRef::from_bound(PyString::new(py, f).as_any()), v))
+                .collect();
+            return Ok(Some(self.add(VarKind::Dict(entries), None)));
+        }
+        let unexpected: Vec<&str> = kwargs
+            .iter()
+            .filter(|(k, _)| !fields.contains(k))
+            .map(|(k, _)| k.as_str())
+            .collect();
+        if !unexpected.is_empty() {
+            let names = pyo3::types::PyList::new(py, unexpected)?.repr()?;
+            let message = format!("Got unexpected field names: {names}");
+            return self.raise_builtin("ValueError", PyString::new(py, &message).into_any());
+        }
+        for (key, value) in kwargs {
+            if let Some(i) = fields.iter().position(|f| f == key) {
+                items[i] = *value;
+            }
+        }
+        let id = self.add(VarKind::Tuple(items), None);
+        self.tuple_fields.insert(id, fields);
+        self.tuple_classes.insert(id, OwnedRef::from_bound(cls));
+        Ok(Some(id))
     }
 
     /// `os.environ.get(k)`, `os.environ[k]`, `k in os.environ`: the answer is guarded (the

@@ -22,6 +22,42 @@ use crate::eval_frame::owned::OwnedRef;
 use crate::imports::ImportModule;
 
 impl<'py> Tracer<'py> {
+    /// `copy.copy(value)` when `obj` is `copy.copy` and `value` a plain list, dict or set
+    /// (its own `copy()`: a new container holding the same items) or a tuple or constant
+    /// (itself, as `copy.copy` returns them); None otherwise (other objects: `copy.copy` is
+    /// inlined).
+    pub(super) fn shallow_copy_call(
+        &mut self,
+        obj: &Bound<'py, PyAny>,
+        args: &[VarId],
+        kwargs: &[(String, VarId)],
+    ) -> CResult<Option<VarId>> {
+        let py = self.py;
+        let copy = py.import_module("copy")?.getattr("copy")?;
+        if !obj.is(&copy) || args.len() != 1 || !kwargs.is_empty() {
+            return Ok(None);
+        }
+        let value = args[0];
+        let itself = match self.kind(value) {
+            VarKind::List(_) => false,
+            VarKind::Dict(_) if !self.dict_classes.contains_key(&value) => false,
+            VarKind::Object(o) if o.bind(py).is_exact_instance_of::<pyo3::types::PySet>() => false,
+            VarKind::Tuple(_)
+                if !self.tuple_classes.contains_key(&value)
+                    && !self.tuple_fields.contains_key(&value) =>
+            {
+                true
+            }
+            VarKind::Const(c) if self.h.is_constant(&c.bind(py).clone())? => true,
+            _ => return Ok(None),
+        };
+        if itself {
+            return Ok(Some(value));
+        }
+        let method = self.get_attr(value, "copy")?;
+        self.call_function(method, Vec::new(), Vec::new()).map(Some)
+    }
+
     /// `copy.deepcopy(value)` when `obj` is `copy.deepcopy`, or None.
     pub(super) fn deepcopy_call(
         &mut self,

@@ -19,7 +19,8 @@ use pyo3::prelude::*;
 use super::break_reasons::BreakKind;
 use super::frame_state::FrameState;
 use super::translator::{unsupported, CResult, Flow, Tracer};
-use super::vars::{VarId, VarKind};
+use super::vars::{LazyIter, VarId, VarKind};
+use crate::imports::ImportModule;
 use dynamo_bytecode::Instruction;
 
 /// Items a generator may yield before the trace gives up on running it ahead (an endless
@@ -207,6 +208,19 @@ impl<'py> Tracer<'py> {
     ) -> CResult<()> {
         let builtins = &self.h.builtins;
         if callee.is(&builtins.getattr("next")?) || callee.is(&builtins.getattr("iter")?) {
+            return Ok(());
+        }
+        // `islice(count(), n)`: the model of `islice` pulls the items it takes from the
+        // endless iterators, which make them without running anything.
+        let islice = self.py.import_module("itertools")?.getattr("islice")?;
+        if callee.is(&islice)
+            && args.first().is_some_and(|&a| {
+                matches!(
+                    self.kind(a),
+                    VarKind::Lazy(LazyIter::Count { .. } | LazyIter::Repeat { .. })
+                )
+            })
+        {
             return Ok(());
         }
         // `list(gen)`, `tuple(gen)`, `sorted(gen)` take every item before doing anything

@@ -17,7 +17,7 @@ use pyo3::types::{PyDict, PyTuple};
 
 use super::break_reasons::BreakKind;
 use super::translator::{unsupported, CResult, Tracer};
-use super::vars::{VarId, VarKind};
+use super::vars::{LazyIter, VarId, VarKind};
 use crate::imports::ImportModule;
 
 impl<'py> Tracer<'py> {
@@ -288,8 +288,30 @@ impl<'py> Tracer<'py> {
             }
         }
         let keys = self.keys_of(&items, key, "a sort key")?;
+        let values = self.key_values(&keys, "sorting")?;
+        let order = py.import_module("builtins")?.getattr("sorted")?.call(
+            (PyTuple::new(py, 0..items.len())?,),
+            Some(&{
+                let kw = PyDict::new(py);
+                kw.set_item("key", values.getattr("__getitem__")?)?;
+                kw.set_item("reverse", reverse)?;
+                kw
+            }),
+        );
+        let order: Vec<usize> = match order {
+            Ok(order) => order.extract()?,
+            Err(err) => return self.raised(err, "sorting raised while tracing"),
+        };
+        Ok(order.into_iter().map(|i| items[i]).collect())
+    }
+
+    /// The keys things are ordered by, as Python values: constants, or tuples of constants
+    /// (`sorted(d.items())`), compared as Python compares them; anything else is refused
+    /// (`what` names the ordering in the message).
+    fn key_values(&mut self, keys: &[VarId], what: &str) -> CResult<Bound<'py, PyTuple>> {
+        let py = self.py;
         let mut values = Vec::with_capacity(keys.len());
-        for &k in &keys {
+        for &k in keys {
             // Tuples of constants too (`sorted(d.items())`): compared as Python compares them.
             if matches!(self.kind(k), VarKind::Tuple(_)) && !self.contains_tensor(k) {
                 let value = self.python_value(k)?;
@@ -327,28 +349,69 @@ impl<'py> Tracer<'py> {
                     return unsupported(
                         BreakKind::UnsupportedOperation,
                         format!(
-                            "sorting by {} (only constants are compared while tracing)",
+                            "{what} by {} (only constants are compared while tracing)",
                             super::translator::kind_name(other)
                         ),
                     )
                 }
             }
         }
-        let values = PyTuple::new(py, values)?;
-        let order = py.import_module("builtins")?.getattr("sorted")?.call(
-            (PyTuple::new(py, 0..items.len())?,),
-            Some(&{
-                let kw = PyDict::new(py);
-                kw.set_item("key", values.getattr("__getitem__")?)?;
-                kw.set_item("reverse", reverse)?;
-                kw
-            }),
-        );
-        let order: Vec<usize> = match order {
-            Ok(order) => order.extract()?,
-            Err(err) => return self.raised(err, "sorting raised while tracing"),
+        Ok(PyTuple::new(py, values)?)
+    }
+
+    /// `max(...)`/`min(...)` with `key=` or `default=`: of one iterable's items or of several
+    /// arguments, the first whose key (the item itself without `key`, else what `key` returns
+    /// for it, called as a function that changes nothing) is greatest (least); `default` for
+    /// no items. Keys must be known values; Python's own `max`/`min` picks among the
+    /// positions, raising what it raises (no items and no default, `default` with several
+    /// arguments, an unknown keyword).
+    pub(super) fn min_max_by_key(
+        &mut self,
+        is_max: bool,
+        args: &[VarId],
+        kwargs: &[(String, VarId)],
+    ) -> CResult<VarId> {
+        let py = self.py;
+        let items = match args {
+            [one] => self.items_of(*one)?,
+            several => several.to_vec(),
         };
-        Ok(order.into_iter().map(|i| items[i]).collect())
+        let mut key = None;
+        let mut default = None;
+        let python_kwargs = PyDict::new(py);
+        for (name, value) in kwargs {
+            match name.as_str() {
+                "key" if matches!(self.kind(*value), VarKind::Const(c) if c.bind(py).is_none()) => {
+                }
+                "key" => key = Some(*value),
+                // Stands for the default: only whether one is given matters to Python.
+                "default" => {
+                    default = Some(*value);
+                    python_kwargs.set_item("default", -1)?;
+                }
+                _ => python_kwargs.set_item(name, py.None())?,
+            }
+        }
+        let keys = self.keys_of(&items, key, "a max()/min() key")?;
+        let values = self.key_values(&keys, if is_max { "max()" } else { "min()" })?;
+        python_kwargs.set_item("key", values.getattr("__getitem__")?)?;
+        let positions = PyTuple::new(py, 0..items.len())?;
+        let positions = if args.len() == 1 {
+            PyTuple::new(py, [positions])?
+        } else {
+            positions
+        };
+        let name = if is_max { "max" } else { "min" };
+        let chosen = self
+            .h
+            .builtins
+            .getattr(name)?
+            .call(positions, Some(&python_kwargs));
+        match chosen.and_then(|c| c.extract::<i64>()) {
+            Ok(-1) => Ok(default.expect("-1 stands for the default")),
+            Ok(i) => Ok(items[i as usize]),
+            Err(err) => self.raised(err, format!("{name}() raised while tracing")),
+        }
     }
 
     /// `key(item)` for each of `items` (the items themselves without `key`), all called
@@ -429,7 +492,12 @@ impl<'py> Tracer<'py> {
             .map(|&a| self.python_value(a))
             .collect::<CResult<Vec<_>>>()?;
         let is_iter = matches!(self.kind(args[0]), VarKind::Iter { .. });
-        let items = if is_iter {
+        // `count()` and `repeat(x)` make their items without running anything: pulled now.
+        let endless = matches!(
+            self.kind(args[0]),
+            VarKind::Lazy(LazyIter::Count { .. } | LazyIter::Repeat { .. })
+        );
+        let items = if is_iter || endless {
             // Python's islice stops pulling at `stop`: pull no further here either.
             let stop = match bounds.as_slice() {
                 [stop] | [_, stop] | [_, stop, _] => stop.clone(),
@@ -441,8 +509,19 @@ impl<'py> Tracer<'py> {
             } else {
                 Some(stop.extract()?)
             };
+            if endless && limit.is_none() {
+                return unsupported(
+                    BreakKind::UnsupportedOperation,
+                    "islice() of an endless iterator without a stop",
+                );
+            }
             while limit.is_none_or(|l| items.len() < l) {
-                match self.iter_advance(args[0])? {
+                let next = if endless {
+                    self.advance_lazy(args[0])?
+                } else {
+                    self.iter_advance(args[0])?
+                };
+                match next {
                     Some(item) => items.push(item),
                     None => break,
                 }

@@ -712,12 +712,30 @@ impl<'py> Tracer<'py> {
 
     /// Attributes of a symbolic tensor: metadata is constant (shapes are static), methods stay
     /// bound to the tensor.
+    /// The class of the tensor `var` (None if it is not a tensor): a graph input's is its
+    /// example's (the tensor guard checks the exact type: a Parameter stays a Parameter);
+    /// what the graph computes is a Tensor.
+    pub(super) fn tensor_class(&self, var: VarId) -> Option<Bound<'py, PyAny>> {
+        let VarKind::Tensor { node, .. } = *self.kind(var) else {
+            return None;
+        };
+        Some(match self.inputs.iter().find(|i| i.node == node) {
+            Some(input) => input.example.bind(self.py).get_type().into_any(),
+            None => self.h.tensor_type.clone(),
+        })
+    }
+
     fn tensor_attr(
         &mut self,
         tensor: VarId,
         fake: &Bound<'py, PyAny>,
         name: &str,
     ) -> CResult<VarId> {
+        if name == "__class__" {
+            if let Some(class) = self.tensor_class(tensor) {
+                return self.wrap(&class, None);
+            }
+        }
         if name == "shape" {
             if let Some(sizes) = self.tensor_sizes(tensor, fake, false)? {
                 return Ok(sizes);

@@ -331,6 +331,9 @@ fn plan_once(
 /// How to build `id` in place (see `rebuild_plan`).
 fn rebuild_inline(tracer: &Tracer<'_>, id: VarId, r: &mut Rebuilder) -> CResult<Rebuild> {
     let py = tracer.py;
+    if let Some(slice) = super::ops_module_slice::module_slice_plan(tracer, id, r)? {
+        return Ok(slice);
+    }
     Ok(match tracer.kind(id) {
         // Never used by the trace: loaded from its source, an argument tuple.
         VarKind::Unrealized(_) => Rebuild::Source(tracer.source(id).expect("unrealized inputs have sources")),

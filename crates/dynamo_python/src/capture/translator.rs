@@ -202,6 +202,8 @@ pub struct Tracer<'py> {
     /// How to make again each module made in `forward` that nothing changed since: (class,
     /// positional, keyword arguments), by the module's address (see `ops_module_new`).
     pub private_recipes: HashMap<usize, (OwnedRef, OwnedRef, OwnedRef)>,
+    /// List trackers that are slices of module containers (see `ops_module_slice`).
+    pub module_slices: HashMap<VarId, super::ops_module_slice::ModuleSlice>,
     /// The arguments of each `torch.autocast(...)` the trace made (see `ops_autocast`).
     pub autocast_specs: Vec<OwnedRef>,
     /// The autocast blocks entered and not left, innermost last.
@@ -346,6 +348,7 @@ impl<'py> Tracer<'py> {
             key_tensors: HashMap::new(),
             private_objects: HashMap::new(),
             private_recipes: HashMap::new(),
+            module_slices: HashMap::new(),
             autocast_specs: Vec::new(),
             autocast_open: Vec::new(),
             raised: None,
