@@ -109,6 +109,37 @@ def tensor_ops_after_numpy(x):
     return y.softmax(-1) @ x.T
 
 
+
+# --- arrays given to the frame: traced over torch.as_tensor(array), as TorchDynamo does -------
+def arr(*shape, dtype=np.float64):
+    """A maker of a seeded random NumPy array."""
+    def make():
+        return np.random.default_rng(sum(shape)).standard_normal(shape).astype(dtype)
+    return make
+
+
+@case(arr(3, 4))
+def array_argument_ufuncs(a):
+    return np.sin(a) * 2 + np.exp(a / 4)
+@case(arr(3, 4), T34)
+def array_and_tensor_arguments(a, x):
+    return x + torch.from_numpy(np.tanh(a)).float()
+@case(arr(3, 4, dtype=np.float32))
+def array_argument_reductions_and_shape(a):
+    return a.sum(axis=0), a.mean(), a.shape, len(a), a.ndim
+@case(arr(4, 4), arr(4, 4))
+def two_array_arguments(a, b):
+    return a @ b.T + np.maximum(a, b)
+@case(lambda: np.arange(12).reshape(3, 4))
+def integer_array_argument(a):
+    return a * 2 + a.T.sum(axis=1)[:, None].T[0, :3].sum()
+@case(lambda: [np.ones(3), np.arange(3.0)])
+def arrays_in_a_list_argument(arrays):
+    return sum(np.cos(a) for a in arrays)
+@case(arr(3, 4))
+def array_argument_returned_and_indexed(a):
+    return a, a[1:, ::2] * 3
+
 @pytest.fixture(autouse=True)
 def fresh_caches():
     reset_all()
@@ -116,7 +147,7 @@ def fresh_caches():
 
 
 def test_enough_cases() -> None:
-    assert len(CASES) >= 17
+    assert len(CASES) >= 24
 
 
 @pytest.mark.parametrize("name,fn,make,spec", params(CASES))
@@ -236,3 +267,40 @@ def test_numpy_functions_writing_into_an_array_stay_eager() -> None:
     x_eager, x_compiled = torch.zeros(3, 3), torch.zeros(3, 3)
     torch.testing.assert_close(compiled_fn(x_compiled), fn(x_eager))
     torch.testing.assert_close(x_compiled, x_eager)
+
+
+
+def test_a_new_array_of_the_same_kind_reuses_the_graph() -> None:
+    """Arrays given to the frame are guarded by type, dtype, sizes and strides — not by which
+    array it is: a new array (or the same one changed in place, which the graph reads through
+    the tensor sharing its memory) reuses the graph; another dtype compiles again; a NumPy
+    subclass or an array torch cannot take runs as it is."""
+
+    def fn(a, t):
+        return t + torch.from_numpy(np.sin(a) * 2)
+
+    compiled_fn, counter = compiled(fn)
+    t = torch.zeros(3, dtype=torch.float64)
+    a = np.ones(3)
+    for value in (a, np.zeros(3), np.full(3, 2.0)):
+        torch.testing.assert_close(compiled_fn(value, t), fn(value, t))
+    a[0] = 5.0
+    torch.testing.assert_close(compiled_fn(a, t), fn(a, t))
+    assert counter.frame_count == 1
+    torch.testing.assert_close(compiled_fn(np.ones(3, dtype=np.float32), t), fn(np.ones(3, dtype=np.float32), t))
+    assert counter.frame_count == 2
+    for odd in (np.arange(3.0)[::-1], np.ma.masked_array(np.ones(3)), np.array([1, 2, 3], dtype=np.uint32)):
+        torch.testing.assert_close(compiled_fn(odd, t), fn(odd, t))
+
+
+def test_an_array_argument_handed_back_is_the_same_array() -> None:
+    def fn(a, x):
+        y = x * 2
+        print("", end="")  # a graph break with the array live
+        return a, y + torch.from_numpy(a)
+
+    compiled_fn, _ = compiled(fn)
+    a, x = np.ones(3), torch.ones(3, dtype=torch.float64)
+    got = compiled_fn(a, x)
+    assert got[0] is a
+    torch.testing.assert_close(got[1], fn(a, x)[1])

@@ -483,6 +483,14 @@ impl<'py> CodeGen<'py> {
                     "internal: loading a class-lookup source",
                 );
             }
+            Source::AsTensor(base) => {
+                let as_tensor = py.import_module("torch")?.getattr("as_tensor")?;
+                self.emit(Opcode::PushNull, Operand::None);
+                self.load_const(&as_tensor);
+                self.load_source(base)?;
+                self.emit(Opcode::Precall, Operand::Int(1));
+                self.emit(Opcode::Call, Operand::Int(1));
+            }
             // `dict.__getitem__(base, key)`: `base[key]` would run the class's override.
             Source::DictItem(base, key) => {
                 let getitem = py

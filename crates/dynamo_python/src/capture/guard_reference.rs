@@ -36,6 +36,7 @@ enum Hop {
     ClassAttr(String),
     Item(OwnedRef),
     DictItem(OwnedRef),
+    AsTensor,
 }
 
 /// What a tensor looked like when the guard was built.
@@ -119,6 +120,10 @@ fn path_of(py: Python<'_>, source: &Source, out: &mut Vec<Hop>) -> PyResult<()> 
         Source::DictItem(parent, key) => {
             path_of(py, parent, out)?;
             out.push(Hop::DictItem(OwnedRef::from_bound(&key.to_python(py)?)));
+        }
+        Source::AsTensor(parent) => {
+            path_of(py, parent, out)?;
+            out.push(Hop::AsTensor);
         }
     }
     Ok(())
@@ -325,6 +330,11 @@ impl ReferenceGuard {
                     .get_type::<PyDict>()
                     .getattr("__getitem__")?
                     .call1((base, key.bind(py)))
+                    .ok(),
+                (Hop::AsTensor, Some(base)) => py
+                    .import_module("torch")?
+                    .getattr("as_tensor")?
+                    .call1((base,))
                     .ok(),
                 (_, None) => None,
             };

@@ -138,6 +138,7 @@ enum SourceKey {
     ClassAttr(u32, String),
     Item(u32, ItemKey),
     DictItem(u32, ItemKey),
+    AsTensor(u32),
 }
 
 /// Every distinct source guards depend on, parents before children, each with an id.
@@ -187,6 +188,10 @@ impl SourceTable {
                 let parent = self.intern(base);
                 (SourceKey::DictItem(parent, key.clone()), Some(parent))
             }
+            Source::AsTensor(base) => {
+                let parent = self.intern(base);
+                (SourceKey::AsTensor(parent), Some(parent))
+            }
         };
         let id = match self.by_key.get(&key) {
             Some(&id) => id,
@@ -231,6 +236,9 @@ pub(super) enum Access {
     Item(usize, OwnedRef),
     /// `dict.__getitem__(parent, key)` (`Source::DictItem`): the dict's own table.
     DictItem(usize, OwnedRef),
+    /// `torch.as_tensor(parent)` (`Source::AsTensor`), the function held; only for a
+    /// parent whose type is checked to be `numpy.ndarray`.
+    AsTensor(usize, OwnedRef),
 }
 
 pub(super) enum Check {
@@ -276,6 +284,7 @@ impl Step {
             | Access::ClassAttr(parent, _)
             | Access::Item(parent, _)
             | Access::DictItem(parent, _)
+            | Access::AsTensor(parent, _)
             | Access::InstanceAttr { parent, .. } => Some(*parent),
             _ => None,
         }
@@ -465,6 +474,10 @@ impl NativeGuard {
                         OwnedRef::from_bound(&py_key),
                     )
                 }
+                Source::AsTensor(_) => Access::AsTensor(
+                    parent.expect("conversions have a parent") as usize,
+                    OwnedRef::from_bound(&py.import_module("torch")?.getattr("as_tensor")?),
+                ),
             };
             steps.push(Step {
                 access,
@@ -1065,6 +1078,12 @@ impl NativeGuard {
                         Ok(dict) => dict.get_item(key.bind(py)).ok().flatten(),
                         Err(_) => None,
                     },
+                    None => None,
+                },
+                // An array torch cannot take (negative strides, an object dtype) is no
+                // tensor: the tensor check fails on the missing value.
+                Access::AsTensor(parent, as_tensor) => match &values[*parent] {
+                    Some(base) => as_tensor.bind(py).call1((base,)).ok(),
                     None => None,
                 },
             };

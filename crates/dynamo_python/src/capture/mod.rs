@@ -733,7 +733,9 @@ impl Converter {
                 if slot >= argcount && slot < nargs {
                     tracer.vars[id.0 as usize].source = None;
                 }
-                any_tensor |= tracer.contains_tensor(id) || is_module_or_class(&h, &value)?;
+                any_tensor |= tracer.contains_tensor(id)
+                    || tracer.contains_array(id)
+                    || is_module_or_class(&h, &value)?;
                 state.locals[slot] = Some(id);
             }
         }

@@ -17,9 +17,11 @@
 //!
 //! Refused (a graph break): what needs the data (`tolist`, `item`, `bool(...)`, boolean
 //! masks), what changes an array in place (`a += 1`, `out=`, `sort`, `fill`), `np.random`,
-//! functions `torch._numpy` does not have, tensors handed to NumPy functions directly (not
-//! through `.numpy()`), and NumPy arrays given to the frame. Sizes (`shape`, `ndim`, `size`,
-//! `len`) are the tensor's own, symbolic ones too.
+//! functions `torch._numpy` does not have, and tensors handed to NumPy functions directly
+//! (not through `.numpy()`). Sizes (`shape`, `ndim`, `size`, `len`) are the tensor's own,
+//! symbolic ones too. An array given to the frame is an array over the graph input
+//! `torch.as_tensor(array)` (`Source::AsTensor`, see `ndarray_input`); handed back, it is
+//! that same array.
 
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
@@ -471,6 +473,64 @@ impl<'py> Tracer<'py> {
             VarKind::Tuple(items) | VarKind::List(items) if levels > 0 => items
                 .iter()
                 .any(|&i| self.holds_ndarray_within(i, levels - 1)),
+            _ => false,
+        }
+    }
+
+    /// A NumPy array the frame is given (at `source`), as TorchDynamo takes one: the array
+    /// over a graph input that is `torch.as_tensor(array)` (sharing its memory), guarded by
+    /// the array's exact type and that tensor's metadata (dtype, sizes, strides), so a new
+    /// array of the same kind reuses the graph. None for arrays torch cannot take (other
+    /// dtypes, negative strides) and NumPy subclasses (`np.matrix`, masked arrays).
+    pub(super) fn ndarray_input(
+        &mut self,
+        value: &Bound<'py, PyAny>,
+        source: &std::rc::Rc<super::source::Source>,
+    ) -> CResult<Option<VarId>> {
+        let py = self.py;
+        let Some(numpy) = py.import_module("numpy").ok() else {
+            return Ok(None);
+        };
+        let ndarray = numpy.getattr("ndarray")?;
+        if !value.get_type().is(&ndarray) {
+            return Ok(None);
+        }
+        let kind: String = value.getattr("dtype")?.getattr("kind")?.extract()?;
+        let itemsize: usize = value.getattr("dtype")?.getattr("itemsize")?.extract()?;
+        // bool, signed ints, float and complex; of unsigned ints only uint8 (torch's other
+        // unsigned types have few operations).
+        if !(matches!(kind.as_str(), "b" | "i" | "f" | "c") || (kind == "u" && itemsize == 1)) {
+            return Ok(None);
+        }
+        let Ok(tensor) = py
+            .import_module("torch")?
+            .getattr("as_tensor")?
+            .call1((value,))
+        else {
+            return Ok(None);
+        };
+        self.guards.add(
+            source.clone(),
+            super::guards::GuardKind::Type(OwnedRef::from_bound(&ndarray)),
+        );
+        let as_tensor = std::rc::Rc::new(super::source::Source::AsTensor(source.clone()));
+        let tensor = self.graph_input(&tensor, as_tensor)?;
+        Ok(Some(
+            self.add(VarKind::NdArray(tensor), Some(source.clone())),
+        ))
+    }
+
+    /// Whether `id` is a NumPy array tracker, or a tuple, list or dict holding one.
+    pub(super) fn contains_array(&self, id: VarId) -> bool {
+        match self.kind(id) {
+            VarKind::NdArray(_) => true,
+            VarKind::Tuple(items) | VarKind::List(items) => {
+                items.iter().any(|&i| self.contains_array(i))
+            }
+            VarKind::Dict(entries) => entries.iter().any(|(_, v)| self.contains_array(*v)),
+            VarKind::Iter { items, next, .. } => {
+                items[*next..].iter().any(|&i| self.contains_array(i))
+            }
             _ => false,
         }
     }

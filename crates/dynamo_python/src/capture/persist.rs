@@ -60,6 +60,7 @@ pub fn describe<'py>(py: Python<'py>, set: &GuardSet) -> PyResult<Bound<'py, PyD
             Source::DictItem(_, key) => ("dictitem", parent, key.to_python(py)?)
                 .into_pyobject(py)?
                 .into_any(),
+            Source::AsTensor(_) => ("astensor", parent).into_pyobject(py)?.into_any(),
         };
         sources.append(item)?;
     }

@@ -590,6 +590,10 @@ fn rebuild_inline(tracer: &Tracer<'_>, id: VarId, r: &mut Rebuilder) -> CResult<
             }
         }
         VarKind::Autocast(var) => tracer.autocast_rebuild(*var)?,
+        // An array the frame was given (arrays are never changed in the trace): itself.
+        VarKind::NdArray(_) if tracer.source(id).is_some() => {
+            Rebuild::Source(tracer.source(id).expect("checked"))
+        }
         VarKind::NdArray(tensor) => {
             let tensor = rebuild_plan(tracer, *tensor, r)?;
             tracer.ndarray_rebuild(tensor)?

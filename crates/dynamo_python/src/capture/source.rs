@@ -83,6 +83,7 @@ pub enum PathPart {
     ClassAttr(String),
     Item(ItemKey),
     DictItem(ItemKey),
+    AsTensor,
 }
 
 impl PathPart {
@@ -104,6 +105,7 @@ impl PathPart {
             PathPart::DictItem(ItemKey::Object(k)) => {
                 format!("dict.__getitem__({parent}, {})", k.repr)
             }
+            PathPart::AsTensor => format!("torch.as_tensor({parent})"),
         }
     }
 }
@@ -136,6 +138,9 @@ pub enum Source {
     /// defines in Python (`super().__getitem__(key)` inside that override reads this, and
     /// so do `dict.get` and the other C methods). Only guards read it.
     DictItem(Rc<Source>, ItemKey),
+    /// `torch.as_tensor(parent)` of the NumPy array at the parent: the tensor (sharing its
+    /// memory) a frame's array input is traced as, as TorchDynamo traces it.
+    AsTensor(Rc<Source>),
 }
 
 impl Source {
@@ -165,7 +170,8 @@ impl Source {
             Source::Attr(base, _)
             | Source::ClassAttr(base, _)
             | Source::Item(base, _)
-            | Source::DictItem(base, _) => base.describe(),
+            | Source::DictItem(base, _)
+            | Source::AsTensor(base) => base.describe(),
             _ => String::new(),
         };
         self.part().render(&parent)
@@ -188,7 +194,8 @@ impl Source {
             Source::Attr(base, _)
             | Source::ClassAttr(base, _)
             | Source::Item(base, _)
-            | Source::DictItem(base, _) => base.is_rooted_in_locals(),
+            | Source::DictItem(base, _)
+            | Source::AsTensor(base) => base.is_rooted_in_locals(),
             Source::Global { .. } | Source::Cell(_) | Source::Object(..) => false,
         }
     }
@@ -204,6 +211,7 @@ impl Source {
             Source::ClassAttr(_, attr) => PathPart::ClassAttr(attr.clone()),
             Source::Item(_, key) => PathPart::Item(key.clone()),
             Source::DictItem(_, key) => PathPart::DictItem(key.clone()),
+            Source::AsTensor(_) => PathPart::AsTensor,
         }
     }
 }

@@ -655,6 +655,11 @@ impl<'py> Tracer<'py> {
             };
             return self.graph_input(value, source);
         }
+        if let Some(s) = &source {
+            if let Some(array) = self.ndarray_input(value, s)? {
+                return Ok(array);
+            }
+        }
         let argument_item = source.as_deref().is_some_and(Source::is_argument_item);
         if argument_item
             && (value.is_exact_instance_of::<pyo3::types::PyInt>()
