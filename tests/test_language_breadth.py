@@ -19,6 +19,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+import dynamo_rs
 from language_harness import case_registrar, check_case, params, reset_all, t
 
 CASES: list = []
@@ -1271,6 +1272,33 @@ def module_container_slice_class(x):
     ok = isinstance(SLICED.blocks[:2], nn.ModuleList) and type(SLICED.seq[:1]) is nn.Sequential
     return x + ok
 
+
+# --- torch.jit.script / torch.jit.trace functions: the Python they were made from, inlined ----
+@torch.jit.script
+def scripted_gelu_like(x):
+    return x * torch.sigmoid(1.702 * x)
+
+
+@torch.jit.script
+def scripted_with_branch(x, k: int):
+    if k > 1:
+        return x * k
+    return x - 1
+
+
+@torch.jit.script
+def scripted_shift(x):
+    return x - 5
+
+
+traced_scale = torch.jit.trace(lambda t: t * 3 + 1, (torch.randn(3, 4),))
+@case(T34)
+def scripted_helper_between_ops(x): return scripted_gelu_like(x + 1).sum(0) * 2
+@case(T34)
+def scripted_helper_with_python_branch(x): return scripted_with_branch(x, 3) + scripted_with_branch(x, 1)
+@case(T34)
+def traced_function_inlined(x): return traced_scale(x).relu()
+
 @pytest.fixture(autouse=True)
 def fresh_caches():
     reset_all()
@@ -1284,3 +1312,22 @@ def test_enough_cases() -> None:
 @pytest.mark.parametrize(("name", "fn", "make", "spec"), params(CASES))
 def test_case(name, fn, make, spec) -> None:
     check_case(fn, make, spec)
+
+
+def test_a_scripted_function_replaced_is_followed() -> None:
+    """The inlined Python of a scripted function is read through it: another scripted
+    function in its place compiles again, and the result follows."""
+    from dynamo_rs.testing import CompileCounter
+
+    global scripted_gelu_like
+    saved = scripted_gelu_like
+    counter = CompileCounter()
+    fn = dynamo_rs.compile(scripted_helper_between_ops, backend=counter)
+    x = T34()
+    try:
+        torch.testing.assert_close(fn(x), scripted_helper_between_ops(x))
+        scripted_gelu_like = scripted_shift
+        torch.testing.assert_close(fn(x), scripted_helper_between_ops(x))
+        assert counter.frame_count == 2
+    finally:
+        scripted_gelu_like = saved

@@ -58,6 +58,25 @@ fn library_models<'py>() -> [LibraryModel<'py>; 10] {
     ]
 }
 
+/// The Python function a `torch.jit.ScriptFunction` was made from (torch keeps it as
+/// `_torchdynamo_inline` for TorchDynamo to inline), or None.
+fn scripted_original<'py>(
+    py: Python<'py>,
+    obj: &Bound<'py, PyAny>,
+) -> PyResult<Option<Bound<'py, PyAny>>> {
+    let script_function = py
+        .import_module("torch")?
+        .getattr("jit")?
+        .getattr("ScriptFunction")?;
+    if !obj.is_instance(&script_function)? {
+        return Ok(None);
+    }
+    Ok(obj
+        .getattr("_torchdynamo_inline")
+        .ok()
+        .filter(|f| f.is_instance_of::<pyo3::types::PyFunction>()))
+}
+
 /// The default values of a function being inlined: a real function's `__defaults__` and
 /// `__kwdefaults__` (each possibly None), or the trackers of a function the trace made.
 enum Defaults<'py> {
@@ -442,6 +461,19 @@ impl<'py> Tracer<'py> {
         if let Some(result) = self.numpy_call(obj, &args, &kwargs)? {
             self.pin_identity(callee);
             return Ok(result);
+        }
+        if let Some(original) = scripted_original(self.py, obj)? {
+            // A `torch.jit.script`ed (or traced) function: the Python function it was made
+            // from, inlined as TorchDynamo inlines it (read through its source, guarded).
+            let source = self.source(callee);
+            if let Some(s) = &source {
+                self.guards.add(
+                    s.clone(),
+                    super::guards::GuardKind::Type(OwnedRef::from_bound(obj.get_type().as_any())),
+                );
+            }
+            let source = source.map(|s| Rc::new(Source::Attr(s, "_torchdynamo_inline".into())));
+            return self.call_python_from(&original, source, args, kwargs);
         }
         if let Some(name) = self.unbound_tensor_method(obj, &args)? {
             // `torch.Tensor.add(x, y)`: the method of `x`, as `x.add(y)` (TorchDynamo's
