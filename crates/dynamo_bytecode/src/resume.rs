@@ -48,6 +48,11 @@ pub struct ResumeLayout {
     /// (moved up with the others) is copied back to slot 0, an argument slot whose value has
     /// been moved out by then. The original slot 0 must be passed (a local or a cell value).
     pub receiver_to_slot_zero: bool,
+    /// Stack slots (positions in `stack_nulls`) that hold the `__exit__` of a `with` block
+    /// the resume function enters again itself: the argument is the context manager, which
+    /// the prologue enters (`BEFORE_WITH`, the `__enter__` result dropped), leaving its
+    /// `__exit__` where the original had it.
+    pub stack_contexts: Vec<usize>,
 }
 
 impl ResumeLayout {
@@ -121,12 +126,16 @@ pub fn resume_instructions(
         emit(Opcode::StoreDeref, Operand::Cell(slot + shift));
     }
     let mut next_arg = 0;
-    for &null in &layout.stack_nulls {
+    for (k, &null) in layout.stack_nulls.iter().enumerate() {
         if null {
             emit(Opcode::PushNull, Operand::None);
         } else {
             emit(Opcode::LoadFast, Operand::Local(next_arg));
             next_arg += 1;
+            if layout.stack_contexts.contains(&k) {
+                emit(Opcode::BeforeWith, Operand::None);
+                emit(Opcode::PopTop, Operand::None);
+            }
         }
     }
     if layout.receiver_to_slot_zero {
@@ -212,6 +221,7 @@ mod tests {
             cells: vec![],
             cell_values: vec![],
             receiver_to_slot_zero: false,
+            stack_contexts: Vec::new(),
         };
         let out = resume_instructions(&sample(), 1, 4, &layout, 0).unwrap();
         let ops: Vec<_> = out.iter().map(|i| (i.opcode, i.operand)).collect();
@@ -244,6 +254,7 @@ mod tests {
                 cell_values: cells.clone(),
                 cells,
                 receiver_to_slot_zero: true,
+                stack_contexts: Vec::new(),
             };
             let out = resume_instructions(&sample(), 1, 4, &layout, 0).unwrap();
             let ops: Vec<_> = out.iter().map(|i| (i.opcode, i.operand)).collect();
@@ -269,6 +280,7 @@ mod tests {
             cells: vec![],
             cell_values: vec![],
             receiver_to_slot_zero: false,
+            stack_contexts: Vec::new(),
         };
         let out = resume_instructions(&code, 1, 5, &layout, 1).unwrap();
         // COPY_FREE_VARS, RESUME, JUMP, then the body from original 1.
@@ -286,6 +298,7 @@ mod tests {
             cells: vec![2, 3],
             cell_values: vec![3],
             receiver_to_slot_zero: false,
+            stack_contexts: Vec::new(),
         };
         let out = resume_instructions(&sample(), 1, 4, &layout, 0).unwrap();
         let ops: Vec<_> = out.iter().take(5).map(|i| (i.opcode, i.operand)).collect();
@@ -319,6 +332,7 @@ mod tests {
             cells: vec![],
             cell_values: vec![],
             receiver_to_slot_zero: false,
+            stack_contexts: Vec::new(),
         };
         assert!(resume_instructions(&sample(), 1, 0, &layout, 0).is_err());
         assert!(resume_instructions(&sample(), 1, 9, &layout, 0).is_err());

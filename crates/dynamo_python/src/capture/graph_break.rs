@@ -142,13 +142,14 @@ struct Exit {
 
 impl Exit {
     /// What the resume function for this exit receives, with the stack laid out as `nulls`.
-    fn layout(&self, nulls: &[bool]) -> ResumeLayout {
+    fn layout(&self, nulls: &[bool], contexts: &[usize]) -> ResumeLayout {
         ResumeLayout {
             stack_nulls: nulls.to_vec(),
             locals: self.locals.clone(),
             cells: self.cells.clone(),
             cell_values: self.cell_values.clone(),
             receiver_to_slot_zero: self.receiver_to_slot_zero,
+            stack_contexts: contexts.to_vec(),
         }
     }
 }
@@ -372,6 +373,16 @@ impl Converter {
             gen.begin_handled(h.depth, false);
         }
         let kept_nulls: Vec<bool> = nulls[..kept].to_vec();
+        // Autocast blocks the break is inside (their `__exit__` below what the instruction
+        // takes): the generated code runs the instruction in a real autocast, then leaves it
+        // and hands the resume function the block's context, which the resume function
+        // enters itself (as TorchDynamo's does) — its trace then leaves the block in its graph.
+        let mut autocast_blocks = Vec::new();
+        for (k, &id) in stack[..kept].iter().enumerate() {
+            if let VarKind::Autocast(super::vars::AutocastVar::Exit { spec }) = *tracer.kind(id) {
+                autocast_blocks.push((k, tracer.autocast_handoff(spec)?));
+            }
+        }
         match continuation {
             Continuation::Run { .. } => {
                 if ins.opcode == Opcode::Call {
@@ -385,7 +396,16 @@ impl Converter {
                 let (exit, pushes) = &exits[0];
                 let mut nulls = kept_nulls.clone();
                 nulls.extend(std::iter::repeat_n(false, *pushes));
-                self.call_resume(py, &mut gen, split.code, state, exit, &nulls, &local_temps)?;
+                self.call_resume(
+                    py,
+                    &mut gen,
+                    split.code,
+                    state,
+                    exit,
+                    &nulls,
+                    &local_temps,
+                    &autocast_blocks,
+                )?;
             }
             Continuation::Raise { .. } => {
                 gen.emit_instruction(ins.opcode, ins.operand);
@@ -404,6 +424,7 @@ impl Converter {
                     fallthrough,
                     &kept_nulls,
                     &local_temps,
+                    &autocast_blocks,
                 )?;
                 gen.patch_jump_here(jump);
                 let (taken, _) = &exits[1];
@@ -415,6 +436,7 @@ impl Converter {
                     taken,
                     &kept_nulls,
                     &local_temps,
+                    &autocast_blocks,
                 )?;
             }
         }
@@ -429,13 +451,23 @@ impl Converter {
             let mut nulls = nulls[..h.depth as usize].to_vec();
             if h.lasti {
                 nulls.push(false);
-                let layout = exit.layout(&nulls);
+                let layout = exit.layout(&nulls, &[]);
                 let lasti = resume_offset(state, h.target.index(), &layout, index, split.code)?;
                 gen.load_const((lasti as i64).into_pyobject(py)?.as_any());
             }
             nulls.push(false);
             gen.emit_instruction(Opcode::LoadFast, Operand::Local(exception));
-            self.call_resume(py, &mut gen, split.code, state, exit, &nulls, &local_temps)?;
+            // The cleanup calls the block's `__exit__` itself: the blocks stay entered.
+            self.call_resume(
+                py,
+                &mut gen,
+                split.code,
+                state,
+                exit,
+                &nulls,
+                &local_temps,
+                &[],
+            )?;
         }
         let new_code = gen.assemble()?;
         let t = self.lap("codegen", t);
@@ -449,7 +481,9 @@ impl Converter {
     }
 
     /// Emits: the values on the stack (laid out as `nulls` says) into temps, then
-    /// `return resume(stack values..., locals...)`.
+    /// `return resume(stack values..., locals...)`; the stack slots of `contexts` (an
+    /// autocast block's `__exit__`) passed through their hand-off function (see
+    /// `Tracer::autocast_handoff`), for the resume function to enter again.
     #[allow(clippy::too_many_arguments)]
     fn call_resume<'py>(
         &self,
@@ -460,6 +494,7 @@ impl Converter {
         exit: &Exit,
         nulls: &[bool],
         local_temps: &HashMap<u32, u32>,
+        contexts: &[(usize, Bound<'py, PyAny>)],
     ) -> CResult<()> {
         // STORE_FAST pops the top first; a NULL stored leaves the temp unbound, harmlessly.
         let mut stack_temps = Vec::with_capacity(nulls.len());
@@ -469,7 +504,8 @@ impl Converter {
             stack_temps.push(temp);
         }
         stack_temps.reverse();
-        let layout = exit.layout(nulls);
+        let positions: Vec<usize> = contexts.iter().map(|(k, _)| *k).collect();
+        let layout = exit.layout(nulls, &positions);
         let resume = resume_code(py, code, state, exit.target, &layout)?;
         gen.emit_instruction(Opcode::PushNull, Operand::None);
         let free_vars: Vec<String> = code.getattr("co_freevars")?.extract()?;
@@ -485,6 +521,15 @@ impl Converter {
             gen.emit_instruction(Opcode::BuildTuple, Operand::Int(free_vars.len() as u32));
             gen.load_const(&resume);
             gen.emit_instruction(Opcode::MakeFunction, Operand::Int(0x08));
+        }
+        // The blocks left innermost first (each restores what its entering found).
+        for (k, handoff) in contexts.iter().rev() {
+            gen.emit_instruction(Opcode::PushNull, Operand::None);
+            gen.load_const(handoff);
+            gen.emit_instruction(Opcode::LoadFast, Operand::Local(stack_temps[*k]));
+            gen.emit_instruction(Opcode::Precall, Operand::Int(1));
+            gen.emit_instruction(Opcode::Call, Operand::Int(1));
+            gen.emit_instruction(Opcode::StoreFast, Operand::Local(stack_temps[*k]));
         }
         let mut argc = 0;
         for (k, null) in nulls.iter().enumerate() {
@@ -578,6 +623,7 @@ fn resume_code<'py>(
         PyTuple::new(py, &layout.cells)?,
         PyTuple::new(py, &layout.cell_values)?,
         layout.receiver_to_slot_zero,
+        PyTuple::new(py, &layout.stack_contexts)?,
     )
         .into_pyobject(py)?;
     if let Some(found) = cache

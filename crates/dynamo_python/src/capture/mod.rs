@@ -439,6 +439,10 @@ impl Converter {
         {
             // A graph break: trace again, stop before the instruction, split the frame there.
             let where_ = failure_location(&tracer, frame);
+            // What the stopped trace entered for real (autocast) is left before the retry
+            // enters it again: else it stays on while the retry's graph is compiled and its
+            // guard records tensors' dispatch keys.
+            tracer.restore_autocast_state();
             let mut retry = new_tracer()?;
             let mut split =
                 this.convert(py, &mut retry, frame, slf.as_any(), Some(index), &mut None);

@@ -12,9 +12,13 @@
 //!
 //! A graph break inside the block: the graph leaves autocast as it found it (exit nodes for
 //! the open blocks), and the block's `__exit__` on the stack is made again by the generated
-//! code as a real `torch.autocast` entered there (`dynamo_rs._autocast.enter`), before the
-//! instruction that broke. The resume function then runs in autocast, and its trace sees
-//! the real `__exit__` it was handed (calling it is a graph break of its own).
+//! code as a real `torch.autocast` entered there (`dynamo_rs._autocast.enter`), so that the
+//! instruction that broke runs in it. Then the generated code leaves it and hands the resume
+//! function a new autocast with the block's arguments (`autocast_handoff`), which the resume
+//! function's prologue enters itself (`ResumeLayout::stack_contexts`), as TorchDynamo's
+//! does: its trace takes the object as a context (`autocast_input`, the arguments guarded),
+//! enters it in its graph and leaves it where the block ends — the graphs TorchDynamo makes.
+//! Run as it is, the resume function enters the block like the original code.
 //!
 //! `enabled=False` while autocast is already off changes nothing and stays a no-op block
 //! (`GradModeEntry::Keep`), as before.
@@ -265,6 +269,76 @@ impl<'py> Tracer<'py> {
                 err.write_unraisable(py, None);
             }
         }
+    }
+
+    /// The function the generated code passes an open block's `__exit__` through before
+    /// calling a resume function: it leaves the block and returns a new `torch.autocast`
+    /// with the block's arguments, which the resume function enters (see
+    /// `ResumeLayout::stack_contexts`). Runs with the frame hook off.
+    pub(super) fn autocast_handoff(&self, spec: usize) -> CResult<Bound<'py, PyAny>> {
+        let py = self.py;
+        let handoff = py
+            .import_module("dynamo_rs._autocast")?
+            .getattr("handoff")?;
+        let values = self.autocast_specs[spec].bind(py).clone();
+        let mut parts = vec![handoff];
+        for value in values.try_iter()? {
+            parts.push(value?);
+        }
+        let bound = py
+            .import_module("functools")?
+            .getattr("partial")?
+            .call1(PyTuple::new(py, parts)?)?;
+        Ok(Bound::new(
+            py,
+            crate::eval_frame::disable::DisabledFunction::wrap(bound),
+        )?
+        .into_any())
+    }
+
+    /// A `torch.autocast` object the frame is given (not entered): a context the trace can
+    /// enter, as if made in the trace with the same arguments — which are guarded. A resume
+    /// function gets one from a graph break inside a block (`autocast_handoff`). None for
+    /// other values.
+    pub(super) fn autocast_input(
+        &mut self,
+        value: &Bound<'py, PyAny>,
+        source: &std::rc::Rc<super::source::Source>,
+    ) -> CResult<Option<VarId>> {
+        let py = self.py;
+        let autocast = py
+            .import_module("torch")?
+            .getattr("amp")?
+            .getattr("autocast_mode")?
+            .getattr("autocast")?;
+        if !value.get_type().is(&autocast) {
+            return Ok(None);
+        }
+        use super::guards::GuardKind;
+        use super::source::Source;
+        self.guards.add(
+            source.clone(),
+            GuardKind::Type(OwnedRef::from_bound(&autocast)),
+        );
+        let mut values = Vec::new();
+        for name in ["device", "fast_dtype", "_enabled", "_cache_enabled"] {
+            let Ok(attr) = value.getattr(name) else {
+                return Ok(None);
+            };
+            self.guards.add(
+                std::rc::Rc::new(Source::Attr(source.clone(), name.into())),
+                GuardKind::Equals(OwnedRef::from_bound(&attr)),
+            );
+            values.push(attr);
+        }
+        let values = PyTuple::new(py, values)?;
+        self.autocast_specs
+            .push(OwnedRef::from_bound(values.as_any()));
+        let spec = self.autocast_specs.len() - 1;
+        Ok(Some(self.add(
+            VarKind::Autocast(AutocastVar::Context { spec }),
+            Some(source.clone()),
+        )))
     }
 
     /// How the generated code makes an autocast tracker again: a context as the call made

@@ -659,6 +659,9 @@ impl<'py> Tracer<'py> {
             if let Some(array) = self.ndarray_input(value, s)? {
                 return Ok(array);
             }
+            if let Some(context) = self.autocast_input(value, s)? {
+                return Ok(context);
+            }
         }
         let argument_item = source.as_deref().is_some_and(Source::is_argument_item);
         if argument_item
