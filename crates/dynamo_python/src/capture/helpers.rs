@@ -33,6 +33,11 @@ pub struct Helpers<'py> {
     pub unary_ops: Bound<'py, PyDict>,
     pub is_graph_function: Bound<'py, PyAny>,
     pub tensor_type: Bound<'py, PyAny>,
+    /// `numpy.ndarray` (None without NumPy), `torch.autocast`, `torch.jit.ScriptFunction`:
+    /// what every wrapped value and every call are compared with.
+    pub ndarray_type: Option<Bound<'py, PyAny>>,
+    pub autocast_type: Bound<'py, PyAny>,
+    pub script_function_type: Bound<'py, PyAny>,
     pub module_type: Bound<'py, PyAny>,
     pub tuple_type: Bound<'py, PyAny>,
     pub list_type: Bound<'py, PyAny>,
@@ -221,6 +226,15 @@ impl<'py> Helpers<'py> {
             is_graph_function: capture.getattr("is_graph_function")?,
             foldable: capture.getattr("FOLDABLE")?,
             tensor_type: torch.getattr("Tensor")?,
+            ndarray_type: py
+                .import_module("numpy")
+                .and_then(|numpy| numpy.getattr("ndarray"))
+                .ok(),
+            autocast_type: torch
+                .getattr("amp")?
+                .getattr("autocast_mode")?
+                .getattr("autocast")?,
+            script_function_type: torch.getattr("jit")?.getattr("ScriptFunction")?,
             module_type: torch.getattr("nn")?.getattr("Module")?,
             tuple_type: builtins.getattr("tuple")?,
             list_type: builtins.getattr("list")?,

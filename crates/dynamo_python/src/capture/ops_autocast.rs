@@ -306,11 +306,7 @@ impl<'py> Tracer<'py> {
         source: &std::rc::Rc<super::source::Source>,
     ) -> CResult<Option<VarId>> {
         let py = self.py;
-        let autocast = py
-            .import_module("torch")?
-            .getattr("amp")?
-            .getattr("autocast_mode")?
-            .getattr("autocast")?;
+        let autocast = self.h.autocast_type.clone();
         if !value.get_type().is(&autocast) {
             return Ok(None);
         }

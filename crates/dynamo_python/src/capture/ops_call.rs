@@ -61,14 +61,10 @@ fn library_models<'py>() -> [LibraryModel<'py>; 10] {
 /// The Python function a `torch.jit.ScriptFunction` was made from (torch keeps it as
 /// `_torchdynamo_inline` for TorchDynamo to inline), or None.
 fn scripted_original<'py>(
-    py: Python<'py>,
     obj: &Bound<'py, PyAny>,
+    script_function: &Bound<'py, PyAny>,
 ) -> PyResult<Option<Bound<'py, PyAny>>> {
-    let script_function = py
-        .import_module("torch")?
-        .getattr("jit")?
-        .getattr("ScriptFunction")?;
-    if !obj.is_instance(&script_function)? {
+    if !obj.is_instance(script_function)? {
         return Ok(None);
     }
     Ok(obj
@@ -462,7 +458,7 @@ impl<'py> Tracer<'py> {
             self.pin_identity(callee);
             return Ok(result);
         }
-        if let Some(original) = scripted_original(self.py, obj)? {
+        if let Some(original) = scripted_original(obj, &self.h.script_function_type)? {
             // A `torch.jit.script`ed (or traced) function: the Python function it was made
             // from, inlined as TorchDynamo inlines it (read through its source, guarded).
             let source = self.source(callee);

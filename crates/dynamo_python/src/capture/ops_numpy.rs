@@ -488,10 +488,9 @@ impl<'py> Tracer<'py> {
         source: &std::rc::Rc<super::source::Source>,
     ) -> CResult<Option<VarId>> {
         let py = self.py;
-        let Some(numpy) = py.import_module("numpy").ok() else {
+        let Some(ndarray) = self.h.ndarray_type.clone() else {
             return Ok(None);
         };
-        let ndarray = numpy.getattr("ndarray")?;
         if !value.get_type().is(&ndarray) {
             return Ok(None);
         }
