@@ -91,3 +91,30 @@ def test_a_module_slice_is_a_container_of_its_class(cls) -> None:
     # Made anew on every call, as eager makes it.
     if cls is SliceReturned:
         assert compiled(x)[1] is not compiled(x)[1]
+
+
+class EveryOther(nn.Sequential):
+    """A container whose own `__getitem__` slices differently."""
+
+    def __getitem__(self, idx):
+        if isinstance(idx, slice):
+            return nn.Sequential(*list(self)[::2])
+        return super().__getitem__(idx)
+
+
+class SlicesItsOwnWay(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.seq = EveryOther(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4))
+
+    def forward(self, x):
+        return self.seq[:2](x)
+
+
+def test_a_container_with_its_own_slicing_is_not_modelled() -> None:
+    model = SlicesItsOwnWay().eval()
+    compiled = dynamo_rs.compile(model, backend=CompileCounter())
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x))

@@ -36,6 +36,23 @@ impl<'py> Tracer<'py> {
         value: &Bound<'py, PyAny>,
         key: &Bound<'py, PyAny>,
     ) -> CResult<VarId> {
+        // Only torch's own slicing is modelled (a subclass's `__getitem__` could pick
+        // anything); the class's entry is guarded.
+        let class = value.get_type().into_any();
+        let nn = self.py.import_module("torch.nn")?;
+        let own = class.getattr("__getitem__")?;
+        let torch_slicing = ["Sequential", "ModuleList"].iter().any(|name| {
+            nn.getattr(*name)
+                .and_then(|c| c.getattr("__getitem__"))
+                .is_ok_and(|g| g.is(&own))
+        });
+        if !torch_slicing {
+            return unsupported(
+                BreakKind::UnsupportedOperation,
+                "slicing a module container whose class defines its own __getitem__",
+            );
+        }
+        self.guard_class(&class, "__getitem__")?;
         let items = self.items_of(container)?;
         let positions = pyo3::types::PyList::new(self.py, 0..items.len())?;
         let picked: Vec<usize> = positions.as_any().get_item(key)?.extract()?;
