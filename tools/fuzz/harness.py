@@ -199,6 +199,10 @@ def storage_links(result, args) -> set[tuple[int, int]]:
 def call(fn, args):
     try:
         return fn(*args), None
+    except TimeoutError:
+        # The worker's alarm (a program that runs too long, like one squaring an int on
+        # every call), not the program's own error: the whole program is reported as slow.
+        raise
     except Exception as err:  # noqa: BLE001 - the exception is what is compared
         return None, err
 
@@ -235,6 +239,8 @@ def run_source(source: str, mutations: list[str] | None = None) -> Outcome:
                 if mutation is not None:
                     try:
                         apply_mutation(mutation, [eager, comp])
+                    except TimeoutError:
+                        raise
                     except Exception:  # noqa: BLE001 - a change that does not apply
                         break  # (an index gone after an earlier change): nothing to compare
                 expected, eager_error = call(eager.ns["f"], eager.args)
