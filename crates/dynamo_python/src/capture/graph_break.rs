@@ -383,6 +383,18 @@ impl Converter {
                 autocast_blocks.push((k, tracer.autocast_handoff(spec)?));
             }
         }
+        let resume_at = |gen: &mut CodeGen<'py>, exit: &Exit, nulls: &[bool]| {
+            self.call_resume(
+                py,
+                gen,
+                split.code,
+                state,
+                exit,
+                nulls,
+                &local_temps,
+                &autocast_blocks,
+            )
+        };
         match continuation {
             Continuation::Run { .. } => {
                 if ins.opcode == Opcode::Call {
@@ -396,16 +408,7 @@ impl Converter {
                 let (exit, pushes) = &exits[0];
                 let mut nulls = kept_nulls.clone();
                 nulls.extend(std::iter::repeat_n(false, *pushes));
-                self.call_resume(
-                    py,
-                    &mut gen,
-                    split.code,
-                    state,
-                    exit,
-                    &nulls,
-                    &local_temps,
-                    &autocast_blocks,
-                )?;
+                resume_at(&mut gen, exit, &nulls)?;
             }
             Continuation::Raise { .. } => {
                 gen.emit_instruction(ins.opcode, ins.operand);
@@ -416,28 +419,10 @@ impl Converter {
                 gen.emit_instruction(ins.opcode, Operand::Jump(dynamo_bytecode::InstrIndex(0)));
                 gen.end_handled();
                 let (fallthrough, _) = &exits[0];
-                self.call_resume(
-                    py,
-                    &mut gen,
-                    split.code,
-                    state,
-                    fallthrough,
-                    &kept_nulls,
-                    &local_temps,
-                    &autocast_blocks,
-                )?;
+                resume_at(&mut gen, fallthrough, &kept_nulls)?;
                 gen.patch_jump_here(jump);
                 let (taken, _) = &exits[1];
-                self.call_resume(
-                    py,
-                    &mut gen,
-                    split.code,
-                    state,
-                    taken,
-                    &kept_nulls,
-                    &local_temps,
-                    &autocast_blocks,
-                )?;
+                resume_at(&mut gen, taken, &kept_nulls)?;
             }
         }
         if let Some((h, exit)) = &handler {

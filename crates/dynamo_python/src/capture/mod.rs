@@ -27,6 +27,7 @@ pub mod guard_reference;
 pub mod guard_values;
 pub mod guards;
 pub mod helpers;
+mod in_place;
 mod iteration;
 mod lazy_inputs;
 mod model_output;
@@ -62,6 +63,7 @@ mod persist;
 mod rebuild;
 pub mod shape_guard;
 pub mod source;
+mod source_table;
 pub mod tensor_check;
 pub mod translator;
 pub mod vars;
@@ -81,6 +83,8 @@ use codegen::{CodeGen, Rebuild, Replay};
 use graph::{Arg, Op};
 use guards::NativeGuard;
 use helpers::Helpers;
+use in_place::may_mutate_in_place;
+pub(crate) use in_place::{node_calls_in_place, node_draws_random};
 use source::Source;
 use translator::{frame_state, unsupported, CResult, CaptureError, Tracer};
 use vars::VarId;
@@ -1146,136 +1150,6 @@ pub struct CompiledGraph<'py> {
     /// The graph as the persistent capture cache stores it (`_persist.graph_record`); None
     /// when not persisted.
     pub record: Option<Py<PyAny>>,
-}
-
-/// Whether a graph may change a tensor in place (`add_`, `relu_`, `x[i] = v`, `+=` on a
-/// tensor, `inplace=True`, `out=`): only then can two inputs that are one tensor give another
-/// result than two distinct ones. Conservative: a false positive only costs a check.
-fn may_mutate_in_place(py: Python<'_>, graph: &graph::Graph) -> bool {
-    graph
-        .nodes
-        .iter()
-        .any(|node| node_mutates_in_place(py, node))
-}
-
-/// Whether one graph node may change a tensor in place (see `may_mutate_in_place`).
-fn node_mutates_in_place(py: Python<'_>, node: &graph::Node) -> bool {
-    let name = node.name.trim_end_matches(|c: char| c.is_ascii_digit());
-    let in_place_name = (name.ends_with('_') && !name.ends_with("__"))
-        || name.starts_with("setitem")
-        || ops_arith_in_place(name);
-    in_place_name || node_has_out_argument(py, node)
-}
-
-/// Whether a graph node changes a tensor in place, by what it calls (an `x.add_()` method, a
-/// `torch.relu_`, an in-place operator or `setitem`) rather than by its unique name, which
-/// can end in `_` for other reasons (`mul_1` stripped of its digits).
-pub(crate) fn node_calls_in_place(py: Python<'_>, node: &graph::Node) -> bool {
-    let Some(target) = node_target_name(py, node) else {
-        return false;
-    };
-    (target.ends_with('_') && !target.ends_with("__"))
-        || target == "setitem"
-        || ops_arith_in_place(&target)
-        || node_has_out_argument(py, node)
-}
-
-/// Whether a node draws from torch's random number generator (`randn`, `dropout`,
-/// `bernoulli_`, ...): computing it ahead of when Python would (a generator run to its end)
-/// would shift every later random draw. Dropout with a constant `training=False` (third
-/// argument) draws nothing.
-pub(crate) fn node_draws_random(py: Python<'_>, node: &graph::Node) -> bool {
-    let training = node
-        .kwargs
-        .iter()
-        .find(|(k, _)| k == "training")
-        .map(|(_, v)| v)
-        .or(node.args.get(2));
-    if let Some(Arg::Const(flag)) = training {
-        let flag = flag.bind(py);
-        if flag.is_instance_of::<pyo3::types::PyBool>() && !flag.is_truthy().unwrap_or(true) {
-            return false;
-        }
-    }
-    let Some(target) = node_target_name(py, node) else {
-        return false;
-    };
-    RANDOM_TARGETS.contains(&target.as_str())
-}
-
-/// The name a node calls: the method's, or the function's `__name__`; None for a placeholder.
-fn node_target_name(py: Python<'_>, node: &graph::Node) -> Option<String> {
-    match &node.op {
-        graph::Op::Placeholder => None,
-        graph::Op::CallMethod(name) => Some(name.clone()),
-        graph::Op::CallFunction(f) => Some(
-            f.bind(py)
-                .getattr("__name__")
-                .map(|n| n.to_string())
-                .unwrap_or_default(),
-        ),
-    }
-}
-
-/// Names of torch functions and tensor methods that draw random numbers.
-const RANDOM_TARGETS: &[&str] = &[
-    "rand",
-    "rand_like",
-    "randn",
-    "randn_like",
-    "randint",
-    "randint_like",
-    "randperm",
-    "bernoulli",
-    "bernoulli_",
-    "multinomial",
-    "normal",
-    "normal_",
-    "poisson",
-    "uniform_",
-    "exponential_",
-    "geometric_",
-    "log_normal_",
-    "cauchy_",
-    "random_",
-    "dropout",
-    "dropout_",
-    "dropout1d",
-    "dropout2d",
-    "dropout3d",
-    "alpha_dropout",
-    "feature_alpha_dropout",
-    "rrelu",
-    "rrelu_",
-    "native_dropout",
-];
-
-/// `out=` or `inplace=True` among a node's keyword arguments.
-fn node_has_out_argument(py: Python<'_>, node: &graph::Node) -> bool {
-    node.kwargs.iter().any(|(k, v)| {
-        k == "out"
-            || (k == "inplace"
-                && matches!(v, Arg::Const(c) if c.bind(py).is_truthy().unwrap_or(true)))
-    })
-}
-
-fn ops_arith_in_place(name: &str) -> bool {
-    matches!(
-        name,
-        "iadd"
-            | "isub"
-            | "imul"
-            | "imatmul"
-            | "itruediv"
-            | "ifloordiv"
-            | "imod"
-            | "ipow"
-            | "iand"
-            | "ior"
-            | "ixor"
-            | "ilshift"
-            | "irshift"
-    )
 }
 
 /// Whether `dynamo_rs.config.guard_self_check` is on.
