@@ -295,7 +295,22 @@ def export(nodes, outputs, fakes, mode, forward) -> torch.fx.GraphModule:
     whose value introduced unbacked symbols (`.item()`) carry their bindings, as AOTAutograd
     and Inductor expect (see `run_fake`). `forward`: the code object of the graph's forward
     made by `graph_forward`."""
-    unbacked = getattr(mode, "dynamo_rs_unbacked_bindings", {})
+    root, graph = _fx_graph(nodes, outputs, fakes, getattr(mode, "dynamo_rs_unbacked_bindings", {}))
+    gm = CapturedGraphModule(root, graph)
+    _install_forward(gm, forward)
+    return gm
+
+
+def export_subgraph(nodes, outputs, fakes) -> torch.fx.GraphModule:
+    """The GraphModule of the body of a higher-order operation (`tag_activation_checkpoint`),
+    in the same form as `export`'s; small, so its `forward` is torch.fx's own."""
+    root, graph = _fx_graph(nodes, outputs, fakes, {})
+    return torch.fx.GraphModule(root, graph)
+
+
+def _fx_graph(nodes, outputs, fakes, unbacked):
+    """The root module (holding the submodules `get_attr` nodes name) and the fx Graph."""
+    root = torch.nn.Module()
     graph = torch.fx.Graph()
     made: list[torch.fx.Node] = []
 
@@ -307,6 +322,11 @@ def export(nodes, outputs, fakes, mode, forward) -> torch.fx.GraphModule:
     for (op, name, target, args, kwargs), fake in zip(nodes, fakes):
         if op == "placeholder":
             node = graph.placeholder(name)
+        elif op == "get_attr":
+            attribute, module = target
+            root.add_module(attribute, module)
+            node = graph.get_attr(attribute)
+            node.name = name
         else:
             node = graph.create_node(op, target, resolve(tuple(args)), resolve(dict(kwargs)), name=name)
         node.meta["example_value"] = fake
@@ -314,9 +334,7 @@ def export(nodes, outputs, fakes, mode, forward) -> torch.fx.GraphModule:
             node.meta["unbacked_bindings"] = unbacked[id(fake)][1]
         made.append(node)
     graph.output(resolve(tuple(outputs)))
-    gm = CapturedGraphModule(torch.nn.Module(), graph)
-    _install_forward(gm, forward)
-    return gm
+    return root, graph
 
 
 # Python operators that traced tensor code turns into graph nodes, by BINARY_OP argument

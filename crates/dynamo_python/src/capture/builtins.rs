@@ -148,7 +148,7 @@ impl<'py> Tracer<'py> {
                     | VarKind::GradModeContext { .. }
                     | VarKind::GradModeWrapped { .. }
                     | VarKind::GradModeExit { .. }
-                    | VarKind::Autocast(_)
+                    | VarKind::StateContext(_)
                     | VarKind::NdArray(_)) => {
                         return unsupported(
                             BreakKind::UnsupportedOperation,
@@ -184,7 +184,7 @@ impl<'py> Tracer<'py> {
                 | VarKind::GradModeContext { .. }
                 | VarKind::GradModeWrapped { .. }
                 | VarKind::GradModeExit { .. }
-                | VarKind::Autocast(_)
+                | VarKind::StateContext(_)
                 | VarKind::NdArray(_)) => {
                     return unsupported(
                         BreakKind::UnsupportedOperation,
@@ -305,7 +305,7 @@ impl<'py> Tracer<'py> {
                 | VarKind::GradModeContext { .. }
                 | VarKind::GradModeWrapped { .. }
                 | VarKind::GradModeExit { .. }
-                | VarKind::Autocast(_)) => {
+                | VarKind::StateContext(_)) => {
                     return unsupported(
                         BreakKind::UnsupportedOperation,
                         format!("isinstance() of {}", kind_name(other)),
@@ -353,7 +353,7 @@ impl<'py> Tracer<'py> {
                 | VarKind::GradModeContext { .. }
                 | VarKind::GradModeWrapped { .. }
                 | VarKind::GradModeExit { .. }
-                | VarKind::Autocast(_)
+                | VarKind::StateContext(_)
                 | VarKind::NdArray(_) => {
                     return unsupported(BreakKind::UnsupportedOperation, "getattr() on a container")
                 }

@@ -20,11 +20,17 @@ pub enum Arg {
     Dict(Vec<(OwnedRef, Arg)>),
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub enum Op {
     Placeholder,
     CallFunction(OwnedRef),
     CallMethod(String),
+    /// `self.<name>`: a submodule of the exported GraphModule (the body of a higher-order
+    /// operation, see `ops_checkpoint`), which export registers under that name.
+    GetAttr {
+        name: String,
+        module: OwnedRef,
+    },
 }
 
 #[derive(Debug)]
@@ -215,11 +221,12 @@ impl Graph {
         map
     }
 
-    /// Operations in the graph (everything but placeholders), as CompileCounter counts them.
+    /// Operations in the graph (calls: not placeholders nor submodules), as CompileCounter
+    /// counts them.
     pub fn op_count(&self) -> usize {
         self.nodes
             .iter()
-            .filter(|n| !matches!(n.op, Op::Placeholder))
+            .filter(|n| !matches!(n.op, Op::Placeholder | Op::GetAttr { .. }))
             .count()
     }
 }

@@ -373,14 +373,17 @@ impl Converter {
             gen.begin_handled(h.depth, false);
         }
         let kept_nulls: Vec<bool> = nulls[..kept].to_vec();
-        // Autocast blocks the break is inside (their `__exit__` below what the instruction
-        // takes): the generated code runs the instruction in a real autocast, then leaves it
+        // Autocast (inference mode, sdpa_kernel) blocks the break is inside (their `__exit__`
+        // below what the instruction takes): the generated code runs the instruction in a
+        // real one, then leaves it
         // and hands the resume function the block's context, which the resume function
         // enters itself (as TorchDynamo's does) — its trace then leaves the block in its graph.
-        let mut autocast_blocks = Vec::new();
+        let mut state_blocks = Vec::new();
         for (k, &id) in stack[..kept].iter().enumerate() {
-            if let VarKind::Autocast(super::vars::AutocastVar::Exit { spec }) = *tracer.kind(id) {
-                autocast_blocks.push((k, tracer.autocast_handoff(spec)?));
+            if let VarKind::StateContext(super::vars::StateContextVar::Exit { spec }) =
+                *tracer.kind(id)
+            {
+                state_blocks.push((k, tracer.state_handoff(spec)?));
             }
         }
         let resume_at = |gen: &mut CodeGen<'py>, exit: &Exit, nulls: &[bool]| {
@@ -392,7 +395,7 @@ impl Converter {
                 exit,
                 nulls,
                 &local_temps,
-                &autocast_blocks,
+                &state_blocks,
             )
         };
         match continuation {
@@ -467,8 +470,8 @@ impl Converter {
 
     /// Emits: the values on the stack (laid out as `nulls` says) into temps, then
     /// `return resume(stack values..., locals...)`; the stack slots of `contexts` (an
-    /// autocast block's `__exit__`) passed through their hand-off function (see
-    /// `Tracer::autocast_handoff`), for the resume function to enter again.
+    /// state context block's `__exit__`) passed through their hand-off function (see
+    /// `Tracer::state_handoff`), for the resume function to enter again.
     #[allow(clippy::too_many_arguments)]
     fn call_resume<'py>(
         &self,

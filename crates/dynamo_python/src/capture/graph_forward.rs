@@ -52,6 +52,25 @@ impl<'py> Emitter<'py> {
         self.emit(Opcode::LoadConst, Operand::Const(index));
     }
 
+    /// Stores the value of node `i` just computed in its local (or drops it when nothing
+    /// reads it), then releases the values whose last reader it was.
+    fn store_result(
+        &mut self,
+        i: usize,
+        last_use: &[Option<usize>],
+        is_output: &[bool],
+        released_after: &[Vec<u32>],
+    ) {
+        if last_use[i].is_none() && !is_output[i] {
+            self.emit(Opcode::PopTop, Operand::None); // nothing reads it: released at once
+        } else {
+            self.emit(Opcode::StoreFast, Operand::Local(self.slots[i]));
+        }
+        for &slot in &released_after[i] {
+            self.emit(Opcode::DeleteFast, Operand::Local(slot));
+        }
+    }
+
     fn name_index(&mut self, name: &str) -> u32 {
         if let Some(i) = self.names.iter().position(|n| n == name) {
             return i as u32;
@@ -160,6 +179,13 @@ pub fn forward_code<'py>(
     for (i, node) in graph.nodes.iter().enumerate() {
         match &node.op {
             Op::Placeholder => continue,
+            Op::GetAttr { name, .. } => {
+                e.emit(Opcode::LoadFast, Operand::Local(0));
+                let index = e.name_index(name);
+                e.emit(Opcode::LoadAttr, Operand::Name(index));
+                e.store_result(i, &last_use, &is_output, &released_after);
+                continue;
+            }
             Op::CallFunction(target) => {
                 e.emit(Opcode::PushNull, Operand::None);
                 e.load_const(&target.bind(py).clone());
@@ -181,7 +207,7 @@ pub fn forward_code<'py>(
         }
         let positional = match &node.op {
             Op::CallMethod(_) => node.args.len() - 1,
-            _ => node.args.len(),
+            Op::Placeholder | Op::CallFunction(_) | Op::GetAttr { .. } => node.args.len(),
         };
         for (_, value) in &node.kwargs {
             e.push_arg(py, value)?;
@@ -197,14 +223,7 @@ pub fn forward_code<'py>(
         let argc = Operand::Int((positional + node.kwargs.len()) as u32);
         e.emit(Opcode::Precall, argc);
         e.emit(Opcode::Call, argc);
-        if last_use[i].is_none() && !is_output[i] {
-            e.emit(Opcode::PopTop, Operand::None); // nothing reads it: released at once
-        } else {
-            e.emit(Opcode::StoreFast, Operand::Local(e.slots[i]));
-        }
-        for &slot in &released_after[i] {
-            e.emit(Opcode::DeleteFast, Operand::Local(slot));
-        }
+        e.store_result(i, &last_use, &is_output, &released_after);
     }
     for out in outputs {
         let slot = e.slots[out.0 as usize];

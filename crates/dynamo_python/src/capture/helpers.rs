@@ -37,6 +37,12 @@ pub struct Helpers<'py> {
     /// what every wrapped value and every call are compared with.
     pub ndarray_type: Option<Bound<'py, PyAny>>,
     pub autocast_type: Bound<'py, PyAny>,
+    /// `dynamo_rs._state_contexts.StateContext` and `torch.nn.attention.sdpa_kernel`: see
+    /// `ops_state_context`.
+    pub state_context_type: Bound<'py, PyAny>,
+    pub sdpa_kernel: Bound<'py, PyAny>,
+    /// `torch.utils.checkpoint.checkpoint` (see `ops_checkpoint`).
+    pub checkpoint: Bound<'py, PyAny>,
     pub script_function_type: Bound<'py, PyAny>,
     pub module_type: Bound<'py, PyAny>,
     pub tuple_type: Bound<'py, PyAny>,
@@ -234,6 +240,15 @@ impl<'py> Helpers<'py> {
                 .getattr("amp")?
                 .getattr("autocast_mode")?
                 .getattr("autocast")?,
+            state_context_type: py
+                .import_module("dynamo_rs._state_contexts")?
+                .getattr("StateContext")?,
+            sdpa_kernel: py
+                .import_module("torch.nn.attention")?
+                .getattr("sdpa_kernel")?,
+            checkpoint: py
+                .import_module("torch.utils.checkpoint")?
+                .getattr("checkpoint")?,
             script_function_type: torch.getattr("jit")?.getattr("ScriptFunction")?,
             module_type: torch.getattr("nn")?.getattr("Module")?,
             tuple_type: builtins.getattr("tuple")?,

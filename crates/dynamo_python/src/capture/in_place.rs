@@ -57,13 +57,35 @@ pub(crate) fn node_draws_random(py: Python<'_>, node: &graph::Node) -> bool {
     let Some(target) = node_target_name(py, node) else {
         return false;
     };
+    if target.contains("dropout") {
+        // With p = 0 dropout returns its input and draws nothing.
+        let p = node
+            .kwargs
+            .iter()
+            .find(|(k, _)| k == "p")
+            .map(|(_, v)| v)
+            .or(node.args.get(1));
+        if let Some(Arg::Const(p)) = p {
+            if is_zero(&p.bind(py).clone()) {
+                return false;
+            }
+        }
+    }
     RANDOM_TARGETS.contains(&target.as_str())
+}
+
+/// Whether `value` is the number 0 (an int or float, not a bool).
+pub(crate) fn is_zero(value: &Bound<'_, PyAny>) -> bool {
+    !value.is_instance_of::<pyo3::types::PyBool>()
+        && (value.is_exact_instance_of::<pyo3::types::PyFloat>()
+            || value.is_exact_instance_of::<pyo3::types::PyInt>())
+        && value.extract::<f64>().is_ok_and(|v| v == 0.0)
 }
 
 /// The name a node calls: the method's, or the function's `__name__`; None for a placeholder.
 fn node_target_name(py: Python<'_>, node: &graph::Node) -> Option<String> {
     match &node.op {
-        graph::Op::Placeholder => None,
+        graph::Op::Placeholder | graph::Op::GetAttr { .. } => None,
         graph::Op::CallMethod(name) => Some(name.clone()),
         graph::Op::CallFunction(f) => Some(
             f.bind(py)

@@ -100,7 +100,7 @@ impl<'py> Tracer<'py> {
             | VarKind::GradModeContext { .. }
             | VarKind::GradModeWrapped { .. }
             | VarKind::GradModeExit { .. }
-            | VarKind::Autocast(_)
+            | VarKind::StateContext(_)
             | VarKind::NdArray(_)) => unsupported(
                 BreakKind::UnsupportedOperation,
                 format!("iterating over {}", kind_name(other)),

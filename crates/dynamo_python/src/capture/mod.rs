@@ -32,10 +32,10 @@ mod iteration;
 mod lazy_inputs;
 mod model_output;
 mod ops_arith;
-mod ops_autocast;
 mod ops_autograd;
 mod ops_build;
 mod ops_call;
+mod ops_checkpoint;
 mod ops_containers;
 mod ops_control;
 mod ops_copy;
@@ -56,6 +56,7 @@ mod ops_numpy;
 mod ops_objects;
 mod ops_operator_getters;
 mod ops_sets;
+mod ops_state_context;
 mod ops_super;
 mod ops_symbolic;
 mod ops_with;
@@ -443,10 +444,10 @@ impl Converter {
         {
             // A graph break: trace again, stop before the instruction, split the frame there.
             let where_ = failure_location(&tracer, frame);
-            // What the stopped trace entered for real (autocast) is left before the retry
+            // What the stopped trace entered for real (autocast, inference mode) is left before the retry
             // enters it again: else it stays on while the retry's graph is compiled and its
             // guard records tensors' dispatch keys.
-            tracer.restore_autocast_state();
+            tracer.restore_global_state();
             let mut retry = new_tracer()?;
             let mut split =
                 this.convert(py, &mut retry, frame, slf.as_any(), Some(index), &mut None);
@@ -862,8 +863,8 @@ impl Converter {
     ) -> CResult<(Vec<Rebuild>, CompiledGraph<'py>)> {
         let h = tracer.h.clone();
         let grad_enabled = tracer.guards.grad_mode.unwrap_or(true);
-        // The graph leaves autocast as the frame found it (at a graph break inside a block).
-        tracer.leave_open_autocasts()?;
+        // The graph leaves autocast (inference mode, ...) as the frame found it (at a graph break inside a block).
+        tracer.leave_open_states()?;
         let (plans, replays, rebuilder) = rebuild::plan_all(tracer, roots)?;
         let outputs = rebuilder.outputs;
         let shared: Vec<(u32, Rebuild)> = rebuilder
@@ -1196,14 +1197,36 @@ fn export<'py>(
     outputs: &[graph::NodeId],
 ) -> CResult<Bound<'py, PyAny>> {
     let h = tracer.h.clone();
-    let to_py = |arg: &Arg| -> PyResult<Bound<'py, PyAny>> { arg_to_python(py, &h, arg) };
+    let (nodes, outs, fakes) = graph_for_python(py, &h, &tracer.graph.nodes, outputs)?;
+    let template = h.forward_template.getattr("__code__")?;
+    let forward = graph_forward::forward_code(py, &tracer.graph, outputs, &template)?;
+    Ok(h.export
+        .call1((nodes, outs, fakes, &tracer.fake_mode, forward))?)
+}
+
+/// `nodes` as `_capture.export` takes them: a list of (op, name, target, args, kwargs) with
+/// `NodeRef`s for earlier nodes (a submodule's target is `(name, module)`), the outputs' refs
+/// and the fake values.
+pub(super) fn graph_for_python<'py>(
+    py: Python<'py>,
+    h: &Helpers<'py>,
+    graph_nodes: &[graph::Node],
+    outputs: &[graph::NodeId],
+) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyTuple>, Bound<'py, PyList>)> {
+    let to_py = |arg: &Arg| -> PyResult<Bound<'py, PyAny>> { arg_to_python(py, h, arg) };
     let nodes = PyList::empty(py);
     let fakes = PyList::empty(py);
-    for node in &tracer.graph.nodes {
+    for node in graph_nodes {
         let (op, target): (&str, Bound<'py, PyAny>) = match &node.op {
             Op::Placeholder => ("placeholder", py.None().into_bound(py)),
             Op::CallFunction(f) => ("call_function", f.bind(py).clone()),
             Op::CallMethod(m) => ("call_method", pyo3::types::PyString::new(py, m).into_any()),
+            Op::GetAttr { name, module } => (
+                "get_attr",
+                (name.as_str(), module.bind(py))
+                    .into_pyobject(py)?
+                    .into_any(),
+            ),
         };
         let args = PyTuple::new(
             py,
@@ -1223,10 +1246,7 @@ fn export<'py>(
             .map(|n| h.node_ref.call1((n.0 as i64,)))
             .collect::<PyResult<Vec<_>>>()?,
     )?;
-    let template = h.forward_template.getattr("__code__")?;
-    let forward = graph_forward::forward_code(py, &tracer.graph, outputs, &template)?;
-    Ok(h.export
-        .call1((nodes, outs, fakes, &tracer.fake_mode, forward))?)
+    Ok((nodes, outs, fakes))
 }
 
 fn arg_to_python<'py>(py: Python<'py>, h: &Helpers<'py>, arg: &Arg) -> PyResult<Bound<'py, PyAny>> {

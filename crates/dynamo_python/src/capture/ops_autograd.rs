@@ -142,7 +142,7 @@ impl<'py> Tracer<'py> {
     }
 
     /// Whether a tensor in `id` (or in the containers it holds) requires grad.
-    fn needs_grad(&self, id: VarId) -> bool {
+    pub(super) fn needs_grad(&self, id: VarId) -> bool {
         match self.kind(id) {
             VarKind::Tensor { fake, .. } => fake
                 .bind(self.py)

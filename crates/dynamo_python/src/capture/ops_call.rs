@@ -222,7 +222,7 @@ impl<'py> Tracer<'py> {
                 | VarKind::GradModeContext { .. }
                 | VarKind::GradModeWrapped { .. }
                 | VarKind::GradModeExit { .. }
-                | VarKind::Autocast(_)
+                | VarKind::StateContext(_)
                 | VarKind::NdArray(_)) => {
                     return unsupported(
                         BreakKind::UnsupportedOperation,
@@ -290,7 +290,7 @@ impl<'py> Tracer<'py> {
                     | VarKind::GradModeContext { .. }
                     | VarKind::GradModeWrapped { .. }
                     | VarKind::GradModeExit { .. }
-                    | VarKind::Autocast(_)
+                    | VarKind::StateContext(_)
                     | VarKind::NdArray(_)) => {
                         return unsupported(
                             BreakKind::ValueNotRebuildable,
@@ -322,7 +322,7 @@ impl<'py> Tracer<'py> {
         if let Some(result) = self.grad_mode_call(callee, &args, &kwargs)? {
             return Ok(result);
         }
-        if let Some(result) = self.autocast_call(callee)? {
+        if let Some(result) = self.state_exit_call(callee)? {
             return Ok(result);
         }
         if let Some(result) = self.call_module_slice(callee, &args, &kwargs)? {
@@ -400,7 +400,7 @@ impl<'py> Tracer<'py> {
             | VarKind::GradModeContext { .. }
             | VarKind::GradModeWrapped { .. }
             | VarKind::GradModeExit { .. }
-            | VarKind::Autocast(_)
+            | VarKind::StateContext(_)
             | VarKind::NdArray(_)) => unsupported(
                 BreakKind::UnsupportedCall,
                 format!("calling {}", kind_name(other)),
@@ -513,6 +513,9 @@ impl<'py> Tracer<'py> {
         if h.requested_breaks.iter().any(|f| f.is(obj)) {
             return unsupported(BreakKind::Requested, "torch._dynamo.graph_break()");
         }
+        if self.is_checkpoint(obj) {
+            return self.checkpoint_call(args, kwargs);
+        }
         if torch_disabled {
             // Run as it is, after the graph: the hook leaves the wrapper's frames and all
             // they call alone (`Mode::Disabled`). A non-recursive disable leaves only the
@@ -619,6 +622,11 @@ impl<'py> Tracer<'py> {
                 kwargs,
             );
         }
+        if args.is_empty() {
+            if let Some(answer) = self.inference_mode_query(obj)? {
+                return Ok(answer);
+            }
+        }
         // Factory functions (`torch.zeros(3)`, `torch.arange(n)`) make tensors from constants:
         // graph nodes too, unless they are pure queries evaluated below.
         if !h.foldable.contains(obj).unwrap_or(false)
@@ -692,13 +700,18 @@ impl<'py> Tracer<'py> {
             return self.call_builtin(obj, args, kwargs);
         }
         if obj.is_instance(&h.function_type)? {
+            if obj.is(&h.sdpa_kernel) {
+                if let Some(context) = self.state_context(obj, &args, &kwargs)? {
+                    return Ok(context);
+                }
+            }
             let source = self.source(callee);
             return self.call_python_from(obj, source, args, kwargs);
         }
         if let Some(context) = self.grad_mode_context(obj, &args, &kwargs)? {
             return Ok(context);
         }
-        if let Some(context) = self.autocast_context(obj, &args, &kwargs)? {
+        if let Some(context) = self.state_context(obj, &args, &kwargs)? {
             return Ok(context);
         }
         if is_model_output_class(py, obj)? {
@@ -1313,6 +1326,20 @@ impl<'py> Tracer<'py> {
                 }
                 let value = fake.call_method(name, self.python_args(&args)?, Some(&py_kwargs))?;
                 Ok(self.constant(&value))
+            }
+            // `x.requires_grad_()` on a tensor that already needs gradients changes nothing
+            // (transformers' `enable_input_require_grads` hook on the embeddings' output, which
+            // the weights already make need them): the tensor itself.
+            "requires_grad_"
+                if kwargs.is_empty()
+                    && self.needs_grad(receiver)
+                    && args.iter().all(|&a| {
+                        matches!(self.kind(a), VarKind::Const(v)
+                            if v.bind(py).is_instance_of::<pyo3::types::PyBool>()
+                                && v.bind(py).is_truthy().unwrap_or(false))
+                    }) =>
+            {
+                Ok(receiver)
             }
             "item"
                 if args.is_empty()

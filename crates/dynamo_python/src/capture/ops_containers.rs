@@ -115,7 +115,7 @@ impl<'py> Tracer<'py> {
                             | VarKind::GradModeContext { .. }
                             | VarKind::GradModeWrapped { .. }
                             | VarKind::GradModeExit { .. }
-                            | VarKind::Autocast(_)
+                            | VarKind::StateContext(_)
                             | VarKind::NdArray(_)) => {
                                 return unsupported(
                                     BreakKind::UnsupportedOperation,
@@ -211,7 +211,7 @@ impl<'py> Tracer<'py> {
             | VarKind::GradModeContext { .. }
             | VarKind::GradModeWrapped { .. }
             | VarKind::GradModeExit { .. }
-            | VarKind::Autocast(_)
+            | VarKind::StateContext(_)
             | VarKind::NdArray(_)) => unsupported(
                 BreakKind::UnsupportedOperation,
                 format!(

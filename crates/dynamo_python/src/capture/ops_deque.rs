@@ -160,7 +160,7 @@ impl<'py> Tracer<'py> {
                 | VarKind::GradModeContext { .. }
                 | VarKind::GradModeWrapped { .. }
                 | VarKind::GradModeExit { .. }
-                | VarKind::Autocast(_)
+                | VarKind::StateContext(_)
                 | VarKind::NdArray(_) => {
                     return unsupported(
                         BreakKind::UnsupportedOperation,

@@ -200,7 +200,7 @@ impl<'py> Tracer<'py> {
             | VarKind::GradModeContext { .. }
             | VarKind::GradModeWrapped { .. }
             | VarKind::GradModeExit { .. }
-            | VarKind::Autocast(_)
+            | VarKind::StateContext(_)
             | VarKind::NdArray(_)) => unsupported(
                 BreakKind::UnsupportedOperation,
                 format!(
@@ -221,7 +221,7 @@ impl<'py> Tracer<'py> {
             | VarKind::Partial { .. }
             | VarKind::GradModeContext { .. }
             | VarKind::GradModeExit { .. }
-            | VarKind::Autocast(_)
+            | VarKind::StateContext(_)
             | VarKind::NdArray(_)
             | VarKind::GradModeWrapped { .. } => true,
             VarKind::Instance { cls, .. } => cls.bind(py).hasattr("__call__")?,

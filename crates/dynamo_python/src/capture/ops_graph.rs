@@ -71,8 +71,8 @@ impl<'py> Tracer<'py> {
         let target: Bound<'py, PyAny> = match &op {
             Op::CallFunction(f) => f.bind(py).clone(),
             Op::CallMethod(m) => pyo3::types::PyString::new(py, m).into_any(),
-            Op::Placeholder => {
-                return unsupported(BreakKind::Internal, "internal: placeholder as a call")
+            Op::Placeholder | Op::GetAttr { .. } => {
+                return unsupported(BreakKind::Internal, "internal: not a call")
             }
         };
         let result = match self.h.run_fake.call1((
@@ -263,8 +263,18 @@ impl<'py> Tracer<'py> {
             flag.map_or(default, |id| !known_false(id))
         };
         if base.contains("dropout") {
-            // F.dropout(input, p, training=True, inplace), torch.dropout(input, p, train)
-            return Ok(if in_training(2, true) {
+            // F.dropout(input, p, training=True, inplace), torch.dropout(input, p, train); with
+            // p = 0 the input is returned as it is, drawing nothing (transformers' configs with
+            // dropout off call it so in training).
+            let p = kwargs
+                .iter()
+                .find(|(k, _)| k == "p")
+                .map(|(_, v)| *v)
+                .or_else(|| args.get(1).copied());
+            let drops_nothing = p.is_some_and(|p| {
+                matches!(self.kind(p), VarKind::Const(v) if super::in_place::is_zero(&v.bind(py).clone()))
+            });
+            return Ok(if in_training(2, true) && !drops_nothing {
                 random
             } else {
                 StateChange::None
@@ -482,7 +492,7 @@ impl<'py> Tracer<'py> {
             | VarKind::GradModeContext { .. }
             | VarKind::GradModeWrapped { .. }
             | VarKind::GradModeExit { .. }
-            | VarKind::Autocast(_)
+            | VarKind::StateContext(_)
             | VarKind::NdArray(_)) => {
                 return unsupported(
                     BreakKind::UnsupportedOperation,
@@ -560,7 +570,7 @@ impl<'py> Tracer<'py> {
             | VarKind::GradModeContext { .. }
             | VarKind::GradModeWrapped { .. }
             | VarKind::GradModeExit { .. }
-            | VarKind::Autocast(_)
+            | VarKind::StateContext(_)
             | VarKind::NdArray(_)) => {
                 return unsupported(
                     BreakKind::UnsupportedOperation,

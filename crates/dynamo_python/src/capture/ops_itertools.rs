@@ -344,7 +344,7 @@ impl<'py> Tracer<'py> {
                 | VarKind::GradModeContext { .. }
                 | VarKind::GradModeWrapped { .. }
                 | VarKind::GradModeExit { .. }
-                | VarKind::Autocast(_)
+                | VarKind::StateContext(_)
                 | VarKind::NdArray(_)) => {
                     return unsupported(
                         BreakKind::UnsupportedOperation,

@@ -653,7 +653,7 @@ impl<'py> Tracer<'py> {
             | VarKind::GradModeContext { .. }
             | VarKind::GradModeWrapped { .. }
             | VarKind::GradModeExit { .. }
-            | VarKind::Autocast(_)) => unsupported(
+            | VarKind::StateContext(_)) => unsupported(
                 BreakKind::UnsupportedOperation,
                 format!(
                     "attribute {name:?} of {}",

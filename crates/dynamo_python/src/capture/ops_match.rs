@@ -68,7 +68,7 @@ impl<'py> Tracer<'py> {
             | VarKind::GradModeContext { .. }
             | VarKind::GradModeWrapped { .. }
             | VarKind::GradModeExit { .. }
-            | VarKind::Autocast(_)
+            | VarKind::StateContext(_)
             | VarKind::NdArray(_)) => {
                 return unsupported(
                     BreakKind::UnsupportedOperation,
@@ -118,7 +118,7 @@ impl<'py> Tracer<'py> {
             | VarKind::GradModeContext { .. }
             | VarKind::GradModeWrapped { .. }
             | VarKind::GradModeExit { .. }
-            | VarKind::Autocast(_)
+            | VarKind::StateContext(_)
             | VarKind::NdArray(_) => match self.type_flag(subject, flag)? {
                 Some(answer) => answer,
                 None => {

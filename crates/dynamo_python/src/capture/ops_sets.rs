@@ -93,7 +93,7 @@ impl<'py> Tracer<'py> {
                 | VarKind::GradModeContext { .. }
                 | VarKind::GradModeWrapped { .. }
                 | VarKind::GradModeExit { .. }
-                | VarKind::Autocast(_)
+                | VarKind::StateContext(_)
                 | VarKind::NdArray(_)) => unsupported(
                     BreakKind::UnsupportedOperation,
                     format!("a set element that is {}", kind_name(other)),

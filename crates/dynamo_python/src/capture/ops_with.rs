@@ -23,8 +23,10 @@ impl<'py> Tracer<'py> {
     /// returned.
     pub(super) fn op_before_with(&mut self, f: &mut FrameState<'py>) -> CResult<Flow> {
         let context = self.pop(f)?;
-        if let VarKind::Autocast(super::vars::AutocastVar::Context { spec }) = *self.kind(context) {
-            let exit = self.autocast_enter(spec)?;
+        if let VarKind::StateContext(super::vars::StateContextVar::Context { spec }) =
+            *self.kind(context)
+        {
+            let exit = self.state_enter(spec)?;
             let entered = self.constant(&self.py.None().into_bound(self.py));
             f.stack.push(exit);
             f.stack.push(entered);
@@ -86,7 +88,7 @@ impl<'py> Tracer<'py> {
             | VarKind::GradModeContext { .. }
             | VarKind::GradModeWrapped { .. }
             | VarKind::GradModeExit { .. }
-            | VarKind::Autocast(_)
+            | VarKind::StateContext(_)
             | VarKind::NdArray(_)) => {
                 return unsupported(
                     BreakKind::ContextManager,
@@ -131,7 +133,7 @@ impl<'py> Tracer<'py> {
                 matches!(
                     self.kind(id),
                     VarKind::GradModeExit { .. }
-                        | VarKind::Autocast(super::vars::AutocastVar::Exit { .. })
+                        | VarKind::StateContext(super::vars::StateContextVar::Exit { .. })
                 ) || self.with_exits.contains(&id)
             })
     }

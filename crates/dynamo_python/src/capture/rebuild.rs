@@ -212,7 +212,7 @@ fn contents_plan(tracer: &Tracer<'_>, id: VarId, r: &mut Rebuilder) -> CResult<R
         | VarKind::GradModeContext { .. }
         | VarKind::GradModeWrapped { .. }
         | VarKind::GradModeExit { .. }
-        | VarKind::Autocast(_)
+        | VarKind::StateContext(_)
         | VarKind::NdArray(_)) => {
             return unsupported(
                 BreakKind::Internal,
@@ -589,7 +589,7 @@ fn rebuild_inline(tracer: &Tracer<'_>, id: VarId, r: &mut Rebuilder) -> CResult<
                 value: Box::new(Rebuild::Tuple(items)),
             }
         }
-        VarKind::Autocast(var) => tracer.autocast_rebuild(*var)?,
+        VarKind::StateContext(var) => tracer.state_context_rebuild(*var)?,
         // An array the frame was given (arrays are never changed in the trace): itself.
         VarKind::NdArray(_) if tracer.source(id).is_some() => {
             Rebuild::Source(tracer.source(id).expect("checked"))

@@ -204,10 +204,11 @@ pub struct Tracer<'py> {
     pub private_recipes: HashMap<usize, (OwnedRef, OwnedRef, OwnedRef)>,
     /// List trackers that are slices of module containers (see `ops_module_slice`).
     pub module_slices: HashMap<VarId, super::ops_module_slice::ModuleSlice>,
-    /// The arguments of each `torch.autocast(...)` the trace made (see `ops_autocast`).
-    pub autocast_specs: Vec<OwnedRef>,
-    /// The autocast blocks entered and not left, innermost last.
-    pub autocast_open: Vec<super::ops_autocast::OpenAutocast>,
+    /// Each `torch.autocast(...)`, `inference_mode(...)`, `sdpa_kernel(...)` the trace made
+    /// or was given (see `ops_state_context`).
+    pub state_specs: Vec<super::ops_state_context::StateSpec>,
+    /// The blocks of those entered and not left, innermost last.
+    pub open_states: Vec<super::ops_state_context::OpenStateContext>,
     /// The exception of the instruction that just failed, when the traced code raised it
     /// (see `ops_exceptions`).
     pub raised: Option<OwnedRef>,
@@ -290,7 +291,7 @@ impl Drop for Tracer<'_> {
     /// it remembers about real tensors must not: see `_capture.release_real_tensor_memos`
     /// (a crash in CPython's weak-reference clearing otherwise).
     fn drop(&mut self) {
-        self.restore_autocast_state();
+        self.restore_global_state();
         if let Err(err) = self.h.release_real_tensor_memos.call1((&self.fake_mode,)) {
             err.write_unraisable(self.py, Some(&self.fake_mode));
         }
@@ -349,8 +350,8 @@ impl<'py> Tracer<'py> {
             private_objects: HashMap::new(),
             private_recipes: HashMap::new(),
             module_slices: HashMap::new(),
-            autocast_specs: Vec::new(),
-            autocast_open: Vec::new(),
+            state_specs: Vec::new(),
+            open_states: Vec::new(),
             raised: None,
             caught_in_root: false,
             deref_stores: Vec::new(),
@@ -569,7 +570,7 @@ impl<'py> Tracer<'py> {
             | VarKind::GradModeContext { .. }
             | VarKind::GradModeWrapped { .. }
             | VarKind::GradModeExit { .. }
-            | VarKind::Autocast(_)
+            | VarKind::StateContext(_)
             | VarKind::NdArray(_)) => {
                 return unsupported(
                     BreakKind::ValueNotRebuildable,
@@ -659,7 +660,7 @@ impl<'py> Tracer<'py> {
             if let Some(array) = self.ndarray_input(value, s)? {
                 return Ok(array);
             }
-            if let Some(context) = self.autocast_input(value, s)? {
+            if let Some(context) = self.state_context_input(value, s)? {
                 return Ok(context);
             }
         }
@@ -1302,7 +1303,7 @@ pub fn kind_name(kind: &VarKind) -> &'static str {
         VarKind::Instance { .. } => "an object made while tracing",
         VarKind::GradModeContext { .. } => "a grad-mode context manager",
         VarKind::GradModeExit { .. } => "a grad-mode __exit__",
-        VarKind::Autocast(_) => "a torch.autocast context",
+        VarKind::StateContext(_) => "a torch.autocast, inference_mode or sdpa_kernel context",
         VarKind::NdArray(_) => "a NumPy array",
         VarKind::GradModeWrapped { .. } => "a function decorated by a grad-mode context",
     }

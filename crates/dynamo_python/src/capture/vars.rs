@@ -151,20 +151,21 @@ pub enum VarKind {
     GradModeExit {
         previous: bool,
     },
-    /// `torch.autocast(...)` made in the trace, or the `__exit__` of one it entered (see
-    /// `ops_autocast`).
-    Autocast(AutocastVar),
+    /// `torch.autocast(...)`, `torch.inference_mode(...)` or `sdpa_kernel(...)` made in the
+    /// trace, or the `__exit__` of one it entered (see
+    /// `ops_state_context`).
+    StateContext(StateContextVar),
     /// A NumPy array the trace made from a tensor (`x.numpy()`, `np.*` of such arrays): the
     /// tensor tracker that holds its values (see `ops_numpy`).
     NdArray(VarId),
 }
 
-/// A [`VarKind::Autocast`].
+/// A [`VarKind::StateContext`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AutocastVar {
-    /// Made, not entered: `Tracer::autocast_specs[spec]` holds its arguments.
+pub enum StateContextVar {
+    /// Made, not entered: `Tracer::state_specs[spec]` holds its arguments.
     Context { spec: usize },
-    /// The `__exit__` of the block entered from `Tracer::autocast_specs[spec]`.
+    /// The `__exit__` of the block entered from `Tracer::state_specs[spec]`.
     Exit { spec: usize },
 }
 
