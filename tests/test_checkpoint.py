@@ -136,6 +136,58 @@ def under_no_grad(x):
 
 
 @captured
+def returns_an_input_as_it_is(x):
+    y, same = cp.checkpoint(lambda t, bias: (LIN(t) + bias, bias), x, x * 2, use_reentrant=False)
+    return (y * same).sum()
+
+
+class SelfAutograd(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, t):
+        ctx.save_for_backward(t)
+        return t * t
+
+    @staticmethod
+    def backward(ctx, g):
+        (t,) = ctx.saved_tensors
+        return 3 * t * g  # not the derivative: the graph must call this backward
+
+
+@captured
+def autograd_function_inside(x):
+    return cp.checkpoint(lambda t: SelfAutograd.apply(LIN(t)).sin(), x, use_reentrant=False).sum()
+
+
+@captured
+def in_place_on_its_own_tensor(x):
+    def fn(t):
+        y = LIN(t)
+        y.mul_(2)
+        y[:, 0] = 1.0
+        return y.relu()
+
+    return cp.checkpoint(fn, x, use_reentrant=False).sum()
+
+
+@not_captured
+def in_place_on_an_input(x):
+    def fn(t, buffer):
+        buffer.add_(1)
+        return t * 2 + buffer.sum()
+
+    return cp.checkpoint(fn, x, torch.ones(4), use_reentrant=False).sum()
+
+
+@not_captured
+def in_place_on_a_view_of_an_input(x):
+    def fn(t, buffer):
+        buffer[0].add_(1)
+        return t * 2 + buffer.sum()
+
+    return cp.checkpoint(fn, x, torch.ones(4, 4)[:3], use_reentrant=False).sum()
+
+
+@captured
 def dropout_with_zero_probability(x):
     return cp.checkpoint(lambda t: F.dropout(LIN(t), 0.0, training=True), x,
                          use_reentrant=False).sum()
@@ -147,7 +199,7 @@ def draws_random_numbers(x):
                          use_reentrant=False).sum()
 
 
-@not_captured
+@captured
 def nested_checkpoints(x):
     inner = lambda t: cp.checkpoint(LIN, t, use_reentrant=False).sin()  # noqa: E731
     return cp.checkpoint(inner, x, use_reentrant=False).sum()

@@ -308,6 +308,22 @@ def export_subgraph(nodes, outputs, fakes) -> torch.fx.GraphModule:
     return torch.fx.GraphModule(root, graph)
 
 
+def shares_storage(tensor, others) -> bool:
+    """Whether `tensor` (fake) shares its storage with one of the tensors among `others`."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    mine = StorageWeakRef(tensor.untyped_storage())
+    return any(isinstance(o, torch.Tensor) and StorageWeakRef(o.untyped_storage()) == mine
+               for o in others)
+
+
+def same_tensor_metadata(first, second) -> bool:
+    """Whether two tuples of (fake) tensors agree in sizes, dtypes, devices and whether they
+    need gradients: the two sides of a `torch.cond`."""
+    return all(a.shape == b.shape and a.dtype == b.dtype and a.device == b.device
+               and a.requires_grad == b.requires_grad for a, b in zip(first, second))
+
+
 def _fx_graph(nodes, outputs, fakes, unbacked):
     """The root module (holding the submodules `get_attr` nodes name) and the fx Graph."""
     root = torch.nn.Module()

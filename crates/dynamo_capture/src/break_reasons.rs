@@ -163,10 +163,11 @@ impl BreakKind {
                 "GB0010",
                 "A context manager the translator does not follow",
                 "Grad-mode context managers (`torch.no_grad()`, `torch.enable_grad()`), \
-                 `torch.autocast` with constant arguments and classes with Python \
-                 `__enter__`/`__exit__` are traced; the block of any other runs in a resume \
-                 function, entered as it is. A resume function that starts inside a \
-                 `torch.autocast` block breaks again where the block ends.",
+                 `torch.autocast`, `torch.inference_mode` and `sdpa_kernel` with constant \
+                 arguments and classes with Python `__enter__`/`__exit__` are traced; the \
+                 block of any other runs in a resume function, entered as it is. A resume \
+                 function handed such a block by a graph break inside it enters it again \
+                 itself.",
                 "Move the `with` statement outside the compiled function when it does not \
                  affect the tensor computation.",
             ),

@@ -43,6 +43,11 @@ pub struct Helpers<'py> {
     pub sdpa_kernel: Bound<'py, PyAny>,
     /// `torch.utils.checkpoint.checkpoint` (see `ops_checkpoint`).
     pub checkpoint: Bound<'py, PyAny>,
+    /// `_capture.shares_storage(tensor, others)`.
+    pub shares_storage: Bound<'py, PyAny>,
+    /// `torch.cond` and `_capture.same_tensor_metadata` (see `ops_cond`).
+    pub cond: Bound<'py, PyAny>,
+    pub same_tensor_metadata: Bound<'py, PyAny>,
     pub script_function_type: Bound<'py, PyAny>,
     pub module_type: Bound<'py, PyAny>,
     pub tuple_type: Bound<'py, PyAny>,
@@ -246,6 +251,9 @@ impl<'py> Helpers<'py> {
             sdpa_kernel: py
                 .import_module("torch.nn.attention")?
                 .getattr("sdpa_kernel")?,
+            shares_storage: capture.getattr("shares_storage")?,
+            cond: torch.getattr("cond")?,
+            same_tensor_metadata: capture.getattr("same_tensor_metadata")?,
             checkpoint: py
                 .import_module("torch.utils.checkpoint")?
                 .getattr("checkpoint")?,

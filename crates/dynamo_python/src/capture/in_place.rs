@@ -129,6 +129,30 @@ const RANDOM_TARGETS: &[&str] = &[
     "native_dropout",
 ];
 
+/// The tensors an in-place node (see `node_calls_in_place`) may write: its `out=` argument,
+/// else its first argument (the receiver, the target of `setitem` or `iadd`, the input of
+/// `relu(x, inplace=True)`). Arguments that are not nodes are left out.
+pub(crate) fn written_nodes(node: &graph::Node) -> Vec<graph::NodeId> {
+    let out = node.kwargs.iter().find(|(k, _)| k == "out").map(|(_, v)| v);
+    let mut written = Vec::new();
+    let mut collect = |arg: &Arg| {
+        fn nodes(arg: &Arg, into: &mut Vec<graph::NodeId>) {
+            match arg {
+                Arg::Node(n) => into.push(*n),
+                Arg::Tuple(items) | Arg::List(items) => items.iter().for_each(|a| nodes(a, into)),
+                Arg::Slice(_) | Arg::Dict(_) | Arg::Const(_) => {}
+            }
+        }
+        nodes(arg, &mut written)
+    };
+    match (out, node.args.first()) {
+        (Some(out), _) => collect(out),
+        (None, Some(first)) => collect(first),
+        (None, None) => {}
+    }
+    written
+}
+
 /// `out=` or `inplace=True` among a node's keyword arguments.
 fn node_has_out_argument(py: Python<'_>, node: &graph::Node) -> bool {
     node.kwargs.iter().any(|(k, v)| {

@@ -28,17 +28,12 @@ impl<'py> Tracer<'py> {
         what: &str,
         body: impl FnOnce(&mut Self) -> CResult<T>,
     ) -> CResult<T> {
-        let effects = self.effects;
         let nodes = self.graph.nodes.len();
-        let outer_floor = self.effects_floor.min(self.vars.len() as u32);
-        let floor = std::mem::replace(&mut self.effects_floor, outer_floor);
-        let result = body(self);
-        self.effects_floor = floor;
-        let result = result?;
+        let (result, changed_python) = self.counting_effects(body)?;
         let changed_tensors = self.graph.nodes[nodes..]
             .iter()
             .any(|node| super::node_calls_in_place(self.py, node));
-        if self.effects != effects || changed_tensors {
+        if changed_python || changed_tensors {
             return unsupported(
                 BreakKind::Generator,
                 format!("{what} that changes state (it cannot run ahead of its consumer)"),
@@ -55,6 +50,20 @@ impl<'py> Tracer<'py> {
             );
         }
         Ok(result)
+    }
+
+    /// Runs `body`; with whether it changed Python state older than it (stores to objects
+    /// and containers made before it: see `note_effect`).
+    pub fn counting_effects<T>(
+        &mut self,
+        body: impl FnOnce(&mut Self) -> CResult<T>,
+    ) -> CResult<(T, bool)> {
+        let effects = self.effects;
+        let outer_floor = self.effects_floor.min(self.vars.len() as u32);
+        let floor = std::mem::replace(&mut self.effects_floor, outer_floor);
+        let result = body(self);
+        self.effects_floor = floor;
+        Ok((result?, self.effects != effects))
     }
 
     /// A call of `map`, `filter` or an `itertools` function listed in the module doc, or

@@ -34,13 +34,24 @@ pub enum Mode {
     Disabled,
 }
 
-/// The code of the wrapper `torch.compiler.disable` / `torch._dynamo.disable` put around a
-/// function (one code object for every disabled function): its frames, and every frame they
-/// call, are not compiled, as under TorchDynamo.
-const TORCH_DISABLE_WRAPPER: (&str, &str) = (
-    "DisableContext.__call__.<locals>._fn",
-    "torch/_dynamo/eval_frame.py",
-);
+/// The codes of TorchDynamo's wrappers whose frames, and every frame they call, are not
+/// compiled (one code object each for every function they wrap): the wrapper
+/// `torch.compiler.disable` / `torch._dynamo.disable` puts around a function, as under
+/// TorchDynamo; and `torch.compile`'s own, which installs TorchDynamo's frame evaluator over
+/// ours for the call — a `torch.compile`d function or module called from code we compiled,
+/// or the `torch.compile` that `torch.cond` and other higher-order operations make when run
+/// eagerly: with our hook still on for the frames TorchDynamo passes on, the two front ends
+/// traced the same frames (and the process could crash).
+const TORCH_DISABLING_WRAPPERS: [(&str, &str); 2] = [
+    (
+        "DisableContext.__call__.<locals>._fn",
+        "torch/_dynamo/eval_frame.py",
+    ),
+    (
+        "_TorchDynamoContext.__call__.<locals>.compile_wrapper",
+        "torch/_dynamo/eval_frame.py",
+    ),
+];
 
 /// Facts about a code object's frames, read once when the hook first sees it.
 #[derive(Debug)]
@@ -103,12 +114,9 @@ pub fn initial_mode(layout: &FrameLayout, skip_prefixes: &[String]) -> Mode {
         })
         .max_by_key(|(len, _)| *len)
         .is_some_and(|(_, skip)| skip);
-    if layout.qualname == TORCH_DISABLE_WRAPPER.0
-        && layout
-            .filename
-            .replace('\\', "/")
-            .ends_with(TORCH_DISABLE_WRAPPER.1)
-    {
+    if TORCH_DISABLING_WRAPPERS.iter().any(|(qualname, file)| {
+        layout.qualname == *qualname && layout.filename.replace('\\', "/").ends_with(file)
+    }) {
         Mode::Disabled
     } else if layout.flags & CO_GENERATOR_LIKE != 0 || skipped {
         Mode::Skip

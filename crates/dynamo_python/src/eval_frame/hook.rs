@@ -126,7 +126,19 @@ fn previous_evaluator() -> Option<ffi::_PyFrameEvalFunction> {
     Some(evaluator)
 }
 
-/// Runs a frame the way it would have run without us.
+thread_local! {
+    /// The frame this thread is handing to the evaluator we found installed (see
+    /// `eval_default`).
+    static FORWARDING: Cell<*mut InterpreterFrame> = const { Cell::new(ptr::null_mut()) };
+}
+
+/// Runs a frame the way it would have run without us: through the evaluator we found
+/// installed, unless that evaluator is the one installed now, over us; if it hands the
+/// frame back to us, CPython's runs it (`custom_eval_frame`). TorchDynamo's leaves its evaluator installed after its first use, remembering
+/// what it found: ours chains to it, and a `torch.compile` call made under our hook (a
+/// `torch.compile`d function, `torch.cond` run eagerly) installs it again over ours, chaining
+/// to us — each would hand the frame to the other forever (a crash, after a `torch.cond`
+/// that raised). The evaluators before us have had the frame then: CPython's runs it.
 ///
 /// # Safety
 /// As for any frame evaluator: GIL held, live frame.
@@ -135,11 +147,17 @@ unsafe fn eval_default(
     frame: *mut InterpreterFrame,
     throw: i32,
 ) -> *mut ffi::PyObject {
-    // SAFETY: forwarded contract.
+    // SAFETY: forwarded contract; GIL held, so the current interpreter can be asked for.
     unsafe {
+        let top = ffi::_PyInterpreterState_GetEvalFrameFunc(ffi::PyInterpreterState_Get());
         match previous_evaluator() {
-            Some(evaluator) => evaluator(tstate, frame.cast(), throw),
-            None => ffi::_PyEval_EvalFrameDefault(tstate, frame.cast(), throw),
+            Some(evaluator) if top as usize != evaluator as usize => {
+                let outer = FORWARDING.replace(frame);
+                let result = evaluator(tstate, frame.cast(), throw);
+                FORWARDING.set(outer);
+                result
+            }
+            _ => ffi::_PyEval_EvalFrameDefault(tstate, frame.cast(), throw),
         }
     }
 }
@@ -151,6 +169,11 @@ extern "C" fn custom_eval_frame(
     throw: i32,
 ) -> *mut ffi::PyObject {
     let frame = frame.cast::<InterpreterFrame>();
+    if FORWARDING.get() == frame {
+        // Handed back by the evaluator we handed it to (see `eval_default`): decided already.
+        // SAFETY: the evaluator's contract.
+        return unsafe { ffi::_PyEval_EvalFrameDefault(tstate, frame.cast(), throw) };
+    }
     // SAFETY: CPython calls the evaluator with the GIL held and a live frame.
     match std::panic::catch_unwind(|| unsafe { eval_frame(tstate, frame, throw) }) {
         Ok(result) => result,
