@@ -1127,6 +1127,25 @@ def generator_with_next(x):
     first = next(gen)
     return first + next(gen)
 @case(T34)
+def dict_from_a_generator_of_pairs(x):
+    table = dict((f"k{i}", x * i) for i in range(3))
+    return table["k2"] - table["k1"]
+SMALL_NET = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4))
+
+
+@case(T34)
+def dict_update_from_a_generator_method(x):
+    named = {}
+    named.update(SMALL_NET.named_parameters())
+    named.update((n + "_twice", p * 2) for n, p in SMALL_NET.named_buffers())
+    return x @ named["0.weight"].T + len(named)
+@case(T34)
+def dict_from_a_user_generator_function(x):
+    def pairs(a):
+        for k in range(3):
+            yield k, a + k
+    return dict(pairs(x))[2]
+@case(T34)
 def yield_from_generator(x):
     def inner(a):
         yield a

@@ -80,6 +80,8 @@ impl<'py> Tracer<'py> {
                 VarKind::List(_)
                 | VarKind::Tuple(_)
                 | VarKind::Iter { .. }
+                | VarKind::Generator { .. }
+                | VarKind::Lazy(_)
                 | VarKind::DictView { .. } => {
                     for pair in self.items_of(arg)? {
                         let kv = match self.kind(pair) {
