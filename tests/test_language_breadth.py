@@ -1146,6 +1146,22 @@ def dict_from_a_user_generator_function(x):
             yield k, a + k
     return dict(pairs(x))[2]
 @case(T34)
+def isinstance_of_children_like_timm_checkpoint_seq(x):
+    layers = SMALL_NET.children()
+    if not isinstance(layers, (tuple, list)):
+        layers = tuple(layers)
+    for layer in layers[:1]:
+        x = layer(x)
+    return x
+@case(T34)
+def isinstance_of_iterators(x):
+    import collections.abc
+    it = iter([x, x * 2])
+    gen = (t * 3 for t in (x,))
+    flags = (isinstance(it, list), isinstance(gen, tuple), isinstance(it, collections.abc.Iterator),
+             isinstance(gen, (torch.Tensor, object)), isinstance(it, nn.Module))
+    return next(it) + next(gen) + sum(flags)
+@case(T34)
 def yield_from_generator(x):
     def inner(a):
         yield a

@@ -308,6 +308,27 @@ def export_subgraph(nodes, outputs, fakes) -> torch.fx.GraphModule:
     return torch.fx.GraphModule(root, graph)
 
 
+def iterator_isinstance(cls):
+    """`isinstance(iterator, cls)` where which kind of iterator it is (a generator, a list's
+    iterator, ...) is not known: True for `object` and the iterator ABCs, False for classes no
+    iterator is an instance of (containers, numbers, strings, tensors, modules and their
+    subclasses), None when it depends on the kind."""
+    import collections.abc
+
+    if isinstance(cls, tuple):
+        answers = [iterator_isinstance(c) for c in cls]
+        if True in answers:
+            return True
+        return None if None in answers else False
+    if cls in (object, collections.abc.Iterator, collections.abc.Iterable):
+        return True
+    never = (tuple, list, dict, set, frozenset, str, bytes, bytearray, int, float, complex,
+             type(None), torch.Tensor, torch.nn.Module)
+    if isinstance(cls, type) and issubclass(cls, never):
+        return False
+    return None
+
+
 def shares_storage(tensor, others) -> bool:
     """Whether `tensor` (fake) shares its storage with one of the tensors among `others`."""
     from torch.multiprocessing.reductions import StorageWeakRef

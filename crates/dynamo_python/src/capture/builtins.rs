@@ -276,6 +276,26 @@ impl<'py> Tracer<'py> {
                 return Ok(self.constant(&result));
             }
         }
+        if is("isinstance")
+            && args.len() == 2
+            && matches!(
+                self.kind(args[0]),
+                VarKind::Iter { .. } | VarKind::Generator { .. } | VarKind::Lazy(_)
+            )
+        {
+            // Which iterator it is (a generator, a list's) is not kept, but no iterator is a
+            // tuple, list, tensor, ...: timm's `checkpoint_seq` asks it of `children()`.
+            let cls = self.python_value(args[1])?;
+            let answer = self
+                .h
+                .torch
+                .py()
+                .import_module("dynamo_rs._capture")?
+                .call_method1("iterator_isinstance", (cls,))?;
+            if !answer.is_none() {
+                return Ok(self.constant(&answer));
+            }
+        }
         if (is("isinstance") || is("issubclass")) && args.len() == 2 {
             let cls = self.python_value(args[1])?;
             let value = match self.kind(args[0]) {
