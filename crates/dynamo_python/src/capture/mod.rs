@@ -60,6 +60,7 @@ mod ops_sets;
 mod ops_state_context;
 mod ops_super;
 mod ops_symbolic;
+mod ops_tensor_method;
 mod ops_with;
 mod persist;
 mod rebuild;

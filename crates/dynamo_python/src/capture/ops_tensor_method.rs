@@ -1,0 +1,165 @@
+//! Calls of tensor methods (`x.view(...)`, `x.size()`, `x.item()`, ...): graph nodes, or
+//! constants for metadata answered by the fake tensor; the methods that act outside what the
+//! graph computes break the graph.
+
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use super::break_reasons::BreakKind;
+use super::graph::Op;
+use super::translator::{kind_name, unsupported, CResult, Tracer};
+use super::vars::{VarId, VarKind};
+
+impl<'py> Tracer<'py> {
+    /// A tensor method call.
+    pub(super) fn tensor_method(
+        &mut self,
+        receiver: VarId,
+        name: &str,
+        args: Vec<VarId>,
+        kwargs: Vec<(String, VarId)>,
+    ) -> CResult<VarId> {
+        let py = self.py;
+        let VarKind::Tensor { fake, .. } = self.kind(receiver) else {
+            return unsupported(
+                BreakKind::UnsupportedCall,
+                format!("method {name} of {}", kind_name(self.kind(receiver))),
+            );
+        };
+        let fake = fake.bind(py).clone();
+        match name {
+            "numpy" => self.tensor_to_numpy(receiver, &args, &kwargs),
+            // `x.__len__()` is `x.size(0)` (symbolic when that size is; a 0-d tensor raises).
+            "__len__"
+                if args.is_empty()
+                    && kwargs.is_empty()
+                    && fake.call_method0("dim")?.extract::<i64>()? > 0 =>
+            {
+                let zero = self.constant(&0i64.into_pyobject(py)?.into_any());
+                self.tensor_method(receiver, "size", vec![zero], Vec::new())
+            }
+            "size" | "dim" | "ndimension" | "numel" | "nelement" | "stride" | "is_contiguous"
+            | "element_size" | "is_floating_point" | "is_complex" | "__len__" | "get_device" => {
+                if self.any_tensor(&args, &kwargs) {
+                    return unsupported(
+                        BreakKind::UnsupportedCall,
+                        format!("tensor.{name} with tensor arguments"),
+                    );
+                }
+                if let Some(symbolic) =
+                    self.symbolic_tensor_query(receiver, &fake, name, &args, &kwargs)?
+                {
+                    return Ok(symbolic);
+                }
+                let (args, kwargs) = self.specialize_args(args, kwargs)?;
+                // Every argument counts (`is_contiguous(memory_format=torch.channels_last)`,
+                // `size(dim=1)`): the fake tensor answers from the same metadata.
+                let py_kwargs = PyDict::new(py);
+                for (k, v) in &kwargs {
+                    py_kwargs.set_item(k, self.python_value(*v)?)?;
+                }
+                let value = fake.call_method(name, self.python_args(&args)?, Some(&py_kwargs))?;
+                Ok(self.constant(&value))
+            }
+            // `x.requires_grad_()` on a tensor that already needs gradients changes nothing
+            // (transformers' `enable_input_require_grads` hook on the embeddings' output, which
+            // the weights already make need them): the tensor itself.
+            "requires_grad_"
+                if kwargs.is_empty()
+                    && self.needs_grad(receiver)
+                    && args.iter().all(|&a| {
+                        matches!(self.kind(a), VarKind::Const(v)
+                            if v.bind(py).is_instance_of::<pyo3::types::PyBool>()
+                                && v.bind(py).is_truthy().unwrap_or(false))
+                    }) =>
+            {
+                Ok(receiver)
+            }
+            "item"
+                if args.is_empty()
+                    && kwargs.is_empty()
+                    && self.shape_env_allows("allow_scalar_outputs")? =>
+            {
+                // `capture_scalar_outputs`: the value stays in the graph as an unbacked
+                // symbol (as TorchDynamo does); Python needing it later breaks there.
+                self.graph_call(
+                    Op::CallMethod("item".into()),
+                    "item",
+                    vec![receiver],
+                    kwargs,
+                )
+            }
+            // Methods that act outside what the graph computes — autograd (a backward pass,
+            // hooks, gradients kept), storage and memory — or whose answer is an address: the
+            // graph breaks there, as under TorchDynamo (a `backward` node failed in every
+            // AOTAutograd backend, and ran the pass inside the graph with `eager`).
+            "backward"
+            | "register_hook"
+            | "register_post_accumulate_grad_hook"
+            | "retain_grad"
+            | "data_ptr"
+            | "untyped_storage"
+            | "storage"
+            | "_typed_storage"
+            | "share_memory_"
+            | "record_stream"
+            | "is_pinned"
+            | "pin_memory"
+            | "set_"
+            | "resize_"
+            | "resize_as_"
+            | "__setstate__"
+            | "__reduce_ex__"
+            | "__dlpack__"
+            | "__dlpack_device__"
+            | "apply_"
+            | "map_"
+            | "map2_"
+            | "is_shared" => unsupported(
+                BreakKind::UnsupportedCall,
+                format!("tensor.{name}() acts outside the graph"),
+            ),
+            // A tensor turned into a leaf that needs gradients (`x.detach().requires_grad_()`
+            // before `torch.autograd.grad`): autograd state, which a compiled graph's outputs
+            // do not carry (AOTAutograd hands back tensors the later `grad` call cannot
+            // differentiate with respect to). The graph breaks there, as under TorchDynamo.
+            "requires_grad_" => unsupported(
+                BreakKind::UnsupportedCall,
+                "tensor.requires_grad_() changes autograd state",
+            ),
+            // Autograd's view tracking and inference-mode state, which the trace's fake tensors
+            // do not all carry (views made by the shape rules with grad mode off share storage
+            // without the link; fakes are not inference tensors): the graph breaks and the
+            // real tensor answers.
+            "_is_view" | "is_inference" => unsupported(
+                BreakKind::UnsupportedCall,
+                format!("tensor.{name}() asks autograd's view or inference-mode state"),
+            ),
+            // With `capture_dynamic_output_shape_ops`, `nonzero` is a graph operation whose
+            // result's size is an unbacked symbol (as TorchDynamo makes it): the last arm.
+            "item" | "tolist" | "__bool__" | "__int__" | "__float__" | "nonzero" | "cpu_numpy"
+                if name != "nonzero"
+                    || !self.shape_env_allows("allow_dynamic_output_shape_ops")? =>
+            {
+                unsupported(
+                    BreakKind::TensorValueNeeded,
+                    format!("tensor.{name}() needs the tensor's data"),
+                )
+            }
+            _ => {
+                let mut all = vec![receiver];
+                all.extend(args);
+                self.graph_call(Op::CallMethod(name.to_string()), name, all, kwargs)
+            }
+        }
+    }
+
+    /// A setting of the trace's ShapeEnv (`allow_scalar_outputs`,
+    /// `allow_dynamic_output_shape_ops`: torch's `capture_*` configs when the trace began).
+    fn shape_env_allows(&self, setting: &str) -> PyResult<bool> {
+        self.fake_mode
+            .getattr("shape_env")?
+            .getattr(setting)?
+            .is_truthy()
+    }
+}
