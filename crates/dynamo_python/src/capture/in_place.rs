@@ -42,13 +42,7 @@ pub(crate) fn node_calls_in_place(py: Python<'_>, node: &graph::Node) -> bool {
 /// would shift every later random draw. Dropout with a constant `training=False` (third
 /// argument) draws nothing.
 pub(crate) fn node_draws_random(py: Python<'_>, node: &graph::Node) -> bool {
-    let training = node
-        .kwargs
-        .iter()
-        .find(|(k, _)| k == "training")
-        .map(|(_, v)| v)
-        .or(node.args.get(2));
-    if let Some(Arg::Const(flag)) = training {
+    if let Some(Arg::Const(flag)) = node_argument(node, "training", 2) {
         let flag = flag.bind(py);
         if flag.is_instance_of::<pyo3::types::PyBool>() && !flag.is_truthy().unwrap_or(true) {
             return false;
@@ -59,19 +53,22 @@ pub(crate) fn node_draws_random(py: Python<'_>, node: &graph::Node) -> bool {
     };
     if target.contains("dropout") {
         // With p = 0 dropout returns its input and draws nothing.
-        let p = node
-            .kwargs
-            .iter()
-            .find(|(k, _)| k == "p")
-            .map(|(_, v)| v)
-            .or(node.args.get(1));
-        if let Some(Arg::Const(p)) = p {
-            if is_zero(&p.bind(py).clone()) {
+        if let Some(Arg::Const(p)) = node_argument(node, "p", 1) {
+            if is_zero(&p.bind(py)) {
                 return false;
             }
         }
     }
     RANDOM_TARGETS.contains(&target.as_str())
+}
+
+/// A node's argument given by keyword `name` or at `position`.
+fn node_argument<'a>(node: &'a graph::Node, name: &str, position: usize) -> Option<&'a Arg> {
+    node.kwargs
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v)
+        .or(node.args.get(position))
 }
 
 /// Whether `value` is the number 0 (an int or float, not a bool).
@@ -133,7 +130,7 @@ const RANDOM_TARGETS: &[&str] = &[
 /// else its first argument (the receiver, the target of `setitem` or `iadd`, the input of
 /// `relu(x, inplace=True)`). Arguments that are not nodes are left out.
 pub(crate) fn written_nodes(node: &graph::Node) -> Vec<graph::NodeId> {
-    let out = node.kwargs.iter().find(|(k, _)| k == "out").map(|(_, v)| v);
+    let out = node_argument(node, "out", usize::MAX);
     let mut written = Vec::new();
     let mut collect = |arg: &Arg| {
         fn nodes(arg: &Arg, into: &mut Vec<graph::NodeId>) {

@@ -27,7 +27,6 @@
 use std::collections::HashMap;
 
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
 
 use super::break_reasons::BreakKind;
 use super::graph::Arg;
@@ -125,21 +124,10 @@ impl<'py> Tracer<'py> {
         self.check_body_writes(WHAT, &body, &lifted)?;
         let module = self.body_module(&body, &lifted, &output_nodes)?;
         let get = self.submodule("wrap_body_0", &module);
-        let operation = py
-            .import_module("torch")?
-            .getattr("ops")?
-            .getattr("higher_order")?
-            .getattr("tag_activation_checkpoint")?;
         let mut call_args = vec![Arg::Node(get)];
         call_args.extend(lifted.iter().map(|&n| Arg::Node(n)));
-        let output_fakes = PyTuple::new(
-            py,
-            output_nodes
-                .iter()
-                .map(|n| self.graph.nodes[n.0 as usize].fake.bind(py).clone()),
-        )?;
+        let output_fakes = self.node_fakes(&output_nodes)?;
         let items = self.operation_outputs(
-            &operation,
             "tag_activation_checkpoint",
             call_args,
             own_values,

@@ -12,13 +12,11 @@
 use std::collections::HashMap;
 
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
 
 use super::break_reasons::BreakKind;
 use super::graph::{Arg, NodeId};
 use super::translator::{unsupported, CResult, Tracer};
 use super::vars::{VarId, VarKind};
-use crate::imports::ImportModule;
 
 const WHAT: &str = "a branch of torch.cond";
 
@@ -131,15 +129,10 @@ impl<'py> Tracer<'py> {
                 "torch.cond() whose branches do not each compute their own tensors",
             );
         }
-        let fakes = |nodes: &[NodeId]| {
-            PyTuple::new(
-                py,
-                nodes
-                    .iter()
-                    .map(|n| self.graph.nodes[n.0 as usize].fake.bind(py).clone()),
-            )
-        };
-        let (true_fakes, false_fakes) = (fakes(&true_nodes)?, fakes(&false_nodes)?);
+        let (true_fakes, false_fakes) = (
+            self.node_fakes(&true_nodes)?,
+            self.node_fakes(&false_nodes)?,
+        );
         if !self
             .h
             .same_tensor_metadata
@@ -159,19 +152,13 @@ impl<'py> Tracer<'py> {
         let false_module = self.body_module(&false_body, &lifted, &false_nodes)?;
         let true_get = self.submodule("cond_true_0", &true_module);
         let false_get = self.submodule("cond_false_0", &false_module);
-        let operation = py
-            .import_module("torch")?
-            .getattr("ops")?
-            .getattr("higher_order")?
-            .getattr("cond")?;
         let call_args = vec![
             Arg::Node(pred_node),
             Arg::Node(true_get),
             Arg::Node(false_get),
             Arg::Tuple(lifted.iter().map(|&n| Arg::Node(n)).collect()),
         ];
-        let items =
-            self.operation_outputs(&operation, "cond", call_args, Vec::new(), &true_fakes)?;
+        let items = self.operation_outputs("cond", call_args, Vec::new(), &true_fakes)?;
         let replaced: HashMap<VarId, VarId> = true_outputs.into_iter().zip(items).collect();
         Ok(self.replace_tensors(true_result, &replaced))
     }

@@ -251,28 +251,26 @@ impl<'py> Tracer<'py> {
                 return Ok(StateChange::Other);
             }
         }
+        // An argument by one of its keywords or its position.
+        let argument = |names: &[&str], position: usize| {
+            kwargs
+                .iter()
+                .find(|(k, _)| names.contains(&k.as_str()))
+                .map(|(_, v)| *v)
+                .or_else(|| args.get(position).copied())
+        };
         // Whether the operation runs in training mode (drawing random numbers, updating
         // running statistics): its flag, by keyword or position, unless known to be False;
         // absent, the function's default.
         let in_training = |position: usize, default: bool| {
-            let flag = kwargs
-                .iter()
-                .find(|(k, _)| k == "training" || k == "train")
-                .map(|(_, v)| *v)
-                .or_else(|| args.get(position).copied());
-            flag.map_or(default, |id| !known_false(id))
+            argument(&["training", "train"], position).map_or(default, |id| !known_false(id))
         };
         if base.contains("dropout") {
             // F.dropout(input, p, training=True, inplace), torch.dropout(input, p, train); with
             // p = 0 the input is returned as it is, drawing nothing (transformers' configs with
             // dropout off call it so in training).
-            let p = kwargs
-                .iter()
-                .find(|(k, _)| k == "p")
-                .map(|(_, v)| *v)
-                .or_else(|| args.get(1).copied());
-            let drops_nothing = p.is_some_and(|p| {
-                matches!(self.kind(p), VarKind::Const(v) if super::in_place::is_zero(&v.bind(py).clone()))
+            let drops_nothing = argument(&["p"], 1).is_some_and(|p| {
+                matches!(self.kind(p), VarKind::Const(v) if super::in_place::is_zero(&v.bind(py)))
             });
             return Ok(if in_training(2, true) && !drops_nothing {
                 random

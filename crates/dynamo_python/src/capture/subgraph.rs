@@ -252,18 +252,34 @@ impl<'py> Tracer<'py> {
         node
     }
 
-    /// Records the call of a higher-order operation returning the tuple of `output_fakes`;
-    /// the trackers of its items.
+    /// The fake values of `nodes`, as a tuple.
+    pub(super) fn node_fakes(&self, nodes: &[NodeId]) -> PyResult<Bound<'py, PyTuple>> {
+        let py = self.py;
+        PyTuple::new(
+            py,
+            nodes
+                .iter()
+                .map(|n| self.graph.nodes[n.0 as usize].fake.bind(py).clone()),
+        )
+    }
+
+    /// Records the call of `torch.ops.higher_order.<name>` returning the tuple of
+    /// `output_fakes`; the trackers of its items.
     pub(super) fn operation_outputs(
         &mut self,
-        operation: &Bound<'py, PyAny>,
         name: &str,
         args: Vec<Arg>,
         kwargs: Vec<(String, Arg)>,
         output_fakes: &Bound<'py, PyTuple>,
     ) -> CResult<Vec<VarId>> {
+        let operation = self
+            .h
+            .torch
+            .getattr("ops")?
+            .getattr("higher_order")?
+            .getattr(name)?;
         let node = self.graph.add(
-            Op::CallFunction(OwnedRef::from_bound(operation)),
+            Op::CallFunction(OwnedRef::from_bound(&operation)),
             name,
             args,
             kwargs,
