@@ -237,9 +237,10 @@ def input_fake(mode, tensor, code, name: str, policy, static: bool):
 def dynamic_int(mode, value: int, code, name: str, policy):
     """A frame argument that is an int: a SymInt (the graph takes it as an input) when it is
     to be dynamic — with `dynamic=True`, or once it has been seen with two values (automatic
-    dynamic, as TorchDynamo does for ints) — else None (a constant, guarded by value). 0 and
-    1 stay constants."""
-    if value in (0, 1) or not _number_is_dynamic(value, code, "int", name, policy):
+    dynamic, as TorchDynamo does for ints) — else None (a constant, guarded by value). Like
+    TorchDynamo's, the symbol is not specialised on 0 or 1: the value that changed may be
+    either."""
+    if not _number_is_dynamic(value, code, "int", name, policy):
         return None
     return _symbolic_number(mode, value, name, torch.SymInt)
 
@@ -328,19 +329,6 @@ def _floats_specialized(code) -> FloatsSpecialized:
     """Keeps the float arguments of `code` constant from now on; the error that says so."""
     FRAME_SIZES.setdefault(code, {})[_FLOATS_STATIC] = True
     return FloatsSpecialized()
-
-
-def dynamic_int_items(values, code, name: str, policy) -> bool:
-    """Whether some int of the tuple `values` (at source `name` in a frame of `code`) is to be
-    symbolic — seen with another value by an earlier compile (or `dynamic=True`), as
-    `dynamic_int` decides for each item `name[i]`; records this call's values either way.
-    0 and 1 stay constants."""
-    dynamic = False
-    for i, value in enumerate(values):
-        # Every item's value is recorded (no short-circuit), 0 and 1 included.
-        changed = _number_is_dynamic(value, code, "int", f"{name}[{i}]", policy)
-        dynamic = dynamic or (changed and value not in (0, 1))
-    return dynamic
 
 
 def _symbolic_builtins() -> dict:

@@ -215,9 +215,12 @@ impl BreakKind {
             ),
             BreakKind::RecursionDepth => (
                 "GB0017",
-                "Calls nested too deep",
-                "Inlining went deeper than the translator allows (usually recursion).",
-                "Rewrite recursion as a loop, or compile the recursive function separately.",
+                "Calls or containers nested too deep",
+                "Inlining went deeper than the translator allows (usually recursion), or a \
+                 list, tuple or dict read by the trace contains itself or is nested deeper \
+                 than the translator follows.",
+                "Rewrite recursion as a loop, or compile the recursive function separately; \
+                 pass the parts of a self-referencing structure the code needs.",
             ),
             BreakKind::Generator => (
                 "GB0018",

@@ -498,7 +498,9 @@ impl<'py> Tracer<'py> {
         if is("sum")
             && (1..=2).contains(&args.len())
             && kwargs.is_empty()
-            && (self.any_tensor(&args, &kwargs) || args.iter().any(|&a| self.contains_array(a)))
+            && (self.any_tensor(&args, &kwargs)
+                || args.iter().any(|&a| self.contains_array(a))
+                || self.sum_of_symbolic(&args))
         {
             // `sum(items, start)` adds left to right, starting from `start` (0), as Python does.
             let items = self.items_of(args[0])?;

@@ -78,7 +78,12 @@ impl<'py> Tracer<'py> {
                 );
                 let mut all = vec![stand_in];
                 all.extend_from_slice(args);
-                t.call_python(&init, all, kwargs.to_vec())?;
+                // The module is then made for real: what its `__init__` reads is guarded
+                // even where the trace only moves it (`self.scale = CONFIG["scale"]`).
+                let observing = std::mem::replace(&mut t.observe_every_value, true);
+                let called = t.call_python(&init, all, kwargs.to_vec());
+                t.observe_every_value = observing;
+                called?;
                 if t.graph.nodes.len() != nodes {
                     return unsupported(
                         BreakKind::UnsupportedCall,

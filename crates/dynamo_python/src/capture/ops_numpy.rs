@@ -468,7 +468,7 @@ impl<'py> Tracer<'py> {
     }
 
     fn holds_ndarray_within(&self, id: VarId, levels: u32) -> bool {
-        match self.kind(id) {
+        match self.kind_unobserved(id) {
             VarKind::NdArray(_) => true,
             VarKind::Tuple(items) | VarKind::List(items) if levels > 0 => items
                 .iter()
@@ -521,7 +521,7 @@ impl<'py> Tracer<'py> {
 
     /// Whether `id` is a NumPy array tracker, or a tuple, list or dict holding one.
     pub(super) fn contains_array(&self, id: VarId) -> bool {
-        match self.kind(id) {
+        match self.kind_unobserved(id) {
             VarKind::NdArray(_) => true,
             VarKind::Tuple(items) | VarKind::List(items) => {
                 items.iter().any(|&i| self.contains_array(i))

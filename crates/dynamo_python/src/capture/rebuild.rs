@@ -61,6 +61,12 @@ fn made_in_trace(tracer: &Tracer<'_>, id: VarId) -> bool {
 
 /// How to build `id`, collecting the graph outputs it needs.
 pub fn rebuild_plan(tracer: &Tracer<'_>, id: VarId, r: &mut Rebuilder) -> CResult<Rebuild> {
+    if let Some(source) = tracer.unread_item_source(id) {
+        // A constant item of a container the trace never looked at: loaded from where it
+        // is (the generated code rebuilds before it replays any store), so its value is
+        // not guarded.
+        return Ok(Rebuild::Source(source));
+    }
     if made_in_trace(tracer, id) {
         if r.watched_by_iter.contains(&id) {
             return unsupported(

@@ -56,6 +56,9 @@ pub fn unsupported<T>(kind: BreakKind, detail: impl Into<String>) -> CResult<T> 
 
 /// Deepest inlining before we give up (runaway recursion in traced code).
 const MAX_INLINE_DEPTH: usize = 64;
+/// How deeply nested lists, tuples, dicts and deques handed to the trace may be (real
+/// nestings are a handful deep; the limit keeps the stack of `wrap` bounded).
+const MAX_CONTAINER_NESTING: usize = 100;
 
 #[derive(Debug)]
 pub enum Flow {
@@ -133,6 +136,16 @@ pub struct Tracer<'py> {
     pub mutations: Vec<Mutation>,
     /// Objects whose identity the trace came to depend on (see `pin_identity`).
     pub pins: std::cell::RefCell<Vec<VarId>>,
+    /// Trackers with a pending guard the trace looked at (see `Var::pending_guard`).
+    observed: std::cell::RefCell<Vec<VarId>>,
+    /// The next `wrap` is of an item of a container wrapped whole: a constant's guard is left
+    /// pending (`Var::pending_guard`). Taken (reset) by each `wrap`.
+    item_of_container: bool,
+    /// Every value on the stack after each instruction counts as looked at (its pending
+    /// guard is added): while tracing code whose effect is then had by running it for real
+    /// (a module's `__init__` in `construct_module`), a value it only moves still decided
+    /// what the real run made.
+    pub observe_every_value: bool,
     /// The root instruction to stop before (a graph break found by an earlier trace).
     pub stop_at: Option<usize>,
     /// The class of each dict made in the trace that is not a plain `dict`
@@ -231,6 +244,9 @@ pub struct Tracer<'py> {
     /// While the frame's arguments are wrapped: the tensors in tuples among them are left
     /// unrealized (`VarKind::Unrealized`, see `lazy_inputs`). Taken (reset) by each `wrap`.
     pub lazy_tuple_items: bool,
+    /// The lists, tuples, dicts and deques whose items `wrap` is wrapping, outermost first
+    /// (by address): a cycle or too deep a nesting is a graph break, not a stack overflow.
+    containers_being_wrapped: Vec<usize>,
     /// Some tracker is `VarKind::Unrealized` (the stack is checked before each instruction).
     pub has_unrealized: bool,
     /// `obj.__dict__` of each instance made in the trace whose `__dict__` was read: a dict
@@ -328,6 +344,9 @@ impl<'py> Tracer<'py> {
             tuple_classes: HashMap::new(),
             mutations: Vec::new(),
             pins: std::cell::RefCell::new(Vec::new()),
+            observed: std::cell::RefCell::new(Vec::new()),
+            item_of_container: false,
+            observe_every_value: false,
             stop_at: None,
             dict_classes: HashMap::new(),
             dict_defaults: HashMap::new(),
@@ -360,6 +379,7 @@ impl<'py> Tracer<'py> {
             private_containers: Default::default(),
             module_reached: Default::default(),
             lazy_tuple_items: false,
+            containers_being_wrapped: Vec::new(),
             has_unrealized: false,
             instance_dicts: HashMap::new(),
             global_stores: Vec::new(),
@@ -377,6 +397,8 @@ impl<'py> Tracer<'py> {
             kind,
             source,
             identity_pending: false,
+            pending_guard: None,
+            observed: std::cell::Cell::new(false),
         });
         VarId(self.vars.len() as u32 - 1)
     }
@@ -404,6 +426,28 @@ impl<'py> Tracer<'py> {
                 self.guards.add(source, GuardKind::Id(value));
             }
         }
+        for id in std::mem::take(&mut *self.observed.borrow_mut()) {
+            if let Some((source, guard)) = self.vars[id.0 as usize].pending_guard.take() {
+                self.guards.add(source, guard);
+            }
+        }
+    }
+
+    /// The source of `id` if it is a constant item whose pending guard the trace has not
+    /// asked for (see `Var::pending_guard`).
+    pub fn unread_item_source(&self, id: VarId) -> Option<Rc<Source>> {
+        let var = &self.vars[id.0 as usize];
+        match &var.pending_guard {
+            Some((source, _)) if !var.observed.get() => Some(source.clone()),
+            _ => None,
+        }
+    }
+
+    /// What the trace knows of `id` without looking at its value: for questions whose
+    /// answer is the same for every constant (is it a tensor?), so an unread item's pending
+    /// guard stays pending. Anything that uses a value goes through [`Tracer::kind`].
+    pub fn kind_unobserved(&self, id: VarId) -> &VarKind {
+        &self.vars[id.0 as usize].kind
     }
 
     /// A method of a tracked value: `func` is the Python function to inline with `receiver`
@@ -424,7 +468,12 @@ impl<'py> Tracer<'py> {
     }
 
     pub fn kind(&self, id: VarId) -> &VarKind {
-        &self.vars[id.0 as usize].kind
+        let var = &self.vars[id.0 as usize];
+        if var.pending_guard.is_some() && !var.observed.get() {
+            var.observed.set(true);
+            self.observed.borrow_mut().push(id);
+        }
+        &var.kind
     }
 
     pub fn source(&self, id: VarId) -> Option<Rc<Source>> {
@@ -591,7 +640,7 @@ impl<'py> Tracer<'py> {
     }
 
     pub fn contains_tensor(&self, id: VarId) -> bool {
-        match self.kind(id) {
+        match self.kind_unobserved(id) {
             VarKind::Tensor { .. } | VarKind::Unrealized(_) => true,
             VarKind::Tuple(items) | VarKind::List(items) | VarKind::Slice(items) => {
                 items.iter().any(|&i| self.contains_tensor(i))
@@ -610,32 +659,6 @@ impl<'py> Tracer<'py> {
         }
     }
 
-    /// Whether a tuple of ints at `source` (a frame argument, or an item of one) has items
-    /// that automatic dynamic shapes make symbolic (`_shapes.dynamic_int_items`, which also
-    /// records this call's values).
-    fn int_items_dynamic(
-        &mut self,
-        value: &Bound<'py, PyAny>,
-        source: &Rc<Source>,
-    ) -> CResult<bool> {
-        let Some(code) = &self.root_code else {
-            return Ok(false);
-        };
-        if value.len()? == 0
-            || !value
-                .try_iter()?
-                .all(|item| item.is_ok_and(|i| i.is_exact_instance_of::<pyo3::types::PyInt>()))
-        {
-            return Ok(false);
-        }
-        let code = code.bind(self.py).clone();
-        let dynamic = self.py.import_module("dynamo_rs._shapes")?.call_method1(
-            "dynamic_int_items",
-            (value, code, source.describe(), self.dynamic),
-        )?;
-        Ok(dynamic.is_truthy()?)
-    }
-
     /// Turns a real value read from `source` into a tracker, recording the guard that keeps
     /// the trace valid: tensors become graph inputs, constants are guarded by value,
     /// containers by type and length (their items by their own guards), other objects by
@@ -645,8 +668,45 @@ impl<'py> Tracer<'py> {
         value: &Bound<'py, PyAny>,
         source: Option<Rc<Source>>,
     ) -> CResult<VarId> {
+        // Lists, tuples, dicts and deques are wrapped item by item, recursively: one that
+        // contains itself (a module's globals reached through a registry stored in them)
+        // would recurse without end, and a very deep one would exhaust the stack.
+        let ty = value.get_type();
+        let h = &self.h;
+        let container = ty.is(&h.list_type)
+            || ty.is(&h.tuple_type)
+            || ty.is(&h.dict_type)
+            || ty.is(&h.deque_type);
+        if !container {
+            return self.wrap_value(value, source);
+        }
+        let ptr = value.as_ptr() as usize;
+        if self.containers_being_wrapped.contains(&ptr) {
+            return unsupported(
+                BreakKind::RecursionDepth,
+                "a container that contains itself",
+            );
+        }
+        if self.containers_being_wrapped.len() >= MAX_CONTAINER_NESTING {
+            return unsupported(
+                BreakKind::RecursionDepth,
+                format!("containers nested more than {MAX_CONTAINER_NESTING} deep"),
+            );
+        }
+        self.containers_being_wrapped.push(ptr);
+        let wrapped = self.wrap_value(value, source);
+        self.containers_being_wrapped.pop();
+        wrapped
+    }
+
+    fn wrap_value(
+        &mut self,
+        value: &Bound<'py, PyAny>,
+        source: Option<Rc<Source>>,
+    ) -> CResult<VarId> {
         let h = self.h.clone();
         let lazy_items = std::mem::take(&mut self.lazy_tuple_items);
+        let item_of_container = std::mem::take(&mut self.item_of_container);
         if value.is_instance(&h.tensor_type)? {
             let Some(source) = source else {
                 return unsupported(
@@ -674,17 +734,23 @@ impl<'py> Tracer<'py> {
                 return Ok(id);
             }
         }
-        // A tuple of ints among the frame's arguments (an image size, a shape) whose items
-        // changed between compiles: its items are wrapped one by one, so the ones that
-        // changed become symbolic (automatic dynamic), as TorchDynamo wraps them.
-        let dynamic_items = argument_item
-            && value.get_type().is(&h.tuple_type)
-            && self.int_items_dynamic(value, source.as_ref().expect("matched"))?;
-        if !dynamic_items && h.is_constant(value)? {
-            if let Some(s) = &source {
-                self.guards
-                    .add(s.clone(), GuardKind::Equals(OwnedRef::from_bound(value)));
-            }
+        // A tuple among the frame's arguments (an image size, a shape, a batch's metadata) is
+        // wrapped item by item, not as one constant: only the items the trace reads are
+        // guarded, and its ints seen with other values before become symbolic (automatic
+        // dynamic), as TorchDynamo wraps them.
+        let argument_tuple = argument_item && value.get_type().is(&h.tuple_type);
+        if !argument_tuple && h.is_constant(value)? {
+            let guard = source
+                .clone()
+                .map(|s| (s, GuardKind::Equals(OwnedRef::from_bound(value))));
+            let pending = if item_of_container {
+                guard
+            } else {
+                if let Some((s, guard)) = guard {
+                    self.guards.add(s, guard);
+                }
+                None
+            };
             // A slice with NumPy integer bounds is traced with the ints they are (the graph's
             // code names no `np`); the guard keeps the slice as it is.
             let traced = match value.cast::<pyo3::types::PySlice>() {
@@ -705,7 +771,9 @@ impl<'py> Tracer<'py> {
                 }
                 Err(_) => value.clone(),
             };
-            return Ok(self.add(VarKind::Const(OwnedRef::from_bound(&traced)), source));
+            let id = self.add(VarKind::Const(OwnedRef::from_bound(&traced)), source);
+            self.vars[id.0 as usize].pending_guard = pending;
+            return Ok(id);
         }
         let exact_tuple = value.get_type().is(&h.tuple_type);
         let exact_list = value.get_type().is(&h.list_type);
@@ -741,6 +809,7 @@ impl<'py> Tracer<'py> {
                 }
                 // A tuple inside it: its tensors are left unrealized too.
                 self.lazy_tuple_items = lazy_item && item.get_type().is(&h.tuple_type);
+                self.item_of_container = true;
                 let wrapped = self.wrap(&item, item_source);
                 self.lazy_tuple_items = false;
                 items.push(wrapped?);
@@ -990,6 +1059,7 @@ impl<'py> Tracer<'py> {
         for key in keys.iter() {
             let item = dict.get_item(&key)?.expect("key from this dict");
             let item_source = source.map(|s| Rc::new(Source::Item(s.clone(), ItemKey::of(&key))));
+            self.item_of_container = true;
             let item = self.wrap(&item, item_source)?;
             entries.push((OwnedRef::from_bound(&key), item));
         }
@@ -1045,6 +1115,11 @@ impl<'py> Tracer<'py> {
             } else {
                 self.step(frame, &instruction)
             };
+            if self.observe_every_value {
+                for &id in &frame.stack {
+                    self.kind(id);
+                }
+            }
             match stepped {
                 Ok(Flow::Continue) => {}
                 Ok(done) => break Ok(done),

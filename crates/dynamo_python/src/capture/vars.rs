@@ -246,6 +246,13 @@ pub struct Var {
     /// depends on which object it is (`is`, a trace-time call given the object), its identity
     /// is guarded after all (`Tracer::pin_identity`).
     pub identity_pending: bool,
+    /// A constant read as an item of a list, tuple, dict or deque wrapped whole: the guard
+    /// that fixes its value is added only once the trace looks at it (`Tracer::kind`), so
+    /// items the code never reads — a step counter or a file name in a batch dict — do not
+    /// recompile when they change (TorchDynamo's lazily wrapped items).
+    pub pending_guard: Option<(std::rc::Rc<super::source::Source>, super::guards::GuardKind)>,
+    /// `pending_guard` was asked for (recorded in `Tracer::pins`, applied by `apply_pins`).
+    pub observed: std::cell::Cell<bool>,
 }
 
 /// What entering a [`VarKind::GradModeContext`] does; leaving restores the mode it found
