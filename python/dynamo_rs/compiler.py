@@ -72,6 +72,10 @@ def _compiled_function(fn: Callable, converter) -> Callable:
         return _run(converter, fn, args, kwargs)
 
     compiled._dynamo_rs_converter = converter  # type: ignore[attr-defined]
+    # torch.compile always traces the function it is given (`always_optimize_code_objects`).
+    code = getattr(fn, "__code__", None)
+    if code is not None:
+        converter.set_root_code(code)
     compiled._torchdynamo_orig_callable = fn  # type: ignore[attr-defined]
     return compiled
 

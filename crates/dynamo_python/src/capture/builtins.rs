@@ -500,7 +500,8 @@ impl<'py> Tracer<'py> {
             && kwargs.is_empty()
             && (self.any_tensor(&args, &kwargs)
                 || args.iter().any(|&a| self.contains_array(a))
-                || self.sum_of_symbolic(&args))
+                || self.sum_of_symbolic(&args)
+                || self.sum_of_user_objects(&args))
         {
             // `sum(items, start)` adds left to right, starting from `start` (0), as Python does.
             let items = self.items_of(args[0])?;

@@ -145,8 +145,15 @@ impl<'py> Tracer<'py> {
                 return Ok(None);
             }
             let mut items = self.items_of(args[0])?;
+            let len = items.len();
             items.reverse();
-            return Ok(Some(self.new_iter_watching(items, &args[..1], false)));
+            let made = self.new_iter_watching(items, &args[..1], false);
+            if let VarKind::Iter { watched, .. } = &mut self.vars[made.0 as usize].kind {
+                if let [w] = watched.as_mut_slice() {
+                    w.reversed_len = Some(len);
+                }
+            }
+            return Ok(Some(made));
         }
         if func.is(&builtins.getattr("next")?) && (1..=2).contains(&args.len()) {
             if self.is_lazy_iterator(args[0]) {
@@ -194,6 +201,7 @@ impl<'py> Tracer<'py> {
                 VarKind::Iter { watched: inner, .. } => {
                     watched.extend(inner.iter().map(|w| Watched {
                         positional: false,
+                        reversed_len: None,
                         ..w.clone()
                     }))
                 }
@@ -201,11 +209,13 @@ impl<'py> Tracer<'py> {
                     container: dict,
                     then: self.contents_fingerprint(dict),
                     positional,
+                    reversed_len: None,
                 }),
                 VarKind::List(_) | VarKind::Dict(_) => watched.push(Watched {
                     container,
                     then: self.contents_fingerprint(container),
                     positional,
+                    reversed_len: None,
                 }),
                 _ => {}
             }
@@ -285,6 +295,7 @@ impl<'py> Tracer<'py> {
             return Ok(None);
         }
         self.refresh_list_iterator(iter);
+        self.refresh_reversed_list_iterator(iter);
         let VarKind::Iter { watched, next, .. } = self.kind(iter) else {
             unreachable!("checked above");
         };
@@ -346,6 +357,45 @@ impl<'py> Tracer<'py> {
         let then = self.contents_fingerprint(container);
         if let VarKind::Iter { items, watched, .. } = &mut self.vars[iter.0 as usize].kind {
             *items = now;
+            watched[0].then = then;
+        }
+    }
+
+    /// `reversed(list)` at its next step: the list's item at position `len - 1 - next`
+    /// (`len` as it was when the iterator was made) as the list is now, and the ones before
+    /// it after; none if the list has shrunk below that position (Python's iterator then
+    /// ends, for good).
+    fn refresh_reversed_list_iterator(&mut self, iter: VarId) {
+        let VarKind::Iter {
+            watched,
+            next,
+            exhausted: false,
+            ..
+        } = self.kind(iter)
+        else {
+            return;
+        };
+        let [Watched {
+            container,
+            reversed_len: Some(len),
+            ..
+        }] = watched.as_slice()
+        else {
+            return;
+        };
+        let (container, len, next) = (*container, *len, *next);
+        let VarKind::List(now) = self.kind(container) else {
+            return;
+        };
+        let position = len.checked_sub(next + 1);
+        let remaining: Vec<VarId> = match position {
+            Some(p) if p < now.len() => now[..=p].iter().rev().copied().collect(),
+            _ => Vec::new(),
+        };
+        let then = self.contents_fingerprint(container);
+        if let VarKind::Iter { items, watched, .. } = &mut self.vars[iter.0 as usize].kind {
+            items.truncate(next);
+            items.extend(remaining);
             watched[0].then = then;
         }
     }

@@ -61,6 +61,7 @@ mod ops_state_context;
 mod ops_super;
 mod ops_symbolic;
 mod ops_tensor_method;
+mod ops_user_operators;
 mod ops_with;
 mod persist;
 mod rebuild;
@@ -114,6 +115,10 @@ pub struct Converter {
     /// Where functions inlined into a frame that failed will be split when they run as frames
     /// of their own (see `SplitHint`).
     split_hints: std::sync::Mutex<Vec<SplitHint>>,
+    /// The code of the function given to `dynamo_rs.compile`: traced even when nothing of
+    /// torch's is among its inputs or globals (its arguments may be objects holding tensors),
+    /// as torch.compile always traces the function it is given.
+    root_code: std::sync::OnceLock<Py<PyAny>>,
 }
 
 /// A frame split at a graph break inside an inlined call runs that call as it is, and the
@@ -192,7 +197,13 @@ impl Converter {
             cache_key,
             stats: std::sync::Mutex::new(ConverterStats::default()),
             split_hints: std::sync::Mutex::new(Vec::new()),
+            root_code: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Names the code of the function this converter was made for (see `root_code`).
+    fn set_root_code(&self, code: Py<PyAny>) {
+        let _ = self.root_code.set(code);
     }
 
     /// Graphs compiled.
@@ -759,7 +770,8 @@ impl Converter {
         // `torch` module the code names (it may make tensors), as for TorchDynamo.
         let name = code.getattr("co_name")?.extract::<String>()?;
         let is_resume = name.starts_with(graph_break::RESUME_PREFIX);
-        let torch_related = any_tensor || names_torch_module(&h, &code, &globals)?;
+        let is_root_code = self.root_code.get().is_some_and(|c| c.bind(py).is(&code));
+        let torch_related = any_tensor || is_root_code || names_torch_module(&h, &code, &globals)?;
         if (!torch_related && !is_resume) || name.starts_with(graph_break::HANDLER_PREFIX) {
             return Ok(None);
         }

@@ -296,6 +296,9 @@ impl<'py> Tracer<'py> {
         if let Some(result) = self.numpy_operator(op, &args)? {
             return Ok(result);
         }
+        if let Some(result) = self.user_operator(op, &args)? {
+            return Ok(result);
+        }
         if args
             .iter()
             .any(|&a| matches!(self.kind(a), VarKind::Tensor { .. }))
@@ -659,32 +662,37 @@ impl<'py> Tracer<'py> {
 
     /// Whether `id` is an object (made in the trace, or existing and not a module or a
     /// class) whose class defines `name` as a Python function.
-    fn has_python_method(&self, id: VarId, name: &str) -> CResult<bool> {
+    pub(super) fn has_python_method(&self, id: VarId, name: &str) -> CResult<bool> {
+        Ok(self.user_class(id)?.is_some_and(|cls| {
+            cls.getattr(name)
+                .is_ok_and(|m| m.is_instance(&self.h.function_type).unwrap_or(false))
+        }))
+    }
+
+    /// The class of `id` if it is an object whose Python methods the trace inlines: one
+    /// made in the trace (not a `ModelOutput`), an instance of a user dict class, or an
+    /// existing object that is neither a module nor a class.
+    pub(super) fn user_class(&self, id: VarId) -> CResult<Option<Bound<'py, PyAny>>> {
         let py = self.py;
-        let cls = match self.kind(id) {
+        Ok(match self.kind(id) {
             VarKind::Instance {
                 cls,
                 model_output: false,
                 ..
-            } => cls.bind(py).clone(),
-            VarKind::Dict(_) => match self.user_dict_class(id) {
-                Some(cls) => cls,
-                None => return Ok(false),
-            },
+            } => Some(cls.bind(py).clone()),
+            VarKind::Dict(_) => self.user_dict_class(id),
             VarKind::Object(value) => {
                 let value = value.bind(py);
                 if value.is_instance(&self.h.module_type)?
                     || value.is_instance_of::<pyo3::types::PyType>()
                 {
-                    return Ok(false);
+                    None
+                } else {
+                    Some(value.get_type().into_any())
                 }
-                value.get_type().into_any()
             }
-            _ => return Ok(false),
-        };
-        Ok(cls
-            .getattr(name)
-            .is_ok_and(|m| m.is_instance(&self.h.function_type).unwrap_or(false)))
+            _ => None,
+        })
     }
 
     pub fn subscript(&mut self, container: VarId, index: VarId) -> CResult<VarId> {

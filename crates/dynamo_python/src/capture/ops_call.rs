@@ -135,9 +135,27 @@ impl<'py> Tracer<'py> {
         let level = self.pop(f)?;
         let name = f.names.get_item(i as usize)?.to_string();
         let level: i64 = self.python_value(level)?.extract()?;
-        if level != 0 {
-            return unsupported(BreakKind::Import, format!("a relative import of {name}"));
-        }
+        let name = if level == 0 {
+            name
+        } else {
+            // `from .x import y` inside a function: resolved against the package of the
+            // frame's module as `__import__` resolves it (`__package__`, else `__spec__`).
+            let bootstrap = self.py.import_module("importlib._bootstrap")?;
+            let resolved = bootstrap
+                .call_method1("_calc___package__", (&f.globals,))
+                .and_then(|package| {
+                    bootstrap.call_method1("_resolve_name", (name.as_str(), package, level))
+                });
+            match resolved {
+                Ok(absolute) => absolute.to_string(),
+                Err(err) => {
+                    return unsupported(
+                        BreakKind::Import,
+                        format!("a relative import of {name}: {err}"),
+                    )
+                }
+            }
+        };
         let modules = self.py.import_module("sys")?.getattr("modules")?;
         if !modules.contains(&name)? {
             return unsupported(
@@ -566,7 +584,14 @@ impl<'py> Tracer<'py> {
             .getattr("__module__")
             .map(|m| m.to_string() == "_operator")
             .unwrap_or(false);
-        if is_operator && kwargs.is_empty() && args.iter().any(|&a| self.is_symbolic(a)) {
+        // `operator.add(a, b)` on symbolic numbers, or on objects whose class defines the
+        // operator in Python (see `ops_user_operators`): as `a + b`.
+        if is_operator
+            && kwargs.is_empty()
+            && args
+                .iter()
+                .any(|&a| self.is_symbolic(a) || self.user_class(a).is_ok_and(|c| c.is_some()))
+        {
             return self.apply_operator(obj, args);
         }
         if obj.is(&h.torch_assert) && !args.is_empty() && kwargs.is_empty() {

@@ -666,13 +666,11 @@ impl<'py> Tracer<'py> {
             super::guard_values::class_lookup(dict.get_type().as_any(), &key)
                 .is_some_and(|found| found.is_instance(&self.h.function_type).unwrap_or(true))
         };
-        // So is a `__getitem__` override in a class that also writes its items through Python
-        // (`__setitem__`, `__setattr__`: transformers' `ModelOutput` keeps fields and items in
-        // step), whose items are read through its own methods.
+        // A class that also writes its items through Python (`__setitem__`, `__setattr__`:
+        // transformers' `ModelOutput` keeps fields and items in step) still stores them in
+        // the table these methods read.
         let own_lookup = defines_in_python("__getitem__");
-        let refused = ["__iter__", "__setitem__", "__setattr__"]
-            .into_iter()
-            .find(|&d| defines_in_python(d) && (d == "__iter__" || own_lookup));
+        let refused = ["__iter__"].into_iter().find(|&d| defines_in_python(d));
         if let Some(dunder) = refused {
             return unsupported(
                 BreakKind::UnsupportedOperation,

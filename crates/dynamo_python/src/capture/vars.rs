@@ -32,6 +32,10 @@ pub struct Watched {
     pub container: VarId,
     pub then: Vec<usize>,
     pub positional: bool,
+    /// `reversed(list)`: the list's length when the iterator was made. Python's reversed
+    /// list iterator reads position `len - 1 - n` of the list as it is at step `n` (items
+    /// appended meanwhile are not seen, a list shrunk below the position ends it).
+    pub reversed_len: Option<usize>,
 }
 
 #[derive(Debug)]

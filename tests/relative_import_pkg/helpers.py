@@ -1,0 +1,5 @@
+SCALE = 3.0
+
+
+def shift(x):
+    return x + 1
