@@ -47,8 +47,10 @@ enum Continuation {
     /// frame resumes at the next instruction.
     Run { pops: usize, pushes: usize },
     /// A `POP_JUMP_IF_*` on a value the trace could not decide: the frame resumes at the
-    /// next instruction or at `target`, whichever the real value picks.
-    Branch { target: usize },
+    /// next instruction or at `target`, whichever the real value picks. `keeps_on_jump`:
+    /// `JUMP_IF_FALSE_OR_POP`/`JUMP_IF_TRUE_OR_POP` (`a and b`, `a or b`), which leave the
+    /// value on the stack when they jump.
+    Branch { target: usize, keeps_on_jump: bool },
     /// `RAISE_VARARGS`: the instruction pops `pops` values and never continues (an
     /// enclosing handler, if any, takes over).
     Raise { pops: usize },
@@ -75,9 +77,16 @@ fn continuation(ins: &Instruction) -> Option<Continuation> {
         // A context manager the translator does not follow: entered by the generated code,
         // the block's body (under its cleanup handler) runs in the resume function.
         BeforeWith => run(1, 2),
-        PopJumpIfFalse | PopJumpIfTrue | PopJumpIfNone | PopJumpIfNotNone => ins
-            .jump_target()
-            .map(|t| Continuation::Branch { target: t.index() }),
+        PopJumpIfFalse | PopJumpIfTrue | PopJumpIfNone | PopJumpIfNotNone => {
+            ins.jump_target().map(|t| Continuation::Branch {
+                target: t.index(),
+                keeps_on_jump: false,
+            })
+        }
+        JumpIfFalseOrPop | JumpIfTrueOrPop => ins.jump_target().map(|t| Continuation::Branch {
+            target: t.index(),
+            keeps_on_jump: true,
+        }),
         _ => None,
     }
 }
@@ -208,14 +217,18 @@ impl Converter {
                 }
                 (stack.len() - pops, Vec::new())
             }
-            Continuation::Branch { target } => {
+            Continuation::Branch {
+                target,
+                keeps_on_jump,
+            } => {
                 if stack.is_empty() {
                     return unsupported(
                         BreakKind::Internal,
                         "internal: a branch on an empty stack",
                     );
                 }
-                (stack.len() - 1, vec![(index + 1, 0), (target, 0)])
+                let on_jump = usize::from(keeps_on_jump);
+                (stack.len() - 1, vec![(index + 1, 0), (target, on_jump)])
             }
         };
         let liveness =
@@ -424,8 +437,11 @@ impl Converter {
                 let (fallthrough, _) = &exits[0];
                 resume_at(&mut gen, fallthrough, &kept_nulls)?;
                 gen.patch_jump_here(jump);
-                let (taken, _) = &exits[1];
-                resume_at(&mut gen, taken, &kept_nulls)?;
+                // `JUMP_IF_*_OR_POP` jumps with the value still on the stack.
+                let (taken, pushes) = &exits[1];
+                let mut nulls = kept_nulls.clone();
+                nulls.extend(std::iter::repeat_n(false, *pushes));
+                resume_at(&mut gen, taken, &nulls)?;
             }
         }
         if let Some((h, exit)) = &handler {
