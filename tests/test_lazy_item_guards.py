@@ -263,6 +263,35 @@ def module_made_from_global_items(x):
     return ScaledFromSettings()(x)
 
 
+class WithConfig(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.cfg = {"scale": 2.0, "calls": 0, "tags": ["a"]}
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.lin(x) * self.cfg["scale"] + len(self.cfg["tags"])
+
+
+def test_a_module_attribute_dict_guards_what_forward_reads():
+    # `calls` changes every call and is never read; `scale` and the length of `tags` are.
+    torch.manual_seed(0)
+    model = WithConfig()
+    ours = CompileCounter()
+    compiled = dynamo_rs.compile(model, backend=ours)
+    x = torch.randn(2, 4)
+    seen = set()
+    for i in range(12):
+        model.cfg["calls"] = i
+        if i % 4 == 3:
+            model.cfg["scale"] = float(i)
+        if i % 5 == 4:
+            model.cfg["tags"].append("b")
+        seen.add((model.cfg["scale"], len(model.cfg["tags"])))
+        torch.testing.assert_close(compiled(x), model(x))
+    assert ours.frame_count == len(seen)
+
+
 @pytest.fixture(autouse=True)
 def _fresh():
     reset_all()

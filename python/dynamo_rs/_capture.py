@@ -665,6 +665,10 @@ def log_recompile(frame) -> None:
 # Resume functions made for graph breaks, per original code object: {(target, stack NULLs,
 # locals): code}. Weak: a code object that goes away takes its resume functions with it.
 RESUME_CODES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+# Each resume function's origin: {resume code: (weak reference to the original code, index of the first instruction
+# of its copy of the original's body, the number of its arguments)} — a break inside it makes
+# the original's resume function instead of one of its own (`rebased_resume_code`).
+RESUME_ORIGINS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 _graph_breaks_log = logging.getLogger("dynamo_rs.graph_breaks")
 _logged_breaks: set = set()

@@ -35,6 +35,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
 use super::codegen::CodeGen;
+use super::frame_state::frame_state;
 use super::guards::NativeGuard;
 use super::translator::{unsupported, CResult, CaptureError, FrameState, Tracer};
 use super::vars::{Cell, VarId, VarKind};
@@ -409,6 +410,7 @@ impl Converter {
                 nulls,
                 &local_temps,
                 &state_blocks,
+                true,
             )
         };
         match continuation {
@@ -471,6 +473,7 @@ impl Converter {
                 &nulls,
                 &local_temps,
                 &[],
+                false,
             )?;
         }
         let new_code = gen.assemble()?;
@@ -499,6 +502,7 @@ impl Converter {
         nulls: &[bool],
         local_temps: &HashMap<u32, u32>,
         contexts: &[(usize, Bound<'py, PyAny>)],
+        rebase: bool,
     ) -> CResult<()> {
         // STORE_FAST pops the top first; a NULL stored leaves the temp unbound, harmlessly.
         let mut stack_temps = Vec::with_capacity(nulls.len());
@@ -510,7 +514,15 @@ impl Converter {
         stack_temps.reverse();
         let positions: Vec<usize> = contexts.iter().map(|(k, _)| *k).collect();
         let layout = exit.layout(nulls, &positions);
-        let resume = resume_code(py, code, state, exit.target, &layout)?;
+        let rebased = if rebase {
+            rebased_resume_code(py, code, state, exit.target, &layout)?
+        } else {
+            None
+        };
+        let resume = match rebased {
+            Some(resume) => resume,
+            None => resume_code(py, code, state, exit.target, &layout)?,
+        };
         gen.emit_instruction(Opcode::PushNull, Operand::None);
         let free_vars: Vec<String> = code.getattr("co_freevars")?.extract()?;
         if free_vars.is_empty() {
@@ -637,7 +649,7 @@ fn resume_code<'py>(
     {
         return Ok(found);
     }
-    let (instructions, _) = resume_body(state, target, layout, code)?;
+    let (instructions, original_prologue) = resume_body(state, target, layout, code)?;
     let flags: u32 = code.getattr("co_flags")?.extract()?;
     // Plain positional arguments: no `*args`/`**kwargs` flags.
     let flags = flags & !(0x04 | 0x08);
@@ -687,5 +699,64 @@ fn resume_code<'py>(
     kwargs.set_item("co_qualname", &qualname)?;
     let resume = crate::api::bytecode::code_with_tables(code, &assembled, kwargs)?;
     cache.set_item(&key, &resume)?;
+    // Where its copy of the original's body starts, for `rebased_resume_code`.
+    let body_start = instructions.len() + original_prologue - state.instructions.len();
+    // The original by a weak reference: `RESUME_CODES` keeps the resume code alive as long
+    // as the original lives, so a strong one back would keep both forever.
+    let original = py.import_module("weakref")?.call_method1("ref", (code,))?;
+    py.import_module("dynamo_rs._capture")?
+        .getattr("RESUME_ORIGINS")?
+        .set_item(&resume, (original, body_start, layout.arg_count()))?;
     Ok(resume)
+}
+
+/// For a break in a resume function of `code`'s original (`RESUME_ORIGINS`): the resume
+/// function of the original itself at the same place, with the same values — so that paths
+/// through different branches that meet again share it, as TorchDynamo's do (k data-dependent
+/// branches in a row made up to 2^k resume functions, each compiled). None where the break
+/// is not in the copied body, or the exit passes the resume function's own argument slots
+/// (the receiver put back in slot 0 for `super()`): then a resume function of `code`.
+fn rebased_resume_code<'py>(
+    py: Python<'py>,
+    code: &Bound<'py, PyAny>,
+    state: &FrameState<'py>,
+    target: usize,
+    layout: &ResumeLayout,
+) -> CResult<Option<Bound<'py, PyAny>>> {
+    let origins = py
+        .import_module("dynamo_rs._capture")?
+        .getattr("RESUME_ORIGINS")?;
+    let entry = origins.call_method1("get", (code,))?;
+    if entry.is_none() {
+        return Ok(None);
+    }
+    let (original, body_start, shift): (Bound<'py, PyAny>, usize, usize) = entry.extract()?;
+    let original = original.call0()?;
+    if original.is_none() {
+        return Ok(None);
+    }
+    let shift = shift as u32;
+    let slots = layout
+        .locals
+        .iter()
+        .chain(&layout.cells)
+        .chain(&layout.cell_values);
+    if target < body_start || layout.receiver_to_slot_zero || slots.clone().any(|&s| s < shift) {
+        return Ok(None);
+    }
+    let original_state = frame_state(
+        &original,
+        state.globals.clone(),
+        state.builtins.clone(),
+        false,
+    )?;
+    let original_target = target - body_start + prologue_len(&original_state)?;
+    let unshift = |slots: &[u32]| slots.iter().map(|&s| s - shift).collect::<Vec<u32>>();
+    let mapped = ResumeLayout {
+        locals: unshift(&layout.locals),
+        cells: unshift(&layout.cells),
+        cell_values: unshift(&layout.cell_values),
+        ..layout.clone()
+    };
+    resume_code(py, &original, &original_state, original_target, &mapped).map(Some)
 }

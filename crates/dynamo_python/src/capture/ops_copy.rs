@@ -121,7 +121,8 @@ impl<'py> Tracer<'py> {
     /// Lists and dicts read from a private object are its own: trackers of them may not be
     /// changed (the object would not see the change; see `may_change_container`).
     pub fn mark_private_containers(&mut self, id: VarId) {
-        let inner: Vec<VarId> = match self.kind(id) {
+        // Which trackers are containers does not depend on any item's value.
+        let inner: Vec<VarId> = match self.kind_unobserved(id) {
             VarKind::List(items) | VarKind::Tuple(items) => items.clone(),
             VarKind::Dict(entries) => entries.iter().map(|(_, v)| *v).collect(),
             _ => return,

@@ -193,7 +193,8 @@ impl<'py> Tracer<'py> {
         if !self.module_reached.insert(id) {
             return;
         }
-        let inner: Vec<VarId> = match self.kind(id) {
+        // Which trackers are containers does not depend on any item's value.
+        let inner: Vec<VarId> = match self.kind_unobserved(id) {
             VarKind::List(items) | VarKind::Tuple(items) => items.clone(),
             VarKind::Dict(entries) => entries.iter().map(|(_, v)| *v).collect(),
             _ => return,
