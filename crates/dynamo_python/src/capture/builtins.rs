@@ -500,8 +500,7 @@ impl<'py> Tracer<'py> {
             && kwargs.is_empty()
             && (self.any_tensor(&args, &kwargs)
                 || args.iter().any(|&a| self.contains_array(a))
-                || self.sum_of_symbolic(&args)
-                || self.sum_of_user_objects(&args))
+                || self.sum_operated_one_by_one(&args))
         {
             // `sum(items, start)` adds left to right, starting from `start` (0), as Python does.
             let items = self.items_of(args[0])?;

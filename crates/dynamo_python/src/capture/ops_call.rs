@@ -586,12 +586,7 @@ impl<'py> Tracer<'py> {
             .unwrap_or(false);
         // `operator.add(a, b)` on symbolic numbers, or on objects whose class defines the
         // operator in Python (see `ops_user_operators`): as `a + b`.
-        if is_operator
-            && kwargs.is_empty()
-            && args
-                .iter()
-                .any(|&a| self.is_symbolic(a) || self.user_class(a).is_ok_and(|c| c.is_some()))
-        {
+        if is_operator && kwargs.is_empty() && args.iter().any(|&a| self.operated_one_by_one(a)) {
             return self.apply_operator(obj, args);
         }
         if obj.is(&h.torch_assert) && !args.is_empty() && kwargs.is_empty() {

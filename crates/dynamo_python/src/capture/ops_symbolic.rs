@@ -24,18 +24,6 @@ impl<'py> Tracer<'py> {
         matches!(self.kind(id), VarKind::Symbolic { .. })
     }
 
-    /// Whether `sum(args...)` adds a symbolic number: the items of a tuple or list (or the
-    /// start). Added one by one, it stays symbolic; evaluated whole it would be specialised.
-    pub(super) fn sum_of_symbolic(&self, args: &[VarId]) -> bool {
-        let items_symbolic = match self.kind(args[0]) {
-            VarKind::Tuple(items) | VarKind::List(items) => {
-                items.iter().any(|&i| self.is_symbolic(i))
-            }
-            _ => false,
-        };
-        items_symbolic || args.get(1).is_some_and(|&start| self.is_symbolic(start))
-    }
-
     /// The Python value of a symbolic value, specialised: the ShapeEnv records the guard.
     /// Notes where, so a `mark_dynamic` dimension specialised here can name the line.
     pub fn specialize(&self, fake: &Bound<'py, PyAny>) -> CResult<Bound<'py, PyAny>> {

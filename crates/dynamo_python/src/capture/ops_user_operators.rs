@@ -92,44 +92,43 @@ impl<'py> Tracer<'py> {
                         return Ok(Some(result));
                     }
                 }
-                return self.dispatch_binary(binary, method, lhs, rhs);
+                return self.dispatch_binary(binary, lhs, rhs);
             }
         }
-        if let Some(&(_, method, _)) = BINARY
-            .iter()
-            .chain(COMPARE.iter())
-            .find(|(n, _, _)| *n == name)
-        {
-            return self.dispatch_binary(name, method, lhs, rhs);
-        }
-        Ok(None)
+        self.dispatch_binary(name, lhs, rhs)
     }
 
-    /// Whether `sum(items[, start])` adds objects whose class defines `+` in Python: then
-    /// added one by one through their methods.
-    pub(super) fn sum_of_user_objects(&self, args: &[VarId]) -> bool {
-        let user = |id: VarId| self.user_class(id).is_ok_and(|c| c.is_some());
-        let items_user = match self.kind(args[0]) {
-            VarKind::Tuple(items) | VarKind::List(items) => items.iter().any(|&i| user(i)),
+    /// Whether the trace applies operators to `id` one by one rather than evaluating them
+    /// on Python values: a symbolic number (evaluated, it would be specialised) or an object
+    /// whose class defines operators in Python (`operator.add(a, b)`, `sum(objects)`).
+    pub(super) fn operated_one_by_one(&self, id: VarId) -> bool {
+        self.is_symbolic(id) || self.user_class(id).is_ok_and(|c| c.is_some())
+    }
+
+    /// Whether `sum(items[, start])` adds such values (see `operated_one_by_one`).
+    pub(super) fn sum_operated_one_by_one(&self, args: &[VarId]) -> bool {
+        let items = match self.kind(args[0]) {
+            VarKind::Tuple(items) | VarKind::List(items) => {
+                items.iter().any(|&i| self.operated_one_by_one(i))
+            }
             _ => false,
         };
-        items_user || args.get(1).is_some_and(|&start| user(start))
+        items
+            || args
+                .get(1)
+                .is_some_and(|&start| self.operated_one_by_one(start))
     }
 
-    /// `lhs <name> rhs` by `method` and its reflection, in Python's order.
-    fn dispatch_binary(
-        &mut self,
-        name: &str,
-        method: &str,
-        lhs: VarId,
-        rhs: VarId,
-    ) -> CResult<Option<VarId>> {
-        let reflected = BINARY
+    /// `lhs <name> rhs` by the operator's method and its reflection, in Python's order; None
+    /// for a name that is not a binary operator or comparison.
+    fn dispatch_binary(&mut self, name: &str, lhs: VarId, rhs: VarId) -> CResult<Option<VarId>> {
+        let Some(&(_, method, reflected)) = BINARY
             .iter()
             .chain(COMPARE.iter())
             .find(|(n, _, _)| *n == name)
-            .map(|(_, _, r)| *r)
-            .expect("a known operator");
+        else {
+            return Ok(None);
+        };
         let left_tensor = matches!(self.kind(lhs), VarKind::Tensor { .. });
         let left = !left_tensor && self.has_python_method(lhs, method)?;
         let right = self.has_python_method(rhs, reflected)?;
@@ -168,7 +167,7 @@ impl<'py> Tracer<'py> {
         if !self.has_python_method(lhs, "__eq__")? && !self.has_python_method(rhs, "__eq__")? {
             return Ok(None);
         }
-        let Some(equal) = self.dispatch_binary("eq", "__eq__", lhs, rhs)? else {
+        let Some(equal) = self.dispatch_binary("eq", lhs, rhs)? else {
             return Ok(None);
         };
         let truth = self.truth(equal)?;

@@ -137,7 +137,7 @@ pub struct Tracer<'py> {
     /// Objects whose identity the trace came to depend on (see `pin_identity`).
     pub pins: std::cell::RefCell<Vec<VarId>>,
     /// Trackers with a pending guard the trace looked at (see `Var::pending_guard`).
-    observed: std::cell::RefCell<Vec<VarId>>,
+    pending_reads: std::cell::RefCell<Vec<VarId>>,
     /// The next `wrap` is of an item of a container wrapped whole: a constant's guard is left
     /// pending (`Var::pending_guard`). Taken (reset) by each `wrap`.
     item_of_container: bool,
@@ -344,7 +344,7 @@ impl<'py> Tracer<'py> {
             tuple_classes: HashMap::new(),
             mutations: Vec::new(),
             pins: std::cell::RefCell::new(Vec::new()),
-            observed: std::cell::RefCell::new(Vec::new()),
+            pending_reads: std::cell::RefCell::new(Vec::new()),
             item_of_container: false,
             observe_every_value: false,
             stop_at: None,
@@ -426,7 +426,7 @@ impl<'py> Tracer<'py> {
                 self.guards.add(source, GuardKind::Id(value));
             }
         }
-        for id in std::mem::take(&mut *self.observed.borrow_mut()) {
+        for id in std::mem::take(&mut *self.pending_reads.borrow_mut()) {
             if let Some((source, guard)) = self.vars[id.0 as usize].pending_guard.take() {
                 self.guards.add(source, guard);
             }
@@ -471,7 +471,7 @@ impl<'py> Tracer<'py> {
         let var = &self.vars[id.0 as usize];
         if var.pending_guard.is_some() && !var.observed.get() {
             var.observed.set(true);
-            self.observed.borrow_mut().push(id);
+            self.pending_reads.borrow_mut().push(id);
         }
         &var.kind
     }
