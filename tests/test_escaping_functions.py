@@ -222,3 +222,77 @@ def test_closure_frame_writes_its_free_variable_through_a_nested_function(verbos
         got, got_fn = compiled_read(x)
         torch.testing.assert_close(got, expected)
         assert got_fn() == expected_fn()
+
+
+# --- functions made in the trace over the compiled frame's own free variables -----------------
+
+
+def _outer_scope():
+    """Closures over a scope outside the compiled frame: the frame returns a function that
+    reads and writes (`nonlocal`) the frame's free variables, and a chain of nested closures
+    over them and the frame's own locals (TorchDynamo's test_return_nested_function and
+    test_nested_closure)."""
+    out = None
+    base = torch.full((3,), 0.5)
+
+    def make(a, b):
+        nonlocal out
+        c = a + b
+        d = a + 1.0
+        out = c * 0  # the frame itself writes the free variable first
+
+        def use(f=7, g=9.0):
+            nonlocal out
+            out = a + b * 10
+            return c * f - d * g + base
+
+        return use
+
+    def chain(a):
+        v1 = a.sin()
+
+        def level2(*args, **kwargs):
+            v2 = a.cos() + args[0] + kwargs["b"]
+
+            def level3(v3=a * 2):
+                def level4():
+                    return base + v1 + v2 + v3 + 1
+
+                return level4
+
+            return level3
+
+        return level2(1, b=2)()
+
+    def last():
+        return out
+
+    return make, chain, last
+
+
+def _run_outer_scope(compile_fn, counter) -> None:
+    eager_make, eager_chain, eager_last = _outer_scope()
+    make, chain, last = _outer_scope()
+    compiled_make = compile_fn(make, backend=counter)
+    compiled_chain = compile_fn(chain, backend=counter)
+    a, b = torch.tensor([1.0, 2.0, 3.0]), torch.tensor([4.0, 5.0, 6.0])
+    for _ in range(2):
+        expected_use, got_use = eager_make(a, b), compiled_make(a, b)
+        torch.testing.assert_close(last(), eager_last())  # the frame's own write
+        torch.testing.assert_close(got_use(1.5), expected_use(1.5))
+        torch.testing.assert_close(last(), eager_last())  # the returned function's write
+        # The returned function compiled as a frame of its own.
+        compiled_use = compile_fn(got_use, backend=counter)
+        torch.testing.assert_close(compiled_use(2.0, g=1.0), expected_use(2.0, g=1.0))
+        torch.testing.assert_close(last(), eager_last())
+        torch.testing.assert_close(compiled_chain(a)(), eager_chain(a)())
+
+
+def test_a_returned_function_shares_the_frames_free_variables() -> None:
+    dynamo_rs.reset()
+    torch._dynamo.reset()
+    theirs = torch._dynamo.testing.CompileCounter()
+    _run_outer_scope(torch.compile, theirs)
+    ours = CompileCounter()
+    _run_outer_scope(dynamo_rs.compile, ours)
+    assert ours.frame_count == theirs.frame_count

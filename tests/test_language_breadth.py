@@ -84,6 +84,8 @@ def sum_of_generator(x): return sum(x * i for i in range(4))
 @case(T34)
 def sum_of_map(x): return sum(map(torch.sin, [x, x + 1]))
 @case(T34)
+def sum_with_start_keyword(x): return sum([x.sin(), x.cos()], start=x)
+@case(T34)
 def len_of_tensor(x): return x * len(x)
 @case(T34)
 def len_of_list_of_tensors(x): return x / len([x, x, x])
@@ -471,6 +473,12 @@ def dict_from_zip(x):
 def dict_fromkeys(x):
     d = dict.fromkeys(["a", "b"], 2)
     return x * sum(d.values())
+@case(T34, T34)
+def fromkeys_of_tensors_and_ordered_dict(x, y):
+    d = dict.fromkeys(("a", "b"), x + 1)
+    o = collections.OrderedDict.fromkeys(tuple(d), value=y)
+    o.move_to_end("a")
+    return d["a"] * o["b"] + d["b"], list(o), type(o).__name__
 @case(T34)
 def dict_update_from_dict_and_kwargs(x):
     d = {"a": x}

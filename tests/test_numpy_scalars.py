@@ -91,3 +91,25 @@ def test_numpy_scalar_in_one_graph(fn) -> None:
         assert actual.dtype == expected.dtype
         torch.testing.assert_close(actual, expected)
     assert counter.frame_count == 1
+
+
+@pytest.mark.parametrize("scalar", list(SCALARS))
+def test_numpy_scalar_arguments_are_guarded_by_value(scalar) -> None:
+    """A NumPy number given to the frame is a constant guarded by its type and value, as
+    TorchDynamo guards it: a new object with the same value reuses the graph (identity guards
+    recompiled on every call); another value or a Python number of the same value compiles
+    again; Python arithmetic on it (`a % b`) is folded, not a graph break."""
+    value = SCALARS[scalar]
+
+    def f(x, a, b):
+        return x + (a % b if not isinstance(b, np.bool_) else a * b), type(b).__name__
+
+    counter = CompileCounter()
+    compiled = dynamo_rs.compile(f, backend=counter)
+    x = torch.arange(4.0)
+    for b in [value, type(value)(value), type(value)(value), value.item()]:
+        expected = f(x, 7, b)
+        got = compiled(x, 7, b)
+        torch.testing.assert_close(got[0], expected[0])
+        assert got[1] == expected[1]
+    assert counter.frame_count == 2  # the NumPy number, then the Python one

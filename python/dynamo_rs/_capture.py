@@ -395,7 +395,7 @@ def _foldable() -> set:
     import builtins
     import math
 
-    names = ["abs", "all", "any", "bool", "callable", "chr", "dict", "divmod", "enumerate",
+    names = ["abs", "all", "any", "bool", "callable", "chr", "dict", "divmod", "enumerate", "id",
              "float", "frozenset", "getattr", "hasattr", "hash", "int", "isinstance",
              "issubclass", "len", "list", "max", "min", "ord", "pow", "range", "repr",
              "reversed", "round", "set", "slice", "sorted", "str", "sum", "tuple", "type", "zip"]
@@ -621,16 +621,28 @@ def is_graph_function(fn) -> bool:
         and callable(fn) and not isinstance(fn, type) and type(fn).__name__ == "builtin_function_or_method"
 
 
+def disallowed_in_graph(fn) -> bool:
+    """Whether `torch._dynamo.disallow_in_graph(fn)` took the torch operation `fn` out of
+    graphs: a graph break where it is called, as under TorchDynamo."""
+    return _in_trace_rules_registry(fn, "_disallowed_callable_ids")
+
+
 def _allowed_in_graph(fn) -> bool:
     """Whether `torch.compiler.allow_in_graph(fn)` put the user function `fn` in the graph as
-    one call (not traced into; run on fake tensors while tracing), as TorchDynamo does. Read
-    from TorchDynamo's registry only when it is imported (`allow_in_graph` imports it)."""
+    one call (not traced into; run on fake tensors while tracing), as TorchDynamo does."""
+    return _in_trace_rules_registry(fn, "_allowed_callable_ids")
+
+
+def _in_trace_rules_registry(fn, registry: str) -> bool:
+    """Whether `fn` is in one of TorchDynamo's registries of callables, read only when
+    TorchDynamo's rules are imported (`allow_in_graph` and `disallow_in_graph` import them);
+    a registry of another shape holds nothing."""
     rules = sys.modules.get("torch._dynamo.trace_rules")
     if rules is None:
         return False
     try:
-        return id(fn) in rules._allowed_callable_ids
-    except Exception:  # noqa: BLE001 - a registry of another shape: not allowed
+        return id(fn) in getattr(rules, registry)
+    except Exception:  # noqa: BLE001 - a registry of another shape: not in it
         return False
 
 

@@ -31,6 +31,14 @@ def compile(  # noqa: A001 - the name mirrors torch.compile
         raise TypeError(f"dynamo_rs.compile() expects a callable or an nn.Module, not {type(model).__name__}")
     if disable:
         return model
+    # A function or module compiled already (by us or by torch.compile): the outer compile
+    # wins, as in torch.compile — the original is compiled with these settings.
+    if isinstance(model, OptimizedModule) or (type(model).__name__ == "OptimizedModule" and \
+            type(model).__module__ == "torch._dynamo.eval_frame"):
+        model = model._orig_mod
+    elif getattr(model, "_dynamo_rs_converter", None) is not None and \
+            getattr(model, "_torchdynamo_orig_callable", None) is not None:
+        model = model._torchdynamo_orig_callable
     if backend == "inductor" or (mode is not None or options is not None):
         if backend != "inductor":
             raise ValueError("mode and options only apply to the inductor backend")

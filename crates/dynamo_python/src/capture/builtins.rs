@@ -355,6 +355,13 @@ impl<'py> Tracer<'py> {
                 VarKind::Instance { cls, attrs, .. } => {
                     attrs.iter().any(|(n, _)| *n == attr) || cls.bind(py).hasattr(attr.as_str())?
                 }
+                // A tuple or list holds no attributes of its own (a named tuple's instance
+                // `__dict__` is guarded empty): its class answers.
+                VarKind::Tuple(_) | VarKind::List(_)
+                    if !self.class_of_sequence(args[0]).hasattr("__getattr__")? =>
+                {
+                    self.class_of_sequence(args[0]).hasattr(attr.as_str())?
+                }
                 VarKind::Symbolic { .. }
                 | VarKind::Slice(_)
                 | VarKind::Tuple(_)
@@ -428,6 +435,14 @@ impl<'py> Tracer<'py> {
             };
             return Ok(self.add(kind, None));
         }
+        if is("id") && args.len() == 1 && kwargs.is_empty() {
+            // `id(module)` (a cache key, a registry lookup): the object's identity, guarded.
+            if let VarKind::Object(v) = self.kind(args[0]) {
+                let address = v.bind(py).as_ptr() as usize;
+                self.pin_identity(args[0]);
+                return Ok(self.constant(&address.into_pyobject(py)?.into_any()));
+            }
+        }
         let tracker_aware = [
             "len",
             "isinstance",
@@ -495,6 +510,13 @@ impl<'py> Tracer<'py> {
             self.hand_on_iterators(&args);
             return Ok(made);
         }
+        // `sum(items, start=x)`: the keyword is the second argument.
+        let (args, kwargs) = match kwargs.as_slice() {
+            [(k, start)] if is("sum") && k == "start" && args.len() == 1 => {
+                (vec![args[0], *start], Vec::new())
+            }
+            _ => (args, kwargs),
+        };
         if is("sum")
             && (1..=2).contains(&args.len())
             && kwargs.is_empty()

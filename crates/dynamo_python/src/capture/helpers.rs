@@ -55,6 +55,7 @@ pub struct Helpers<'py> {
     pub dict_type: Bound<'py, PyAny>,
     pub ordered_dict_type: Bound<'py, PyAny>,
     pub deque_type: Bound<'py, PyAny>,
+    pub defaultdict_type: Bound<'py, PyAny>,
     pub function_type: Bound<'py, PyAny>,
     pub method_type: Bound<'py, PyAny>,
     pub operator: Bound<'py, PyAny>,
@@ -78,6 +79,14 @@ pub struct Helpers<'py> {
     pub always_none: Vec<Bound<'py, PyAny>>,
     /// Functions that report whether code is being compiled: true while tracing.
     pub is_compiling: Vec<Bound<'py, PyAny>>,
+    /// Functions of torch that answer from a tensor's metadata as the tensor's method of the
+    /// name paired with each does (`torch.numel(x)` is `x.numel()`): no graph node.
+    pub tensor_queries: Vec<(Bound<'py, PyAny>, &'static str)>,
+    /// `_capture.disallowed_in_graph`: torch operations `torch._dynamo.disallow_in_graph`
+    /// took out of graphs.
+    pub disallowed_in_graph: Bound<'py, PyAny>,
+    /// `torch.is_tensor`: true for any tensor the trace holds, without a node.
+    pub is_tensor: Bound<'py, PyAny>,
     /// `torch._assert`: checked while tracing when its condition is known.
     pub torch_assert: Bound<'py, PyAny>,
     /// `torch._dynamo.graph_break`: a graph break where the program calls it.
@@ -207,7 +216,16 @@ impl<'py> Helpers<'py> {
             .getattr("_get_tracing_state")
             .into_iter()
             .collect();
+        let mut tensor_queries = Vec::new();
+        for name in ["numel", "is_floating_point", "is_complex", "is_signed"] {
+            if let Ok(f) = torch.getattr(name) {
+                tensor_queries.push((f, name));
+            }
+        }
         Ok(Helpers {
+            tensor_queries,
+            is_tensor: torch.getattr("is_tensor")?,
+            disallowed_in_graph: capture.getattr("disallowed_in_graph")?,
             module_sequences,
             module_dict: nn.getattr("ModuleDict")?,
             recurrent_modules,
@@ -264,6 +282,7 @@ impl<'py> Helpers<'py> {
             dict_type: builtins.getattr("dict")?,
             ordered_dict_type: py.import_module("collections")?.getattr("OrderedDict")?,
             deque_type: py.import_module("collections")?.getattr("deque")?,
+            defaultdict_type: py.import_module("collections")?.getattr("defaultdict")?,
             function_type: types.getattr("FunctionType")?,
             method_type: types.getattr("MethodType")?,
             operator: py.import_module("operator")?.into_any(),
@@ -297,6 +316,12 @@ impl<'py> Helpers<'py> {
             return Ok(true);
         }
         if value.is_instance(&self.constant_types)? {
+            return Ok(true);
+        }
+        // NumPy's numbers (`np.int64(8)`, `np.float32(0.5)`, `np.bool_(True)`) are immutable
+        // values too: guarded by type and value as TorchDynamo does, not by identity (a new
+        // one with the same value each call must not recompile).
+        if is_numpy_instance(value, &["integer", "floating", "bool_"])? {
             return Ok(true);
         }
         if value.get_type().is(&self.tuple_type) {

@@ -196,6 +196,25 @@ impl<'py> Tracer<'py> {
         if self.contains_tensor(item) {
             return unsupported(BreakKind::UnsupportedOperation, "`in` with a tensor");
         }
+        if let (VarKind::Instance { .. }, VarKind::List(items) | VarKind::Tuple(items)) =
+            (self.kind(item), self.kind(container))
+        {
+            // An object made here in a list or tuple: as CPython compares, each item by
+            // identity first, then `item_i == needle`.
+            let items = items.clone();
+            let eq = self.h.operator.getattr("eq")?;
+            let mut found = false;
+            for candidate in items {
+                found = candidate == item || {
+                    let answer = self.apply_operator(&eq, vec![candidate, item])?;
+                    self.truth(answer)?
+                };
+                if found {
+                    break;
+                }
+            }
+            return self.push_membership(f, found, invert);
+        }
         let needle = self.python_value(item)?;
         // `k in d.keys()` is `k in d`; other views are asked on their items as they are now.
         let container = match *self.kind(container) {
@@ -297,6 +316,9 @@ impl<'py> Tracer<'py> {
             return Ok(result);
         }
         if let Some(result) = self.user_operator(op, &args)? {
+            return Ok(result);
+        }
+        if let Some(result) = self.default_equality(op, &args)? {
             return Ok(result);
         }
         if args

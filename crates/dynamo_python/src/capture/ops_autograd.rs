@@ -18,6 +18,44 @@ use crate::eval_frame::owned::OwnedRef;
 use crate::imports::ImportModule;
 
 impl<'py> Tracer<'py> {
+    /// `Function()` for an `autograd.Function` subclass that keeps the base `__init__` (old
+    /// code calls `MyFunction().apply(x)`): the instance made for real — it holds nothing
+    /// and its `apply` is the class's — as a constant; None for other calls.
+    pub(super) fn autograd_function_instance(
+        &mut self,
+        obj: &Bound<'py, PyAny>,
+        args: &[VarId],
+        kwargs: &[(String, VarId)],
+    ) -> CResult<Option<VarId>> {
+        let py = self.py;
+        if !args.is_empty() || !kwargs.is_empty() || !obj.is_instance_of::<pyo3::types::PyType>() {
+            return Ok(None);
+        }
+        let function = py
+            .import_module("torch.autograd.function")?
+            .getattr("Function")?;
+        let builtins = py.import_module("builtins")?;
+        if obj.is(&function)
+            || !builtins
+                .getattr("issubclass")?
+                .call1((obj, &function))?
+                .is_truthy()?
+        {
+            return Ok(None);
+        }
+        if !obj.getattr("__init__")?.is(&function.getattr("__init__")?)
+            || !obj.getattr("__new__")?.is(&function.getattr("__new__")?)
+        {
+            return Ok(None);
+        }
+        self.guard_class(obj, "__init__")?;
+        let instance = obj.call0()?;
+        Ok(Some(self.add(
+            VarKind::Object(OwnedRef::from_bound(&instance)),
+            None,
+        )))
+    }
+
     /// `obj(*args, **kwargs)` when `obj` is the `apply` of an `autograd.Function` subclass,
     /// or None.
     pub(super) fn autograd_function_apply(

@@ -529,6 +529,95 @@ pub fn named_tuple_maker<'py>(cls: &Bound<'py, PyAny>) -> PyResult<Bound<'py, Py
     }
 }
 
+/// The field names of `value` when it is a named tuple whose class behaves as a plain tuple
+/// with named fields — a `collections.namedtuple` (or `typing.NamedTuple`) class, or a
+/// subclass of one that adds methods and properties but overrides none of the tuple's own
+/// behaviour and keeps no instance `__dict__`, or a `torch.return_types` struct sequence —
+/// so that it can be traced as a tuple of its items. None for anything else.
+pub fn named_tuple_input_fields(value: &Bound<'_, PyAny>) -> PyResult<Option<Vec<String>>> {
+    let py = value.py();
+    let cls = value.get_type();
+    let tuple = py.get_type::<pyo3::types::PyTuple>();
+    if cls.is(&tuple) || !value.is_instance(tuple.as_any())? {
+        return Ok(None);
+    }
+    if value
+        .getattr("__dict__")
+        .is_ok_and(|d| d.len().map_or(true, |n| n > 0))
+    {
+        return Ok(None);
+    }
+    const TUPLE_BEHAVIOUR: [&str; 22] = [
+        "__getitem__",
+        "__iter__",
+        "__len__",
+        "__contains__",
+        "__getattribute__",
+        "__getattr__",
+        "__setattr__",
+        "__eq__",
+        "__ne__",
+        "__lt__",
+        "__le__",
+        "__gt__",
+        "__ge__",
+        "__hash__",
+        "__bool__",
+        "__add__",
+        "__radd__",
+        "__mul__",
+        "__rmul__",
+        "__reversed__",
+        "__init__",
+        "__class_getitem__",
+    ];
+    let mut maker = None;
+    for klass in cls.getattr("__mro__")?.try_iter()? {
+        let klass = klass?;
+        if klass.is(&tuple) {
+            break;
+        }
+        let dict = klass.getattr("__dict__")?;
+        for name in TUPLE_BEHAVIOUR {
+            if dict.contains(name)? {
+                return Ok(None);
+            }
+        }
+        if maker.is_none() && dict.contains("__new__")? {
+            maker = Some(klass);
+        }
+    }
+    if cls.getattr("__module__")?.to_string() == "torch.return_types" {
+        // A struct sequence: every field is a tuple item when the counts agree.
+        let all: usize = cls.getattr("n_fields")?.extract()?;
+        let visible: usize = cls.getattr("n_sequence_fields")?.extract()?;
+        if all != visible {
+            return Ok(None);
+        }
+        return cls.getattr("__match_args__")?.extract().map(Some);
+    }
+    let Some(maker) = maker else {
+        return Ok(None);
+    };
+    let dict = maker.getattr("__dict__")?;
+    if !dict.contains("_make")? || !dict.contains("_fields")? {
+        return Ok(None);
+    }
+    let fields: Vec<String> = cls.getattr("_fields")?.extract()?;
+    // Each field still read by `namedtuple`'s accessor (not a property put over it).
+    let getattr_static = py.import_module("inspect")?.getattr("getattr_static")?;
+    for field in &fields {
+        let accessor = getattr_static.call1((&cls, field))?;
+        if !accessor
+            .get_type()
+            .is(dict.get_item(&fields[0])?.get_type())
+        {
+            return Ok(None);
+        }
+    }
+    Ok(Some(fields))
+}
+
 impl<'py> Tracer<'py> {
     /// `P(a, b=...)` for a `collections.namedtuple` class (or a subclass that keeps its
     /// `__new__` and adds no `__init__`): a tuple tracker with the class's field names,

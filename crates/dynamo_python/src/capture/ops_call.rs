@@ -14,7 +14,7 @@
 use std::rc::Rc;
 
 use super::break_reasons::BreakKind;
-use super::ops_containers::is_dict_fromkeys;
+use super::ops_containers::dict_fromkeys_class;
 
 use crate::imports::ImportModule;
 use pyo3::prelude::*;
@@ -43,10 +43,11 @@ type LibraryModel<'py> = fn(
 /// Models of library and builtin calls tried in order by `call_object`, each in the file of
 /// its family (`ops_autograd`, `ops_copy`, `builtins`, `ops_exceptions`, `ops_build`,
 /// `ops_itertools`, `ops_operator_getters`).
-fn library_models<'py>() -> [LibraryModel<'py>; 10] {
+fn library_models<'py>() -> [LibraryModel<'py>; 11] {
     [
         Tracer::deque_call,
         Tracer::autograd_function_apply,
+        Tracer::autograd_function_instance,
         Tracer::shallow_copy_call,
         Tracer::deepcopy_call,
         Tracer::attribute_builtin,
@@ -472,9 +473,31 @@ impl<'py> Tracer<'py> {
     ) -> CResult<VarId> {
         let py = self.py;
         let h = self.h.clone();
+        if let Some(result) = self.tensor_function_call(obj, &args, &kwargs)? {
+            self.pin_identity(callee);
+            return Ok(result);
+        }
         if let Some(result) = self.numpy_call(obj, &args, &kwargs)? {
             self.pin_identity(callee);
             return Ok(result);
+        }
+        if let Some(original) = super::ops_nested_compile::compiled_original(obj)? {
+            // A function compiled by `dynamo_rs.compile` or `torch.compile` called from traced
+            // code: the function it wraps is traced into this graph, the inner compile's
+            // backend and options unused, as TorchDynamo treats nested compiles. The wrapper
+            // is read through its source: its code says it is still such a wrapper.
+            let source = self.source(callee);
+            if let Some(s) = &source {
+                self.guards.add(
+                    Rc::new(Source::Attr(s.clone(), "__code__".into())),
+                    super::guards::GuardKind::Id(OwnedRef::from_bound(&obj.getattr("__code__")?)),
+                );
+            } else {
+                self.pin_identity(callee);
+            }
+            let source =
+                source.map(|s| Rc::new(Source::Attr(s, "_torchdynamo_orig_callable".into())));
+            return self.call_python_from(&original, source, args, kwargs);
         }
         if let Some(original) = scripted_original(obj, &self.h.script_function_type)? {
             // A `torch.jit.script`ed (or traced) function: the Python function it was made
@@ -638,6 +661,15 @@ impl<'py> Tracer<'py> {
         if self.any_tensor(&args, &kwargs)
             && (is_operator || h.is_graph_function.call1((obj,))?.is_truthy()?)
         {
+            if h.disallowed_in_graph.call1((obj,))?.is_truthy()? {
+                return unsupported(
+                    BreakKind::Requested,
+                    format!(
+                        "{} (taken out of graphs by torch._dynamo.disallow_in_graph)",
+                        function_name(obj)
+                    ),
+                );
+            }
             return self.graph_call(
                 Op::CallFunction(OwnedRef::from_bound(obj)),
                 &function_name(obj),
@@ -683,9 +715,21 @@ impl<'py> Tracer<'py> {
         if obj.is(&h.builtins.getattr("super")?) && args.len() == 2 && kwargs.is_empty() {
             return self.two_arg_super(args[0], args[1]);
         }
-        if is_dict_fromkeys(obj, &h.dict_type) && kwargs.is_empty() && (1..=2).contains(&args.len())
-        {
-            return self.dict_fromkeys(args);
+        if let Some(cls) = dict_fromkeys_class(obj, &h.dict_type, &h.ordered_dict_type) {
+            let mut args = args.clone();
+            match kwargs.as_slice() {
+                [] => {}
+                [(k, v)] if k == "value" && args.len() == 1 => args.push(*v),
+                _ => {
+                    return unsupported(
+                        BreakKind::UnsupportedCall,
+                        "fromkeys() with these keywords",
+                    )
+                }
+            }
+            if (1..=2).contains(&args.len()) {
+                return self.dict_fromkeys(&cls, args);
+            }
         }
         if kwargs.is_empty() {
             if let Some(result) = self.iteration_builtin(obj, &args)? {
@@ -809,6 +853,9 @@ impl<'py> Tracer<'py> {
                     describe(module)
                 ),
             );
+        }
+        if let Some(inner) = self.compiled_module_original(module_var, module)? {
+            return self.call_function(inner, args, kwargs);
         }
         if !crate::eval_frame::module_call::calls_like_torch(module) {
             // A class or instance with call machinery of its own (its `__call__`, its
@@ -1363,7 +1410,7 @@ fn py_getattr_static<'py>(
 /// Whether `obj` is a function `torch.compiler.disable` / `torch._dynamo.disable` returned
 /// (it carries `_torchdynamo_disable = True`): read from the function's own `__dict__`, so
 /// the common case (no such attribute) raises nothing.
-fn torch_disabled(obj: &Bound<'_, PyAny>) -> bool {
+pub(super) fn torch_disabled(obj: &Bound<'_, PyAny>) -> bool {
     let Ok(function) = obj.cast::<pyo3::types::PyFunction>() else {
         return false;
     };

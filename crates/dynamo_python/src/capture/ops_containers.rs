@@ -17,9 +17,13 @@ use super::vars::{dict_set, DictViewKind, VarId, VarKind};
 use crate::eval_frame::owned::OwnedRef;
 
 impl<'py> Tracer<'py> {
-    /// `dict.fromkeys(keys[, value])` over constant keys: a traced dict whose entries all
-    /// hold the one `value` (the same object, as in Python).
-    pub(super) fn dict_fromkeys(&mut self, args: Vec<VarId>) -> CResult<VarId> {
+    /// `dict.fromkeys(keys[, value])` (or `OrderedDict`'s) over constant keys: a traced dict
+    /// of that class whose entries all hold the one `value` (the same object, as in Python).
+    pub(super) fn dict_fromkeys(
+        &mut self,
+        cls: &Bound<'py, PyAny>,
+        args: Vec<VarId>,
+    ) -> CResult<VarId> {
         let py = self.py;
         let keys = self.items_of(args[0])?;
         let value = match args.get(1) {
@@ -52,7 +56,11 @@ impl<'py> Tracer<'py> {
             seen.set_item(k.bind(py), py.None())?;
             entries.push((k, value));
         }
-        Ok(self.add(VarKind::Dict(entries), None))
+        let dict = self.add(VarKind::Dict(entries), None);
+        if !cls.is(&self.h.dict_type) {
+            self.dict_classes.insert(dict, OwnedRef::from_bound(cls));
+        }
+        Ok(dict)
     }
 
     /// `dict(...)` or `collections.OrderedDict(...)` from nothing, a dict, pairs and keywords:
@@ -507,15 +515,7 @@ impl<'py> Tracer<'py> {
         args: &[VarId],
         kwargs: &[(String, VarId)],
     ) -> CResult<Option<VarId>> {
-        let py = self.py;
-        let Some(cls) = self.tuple_classes.get(&receiver).cloned() else {
-            return Ok(None);
-        };
-        let cls = cls.bind(py).clone();
-        let Ok(attr) = py
-            .import_module("inspect")?
-            .call_method1("getattr_static", (&cls, name))
-        else {
+        let Some((cls, attr)) = self.named_tuple_lookup(receiver, name)? else {
             return Ok(None);
         };
         let from_collections = attr
@@ -532,6 +532,77 @@ impl<'py> Tracer<'py> {
         let mut all = vec![receiver];
         all.extend_from_slice(args);
         self.call_python(&attr, all, kwargs.to_vec()).map(Some)
+    }
+
+    /// The class of the named tuple `id` and what `name` finds on it statically (without
+    /// running a descriptor), or None (not a named tuple, or nothing of that name).
+    fn named_tuple_lookup(
+        &self,
+        id: VarId,
+        name: &str,
+    ) -> CResult<Option<(Bound<'py, PyAny>, Bound<'py, PyAny>)>> {
+        let py = self.py;
+        let Some(cls) = self.tuple_classes.get(&id) else {
+            return Ok(None);
+        };
+        let cls = cls.bind(py).clone();
+        Ok(py
+            .import_module("inspect")?
+            .call_method1("getattr_static", (&cls, name))
+            .ok()
+            .map(|attr| (cls, attr)))
+    }
+
+    /// The class of a tuple or list tracker: a named tuple's, else `tuple` or `list`.
+    pub(super) fn class_of_sequence(&self, id: VarId) -> Bound<'py, PyAny> {
+        match (self.tuple_classes.get(&id), self.kind(id)) {
+            (Some(cls), _) => cls.bind(self.py).clone(),
+            (None, VarKind::List(_)) => self.h.list_type.clone(),
+            (None, _) => self.h.tuple_type.clone(),
+        }
+    }
+
+    /// `nt.name` for a named tuple of a class that defines `name` in Python (a property, a
+    /// method, a static or class method, class data — `namedtuple`'s own helpers and the
+    /// tuple's methods are left to the method path): bound as on an instance, the class
+    /// entry guarded. None for other values and names.
+    pub(super) fn named_tuple_class_attr(
+        &mut self,
+        obj: VarId,
+        name: &str,
+    ) -> CResult<Option<VarId>> {
+        let py = self.py;
+        let Some((cls, attr)) = self.named_tuple_lookup(obj, name)? else {
+            return Ok(None);
+        };
+        // What `namedtuple` writes (`_make`, `_replace`, `_asdict`, `__repr__`) and the
+        // tuple's own methods (C descriptors) stay with the method path.
+        let builtins = py.import_module("builtins")?;
+        let function = if attr.is_instance(&builtins.getattr("property")?)? {
+            Some(attr.getattr("fget")?)
+        } else if attr.is_instance(&builtins.getattr("staticmethod")?)?
+            || attr.is_instance(&builtins.getattr("classmethod")?)?
+        {
+            Some(attr.getattr("__func__")?)
+        } else if attr.is_instance(&self.h.function_type)? {
+            Some(attr.clone())
+        } else {
+            None
+        };
+        let defined_by_user = match &function {
+            Some(f) => {
+                f.is_instance(&self.h.function_type)?
+                    && f.getattr("__module__")
+                        .is_ok_and(|m| m.to_string() != "collections")
+            }
+            // Class data; not a descriptor written in C (a field's accessor, a slot).
+            None => !attr.get_type().hasattr("__get__")?,
+        };
+        if !defined_by_user {
+            return Ok(None);
+        }
+        self.guard_class(&cls, name)?;
+        self.bind_class_attribute(obj, &cls, name, &attr).map(Some)
     }
 
     /// `nt._replace(field=value, ...)` (a new tuple of the same class, the other fields kept)
@@ -849,8 +920,6 @@ impl<'py> Tracer<'py> {
     }
 }
 
-/// Whether `obj` is `dict.fromkeys` bound to `dict` itself (a subclass's would make an
-/// instance of the subclass).
 /// `dict`, `OrderedDict`: the class's name, for messages.
 fn describe_class(cls: &Bound<'_, PyAny>) -> String {
     cls.getattr("__name__")
@@ -858,10 +927,17 @@ fn describe_class(cls: &Bound<'_, PyAny>) -> String {
         .unwrap_or_else(|_| "dict".into())
 }
 
-pub(super) fn is_dict_fromkeys(obj: &Bound<'_, PyAny>, dict_type: &Bound<'_, PyAny>) -> bool {
-    obj.getattr("__self__")
-        .is_ok_and(|owner| owner.is(dict_type))
-        && obj
-            .getattr("__name__")
-            .is_ok_and(|n| n.to_string() == "fromkeys")
+/// The class when `obj` is `fromkeys` bound to `dict` or `OrderedDict` itself (a subclass's
+/// would make an instance of the subclass, which may do more), else None.
+pub(super) fn dict_fromkeys_class<'py>(
+    obj: &Bound<'py, PyAny>,
+    dict_type: &Bound<'py, PyAny>,
+    ordered_dict_type: &Bound<'py, PyAny>,
+) -> Option<Bound<'py, PyAny>> {
+    let owner = obj.getattr("__self__").ok()?;
+    let plain = owner.is(dict_type) || owner.is(ordered_dict_type);
+    let fromkeys = obj
+        .getattr("__name__")
+        .is_ok_and(|n| n.to_string() == "fromkeys");
+    (plain && fromkeys).then_some(owner)
 }

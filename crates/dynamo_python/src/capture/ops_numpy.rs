@@ -125,7 +125,7 @@ impl<'py> Tracer<'py> {
             .chain(kwargs.iter().map(|(_, v)| v))
             .any(|&a| self.holds_ndarray(a))
         {
-            return Ok(None);
+            return self.numpy_array_from_constants(obj, args, kwargs);
         }
         let torch = py.import_module("torch")?;
         let to_tensor = obj.is(&torch.getattr("from_numpy")?)
@@ -210,6 +210,61 @@ impl<'py> Tracer<'py> {
                 format!("numpy.{name}, which torch._numpy does not have"),
             );
         };
+        let wrapper = py
+            .import_module("torch._dynamo.utils")?
+            .getattr("numpy_to_tensor_wrapper")?
+            .call1((function,))?;
+        self.numpy_node(&wrapper, &format!("wrapped_{name}"), args, kwargs)
+            .map(Some)
+    }
+
+    /// `np.array([1, 2, 3], dtype=...)`, `np.zeros(n)`, `np.arange(...)` and NumPy's other
+    /// array makers over constants (numbers, lists and tuples of them, dtypes): a new array
+    /// on every call, made in the graph through `torch._numpy` as TorchDynamo makes it (a
+    /// constant array would be one object shared by every call, which code may change).
+    /// None for other calls.
+    fn numpy_array_from_constants(
+        &mut self,
+        obj: &Bound<'py, PyAny>,
+        args: &[VarId],
+        kwargs: &[(String, VarId)],
+    ) -> CResult<Option<VarId>> {
+        const MAKERS: [&str; 9] = [
+            "array", "asarray", "zeros", "ones", "full", "arange", "linspace", "eye", "identity",
+        ];
+        let py = self.py;
+        let Some(numpy) = self
+            .h
+            .ndarray_type
+            .as_ref()
+            .and_then(|_| py.import_module("numpy").ok())
+        else {
+            return Ok(None);
+        };
+        let Some(&name) = MAKERS
+            .iter()
+            .find(|n| numpy.getattr(**n).is_ok_and(|f| f.is(obj)))
+        else {
+            return Ok(None);
+        };
+        fn constant_data(t: &Tracer<'_>, id: VarId) -> bool {
+            match t.kind(id) {
+                VarKind::Const(_) => true,
+                VarKind::List(items) | VarKind::Tuple(items) => {
+                    items.iter().all(|&i| constant_data(t, i))
+                }
+                VarKind::Object(v) => is_numpy_dtype_like(&v.bind(t.py).clone()).unwrap_or(false),
+                _ => false,
+            }
+        }
+        if !args
+            .iter()
+            .chain(kwargs.iter().map(|(_, v)| v))
+            .all(|&a| constant_data(self, a))
+        {
+            return Ok(None);
+        }
+        let function = py.import_module("torch._numpy")?.getattr(name)?;
         let wrapper = py
             .import_module("torch._dynamo.utils")?
             .getattr("numpy_to_tensor_wrapper")?

@@ -869,6 +869,23 @@ impl<'py> Tracer<'py> {
                 );
             }
         };
+        self.bind_class_attribute(obj, &cls, name, &attr)
+    }
+
+    /// What `obj.name` gives when `attr` is the entry `name` finds on `cls`, the class of
+    /// the traced value `obj`, and the instance has nothing of that name: a method bound to
+    /// `obj`, a property's getter or a Python descriptor's `__get__` inlined on it, the
+    /// function of a static method, a class method bound to the class, or class data read
+    /// through the class. The caller has guarded the class entry.
+    pub(super) fn bind_class_attribute(
+        &mut self,
+        obj: VarId,
+        cls: &Bound<'py, PyAny>,
+        name: &str,
+        attr: &Bound<'py, PyAny>,
+    ) -> CResult<VarId> {
+        let py = self.py;
+        let (cls, attr) = (cls.clone(), attr.clone());
         let builtins = py.import_module("builtins")?;
         if attr.is_instance(&self.h.function_type)? {
             return Ok(self.method(obj, name, Some(OwnedRef::from_bound(&attr))));

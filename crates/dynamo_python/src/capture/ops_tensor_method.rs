@@ -39,7 +39,8 @@ impl<'py> Tracer<'py> {
                 self.tensor_method(receiver, "size", vec![zero], Vec::new())
             }
             "size" | "dim" | "ndimension" | "numel" | "nelement" | "stride" | "is_contiguous"
-            | "element_size" | "is_floating_point" | "is_complex" | "__len__" | "get_device" => {
+            | "element_size" | "is_floating_point" | "is_complex" | "is_signed" | "__len__"
+            | "get_device" => {
                 if self.any_tensor(&args, &kwargs) {
                     return unsupported(
                         BreakKind::UnsupportedCall,

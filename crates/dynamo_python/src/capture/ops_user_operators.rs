@@ -14,6 +14,7 @@ use pyo3::prelude::*;
 
 use super::translator::{CResult, Tracer};
 use super::vars::{VarId, VarKind};
+use crate::imports::ImportModule;
 
 /// `operator` function name → (method, reflected method).
 const BINARY: [(&str, &str, &str); 13] = [
@@ -96,6 +97,49 @@ impl<'py> Tracer<'py> {
             }
         }
         self.dispatch_binary(name, lhs, rhs)
+    }
+
+    /// `a == b` / `a != b` where an operand is an object made in the trace whose class keeps
+    /// `object`'s equality, and the other is such an object or a constant: identity, as
+    /// Python falls back to it (`MyCls() == None`, `node != other_node`). None otherwise.
+    pub(super) fn default_equality(
+        &mut self,
+        op: &Bound<'py, PyAny>,
+        args: &[VarId],
+    ) -> CResult<Option<VarId>> {
+        let [lhs, rhs] = *args else {
+            return Ok(None);
+        };
+        let name = super::ops_call::function_name(op);
+        if name != "eq" && name != "ne" {
+            return Ok(None);
+        }
+        let object = self.py.import_module("builtins")?.getattr("object")?;
+        let default_equality = |t: &Self, id: VarId| -> PyResult<Option<bool>> {
+            match t.instance_class(id) {
+                Some(cls) => Ok(Some(
+                    cls.getattr("__eq__")?.is(&object.getattr("__eq__")?)
+                        && cls.getattr("__ne__")?.is(&object.getattr("__ne__")?),
+                )),
+                None => Ok(None),
+            }
+        };
+        let (left, right) = (default_equality(self, lhs)?, default_equality(self, rhs)?);
+        let same = match (left, right) {
+            (Some(true), Some(true)) => lhs == rhs,
+            (Some(true), None) | (None, Some(true)) => {
+                let other = if left.is_some() { rhs } else { lhs };
+                if !matches!(self.kind(other), VarKind::Const(_)) {
+                    return Ok(None);
+                }
+                false
+            }
+            _ => return Ok(None),
+        };
+        let answer = same == (name == "eq");
+        Ok(Some(self.constant(
+            &answer.into_pyobject(self.py)?.to_owned().into_any(),
+        )))
     }
 
     /// Whether the trace applies operators to `id` one by one rather than evaluating them

@@ -669,12 +669,13 @@ fn function_plan(
             Cell::Real(cell, None) => Rebuild::Const(cell.clone()),
             Cell::Traced(contents) => {
                 let address = Rc::as_ptr(contents) as usize;
-                if tracer.root_free_cells.contains_key(&address) {
-                    return unsupported(
-                        BreakKind::ValueNotRebuildable,
-                        "a function made in the trace that shares a free variable's cell with \
-                         the compiled frame",
-                    );
+                if let Some(&slot) = tracer.root_free_cells.get(&address) {
+                    // A free variable of the compiled frame (`nonlocal out` in a closure it
+                    // returns): the function gets the frame's own cell, shared with the scope
+                    // that made the frame's closure, as eagerly; the trace's writes to it are
+                    // replayed into that cell (`deref_stores`).
+                    cells.push(Rebuild::FrameCell { slot, value: None });
+                    continue;
                 }
                 let frame_cell = tracer.root_cells.get(&address).copied();
                 if tracer.stop_at.is_some() && frame_cell == Some(None) {

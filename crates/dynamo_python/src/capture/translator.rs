@@ -738,7 +738,13 @@ impl<'py> Tracer<'py> {
         // wrapped item by item, not as one constant: only the items the trace reads are
         // guarded, and its ints seen with other values before become symbolic (automatic
         // dynamic), as TorchDynamo wraps them.
-        let argument_tuple = argument_item && value.get_type().is(&h.tuple_type);
+        let tuple_fields = if value.get_type().is(&h.tuple_type) {
+            None
+        } else {
+            super::ops_build::named_tuple_input_fields(value)?
+        };
+        let argument_tuple =
+            argument_item && (value.get_type().is(&h.tuple_type) || tuple_fields.is_some());
         if !argument_tuple && h.is_constant(value)? {
             let guard = source
                 .clone()
@@ -787,7 +793,7 @@ impl<'py> Tracer<'py> {
                 return Ok(deque);
             }
         }
-        if exact_tuple || exact_list {
+        if exact_tuple || exact_list || tuple_fields.is_some() {
             let len = value.len()?;
             if let Some(s) = &source {
                 self.guards.add(
@@ -795,6 +801,13 @@ impl<'py> Tracer<'py> {
                     GuardKind::Type(OwnedRef::from_bound(value.get_type().as_any())),
                 );
                 self.guards.add(s.clone(), GuardKind::Len(len));
+                if tuple_fields.is_some() && value.hasattr("__dict__")? {
+                    // Attributes set on the instance would shadow what its class gives.
+                    self.guards.add(
+                        Rc::new(Source::Attr(s.clone(), "__dict__".into())),
+                        GuardKind::Len(0),
+                    );
+                }
             }
             let mut items = Vec::with_capacity(len);
             for (i, item) in value.try_iter()?.enumerate() {
@@ -814,18 +827,37 @@ impl<'py> Tracer<'py> {
                 self.lazy_tuple_items = false;
                 items.push(wrapped?);
             }
-            let kind = if exact_tuple {
-                VarKind::Tuple(items)
-            } else {
+            let kind = if exact_list {
                 VarKind::List(items)
+            } else {
+                VarKind::Tuple(items)
             };
             let id = self.add(kind, source);
+            if let Some(fields) = tuple_fields {
+                // A named tuple: a tuple tracker that knows its class and field names, as
+                // for one made in the trace.
+                self.tuple_fields.insert(id, fields);
+                self.tuple_classes
+                    .insert(id, OwnedRef::from_bound(value.get_type().as_any()));
+            }
             if exact_list {
                 self.note_container(value, id);
             }
             return Ok(id);
         }
-        if value.get_type().is(&h.dict_type) {
+        // An existing `OrderedDict`, or `defaultdict` with a factory, is a dict tracker too,
+        // its class (and factory) known as for one made in the trace: reads, stores and
+        // missing keys are modelled, and changes replayed into the object itself.
+        let dict_class = value.get_type();
+        let ordered = dict_class.is(&h.ordered_dict_type);
+        let default_factory = if source.is_some() && dict_class.is(&h.defaultdict_type) {
+            Some(value.getattr("default_factory")?).filter(|f| !f.is_none())
+        } else {
+            None
+        };
+        if dict_class.is(&h.dict_type)
+            || (source.is_some() && (ordered || default_factory.is_some()))
+        {
             let dict = value.cast::<PyDict>().map_err(PyErr::from)?;
             if dict
                 .keys()
@@ -833,9 +865,20 @@ impl<'py> Tracer<'py> {
                 .all(|k| h.is_constant(&k).unwrap_or(false))
             {
                 let entries = self.dict_entries(dict, source.as_ref())?;
+                let factory_source = source
+                    .as_ref()
+                    .map(|s| Rc::new(Source::Attr(s.clone(), "default_factory".into())));
                 let id = self.add(VarKind::Dict(entries), source);
                 if self.source(id).is_some() {
                     self.note_container(value, id);
+                }
+                if ordered || default_factory.is_some() {
+                    self.dict_classes
+                        .insert(id, OwnedRef::from_bound(dict_class.as_any()));
+                }
+                if let Some(factory) = default_factory {
+                    let factory = self.wrap(&factory, factory_source)?;
+                    self.dict_defaults.insert(id, factory);
                 }
                 return Ok(id);
             }
