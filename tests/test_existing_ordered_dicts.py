@@ -125,3 +125,44 @@ def test_module_cache_keyed_by_size():
     for n in [2, 2, 3, 5, 2, 3]:
         reference(torch.randn(n, 4))
     assert 1 <= counter.frame_count <= theirs.frame_count, (counter.frame_count, theirs.frame_count)
+
+
+def test_reordering_outside_the_compiled_code_is_seen():
+    """`move_to_end` between calls changes an OrderedDict's order without changing the dict
+    underneath (its version tag stays): the guard on its keys must still see it."""
+    table = collections.OrderedDict(a=1.0, b=2.0, c=3.0)
+
+    def f(x):
+        first = next(iter(table))
+        return x * table[first], list(table)
+
+    counter = CompileCounter()
+    compiled = dynamo_rs.compile(f, backend=counter)
+    x = torch.ones(2)
+    for key in ["a", "b", None, "c", "a"]:
+        if key is not None:
+            table.move_to_end(key, last=False)
+        expected, got = f(x), compiled(x)
+        torch.testing.assert_close(got[0], expected[0])
+        assert got[1] == expected[1]
+
+
+def test_partials_made_per_call_swap_without_recompiling():
+    import functools
+
+    def scale(x, y):
+        return x * y
+
+    def f(f0, f1, x):
+        return f0(x) * f1(x)
+
+    counter = CompileCounter()
+    compiled = dynamo_rs.compile(f, backend=counter)
+    p0, p1 = functools.partial(scale, y=torch.randn(2, 2)), functools.partial(scale, y=torch.randn(2, 2))
+    x = torch.randn(2, 2)
+    for a, b in [(p0, p1), (p1, p0), (functools.partial(scale, y=torch.ones(2, 2)), p0)]:
+        torch.testing.assert_close(compiled(a, b, x), f(a, b, x))
+    assert counter.frame_count == 1
+    other = functools.partial(lambda x, y: x - y, y=torch.ones(2, 2))  # another function
+    torch.testing.assert_close(compiled(other, other, x), f(other, other, x))
+    assert counter.frame_count == 2

@@ -184,6 +184,17 @@ impl<'py> Tracer<'py> {
                 }
             }
         }
+        // A `functools.partial` made anew per call (`partial(f, y=t)` handed to the frame):
+        // calling it reads its `func`, `args` and `keywords` through guarded attribute reads
+        // (`ops_functools`), so two partials of the same function swap without recompiling.
+        if ty.is(&self.h.partial_type) {
+            self.guards.add(
+                source.clone(),
+                GuardKind::Type(OwnedRef::from_bound(ty.as_any())),
+            );
+            self.guards.example(source, value);
+            return Ok(true);
+        }
         // A namedtuple (made anew per call and handed to resume functions like the above):
         // immutable, its fields read through guarded attribute reads; its type and length.
         if value.is_instance(&self.h.tuple_type)? && ty.hasattr("_fields")? {

@@ -641,6 +641,12 @@ fn value_witness(
         }
         ValueWitness::DictContents => {
             DictTagMemo::tag_of(found)?;
+            // An `OrderedDict` reorders its keys without a new version tag.
+            if !found.is_exact_instance_of::<pyo3::types::PyDict>()
+                && found.hasattr("move_to_end").unwrap_or(true)
+            {
+                return None;
+            }
             dict_witness(found, witnesses, witnessed)?;
         }
         ValueWitness::LacksAttribute(name, known) => {

@@ -1363,7 +1363,9 @@ fn plain_check(py: Python<'_>, check: &Check, value: &Bound<'_, PyAny>) -> PyRes
             None => true,
         },
         Check::Keys(expected, memo) => match value.cast::<PyDict>() {
-            Ok(_) if memo.holds(value) => true,
+            // An `OrderedDict` reorders (`move_to_end`) without changing the dict's version
+            // tag: only a plain dict's unchanged version says its keys' order is.
+            Ok(d) if d.is_exact_instance_of::<PyDict>() && memo.holds(value) => true,
             Ok(d) => {
                 let same = keys_in_order(d)?.eq(expected.bind(py))?;
                 dict_check(memo, value, same)

@@ -536,8 +536,13 @@ impl<'py> Tracer<'py> {
                 .get_type()
                 .getattr("__call__")
                 .is_ok_and(|c| c.is_instance_of::<pyo3::types::PyFunction>());
+        // A `functools.partial` is called through its guarded `func`, `args` and `keywords`
+        // (`functools_call`): which partial object it is does not matter.
+        let partial = obj.get_type().is(&h.partial_type);
         if !user_function && !python_call && !obj.is_instance(&h.module_type)? {
-            self.pin_identity(callee);
+            if !partial {
+                self.pin_identity(callee);
+            }
             if let Some(made) = self.lazy_iterator_call(obj, &args, &kwargs)? {
                 return Ok(made);
             }

@@ -1087,7 +1087,8 @@ impl<'py> Tracer<'py> {
         dict: &Bound<'py, PyDict>,
         source: Option<&Rc<Source>>,
     ) -> CResult<Vec<(OwnedRef, VarId)>> {
-        let keys = PyTuple::new(self.py, dict.keys())?;
+        // In the dict's own order (an `OrderedDict`'s may differ from its table's).
+        let keys = super::guard_values::keys_in_order(dict)?;
         if let Some(s) = source {
             self.guards.add(
                 s.clone(),
