@@ -473,6 +473,15 @@ def dict_from_zip(x):
 def dict_fromkeys(x):
     d = dict.fromkeys(["a", "b"], 2)
     return x * sum(d.values())
+@case(lambda: {"a": t(3)(), "b": t(3)()}, lambda: {"b": t(3)(), "c": t(3)()})
+def dict_key_views_combined_as_sets(a, b):
+    total = torch.zeros(3)
+    for k in sorted(a.keys() | b.keys()):
+        total = total + (a[k] if k in a else 0) + (b[k] if k in b else 0)
+    common = a.keys() & b.keys()
+    only_a = a.keys() - b.keys()
+    either = a.keys() ^ {"b", "z"}
+    return total * len(common), sorted(only_a), sorted(either)
 @case(T34, T34)
 def fromkeys_of_tensors_and_ordered_dict(x, y):
     d = dict.fromkeys(("a", "b"), x + 1)

@@ -321,6 +321,9 @@ impl<'py> Tracer<'py> {
         if let Some(result) = self.default_equality(op, &args)? {
             return Ok(result);
         }
+        if let Some(result) = self.keys_view_set_operator(op, &args)? {
+            return Ok(result);
+        }
         if args
             .iter()
             .any(|&a| matches!(self.kind(a), VarKind::Tensor { .. }))

@@ -172,6 +172,41 @@ impl<'py> Tracer<'py> {
         Ok(self.fresh_set(&set))
     }
 
+    /// `a.keys() | b.keys()` (and `&`, `-`, `^`, with a set on either side): dict key views
+    /// combine as the sets of their keys, so each view becomes a fresh set of them and the
+    /// operator is a set's. None for other operators and operands.
+    pub(super) fn keys_view_set_operator(
+        &mut self,
+        op: &Bound<'py, PyAny>,
+        args: &[VarId],
+    ) -> CResult<Option<VarId>> {
+        let name = super::ops_call::function_name(op);
+        if !matches!(name.as_str(), "or_" | "and_" | "sub" | "xor") || args.len() != 2 {
+            return Ok(None);
+        }
+        let keys_view = |t: &Self, id: VarId| {
+            matches!(
+                t.kind(id),
+                VarKind::DictView {
+                    which: super::vars::DictViewKind::Keys,
+                    ..
+                }
+            )
+        };
+        if !args.iter().any(|&a| keys_view(self, a)) {
+            return Ok(None);
+        }
+        let mut operands = Vec::with_capacity(2);
+        for &arg in args {
+            operands.push(if keys_view(self, arg) {
+                self.construct_set(&[arg])?
+            } else {
+                arg
+            });
+        }
+        self.apply_operator(op, operands).map(Some)
+    }
+
     /// A method of a real set object, `method` bound to it. None when `method` is not a set's.
     pub(super) fn set_method(
         &mut self,

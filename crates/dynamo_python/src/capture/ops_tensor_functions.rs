@@ -51,9 +51,23 @@ impl<'py> Tracer<'py> {
                     .tensor_method(args[0], method, args[1..].to_vec(), Vec::new())
                     .map(Some);
             }
-            if obj.is(&h.is_tensor) && args.len() == 1 {
+        }
+        if obj.is(&h.is_tensor) && args.len() == 1 && kwargs.is_empty() {
+            // Anything else the trace holds as a value of its own kind is not a tensor.
+            let known = match self.kind(args[0]) {
+                VarKind::Tensor { .. } => Some(true),
+                VarKind::Const(_)
+                | VarKind::Tuple(_)
+                | VarKind::List(_)
+                | VarKind::Dict(_)
+                | VarKind::Instance { .. }
+                | VarKind::NdArray(_)
+                | VarKind::Symbolic { .. } => Some(false),
+                _ => None,
+            };
+            if let Some(answer) = known {
                 return Ok(Some(
-                    self.constant(&true.into_pyobject(py)?.to_owned().into_any()),
+                    self.constant(&answer.into_pyobject(py)?.to_owned().into_any()),
                 ));
             }
         }
