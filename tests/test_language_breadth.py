@@ -482,6 +482,20 @@ def dict_key_views_combined_as_sets(a, b):
     only_a = a.keys() - b.keys()
     either = a.keys() ^ {"b", "z"}
     return total * len(common), sorted(only_a), sorted(either)
+_LINEAR = nn.Linear(4, 4)
+@case(T34)
+def dict_keyed_by_classes_made_in_frame(x):
+    table = {nn.Linear: x + 1, nn.ReLU: x - 1, int: x * 0}
+    return table[type(_LINEAR)] * 2 + (nn.ReLU in table) + (float in table)
+@case(T34)
+def dict_keyed_by_functions_made_in_frame(x):
+    weights = {torch.sin: 1.0, torch.cos: 2.0, F.relu: 0.5}
+    return sum(weights[f] * f(x) for f in (torch.sin, torch.cos, F.relu))
+@case(T34)
+def dict_keyed_by_a_module_made_in_frame(x):
+    outputs = {_LINEAR: _LINEAR(x)}
+    outputs[_LINEAR] = outputs[_LINEAR] * 2
+    return outputs[_LINEAR] + len(outputs)
 @case(T34, T34)
 def fromkeys_of_tensors_and_ordered_dict(x, y):
     d = dict.fromkeys(("a", "b"), x + 1)
