@@ -343,3 +343,29 @@ def test_made_in_the_trace_and_changed_after_a_break_is_right(capsys) -> None:
     assert type(got) is Plain and list(got) == list(expected)
     for key in expected:
         torch.testing.assert_close(got[key], expected[key])
+
+
+class PlainConfig(dict):
+    """A dict subclass that adds nothing: iterated, it is its keys."""
+
+
+def test_iterating_an_existing_plain_subclass_follows_its_keys() -> None:
+    table = PlainConfig({2: 5.0, 4: 10.0})
+    table.note = 3.0
+
+    def f(x):
+        for key in table:
+            x = x * key
+        for key, value in table.items():
+            x = x + value
+        return x * table.note + len(table)
+
+    counter = CompileCounter()
+    compiled = dynamo_rs.compile(f, backend=counter, fullgraph=True)
+    x = torch.ones(3)
+    torch.testing.assert_close(compiled(x), f(x))
+    table[6] = 1.0  # another key: the guard on the keys fails, the trace follows it
+    torch.testing.assert_close(compiled(x), f(x))
+    del table[2]
+    torch.testing.assert_close(compiled(x), f(x))
+    assert counter.frame_count == 3

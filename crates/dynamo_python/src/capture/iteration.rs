@@ -630,6 +630,20 @@ impl<'py> Tracer<'py> {
             }
             return Ok(out);
         }
+        // A dict subclass that keeps dict's `__iter__` and `keys` (`class Config(dict)`):
+        // iterating it is iterating its keys, read as `keys()` reads them (guarded).
+        let dict_type = &self.h.dict_type;
+        if obj.is_instance(dict_type)? && !obj.get_type().is(dict_type) {
+            let ty = obj.get_type();
+            let keeps = |name: &str| -> PyResult<bool> {
+                Ok(ty.getattr(name)?.is(dict_type.getattr(name)?))
+            };
+            if keeps("__iter__")? && keeps("keys")? {
+                let keys = self.get_attr(id, "keys")?;
+                let view = self.call_function(keys, Vec::new(), Vec::new())?;
+                return self.items_of(view);
+            }
+        }
         let _ = py;
         if let Some(items) = self.sequence_items(id, &obj.get_type().into_any())? {
             return Ok(items);
