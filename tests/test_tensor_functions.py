@@ -227,3 +227,29 @@ def test_autograd_function_instance_apply() -> None:
     (g_expected,) = torch.autograd.grad(expected.sum(), x)
     torch.testing.assert_close(g_got, g_expected)
     assert counter.frame_count == 1
+
+
+def test_shape_env_queries_answer_as_torch_compile() -> None:
+    """`statically_known_true` and its kin ask what the compiler knows about a size: for a
+    dynamic size they answer from the ShapeEnv (False here, whatever the size's value), as
+    under torch.compile — evaluating their Python body on the specialised size answered as
+    for a static one (True, taking the other branch)."""
+    from torch.fx.experimental.symbolic_shapes import has_static_value, statically_known_true
+
+    def f(x):
+        if statically_known_true(x.shape[0] > 9):
+            return x * 100
+        torch._check(x.shape[0] >= 10)
+        return x + statically_known_true(x.shape[0] > 9) + 10 * has_static_value(x.shape[0])
+
+    results = []
+    for compile_fn in (dynamo_rs.compile, torch.compile):
+        reset_all()
+        x = torch.zeros(10)
+        torch._dynamo.mark_dynamic(x, 0)
+        results.append(compile_fn(f, backend="eager", fullgraph=True)(x))
+    torch.testing.assert_close(results[0], results[1])
+    torch.testing.assert_close(results[0], torch.ones(10))
+    # Static sizes: known, so both answer as eagerly.
+    reset_all()
+    torch.testing.assert_close(dynamo_rs.compile(f, backend="eager")(torch.zeros(12)), f(torch.zeros(12)))

@@ -477,6 +477,10 @@ impl<'py> Tracer<'py> {
             self.pin_identity(callee);
             return Ok(result);
         }
+        if let Some(result) = self.shape_env_query(obj, &args, &kwargs)? {
+            self.pin_identity(callee);
+            return Ok(result);
+        }
         if let Some(result) = self.numpy_call(obj, &args, &kwargs)? {
             self.pin_identity(callee);
             return Ok(result);

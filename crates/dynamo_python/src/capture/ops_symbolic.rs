@@ -18,7 +18,55 @@ use crate::eval_frame::owned::OwnedRef;
 /// Keyword arguments of a call, as trackers.
 type Keywords = Vec<(String, VarId)>;
 
+/// Functions of `torch.fx.experimental.symbolic_shapes` that ask the ShapeEnv about a
+/// symbolic value without specialising it (`statically_known_true(n > 9)` is False for a
+/// dynamic `n` however large its hint): called with the trace's symbolic value itself, as
+/// TorchDynamo answers them. Evaluating their Python body on a specialised number would
+/// answer as if the size were static.
+const SHAPE_ENV_QUERIES: [&str; 6] = [
+    "statically_known_true",
+    "statically_known_false",
+    "guard_or_false",
+    "guard_or_true",
+    "has_static_value",
+    "has_free_unbacked_symbols",
+];
+
 impl<'py> Tracer<'py> {
+    /// `obj(value)` for one of `SHAPE_ENV_QUERIES` with a symbolic argument: its answer, a
+    /// constant (guards the query itself records are the ShapeEnv's, as torch's). None for
+    /// other calls.
+    pub(super) fn shape_env_query(
+        &mut self,
+        obj: &Bound<'py, PyAny>,
+        args: &[VarId],
+        kwargs: &[(String, VarId)],
+    ) -> CResult<Option<VarId>> {
+        let [value] = args else { return Ok(None) };
+        if !kwargs.is_empty() || !self.is_symbolic(*value) {
+            return Ok(None);
+        }
+        let module = obj
+            .getattr("__module__")
+            .map(|m| m.to_string())
+            .unwrap_or_default();
+        if module != "torch.fx.experimental.symbolic_shapes" {
+            return Ok(None);
+        }
+        let name: String = obj.getattr("__name__")?.extract()?;
+        if !SHAPE_ENV_QUERIES.contains(&name.as_str()) {
+            return Ok(None);
+        }
+        let VarKind::Symbolic { fake, .. } = self.kind(*value) else {
+            return Ok(None);
+        };
+        let answer = obj.call1((fake.bind(self.py),))?;
+        if !answer.is_instance_of::<pyo3::types::PyBool>() {
+            return Ok(None);
+        }
+        Ok(Some(self.constant(&answer)))
+    }
+
     /// Whether `id` is a symbolic value.
     pub fn is_symbolic(&self, id: VarId) -> bool {
         matches!(self.kind(id), VarKind::Symbolic { .. })
