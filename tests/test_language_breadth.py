@@ -1036,6 +1036,12 @@ def set_grad_enabled_false(x):
 def nullcontext_block(x):
     with contextlib.nullcontext():
         return x + 1
+@torch.profiler.record_function("labelled")
+def _labelled_by_a_profiler_range(x):
+    return x.relu() * 2
+@case(T34)
+def record_function_as_a_decorator(x):
+    return _labelled_by_a_profiler_range(x) + 1
 @case(T34)
 def suppress_constant_error(x):
     with contextlib.suppress(KeyError):

@@ -32,7 +32,22 @@ impl<'py> Tracer<'py> {
             f.stack.push(entered);
             return Ok(Flow::Continue);
         }
-        let VarKind::GradModeContext { on_enter } = *self.kind(context) else {
+        // An existing profiler range (`@record_function("name")` decorating a function,
+        // whose wrapper runs `with self:`): changes nothing the graph computes, entered as
+        // one made in the trace is (`grad_mode_context`).
+        let existing_range = match self.kind(context) {
+            VarKind::Object(o) => o.bind(self.py).get_type().is(&self
+                .py
+                .import_module("torch.autograd.profiler")?
+                .getattr("record_function")?),
+            _ => false,
+        };
+        let on_enter = match *self.kind(context) {
+            VarKind::GradModeContext { on_enter } => Some(on_enter),
+            _ if existing_range => Some(GradModeEntry::Keep),
+            _ => None,
+        };
+        let Some(on_enter) = on_enter else {
             let (exit, entered) = self.user_context_enter(context)?;
             f.stack.push(exit);
             f.stack.push(entered);
