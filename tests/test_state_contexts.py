@@ -225,3 +225,36 @@ def test_sdpa_kernel_restores_the_backends_enabled_when_it_runs() -> None:
         assert torch.backends.cuda.flash_sdp_enabled() == (not flash)
     finally:
         torch.backends.cuda.enable_flash_sdp(flash)
+
+
+def test_grad_mode_blocks_split_by_requested_breaks_make_no_empty_graph() -> None:
+    """A break right inside `with torch.set_grad_enabled(False)` leaves a graph whose only
+    nodes are grad-mode switches that change nothing: no graph is compiled for it, as under
+    TorchDynamo (it counted as one)."""
+
+    def f(x):
+        before = torch.is_grad_enabled()
+        with torch.set_grad_enabled(False):
+            torch._dynamo.graph_break()
+            with torch.set_grad_enabled(True):
+                x = torch.mul(x, 5)
+                torch._dynamo.graph_break()
+                x = torch.sqrt(x)
+                assert torch.is_grad_enabled()
+            assert not torch.is_grad_enabled()
+        assert torch.is_grad_enabled() == before
+        return x
+
+    counts = []
+    for compile_fn, counter in ((dynamo_rs.compile, CompileCounter()),
+                                (torch.compile, torch._dynamo.testing.CompileCounter())):
+        dynamo_rs.reset()
+        torch._dynamo.reset()
+        compiled = compile_fn(f, backend=counter)
+        for _ in range(3):
+            x = torch.rand(3, requires_grad=True)
+            got = compiled(x)
+            torch.testing.assert_close(got, f(x))
+            assert got.requires_grad == f(x).requires_grad
+        counts.append(counter.frame_count)
+    assert counts[0] == counts[1]

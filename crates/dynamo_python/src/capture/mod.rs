@@ -890,45 +890,6 @@ impl Converter {
             .map(|(id, plan)| (id.0, plan))
             .collect();
         let inputs: Vec<Rc<Source>> = tracer.inputs.iter().map(|i| i.source.clone()).collect();
-        if tracer.graph.op_count() == 0 {
-            // Nothing computed: every output is an input, loaded from where it came from.
-            let by_output = |k: usize| {
-                tracer
-                    .inputs
-                    .iter()
-                    .find(|input| input.node == outputs[k])
-                    .map(|input| input.source.clone())
-            };
-            let plans = plans
-                .into_iter()
-                .map(|plan| plan.map_outputs(&by_output))
-                .collect::<Option<Vec<_>>>();
-            let replays = replays
-                .into_iter()
-                .map(|replay| replay.map_outputs(&by_output))
-                .collect::<Option<Vec<_>>>();
-            let shared = shared
-                .into_iter()
-                .map(|(id, plan)| plan.map_outputs(&by_output).map(|p| (id, p)))
-                .collect::<Option<Vec<_>>>();
-            let (Some(plans), Some(replays), Some(shared)) = (plans, replays, shared) else {
-                return unsupported(
-                    BreakKind::Internal,
-                    "internal: a graph output that is neither computed nor an input",
-                );
-            };
-            return Ok((
-                plans,
-                CompiledGraph {
-                    compiled: None,
-                    inputs: Vec::new(),
-                    replays,
-                    shared,
-                    record: None,
-                },
-            ));
-        }
-
         // Drop grad-mode switches that change nothing (nothing refers to a switch's result)
         // and unused items of tuple results, then export and compile.
         let setter = py
@@ -971,6 +932,47 @@ impl Converter {
         for input in &mut tracer.inputs {
             input.node = map[input.node.0 as usize].expect("placeholders are kept");
         }
+        if tracer.graph.op_count() == 0 {
+            // Nothing computed (grad-mode switches that change nothing dropped above): every
+            // output is an input, loaded from where it came from — no graph for the backend,
+            // as TorchDynamo compiles none.
+            let by_output = |k: usize| {
+                tracer
+                    .inputs
+                    .iter()
+                    .find(|input| input.node == outputs[k])
+                    .map(|input| input.source.clone())
+            };
+            let plans = plans
+                .into_iter()
+                .map(|plan| plan.map_outputs(&by_output))
+                .collect::<Option<Vec<_>>>();
+            let replays = replays
+                .into_iter()
+                .map(|replay| replay.map_outputs(&by_output))
+                .collect::<Option<Vec<_>>>();
+            let shared = shared
+                .into_iter()
+                .map(|(id, plan)| plan.map_outputs(&by_output).map(|p| (id, p)))
+                .collect::<Option<Vec<_>>>();
+            let (Some(plans), Some(replays), Some(shared)) = (plans, replays, shared) else {
+                return unsupported(
+                    BreakKind::Internal,
+                    "internal: a graph output that is neither computed nor an input",
+                );
+            };
+            return Ok((
+                plans,
+                CompiledGraph {
+                    compiled: None,
+                    inputs: Vec::new(),
+                    replays,
+                    shared,
+                    record: None,
+                },
+            ));
+        }
+
         let t = self.lap("outputs and graph cleanup", t);
         let gm = export(py, tracer, &outputs)?;
         // The graph as the persistent capture cache stores it, taken before the backend
