@@ -223,6 +223,15 @@ impl Graph {
 
     /// Operations in the graph (calls: not placeholders nor submodules), as CompileCounter
     /// counts them.
+    /// `op_count` over the nodes `keep` keeps.
+    pub fn op_count_where(&self, keep: &[bool]) -> usize {
+        self.nodes
+            .iter()
+            .zip(keep)
+            .filter(|(n, &k)| k && !matches!(n.op, Op::Placeholder | Op::GetAttr { .. }))
+            .count()
+    }
+
     pub fn op_count(&self) -> usize {
         self.nodes
             .iter()

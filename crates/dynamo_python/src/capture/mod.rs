@@ -905,37 +905,11 @@ impl Converter {
                 _ => None,
             }
         });
-        let getitems = tracer.graph.unused_getitems(
-            &outputs,
-            |n| matches!(&n.op, Op::CallFunction(f) if f.bind(py).is(&getitem)),
-        );
-        let mut keep: Vec<bool> = switches
-            .iter()
-            .zip(&getitems)
-            .map(|(a, b)| *a && *b)
-            .collect();
-        // Nodes of traces made only to check something (an autograd.Function's forward the
-        // graph calls as a whole), unless something kept refers to them.
-        if !tracer.discarded_nodes.is_empty() {
-            for range in &tracer.discarded_nodes {
-                for i in range.clone() {
-                    keep[i] &= matches!(tracer.graph.nodes[i].op, Op::Placeholder);
-                }
-            }
-            tracer.graph.keep_referenced(&mut keep, &outputs);
-        }
-        let map = tracer.graph.retain(&keep);
-        let outputs: Vec<graph::NodeId> = outputs
-            .iter()
-            .map(|o| map[o.0 as usize].expect("outputs are kept"))
-            .collect();
-        for input in &mut tracer.inputs {
-            input.node = map[input.node.0 as usize].expect("placeholders are kept");
-        }
-        if tracer.graph.op_count() == 0 {
-            // Nothing computed (grad-mode switches that change nothing dropped above): every
-            // output is an input, loaded from where it came from — no graph for the backend,
-            // as TorchDynamo compiles none.
+        if tracer.graph.op_count_where(&switches) == 0 {
+            // Nothing computed but grad-mode switches that change nothing: every output is an
+            // input, loaded from where it came from — no graph for the backend, as TorchDynamo
+            // compiles none. (Operations whose results go unused still make a graph, as they
+            // do under TorchDynamo.)
             let by_output = |k: usize| {
                 tracer
                     .inputs
@@ -971,6 +945,33 @@ impl Converter {
                     record: None,
                 },
             ));
+        }
+        let getitems = tracer.graph.unused_getitems(
+            &outputs,
+            |n| matches!(&n.op, Op::CallFunction(f) if f.bind(py).is(&getitem)),
+        );
+        let mut keep: Vec<bool> = switches
+            .iter()
+            .zip(&getitems)
+            .map(|(a, b)| *a && *b)
+            .collect();
+        // Nodes of traces made only to check something (an autograd.Function's forward the
+        // graph calls as a whole), unless something kept refers to them.
+        if !tracer.discarded_nodes.is_empty() {
+            for range in &tracer.discarded_nodes {
+                for i in range.clone() {
+                    keep[i] &= matches!(tracer.graph.nodes[i].op, Op::Placeholder);
+                }
+            }
+            tracer.graph.keep_referenced(&mut keep, &outputs);
+        }
+        let map = tracer.graph.retain(&keep);
+        let outputs: Vec<graph::NodeId> = outputs
+            .iter()
+            .map(|o| map[o.0 as usize].expect("outputs are kept"))
+            .collect();
+        for input in &mut tracer.inputs {
+            input.node = map[input.node.0 as usize].expect("placeholders are kept");
         }
 
         let t = self.lap("outputs and graph cleanup", t);
