@@ -763,3 +763,52 @@ def test_keys_readded_while_a_dict_is_iterated_match_eager(fn):
     else:
         Comparer().compare(expected[1], actual[1])
     Comparer().compare(expected_args, compiled_args)
+
+
+class _ListSubclass(list):
+    pass
+
+
+class _DictSubclass(dict):
+    pass
+
+
+class _SetSubclass(set):
+    pass
+
+
+def _existing_containers():
+    return {"list": _ListSubclass([1, 2]), "dict": _DictSubclass(a=1, b=2),
+            "set": _SetSubclass([1, 2]), "bytes": bytearray(b"ab")}
+
+
+def _change_them(c):
+    c["list"].append(3)
+    c["list"][0] = 5
+    c["dict"]["c"] = 3
+    c["set"].add(3)
+    c["bytes"].append(99)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x, c: x * sum(c["list"]),
+    lambda x, c: x * sorted(c["list"])[-1],
+    lambda x, c: x * max(c["list"]),
+    lambda x, c: x * len(tuple(c["dict"])),
+    lambda x, c: x * sum(c["dict"].values()),
+    lambda x, c: x * sum(c["set"]),
+    lambda x, c: x * max(c["set"]),
+    lambda x, c: x * sum(c["bytes"]),
+    lambda x, c: x * len(str(c["list"])),
+], ids=["sum_list", "sorted_list", "max_list", "tuple_dict", "sum_dict_values", "sum_set",
+        "max_set", "sum_bytearray", "str_list"])
+def test_builtins_over_existing_container_subclasses_see_later_changes(fn) -> None:
+    """`sum(items)` of a list subclass given to the frame was evaluated while tracing and its
+    result kept: after the list changed, the compiled code returned the old sum (only the
+    list's identity was guarded). Builtins reading such a container's items are now a graph
+    break unless the container is traced as one (plain lists, dicts, sets)."""
+    compiled = dynamo_rs.compile(fn, backend=CompileCounter())
+    containers, x = _existing_containers(), torch.ones(1)
+    assert torch.equal(compiled(x, containers), fn(x, containers))
+    _change_them(containers)
+    assert torch.equal(compiled(x, containers), fn(x, containers))

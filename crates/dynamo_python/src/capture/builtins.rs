@@ -586,6 +586,29 @@ impl<'py> Tracer<'py> {
                             format!("{name}() of an iterator that exists outside the trace"),
                         );
                     }
+                    // `sum(items)`, `sorted(items)` of a list (dict, set) subclass given to
+                    // the frame read its items, which its identity guard does not cover.
+                    let mutable_container = [
+                        &self.h.list_type,
+                        &self.h.dict_type,
+                        &py.get_type::<pyo3::types::PySet>().into_any(),
+                        &py.get_type::<pyo3::types::PyByteArray>().into_any(),
+                    ]
+                    .into_iter()
+                    .any(|t| obj.bind(py).is_instance(t).unwrap_or(true));
+                    let outside = self.source(arg).is_some();
+                    if mutable_container
+                        && outside
+                        && !obj.bind(py).is_instance(&self.h.module_type)?
+                    {
+                        return unsupported(
+                            BreakKind::UnsupportedOperation,
+                            format!(
+                                "{name}() of a {} object that exists outside the trace",
+                                obj_type.name()?
+                            ),
+                        );
+                    }
                     // `range(obj)`, `int(obj)`, `sum(obj)`: a protocol written in Python reads
                     // the object's state, which its identity guard does not cover. (Modules'
                     // containers and classes are guarded by their structure, or fixed.)

@@ -33,10 +33,7 @@ impl<'py> Tracer<'py> {
             }
             VarKind::Dict(entries) => {
                 let keys: Vec<OwnedRef> = entries.iter().map(|(k, _)| k.clone()).collect();
-                Ok(keys
-                    .iter()
-                    .map(|k| self.add(VarKind::Const(k.clone()), None))
-                    .collect())
+                keys.into_iter().map(|k| self.dict_key(k)).collect()
             }
             &VarKind::DictView { dict, which } => self.dict_view_items(dict, which),
             VarKind::Const(v) => {
@@ -121,6 +118,9 @@ impl<'py> Tracer<'py> {
             {
                 return Ok(Some(args[0])); // an iterator is its own iterator
             }
+            if let Some(iterator) = self.python_iter_of(args[0])? {
+                return Ok(Some(iterator));
+            }
             if matches!(self.kind(args[0]), VarKind::Object(_)) {
                 return Ok(None); // a real object's own __iter__: evaluated as before
             }
@@ -163,6 +163,20 @@ impl<'py> Tracer<'py> {
                     Resumed::Returned(value) => self.stop_iteration(value).map(Some),
                 };
             }
+            if self.defines_python_next(args[0]) {
+                // An iterator class of the user's: its `__next__` inlined; a StopIteration
+                // raised there gives the default.
+                let locations = self.location_stack.len();
+                let method = self.get_attr(args[0], "__next__")?;
+                let item = self.call_function(method, Vec::new(), Vec::new());
+                return match args.get(1) {
+                    Some(&default) => Ok(Some(
+                        self.catch_builtin(item, "StopIteration", locations)?
+                            .unwrap_or(default),
+                    )),
+                    None => item.map(Some),
+                };
+            }
             if !matches!(self.kind(args[0]), VarKind::Iter { .. }) {
                 return Ok(None);
             }
@@ -171,10 +185,14 @@ impl<'py> Tracer<'py> {
             }
             return match args.get(1) {
                 Some(&default) => Ok(Some(default)),
-                None => unsupported(
-                    BreakKind::ExceptionWhileTracing,
-                    "next() of an exhausted iterator (StopIteration)",
-                ),
+                // Raised on every call: the iterator's items are fixed by the guards.
+                None => {
+                    let stop = self.h.builtins.getattr("StopIteration")?.call0()?;
+                    self.raised(
+                        PyErr::from_value(stop),
+                        "next() of an exhausted iterator (StopIteration)",
+                    )
+                }
             };
         }
         Ok(None)
@@ -434,17 +452,31 @@ impl<'py> Tracer<'py> {
             );
         };
         let entries = entries.clone();
-        Ok(entries
-            .into_iter()
-            .map(|(k, v)| match which {
-                DictViewKind::Keys => self.add(VarKind::Const(k), None),
+        let mut items = Vec::with_capacity(entries.len());
+        for (k, v) in entries {
+            items.push(match which {
+                DictViewKind::Keys => self.dict_key(k)?,
                 DictViewKind::Values => v,
                 DictViewKind::Items => {
-                    let k = self.add(VarKind::Const(k), None);
+                    let k = self.dict_key(k)?;
                     self.add(VarKind::Tuple(vec![k, v]), None)
                 }
-            })
-            .collect())
+            });
+        }
+        Ok(items)
+    }
+
+    /// A key of a dict tracker as the trace hands it out: a constant — or an object compared
+    /// by identity (a module, an enum member, an instance: the keys guard or the trace pinned
+    /// which one), held by the compiled code as the source of what is read from it, so that
+    /// a module called reads its parameters from a source and an attribute read is guarded.
+    pub fn dict_key(&mut self, key: OwnedRef) -> CResult<VarId> {
+        let value = key.bind(self.py).clone();
+        if self.h.is_constant(&value)? {
+            return Ok(self.add(VarKind::Const(key), None));
+        }
+        let source = Rc::new(Source::Object(key, "a dict key".into()));
+        self.wrap(&value, Some(source))
     }
 
     /// Items of an object whose class is a Python sequence (`__len__` and `__getitem__` in
@@ -493,8 +525,10 @@ impl<'py> Tracer<'py> {
 
     /// The arguments of `callee` with each that a builtin iterates (`sorted(bag)`,
     /// `max(bag)`, `sum(bag)`, `zip(a, b)`, ...) and whose class defines `__iter__` in
-    /// Python replaced by a list of its items (`python_iter_items`): Python's builtin calls
-    /// `iter()` on it once, as taking the items first does. Other arguments are unchanged.
+    /// Python replaced by what Python's builtin makes of it — it calls `iter()` on it once,
+    /// at the call: for the lazy consumers (`zip`, `map`, `enumerate`, `filter`) that
+    /// iterator, advanced as they are; for the others a list of its items, taken now.
+    /// Other arguments are unchanged.
     pub(super) fn settle_python_iterables(
         &mut self,
         callee: &Bound<'py, PyAny>,
@@ -502,21 +536,14 @@ impl<'py> Tracer<'py> {
     ) -> CResult<Vec<VarId>> {
         let builtins = self.h.builtins.clone();
         let is = |name: &str| builtins.getattr(name).is_ok_and(|b| b.is(callee));
-        let positions: Vec<usize> = if [
-            "sorted",
-            "list",
-            "tuple",
-            "set",
-            "frozenset",
-            "any",
-            "all",
-            "sum",
-            "enumerate",
-        ]
-        .iter()
-        .any(|n| is(n))
-            || ((is("max") || is("min")) && args.len() == 1)
-        {
+        // Consumers that take every item before doing anything else: running an iterator
+        // class's `__next__` to the end first is Python's own order, whatever it changes.
+        let collector = ["sorted", "list", "tuple", "set", "frozenset", "sum"]
+            .iter()
+            .any(|n| is(n))
+            || ((is("max") || is("min")) && args.len() == 1);
+        let lazy_consumer = ["zip", "map", "enumerate", "filter"].iter().any(|n| is(n));
+        let positions: Vec<usize> = if collector || is("any") || is("all") || is("enumerate") {
             vec![0]
         } else if is("zip") {
             (0..args.len()).collect()
@@ -540,10 +567,22 @@ impl<'py> Tracer<'py> {
                 VarKind::Instance { cls, .. } => cls.bind(self.py).clone(),
                 _ => continue,
             };
-            if self.defines_python_iter(&cls) {
-                let items = self.items_of(arg)?;
-                args[position] = self.add(VarKind::List(items), None);
+            if !self.defines_python_iter(&cls) {
+                continue;
             }
+            if lazy_consumer || collector {
+                if let Some(iterator) = self.python_iter_of(arg)? {
+                    args[position] = if lazy_consumer {
+                        iterator
+                    } else {
+                        let items = self.take_all(iterator)?;
+                        self.add(VarKind::List(items), None)
+                    };
+                    continue;
+                }
+            }
+            let items = self.items_of(arg)?;
+            args[position] = self.add(VarKind::List(items), None);
         }
         Ok(args)
     }
@@ -555,21 +594,108 @@ impl<'py> Tracer<'py> {
         })
     }
 
-    /// Items of an object whose class defines `__iter__` in Python (`nn.ParameterList`, a
-    /// user collection returning a generator or `iter(self._items)`): that method is looked
-    /// up as any method call's is (guarded) and inlined, and what it returns is iterated.
-    /// `None` if the class's `__iter__` is not a Python function.
-    fn python_iter_items(
+    /// Whether the class of `id` defines `__next__` in Python (an iterator class of the
+    /// user's).
+    fn defines_python_next(&self, id: VarId) -> bool {
+        let cls = match self.kind(id) {
+            VarKind::Instance { cls, .. } => cls.bind(self.py).clone(),
+            VarKind::Object(obj) => obj.bind(self.py).get_type().into_any(),
+            _ => return false,
+        };
+        cls.cast::<pyo3::types::PyType>().is_ok_and(|ty| {
+            super::helpers::python_dunder(ty, &["__next__"], &self.h.function_type).is_some()
+        })
+    }
+
+    /// `iter(obj)` of an object whose class defines `__iter__` in Python (`nn.ParameterList`,
+    /// a user collection returning a generator or `iter(self._items)`): that method looked up
+    /// as any method call's is (guarded) and inlined. An iterator of a class that defines
+    /// `__next__` in Python (often `obj` itself) becomes a lazy iterator calling it per item.
+    /// None if the class's `__iter__` is not a Python function.
+    pub(super) fn python_iter(
         &mut self,
         id: VarId,
         cls: &Bound<'py, PyAny>,
-    ) -> CResult<Option<Vec<VarId>>> {
+    ) -> CResult<Option<VarId>> {
         if !self.defines_python_iter(cls) {
             return Ok(None);
         }
         let method = self.get_attr(id, "__iter__")?;
         let iterator = self.call_function(method, Vec::new(), Vec::new())?;
-        self.items_of(iterator).map(Some)
+        if self.defines_python_next(iterator) {
+            let lazy = VarKind::Lazy(super::vars::LazyIter::Protocol { iterator });
+            return Ok(Some(self.add(lazy, None)));
+        }
+        if let VarKind::Instance { cls, .. } = self.kind(iterator) {
+            // Python's `iter()` raises TypeError ("returned non-iterator"); iterating it as a
+            // container would call its `__iter__` again, perhaps without end.
+            let cls = cls.bind(self.py).clone();
+            return unsupported(
+                BreakKind::UnsupportedOperation,
+                format!("__iter__ returned a {}, not an iterator", describe(&cls)),
+            );
+        }
+        Ok(Some(iterator))
+    }
+
+    /// `python_iter` for an object or instance tracker whose class's own `__iter__` is
+    /// Python code — not a module (torch's containers keep their guarded modelling) nor a
+    /// sequence iterated by index (see `sequence_items`); None for anything else.
+    pub(super) fn python_iter_of(&mut self, id: VarId) -> CResult<Option<VarId>> {
+        let cls = match self.kind(id) {
+            VarKind::Instance { cls, .. } => cls.bind(self.py).clone(),
+            VarKind::Object(obj) if !obj.bind(self.py).is_instance(&self.h.module_type)? => {
+                obj.bind(self.py).get_type().into_any()
+            }
+            _ => return Ok(None),
+        };
+        let sequence_iter = self
+            .py
+            .import_module("collections.abc")?
+            .getattr("Sequence")?
+            .getattr("__iter__")?;
+        if cls
+            .getattr("__iter__")
+            .is_ok_and(|it| it.is(&sequence_iter))
+        {
+            return Ok(None);
+        }
+        let Some(iterator) = self.python_iter(id, &cls)? else {
+            return Ok(None);
+        };
+        if matches!(
+            self.kind(iterator),
+            VarKind::Iter { .. } | VarKind::Generator { .. } | VarKind::Lazy(_)
+        ) {
+            return Ok(Some(iterator));
+        }
+        let items = self.items_of(iterator)?;
+        Ok(Some(self.new_iter(items, &[iterator])))
+    }
+
+    /// The items of `python_iter(id, cls)`, all taken now.
+    fn python_iter_items(
+        &mut self,
+        id: VarId,
+        cls: &Bound<'py, PyAny>,
+    ) -> CResult<Option<Vec<VarId>>> {
+        let made_from = self.vars.len() as u32;
+        let Some(iterator) = self.python_iter(id, cls)? else {
+            return Ok(None);
+        };
+        if !matches!(
+            self.kind(iterator),
+            VarKind::Lazy(super::vars::LazyIter::Protocol { .. })
+        ) {
+            return self.items_of(iterator).map(Some);
+        }
+        // All items now, as a consumer taking them at once does: only if `__next__` changes
+        // nothing but what `__iter__` just made (the iterator's own position).
+        let floor = self.effects_floor.min(made_from);
+        let outer = std::mem::replace(&mut self.effects_floor, floor);
+        let items = self.without_effects("an iterator's __next__", |t| t.take_all(iterator));
+        self.effects_floor = outer;
+        items.map(Some)
     }
 
     /// Items of a real container: nn.Module containers and dict views, with sources.

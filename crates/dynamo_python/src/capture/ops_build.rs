@@ -58,10 +58,10 @@ impl<'py> Tracer<'py> {
     fn key(&self, id: VarId) -> CResult<OwnedRef> {
         match self.kind(id) {
             VarKind::Const(v) => Ok(v.clone()),
-            // A class, function or other object that hashes and compares by identity (a
-            // dispatch table `{nn.Linear: ..., torch.sin: ...}`, a module as a key): the
+            // A class, function or other object that compares by identity (a dispatch table
+            // `{nn.Linear: ..., torch.sin: ...}`, a module or an enum member as a key): the
             // object itself, its identity guarded.
-            VarKind::Object(v) if hashed_by_identity(&v.bind(self.py).clone())? => {
+            VarKind::Object(v) if compares_by_identity(&v.bind(self.py).clone())? => {
                 self.pin_identity(id);
                 Ok(v.clone())
             }
@@ -527,9 +527,11 @@ impl<'py> Tracer<'py> {
     }
 }
 
-/// Whether `value` hashes and compares by identity: a class, a Python or builtin function,
-/// or an object whose class keeps `object`'s `__hash__` and `__eq__` (an `nn.Module`).
-fn hashed_by_identity(value: &Bound<'_, PyAny>) -> PyResult<bool> {
+/// Whether `value` equals only itself: a class, a Python or builtin function, or an object
+/// whose class keeps `object`'s `__eq__` (an `nn.Module`, a plain `Enum` member — which
+/// hashes by its name, the same for the life of the process). As a dict key it is found
+/// again only by the same object, whatever its hash.
+pub fn compares_by_identity(value: &Bound<'_, PyAny>) -> PyResult<bool> {
     if value.is_instance_of::<pyo3::types::PyType>()
         || value.is_instance_of::<pyo3::types::PyFunction>()
         || value.is_instance_of::<pyo3::types::PyCFunction>()
@@ -537,9 +539,10 @@ fn hashed_by_identity(value: &Bound<'_, PyAny>) -> PyResult<bool> {
         return Ok(true);
     }
     let object = value.py().get_type::<pyo3::types::PyAny>();
-    let ty = value.get_type();
-    Ok(ty.getattr("__hash__")?.is(object.getattr("__hash__")?)
-        && ty.getattr("__eq__")?.is(object.getattr("__eq__")?))
+    Ok(value
+        .get_type()
+        .getattr("__eq__")?
+        .is(object.getattr("__eq__")?))
 }
 
 /// What makes an instance of a named tuple class from a plain tuple: `cls._make` for a

@@ -543,20 +543,24 @@ impl<'py> Tracer<'py> {
         // A `functools.partial` is called through its guarded `func`, `args` and `keywords`
         // (`functools_call`): which partial object it is does not matter.
         let partial = obj.get_type().is(&h.partial_type);
-        if !user_function && !python_call && !obj.is_instance(&h.module_type)? {
-            if !partial {
-                self.pin_identity(callee);
-            }
-            if let Some(made) = self.lazy_iterator_call(obj, &args, &kwargs)? {
-                return Ok(made);
-            }
-            self.settle_generators(obj, &args, &kwargs)?;
+        let native_callable = !user_function && !python_call && !obj.is_instance(&h.module_type)?;
+        if native_callable && !partial {
+            self.pin_identity(callee);
         }
         let args = if !user_function && !python_call {
             self.settle_python_iterables(obj, args)?
         } else {
             args
         };
+        if native_callable {
+            if let Some(answer) = self.short_circuit_consumer(obj, &args, &kwargs)? {
+                return Ok(answer);
+            }
+            if let Some(made) = self.lazy_iterator_call(obj, &args, &kwargs)? {
+                return Ok(made);
+            }
+            self.settle_generators(obj, &args, &kwargs)?;
+        }
         if h.is_compiling.iter().any(|f| f.is(obj)) {
             return Ok(self.constant(&true.into_pyobject(py)?.to_owned().into_any()));
         }

@@ -56,6 +56,11 @@ impl<'py> Tracer<'py> {
         let iter = match self.kind(value) {
             VarKind::Iter { .. } | VarKind::Generator { .. } | VarKind::Lazy(_) => value,
             _ => {
+                // An iterator class of the user's is advanced one item per loop step.
+                if let Some(iterator) = self.python_iter_of(value)? {
+                    f.stack.push(iterator);
+                    return Ok(Flow::Continue);
+                }
                 let items = self.items_of(value)?;
                 self.new_iter(items, &[value])
             }

@@ -319,34 +319,20 @@ impl<'py> Tracer<'py> {
             return Ok(None);
         }
         let name: String = self.python_value(args[1])?.extract()?;
+        if !has && args.len() < 3 {
+            return self.get_attr(args[0], &name).map(Some);
+        }
         let locations = self.location_stack.len();
         let read = self.get_attr(args[0], &name);
-        let attribute_error = py.import_module("builtins")?.getattr("AttributeError")?;
-        let missing = matches!(&read, Err(super::translator::CaptureError::Unsupported(r))
-            if r.kind == BreakKind::ExceptionWhileTracing)
-            && self
-                .raised
-                .as_ref()
-                .is_some_and(|e| e.bind(py).is_instance(&attribute_error).unwrap_or(false));
-        if !missing {
-            let value = read?;
-            return Ok(Some(if has {
-                self.constant(pyo3::types::PyBool::new(py, true).as_any())
-            } else {
-                value
-            }));
-        }
-        if !has && args.len() < 3 {
-            return read.map(Some);
-        }
-        // Caught here: the frames the exception came through are left (as `catch` does).
-        self.raised = None;
-        self.location_stack.truncate(locations);
-        self.unwound.retain(|&(_, _, depth)| depth < locations);
-        Ok(Some(if has {
-            self.constant(pyo3::types::PyBool::new(py, false).as_any())
-        } else {
-            args[2]
-        }))
+        let true_ = pyo3::types::PyBool::new(py, true);
+        let false_ = pyo3::types::PyBool::new(py, false);
+        Ok(Some(
+            match self.catch_builtin(read, "AttributeError", locations)? {
+                Some(_) if has => self.constant(true_.as_any()),
+                Some(value) => value,
+                None if has => self.constant(false_.as_any()),
+                None => args[2],
+            },
+        ))
     }
 }

@@ -52,6 +52,35 @@ impl<'py> Tracer<'py> {
         self.raised(PyErr::from_value(exception), detail)
     }
 
+    /// `result` of work begun with `locations` frames on the location stack: None when it
+    /// failed with an exception of builtin class `class` that the traced code raised, caught
+    /// here (the frames it came through left, as `catch` does); any other failure as is.
+    pub fn catch_builtin<T>(
+        &mut self,
+        result: CResult<T>,
+        class: &str,
+        locations: usize,
+    ) -> CResult<Option<T>> {
+        let err = match result {
+            Ok(value) => return Ok(Some(value)),
+            Err(err) => err,
+        };
+        let class = self.h.builtins.getattr(class)?;
+        let caught = matches!(&err, CaptureError::Unsupported(r)
+            if r.kind == BreakKind::ExceptionWhileTracing)
+            && self
+                .raised
+                .as_ref()
+                .is_some_and(|e| e.bind(self.py).is_instance(&class).unwrap_or(false));
+        if !caught {
+            return Err(err);
+        }
+        self.raised = None;
+        self.location_stack.truncate(locations);
+        self.unwound.retain(|&(_, _, depth)| depth < locations);
+        Ok(None)
+    }
+
     /// `value[key]` of a real object raised `err`: raised by the traced code when it would
     /// raise on every call — a constant, or a plain dict read from a source whose missing
     /// key is then guarded to stay missing.

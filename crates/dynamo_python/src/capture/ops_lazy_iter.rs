@@ -118,6 +118,38 @@ impl<'py> Tracer<'py> {
         })
     }
 
+    /// `any(it)` / `all(it)` of a generator or lazy iterator: its items pulled one at a time
+    /// until the answer is known, as Python stops pulling there (what the items' making
+    /// changes happens as far as Python gets); None for other calls.
+    pub(super) fn short_circuit_consumer(
+        &mut self,
+        func: &Bound<'py, PyAny>,
+        args: &[VarId],
+        kwargs: &[(String, VarId)],
+    ) -> CResult<Option<VarId>> {
+        let builtins = &self.h.builtins;
+        let is_any = func.is(&builtins.getattr("any")?);
+        if !(is_any || func.is(&builtins.getattr("all")?)) {
+            return Ok(None);
+        }
+        let ([items], true) = (args, kwargs.is_empty()) else {
+            return Ok(None);
+        };
+        if !self.is_lazy_iterator(*items) {
+            return Ok(None);
+        }
+        let mut answer = !is_any;
+        while let Some(item) = self.iter_advance(*items)? {
+            if self.truth(item)? == is_any {
+                answer = is_any;
+                break;
+            }
+        }
+        Ok(Some(self.constant(
+            pyo3::types::PyBool::new(self.py, answer).as_any(),
+        )))
+    }
+
     /// The next item of lazy iterator `id` (None: exhausted), made now.
     pub(super) fn advance_lazy(&mut self, id: VarId) -> CResult<Option<VarId>> {
         let py = self.py;
@@ -198,6 +230,12 @@ impl<'py> Tracer<'py> {
                     groups,
                 };
                 (item, Some(after))
+            }
+            LazyIter::Protocol { iterator } => {
+                let locations = self.location_stack.len();
+                let method = self.get_attr(iterator, "__next__")?;
+                let next = self.call_function(method, Vec::new(), Vec::new());
+                (self.catch_builtin(next, "StopIteration", locations)?, None)
             }
         };
         if let Some(after) = after {

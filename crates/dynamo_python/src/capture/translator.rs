@@ -859,11 +859,13 @@ impl<'py> Tracer<'py> {
             || (source.is_some() && (ordered || default_factory.is_some()))
         {
             let dict = value.cast::<PyDict>().map_err(PyErr::from)?;
-            if dict
-                .keys()
-                .iter()
-                .all(|k| h.is_constant(&k).unwrap_or(false))
-            {
+            // Keys that are values, or objects that equal only themselves (an enum member,
+            // a class, a module): the keys guard then finds exactly the same keys.
+            let stable_key = |k: &Bound<'py, PyAny>| {
+                h.is_constant(k).unwrap_or(false)
+                    || super::ops_build::compares_by_identity(k).unwrap_or(false)
+            };
+            if dict.keys().iter().all(|k| stable_key(&k)) {
                 let entries = self.dict_entries(dict, source.as_ref())?;
                 let factory_source = source
                     .as_ref()

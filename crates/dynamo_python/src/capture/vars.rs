@@ -193,6 +193,10 @@ pub enum LazyIter {
         groups: Vec<(VarId, VarId)>,
         next: usize,
     },
+    /// What a Python-written `__iter__` returned, whose class defines `__next__` in Python
+    /// (an iterator class of the user's, often the container itself): each item is its
+    /// `__next__()`, traced; a StopIteration raised there (traced) ends it.
+    Protocol { iterator: VarId },
 }
 
 /// `d[key] = value` on a dict tracker's entries, as Python does it: an existing (equal) key
