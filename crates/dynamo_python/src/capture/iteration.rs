@@ -729,10 +729,16 @@ impl<'py> Tracer<'py> {
                 })
                 .collect());
         }
-        if matches!(
-            type_name.as_str(),
-            "odict_values" | "dict_values" | "dict_keys" | "odict_keys"
-        ) {
+        // (A read-only view made while tracing — `inspect.signature(f).parameters` — is
+        // what it was made from; one reached from a source, a class's `__dict__`, is not
+        // guarded by its keys.)
+        let fresh_mapping_proxy = type_name == "mappingproxy" && source.is_none();
+        if fresh_mapping_proxy
+            || matches!(
+                type_name.as_str(),
+                "odict_values" | "dict_values" | "dict_keys" | "odict_keys"
+            )
+        {
             let mut out = Vec::new();
             for item in obj.try_iter()? {
                 out.push(self.wrap(&item?, None)?);

@@ -416,16 +416,57 @@ impl<'py> Tracer<'py> {
         Ok(Flow::Continue)
     }
 
+    /// The entries of a mapping that is not a dict, as `dict.update` reads them: its
+    /// `keys()`, then `mapping[key]` for each (both traced: a Python `keys`/`__getitem__` is
+    /// inlined). Keys must be known values.
+    fn mapping_entries(&mut self, mapping: VarId) -> CResult<Vec<(OwnedRef, VarId)>> {
+        let class = match self.kind(mapping) {
+            VarKind::Instance { cls, .. } => cls.bind(self.py).clone(),
+            VarKind::Object(obj) => {
+                // Which `keys` runs is the class's: its type guarded, not its identity.
+                let class = obj.bind(self.py).get_type().into_any();
+                if let Some(source) = self.source(mapping) {
+                    let class = OwnedRef::from_bound(&class);
+                    self.guards
+                        .add(source, super::guards::GuardKind::Type(class));
+                }
+                self.guard_class(&class, "keys")?;
+                class
+            }
+            _ => return unsupported(BreakKind::Internal, "mapping entries of a non-object"),
+        };
+        let abc_keys = self
+            .py
+            .import_module("collections.abc")?
+            .getattr("Mapping")?
+            .getattr("keys")?;
+        // `Mapping.keys` makes a `KeysView`, whose iteration is the mapping's own.
+        let keys = if class.getattr("keys").is_ok_and(|k| k.is(&abc_keys)) {
+            mapping
+        } else {
+            let keys = self.get_attr(mapping, "keys")?;
+            self.call_function(keys, Vec::new(), Vec::new())?
+        };
+        let mut entries = Vec::new();
+        for key in self.items_of(keys)? {
+            let value = self.subscript(mapping, key)?;
+            entries.push((self.key(key)?, value));
+        }
+        Ok(entries)
+    }
+
     pub(super) fn op_dict_update(&mut self, f: &mut FrameState<'py>, depth: u32) -> CResult<Flow> {
         let update = self.pop(f)?;
         let new_entries = match self.kind(update) {
             VarKind::Dict(entries) => entries.clone(),
+            // `f(**mapping)`, `{**mapping}` of a mapping that is not a dict (a `UserDict`, a
+            // tokenizer's `BatchEncoding`): Python reads its `keys()`, then each item.
+            VarKind::Object(_) | VarKind::Instance { .. } => self.mapping_entries(update)?,
             other @ (VarKind::Tensor { .. }
             | VarKind::Unrealized(_)
             | VarKind::Symbolic { .. }
             | VarKind::Slice(_)
             | VarKind::Const(_)
-            | VarKind::Object(_)
             | VarKind::Tuple(_)
             | VarKind::List(_)
             | VarKind::DictView { .. }
@@ -438,7 +479,6 @@ impl<'py> Tracer<'py> {
             | VarKind::Partial { .. }
             | VarKind::CellRef(_)
             | VarKind::Super { .. }
-            | VarKind::Instance { .. }
             | VarKind::GradModeContext { .. }
             | VarKind::GradModeWrapped { .. }
             | VarKind::GradModeExit { .. }
