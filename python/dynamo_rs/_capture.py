@@ -714,8 +714,9 @@ def _operator_safe_types() -> tuple:
 def replace_contents(container, contents) -> None:
     """Replays the changes a trace made to an existing list, dict, set or deque: it ends up holding
     `contents` (a new one built from the graph's outputs), as the same object."""
-    if type(container) is list:
-        container[:] = contents
+    if isinstance(container, list):
+        # `list`'s own slice store: a subclass may override methods (`clear`), not this.
+        list.__setitem__(container, slice(None), contents)
     elif type(container) is collections.deque:
         container.clear()
         container.extend(contents)

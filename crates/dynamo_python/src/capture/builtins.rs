@@ -244,7 +244,10 @@ impl<'py> Tracer<'py> {
                     None if !self.tuple_fields.contains_key(&args[0]) => Some(h.tuple_type.clone()),
                     None => None,
                 },
-                VarKind::List(_) => Some(h.list_type.clone()),
+                VarKind::List(_) => Some(match self.list_classes.get(&args[0]) {
+                    Some(cls) => cls.bind(py).clone(),
+                    None => h.list_type.clone(),
+                }),
                 VarKind::NdArray(_) => Some(py.import_module("numpy")?.getattr("ndarray")?),
                 VarKind::Dict(_) => Some(match self.dict_classes.get(&args[0]) {
                     Some(cls) => cls.bind(py).clone(),
@@ -270,11 +273,29 @@ impl<'py> Tracer<'py> {
             }
         }
         if is("isinstance") && args.len() == 2 {
-            if let Some(own) = self.tuple_classes.get(&args[0]).cloned() {
+            let own_class = self
+                .tuple_classes
+                .get(&args[0])
+                .or_else(|| self.list_classes.get(&args[0]))
+                .cloned();
+            if let Some(own) = own_class {
                 let cls = self.python_value(args[1])?;
                 let result = b.getattr("issubclass")?.call1((own.bind(py), cls))?;
                 return Ok(self.constant(&result));
             }
+        }
+        if is("isinstance")
+            && args.len() == 2
+            && matches!(self.kind(args[0]), VarKind::Generator { .. })
+        {
+            // A generator function's generator: its class is known.
+            let generator_type = py.import_module("types")?.getattr("GeneratorType")?;
+            let cls = self.python_value(args[1])?;
+            let answer = b
+                .getattr("isinstance")?
+                .call1((self.py.None(), &cls))
+                .and_then(|_| b.getattr("issubclass")?.call1((&generator_type, &cls)))?;
+            return Ok(self.constant(&answer));
         }
         if is("isinstance")
             && args.len() == 2
@@ -635,6 +656,49 @@ impl<'py> Tracer<'py> {
                         );
                     }
                 }
+            }
+        }
+        // An iterator the trace holds stands for the items it has left (a list): only a
+        // builtin that iterates its argument sees no difference. `type(it)`, `len(it)`,
+        // `str(it)`, `reversed(it)` would see the list.
+        let iterates = [
+            "list",
+            "tuple",
+            "set",
+            "frozenset",
+            "sorted",
+            "sum",
+            "min",
+            "max",
+            "any",
+            "all",
+            "dict",
+            "enumerate",
+            "zip",
+            "map",
+            "filter",
+        ]
+        .iter()
+        .any(|n| is(n));
+        if !iterates {
+            if let Some(&it) = args
+                .iter()
+                .chain(kwargs.iter().map(|(_, v)| v))
+                .find(|&&a| {
+                    matches!(
+                        self.kind(a),
+                        VarKind::Iter { .. } | VarKind::Generator { .. } | VarKind::Lazy(_)
+                    )
+                })
+            {
+                if is("type") && matches!(self.kind(it), VarKind::Generator { .. }) {
+                    let generator_type = py.import_module("types")?.getattr("GeneratorType")?;
+                    return Ok(self.constant(&generator_type));
+                }
+                return unsupported(
+                    BreakKind::UnsupportedOperation,
+                    format!("{name}() of an iterator made while tracing"),
+                );
             }
         }
         // Everything else is evaluated on the real values.

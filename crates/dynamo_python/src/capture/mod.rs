@@ -48,6 +48,7 @@ mod ops_generators;
 mod ops_graph;
 mod ops_itertools;
 mod ops_lazy_iter;
+mod ops_list_subclass;
 mod ops_load_store;
 mod ops_match;
 mod ops_module_new;

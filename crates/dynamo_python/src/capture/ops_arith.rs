@@ -706,6 +706,7 @@ impl<'py> Tracer<'py> {
                 ..
             } => Some(cls.bind(py).clone()),
             VarKind::Dict(_) => self.user_dict_class(id),
+            VarKind::List(_) => self.user_list_class(id),
             VarKind::Object(value) => {
                 let value = value.bind(py);
                 if value.is_instance(&self.h.module_type)?

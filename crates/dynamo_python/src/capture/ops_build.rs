@@ -433,7 +433,31 @@ impl<'py> Tracer<'py> {
                 self.guard_class(&class, "keys")?;
                 class
             }
-            _ => return unsupported(BreakKind::Internal, "mapping entries of a non-object"),
+            VarKind::Tensor { .. }
+            | VarKind::Symbolic { .. }
+            | VarKind::Slice(_)
+            | VarKind::Unrealized(_)
+            | VarKind::Const(_)
+            | VarKind::Tuple(_)
+            | VarKind::List(_)
+            | VarKind::Dict(_)
+            | VarKind::DictView { .. }
+            | VarKind::Null
+            | VarKind::Method { .. }
+            | VarKind::Iter { .. }
+            | VarKind::Generator { .. }
+            | VarKind::Lazy(_)
+            | VarKind::Function(_)
+            | VarKind::Partial { .. }
+            | VarKind::CellRef(_)
+            | VarKind::Super { .. }
+            | VarKind::GradModeContext { .. }
+            | VarKind::GradModeWrapped { .. }
+            | VarKind::GradModeExit { .. }
+            | VarKind::StateContext(_)
+            | VarKind::NdArray(_) => {
+                return unsupported(BreakKind::Internal, "mapping entries of a non-object")
+            }
         };
         let abc_keys = self
             .py

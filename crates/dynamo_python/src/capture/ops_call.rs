@@ -401,6 +401,19 @@ impl<'py> Tracer<'py> {
                 let method = self.get_attr(callee, "__call__")?;
                 self.call_function(method, args, kwargs)
             }
+            // A list or dict of a user class that defines `__call__` in Python.
+            VarKind::List(_) | VarKind::Dict(_)
+                if self
+                    .user_list_class(callee)
+                    .or_else(|| self.user_dict_class(callee))
+                    .is_some_and(|cls| {
+                        cls.getattr("__call__")
+                            .is_ok_and(|c| c.is_instance_of::<pyo3::types::PyFunction>())
+                    }) =>
+            {
+                let method = self.get_attr(callee, "__call__")?;
+                self.call_function(method, args, kwargs)
+            }
             other @ (VarKind::Tensor { .. }
             | VarKind::Unrealized(_)
             | VarKind::Symbolic { .. }
@@ -770,6 +783,9 @@ impl<'py> Tracer<'py> {
         }
         if let Some(dict) = self.construct_dict_subclass(obj, &args, &kwargs)? {
             return Ok(dict);
+        }
+        if let Some(list) = self.construct_list_subclass(obj, &args, &kwargs)? {
+            return Ok(list);
         }
         if obj.is(&h.dict_type) || obj.is(&h.ordered_dict_type) {
             if let Some(dict) = self.construct_dict(obj, &args, &kwargs)? {

@@ -7,6 +7,7 @@ use pyo3::prelude::*;
 
 use super::translator::{kind_name, unsupported, CResult, Flow, FrameState, Tracer};
 use super::vars::VarKind;
+use crate::eval_frame::owned::OwnedRef;
 
 impl<'py> Tracer<'py> {
     pub(super) fn op_branch(
@@ -24,6 +25,25 @@ impl<'py> Tracer<'py> {
                 BreakKind::Internal,
                 "empty stack at a branch",
             )))?;
+        if ins.opcode == Opcode::PopJumpIfTrue && matches!(self.kind(value), VarKind::Tensor { .. })
+        {
+            if let Some(message) = assert_message(f)? {
+                // `assert tensor_condition[, "message"]`: checked when the graph runs, as
+                // TorchDynamo rewrites it (`torch._assert_async`), instead of a graph break
+                // on the tensor's truth.
+                let check = self.h.torch.getattr("_assert_async")?;
+                let message = self.constant(&message);
+                self.graph_call(
+                    super::graph::Op::CallFunction(OwnedRef::from_bound(&check)),
+                    "_assert_async",
+                    vec![value, message],
+                    Vec::new(),
+                )?;
+                f.stack.pop();
+                f.pc = target.index();
+                return Ok(Flow::Continue);
+            }
+        }
         let taken = match ins.opcode {
             Opcode::PopJumpIfNone | Opcode::PopJumpIfNotNone => {
                 let is_none = match self.kind(value) {
@@ -121,5 +141,37 @@ impl<'py> Tracer<'py> {
             }
         }
         Ok(Flow::Continue)
+    }
+}
+
+/// The message of the `assert` statement whose failing branch starts at `f.pc` —
+/// `LOAD_ASSERTION_ERROR`, optionally a constant string called with, `RAISE_VARARGS` — or
+/// None when the code there is not such an assert (a message computed at run time, an
+/// f-string, is not: it is code to run).
+fn assert_message<'py>(f: &FrameState<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
+    let py = f.consts.py();
+    let mut ops = f.instructions[f.pc..].iter().filter(|i| {
+        !matches!(
+            i.opcode,
+            Opcode::Cache | Opcode::ExtendedArg | Opcode::Precall
+        )
+    });
+    if ops.next().map(|i| i.opcode) != Some(Opcode::LoadAssertionError) {
+        return Ok(None);
+    }
+    let Some(next) = ops.next() else {
+        return Ok(None);
+    };
+    match next.opcode {
+        Opcode::RaiseVarargs => Ok(Some(
+            pyo3::types::PyString::new(py, "assertion error").into_any(),
+        )),
+        Opcode::LoadConst => {
+            let message = f.consts.get_item(next.effect_arg() as usize)?;
+            let called = ops.next().map(|i| i.opcode) == Some(Opcode::Call)
+                && ops.next().map(|i| i.opcode) == Some(Opcode::RaiseVarargs);
+            Ok((called && message.is_instance_of::<pyo3::types::PyString>()).then_some(message))
+        }
+        _ => Ok(None),
     }
 }

@@ -231,15 +231,19 @@ impl<'py> Tracer<'py> {
         )
     }
 
-    /// `super().name` inside a method of a traced dict's class: the next Python definition
-    /// along the MRO after `start`, else the dict's own method. None for other receivers.
+    /// `super().name` inside a method of a traced dict's or list's class: the next Python
+    /// definition along the MRO after `start`, else the dict's (list's) own method. None for
+    /// other receivers.
     pub(super) fn dict_subclass_super_attr(
         &mut self,
         receiver: VarId,
         start: &Bound<'py, PyAny>,
         name: &str,
     ) -> CResult<Option<VarId>> {
-        let Some(cls) = self.user_dict_class(receiver) else {
+        let Some(cls) = self
+            .user_dict_class(receiver)
+            .or_else(|| self.user_list_class(receiver))
+        else {
             return Ok(None);
         };
         self.guard_class(&cls, name)?;
@@ -260,20 +264,23 @@ impl<'py> Tracer<'py> {
                     Some(OwnedRef::from_bound(&found)),
                 )));
             }
-            if klass.is(&self.h.dict_type) || klass.is(&self.h.ordered_dict_type) {
+            if klass.is(&self.h.dict_type)
+                || klass.is(&self.h.ordered_dict_type)
+                || klass.is(&self.h.list_type)
+            {
                 return Ok(Some(self.method(receiver, name, None)));
             }
             break;
         }
         unsupported(
             BreakKind::SuperCall,
-            format!("super().{name} of a dict subclass made in the trace"),
+            format!("super().{name} of a dict or list subclass made in the trace"),
         )
     }
 
     /// The entry `name` of the first Python class along `cls`'s MRO that defines it, when
     /// no builtin base comes first.
-    fn python_class_entry(
+    pub(super) fn python_class_entry(
         &self,
         cls: &Bound<'py, PyAny>,
         name: &str,

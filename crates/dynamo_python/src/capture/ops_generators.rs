@@ -207,7 +207,21 @@ impl<'py> Tracer<'py> {
         kwargs: &[(String, VarId)],
     ) -> CResult<()> {
         let builtins = &self.h.builtins;
-        if callee.is(&builtins.getattr("next")?) || callee.is(&builtins.getattr("iter")?) {
+        // `next` and `iter` advance them lazily; `type`, `isinstance`, `id`, ... ask what the
+        // generator is, not what it yields.
+        let leaves = [
+            "next",
+            "iter",
+            "type",
+            "isinstance",
+            "issubclass",
+            "id",
+            "callable",
+        ];
+        if leaves
+            .iter()
+            .any(|n| builtins.getattr(*n).is_ok_and(|b| b.is(callee)))
+        {
             return Ok(());
         }
         // `islice(count(), n)`: the model of `islice` pulls the items it takes from the

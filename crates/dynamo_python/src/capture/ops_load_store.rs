@@ -491,6 +491,9 @@ impl<'py> Tracer<'py> {
                 if let Some(attr) = self.dict_subclass_attr(obj, name)? {
                     return Ok(attr);
                 }
+                if let Some(attr) = self.list_subclass_attr(obj, name)? {
+                    return Ok(attr);
+                }
                 if let Some(attr) = self.named_tuple_class_attr(obj, name)? {
                     return Ok(attr);
                 }

@@ -52,6 +52,7 @@ impl<'py> Tracer<'py> {
         let receiver_class = match self
             .instance_class(receiver)
             .or_else(|| self.user_dict_class(receiver))
+            .or_else(|| self.user_list_class(receiver))
         {
             Some(class) => Some(class),
             None => self

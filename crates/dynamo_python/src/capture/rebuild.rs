@@ -422,7 +422,16 @@ fn rebuild_inline(tracer: &Tracer<'_>, id: VarId, r: &mut Rebuilder) -> CResult<
                 None => plain,
             }
         }
-        VarKind::List(_) => contents_plan(tracer, id, r)?,
+        VarKind::List(_) => {
+            let plain = contents_plan(tracer, id, r)?;
+            match tracer.list_classes.get(&id) {
+                Some(cls) => Rebuild::Converted {
+                    into: cls.clone(),
+                    value: Box::new(plain),
+                },
+                None => plain,
+            }
+        }
         VarKind::Dict(_) if tracer.instance_dicts.values().any(|&d| d == id) => {
             // A copy would not be the object's own `__dict__`.
             return unsupported(

@@ -152,6 +152,8 @@ pub struct Tracer<'py> {
     /// (`collections.OrderedDict`): it behaves as a dict while tracing and is rebuilt, compared
     /// and type-checked as its class.
     pub dict_classes: HashMap<VarId, OwnedRef>,
+    /// The user class of a traced list that has one (see `ops_list_subclass`).
+    pub list_classes: HashMap<VarId, OwnedRef>,
     /// The default factory of each `collections.defaultdict` the trace made (its class is
     /// in `dict_classes`).
     pub dict_defaults: HashMap<VarId, VarId>,
@@ -349,6 +351,7 @@ impl<'py> Tracer<'py> {
             observe_every_value: false,
             stop_at: None,
             dict_classes: HashMap::new(),
+            list_classes: HashMap::new(),
             dict_defaults: HashMap::new(),
             container_by_object: HashMap::new(),
             container_sources: Vec::new(),
@@ -559,7 +562,11 @@ impl<'py> Tracer<'py> {
                     .iter()
                     .map(|&i| self.python_value(i))
                     .collect::<CResult<Vec<_>>>()?;
-                pyo3::types::PyList::new(py, items)?.into_any()
+                let list = pyo3::types::PyList::new(py, items)?.into_any();
+                match self.list_classes.get(&id) {
+                    Some(cls) => cls.bind(py).call1((list,))?,
+                    None => list,
+                }
             }
             VarKind::Dict(entries) => {
                 let d = PyDict::new(py);
@@ -783,6 +790,16 @@ impl<'py> Tracer<'py> {
         }
         let exact_tuple = value.get_type().is(&h.tuple_type);
         let exact_list = value.get_type().is(&h.list_type);
+        // A list subclass that behaves as a list (see `ops_list_subclass`), read from a
+        // source: a traced list of its class.
+        let list_subclass = source.is_some()
+            && !exact_list
+            && value.is_instance(&h.list_type)?
+            && self.admitted_list_subclass(&value.get_type())?
+            && value
+                .getattr("__dict__")
+                .ok()
+                .map_or(Ok(true), |d| d.len().map(|n| n == 0))?;
         let exact_set = value.is_exact_instance_of::<pyo3::types::PySet>();
         if let Some(s) = &source {
             // Lists, dicts, sets and deques: one tracker per object.
@@ -793,7 +810,7 @@ impl<'py> Tracer<'py> {
                 return Ok(deque);
             }
         }
-        if exact_tuple || exact_list || tuple_fields.is_some() {
+        if exact_tuple || exact_list || list_subclass || tuple_fields.is_some() {
             let len = value.len()?;
             if let Some(s) = &source {
                 self.guards.add(
@@ -801,7 +818,7 @@ impl<'py> Tracer<'py> {
                     GuardKind::Type(OwnedRef::from_bound(value.get_type().as_any())),
                 );
                 self.guards.add(s.clone(), GuardKind::Len(len));
-                if tuple_fields.is_some() && value.hasattr("__dict__")? {
+                if (tuple_fields.is_some() || list_subclass) && value.hasattr("__dict__")? {
                     // Attributes set on the instance would shadow what its class gives.
                     self.guards.add(
                         Rc::new(Source::Attr(s.clone(), "__dict__".into())),
@@ -827,7 +844,7 @@ impl<'py> Tracer<'py> {
                 self.lazy_tuple_items = false;
                 items.push(wrapped?);
             }
-            let kind = if exact_list {
+            let kind = if exact_list || list_subclass {
                 VarKind::List(items)
             } else {
                 VarKind::Tuple(items)
@@ -840,8 +857,12 @@ impl<'py> Tracer<'py> {
                 self.tuple_classes
                     .insert(id, OwnedRef::from_bound(value.get_type().as_any()));
             }
-            if exact_list {
+            if exact_list || list_subclass {
                 self.note_container(value, id);
+            }
+            if list_subclass {
+                self.list_classes
+                    .insert(id, OwnedRef::from_bound(value.get_type().as_any()));
             }
             return Ok(id);
         }
