@@ -112,6 +112,31 @@ class InPlace(torch.autograd.Function):
         return grad * 2
 
 
+class MaskedSoftmax(torch.autograd.Function):
+    """transformers' DeBERTa `XSoftmax`: an attribute on ctx, and an in-place change of a
+    tensor forward made itself (which once made the frame run eagerly)."""
+
+    @staticmethod
+    def forward(ctx, x, mask, dim):
+        ctx.dim = dim
+        rmask = ~(mask.to(torch.bool))
+        output = x.masked_fill(rmask, torch.tensor(torch.finfo(x.dtype).min))
+        output = torch.softmax(output, ctx.dim)
+        output.masked_fill_(rmask, 0)
+        ctx.save_for_backward(output, rmask)
+        return output
+
+    @staticmethod
+    def backward(ctx, grad):
+        output, rmask = ctx.saved_tensors
+        return torch._softmax_backward_data(grad, output, ctx.dim, output.dtype), None, None
+
+
+def masked_softmax(x, w):
+    h = x @ w
+    return (MaskedSoftmax.apply(h, h > 0, 1) * torch.arange(3.0)).sum()
+
+
 def scaled(x, w):
     return ScaledGrad.apply(x @ w, 3.0).sum()
 
@@ -141,7 +166,7 @@ def nested_in_a_module_method(x, w):
     return SavedSigmoid.apply(layer(ScaledGrad.apply(x @ w, 2.0))).sum()
 
 
-CASES = [scaled, sigmoid_chain, two_outputs, separate_setup, non_differentiable]
+CASES = [scaled, sigmoid_chain, two_outputs, separate_setup, non_differentiable, masked_softmax]
 
 
 def loss_and_grad(fn, x, w):
@@ -211,3 +236,10 @@ def test_module_made_in_forward_around_custom_functions() -> None:
     got = loss_and_grad(dynamo_rs.compile(nested_in_a_module_method, backend="aot_eager"), x, w)
     torch.testing.assert_close(got[0], expected[0])
     torch.testing.assert_close(got[1], expected[1])
+
+
+def test_forward_changing_its_own_tensors_in_place_stays_in_the_graph() -> None:
+    x, w = torch.randn(4, 5), torch.randn(5, 3, requires_grad=True)
+    explained = dynamo_rs.explain(masked_softmax)(x, w)
+    assert explained.graph_count == 1
+    assert explained.break_reasons == []

@@ -331,6 +331,39 @@ def sum_of_generator_changing_a_tensor_in_place(x):
     return sum(acc.add_(row) for row in x)
 
 
+@case(t(3, 4))
+def generator_changing_only_tensors_it_made_in_place(x):
+    # Each item is a new tensor changed in place before it is yielded: nothing older is
+    # touched, so zip() may run the generator ahead of the loop.
+    def scaled(rows):
+        for row in rows:
+            out = row * 2
+            out.clamp_(min=0)
+            yield out
+
+    total = torch.zeros(4)
+    for i, r in zip(range(3), scaled(x)):
+        total = total + r * (i + 1)
+    return total
+
+
+@case(t(3, 4))
+def generator_changing_a_view_of_an_older_tensor(x):
+    # The view is made inside the generator, the storage it changes is older: the loop
+    # must see each change in Python's order.
+    acc = torch.zeros(2, 4)
+
+    def steps(rows):
+        for row in rows:
+            acc.view(-1)[:4].add_(row)
+            yield acc.sum()
+
+    out = []
+    for k, s in zip(range(3), steps(x)):
+        out.append(s * (k + 1) + acc[0, 0])
+    return torch.stack(out)
+
+
 @pytest.fixture(autouse=True)
 def fresh_caches():
     reset_all()

@@ -37,6 +37,63 @@ pub(crate) fn node_calls_in_place(py: Python<'_>, node: &graph::Node) -> bool {
         || node_has_out_argument(py, node)
 }
 
+/// Whether the in-place `node`, one of `nodes[from..]`, may change a tensor that existed
+/// before `nodes[from]` was made: the tensor it changes (its first argument, its `out=`)
+/// shares storage with an input of the graph (a placeholder, an attribute) or with a node
+/// made before `from`. A tensor made after `from` and changed in place (`out.masked_fill_()`
+/// inside a function run ahead) is private to that run. True when the target is not known.
+pub(crate) fn changes_older_tensor(
+    py: Python<'_>,
+    nodes: &[graph::Node],
+    from: usize,
+    node: &graph::Node,
+) -> bool {
+    let storage = |n: &graph::Node| -> Option<usize> {
+        let fake = n.fake.bind(py);
+        fake.call_method0("untyped_storage")
+            .and_then(|s| s.getattr("_cdata"))
+            .and_then(|c| c.extract::<usize>())
+            .ok()
+    };
+    let mut targets = Vec::new();
+    match node.args.first() {
+        Some(Arg::Node(id)) => targets.push(id.0 as usize),
+        Some(_) => return true,
+        None => {}
+    }
+    for (name, value) in &node.kwargs {
+        if name != "out" {
+            continue;
+        }
+        match value {
+            Arg::Node(id) => targets.push(id.0 as usize),
+            Arg::Tuple(items) | Arg::List(items) => {
+                for item in items {
+                    let Arg::Node(id) = item else {
+                        return true;
+                    };
+                    targets.push(id.0 as usize);
+                }
+            }
+            _ => return true,
+        }
+    }
+    if targets.is_empty() {
+        return true;
+    }
+    let mut target_storages = Vec::with_capacity(targets.len());
+    for target in targets {
+        match nodes.get(target).and_then(storage) {
+            Some(s) => target_storages.push(s),
+            None => return true,
+        }
+    }
+    nodes.iter().enumerate().any(|(i, n)| {
+        let older = i < from || matches!(n.op, graph::Op::Placeholder | graph::Op::GetAttr { .. });
+        older && storage(n).is_some_and(|s| target_storages.contains(&s))
+    })
+}
+
 /// Whether a node draws from torch's random number generator (`randn`, `dropout`,
 /// `bernoulli_`, ...): computing it ahead of when Python would (a generator run to its end)
 /// would shift every later random draw. Dropout with a constant `training=False` (third

@@ -30,9 +30,11 @@ impl<'py> Tracer<'py> {
     ) -> CResult<T> {
         let nodes = self.graph.nodes.len();
         let (result, changed_python) = self.counting_effects(body)?;
-        let changed_tensors = self.graph.nodes[nodes..]
-            .iter()
-            .any(|node| super::node_calls_in_place(self.py, node));
+        let all = &self.graph.nodes;
+        let changed_tensors = all[nodes..].iter().any(|node| {
+            super::node_calls_in_place(self.py, node)
+                && super::in_place::changes_older_tensor(self.py, all, nodes, node)
+        });
         if changed_python || changed_tensors {
             return unsupported(
                 BreakKind::Generator,
