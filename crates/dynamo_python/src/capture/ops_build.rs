@@ -420,44 +420,22 @@ impl<'py> Tracer<'py> {
     /// `keys()`, then `mapping[key]` for each (both traced: a Python `keys`/`__getitem__` is
     /// inlined). Keys must be known values.
     fn mapping_entries(&mut self, mapping: VarId) -> CResult<Vec<(OwnedRef, VarId)>> {
-        let class = match self.kind(mapping) {
-            VarKind::Instance { cls, .. } => cls.bind(self.py).clone(),
-            VarKind::Object(obj) => {
-                // Which `keys` runs is the class's: its type guarded, not its identity.
-                let class = obj.bind(self.py).get_type().into_any();
-                if let Some(source) = self.source(mapping) {
-                    let class = OwnedRef::from_bound(&class);
-                    self.guards
-                        .add(source, super::guards::GuardKind::Type(class));
-                }
-                self.guard_class(&class, "keys")?;
-                class
+        // (Called for objects and instances only.)
+        let class = if let VarKind::Instance { cls, .. } = self.kind(mapping) {
+            cls.bind(self.py).clone()
+        } else {
+            // Which `keys` runs is the class's: its type guarded, not its identity.
+            let Some(object) = self.real_unpinned(mapping) else {
+                return unsupported(BreakKind::Internal, "mapping entries of a non-object");
+            };
+            let class = object.get_type().into_any();
+            if let Some(source) = self.source(mapping) {
+                let class = OwnedRef::from_bound(&class);
+                self.guards
+                    .add(source, super::guards::GuardKind::Type(class));
             }
-            VarKind::Tensor { .. }
-            | VarKind::Symbolic { .. }
-            | VarKind::Slice(_)
-            | VarKind::Unrealized(_)
-            | VarKind::Const(_)
-            | VarKind::Tuple(_)
-            | VarKind::List(_)
-            | VarKind::Dict(_)
-            | VarKind::DictView { .. }
-            | VarKind::Null
-            | VarKind::Method { .. }
-            | VarKind::Iter { .. }
-            | VarKind::Generator { .. }
-            | VarKind::Lazy(_)
-            | VarKind::Function(_)
-            | VarKind::Partial { .. }
-            | VarKind::CellRef(_)
-            | VarKind::Super { .. }
-            | VarKind::GradModeContext { .. }
-            | VarKind::GradModeWrapped { .. }
-            | VarKind::GradModeExit { .. }
-            | VarKind::StateContext(_)
-            | VarKind::NdArray(_) => {
-                return unsupported(BreakKind::Internal, "mapping entries of a non-object")
-            }
+            self.guard_class(&class, "keys")?;
+            class
         };
         let abc_keys = self
             .py

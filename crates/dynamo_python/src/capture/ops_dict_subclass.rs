@@ -87,33 +87,8 @@ impl<'py> Tracer<'py> {
 
     /// Whether instances of `ty` can be traced dicts (see the module docs).
     fn admitted_dict_subclass(&self, ty: &Bound<'py, PyType>) -> PyResult<bool> {
-        let py = self.py;
-        const HEAP_TYPE: u64 = 1 << 9;
-        if !ty.get_type().is(py.get_type::<PyType>()) {
-            return Ok(false);
-        }
         let builtin_bases = [self.h.dict_type.clone(), self.h.ordered_dict_type.clone()];
-        let object = py.import_module("builtins")?.getattr("object")?;
-        for klass in ty.getattr("__mro__")?.try_iter()? {
-            let klass = klass?;
-            if klass.is(&object) || builtin_bases.iter().any(|b| b.is(&klass)) {
-                continue;
-            }
-            let flags: u64 = klass.getattr("__flags__")?.extract()?;
-            if flags & HEAP_TYPE == 0 {
-                return Ok(false); // another builtin base (defaultdict, Counter's C parts)
-            }
-            let own = klass.getattr("__dict__")?;
-            if own.contains("__slots__")? {
-                return Ok(false);
-            }
-            for name in NATIVE_DICT_PROTOCOL {
-                if own.contains(*name)? {
-                    return Ok(false);
-                }
-            }
-        }
-        Ok(true)
+        python_layers_leave_alone(ty, &builtin_bases, NATIVE_DICT_PROTOCOL)
     }
 
     /// The user class of a traced dict, when it has one (see the module docs).
@@ -342,4 +317,46 @@ impl<'py> Tracer<'py> {
             },
         ))
     }
+}
+
+/// Whether `ty` (of metaclass `type`) adds to `builtin_bases` (and `object`, `typing.Generic`)
+/// only Python classes that keep instances without `__slots__` and define none of `native`
+/// — what the translator runs natively on the builtin container: a class overriding one of
+/// those in Python behaves otherwise. Another builtin base (`defaultdict`, `Counter`'s C
+/// parts) is refused too.
+pub(super) fn python_layers_leave_alone<'py>(
+    ty: &Bound<'py, PyType>,
+    builtin_bases: &[Bound<'py, PyAny>],
+    native: &[&str],
+) -> PyResult<bool> {
+    let py = ty.py();
+    const HEAP_TYPE: u64 = 1 << 9;
+    if !ty.get_type().is(py.get_type::<PyType>()) {
+        return Ok(false);
+    }
+    let object = py.import_module("builtins")?.getattr("object")?;
+    let typing_generic = py.import_module("typing")?.getattr("Generic")?;
+    for klass in ty.getattr("__mro__")?.try_iter()? {
+        let klass = klass?;
+        if klass.is(&object)
+            || klass.is(&typing_generic)
+            || builtin_bases.iter().any(|b| b.is(&klass))
+        {
+            continue;
+        }
+        let flags: u64 = klass.getattr("__flags__")?.extract()?;
+        if flags & HEAP_TYPE == 0 {
+            return Ok(false);
+        }
+        let own = klass.getattr("__dict__")?;
+        if own.contains("__slots__")? {
+            return Ok(false);
+        }
+        for name in native {
+            if own.contains(*name)? {
+                return Ok(false);
+            }
+        }
+    }
+    Ok(true)
 }

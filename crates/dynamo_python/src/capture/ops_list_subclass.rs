@@ -23,7 +23,6 @@ use super::break_reasons::BreakKind;
 use super::translator::{unsupported, CResult, Tracer};
 use super::vars::{VarId, VarKind};
 use crate::eval_frame::owned::OwnedRef;
-use crate::imports::ImportModule;
 
 /// What the translator runs natively on lists: a class overriding one of these in Python is
 /// not admitted (see the module docs). Named methods (`append`, `clear`, ...) may be
@@ -60,40 +59,21 @@ const NATIVE_LIST_PROTOCOL: &[&str] = &[
     "__deepcopy__",
     "__reduce__",
     "__reduce_ex__",
-    "__slots__",
 ];
 
 impl<'py> Tracer<'py> {
     /// Whether instances of `ty`, a strict subclass of `list`, can be traced lists (see the
     /// module docs).
     pub fn admitted_list_subclass(&self, ty: &Bound<'py, PyType>) -> PyResult<bool> {
-        let py = self.py;
-        const HEAP_TYPE: u64 = 1 << 9;
-        if ty.is(&self.h.list_type)
-            || !ty.is_subclass(&self.h.list_type)?
-            || !ty.get_type().is(py.get_type::<PyType>())
-        {
+        if ty.is(&self.h.list_type) || !ty.is_subclass(&self.h.list_type)? {
             return Ok(false);
         }
-        let object = py.import_module("builtins")?.getattr("object")?;
-        let typing_generic = py.import_module("typing")?.getattr("Generic")?;
-        for klass in ty.getattr("__mro__")?.try_iter()? {
-            let klass = klass?;
-            if klass.is(&object) || klass.is(&self.h.list_type) || klass.is(&typing_generic) {
-                continue;
-            }
-            let flags: u64 = klass.getattr("__flags__")?.extract()?;
-            if flags & HEAP_TYPE == 0 {
-                return Ok(false); // another builtin base
-            }
-            let own = klass.getattr("__dict__")?;
-            for name in NATIVE_LIST_PROTOCOL {
-                if own.contains(*name)? {
-                    return Ok(false);
-                }
-            }
-        }
-        Ok(true)
+        let builtin_bases = [self.h.list_type.clone()];
+        super::ops_dict_subclass::python_layers_leave_alone(
+            ty,
+            &builtin_bases,
+            NATIVE_LIST_PROTOCOL,
+        )
     }
 
     /// `cls()` / `cls(iterable)` for an admitted list subclass: a traced list of that class
