@@ -191,3 +191,86 @@ def test_transformers_model_output_equals_eager():
     for layer, eager_layer in zip(cache.layers, eager_cache.layers):
         torch.testing.assert_close(layer.keys, eager_layer.keys)
         torch.testing.assert_close(layer.values, eager_layer.values)
+
+
+def _replace_an_item(x):
+    out = BaseModelOutput(last_hidden_state=x + 1, hidden_states=(x,))
+    out.last_hidden_state = x * 2  # an item: replaced in place (dinov3's pattern)
+    return out
+
+
+def _set_a_none_field_after_the_items(x):
+    out = BaseModelOutputWithPooling(last_hidden_state=x + 1)
+    out.pooler_output = x.sum(0)  # ModelOutput.__setattr__ makes it an item, appended
+    return out
+
+
+def _item_store_of_a_none_field(x):
+    out = BaseModelOutput(last_hidden_state=x + 1)
+    out["attentions"] = (x.exp(),)
+    return out
+
+
+def _set_a_none_field_before_the_items(x):
+    out = BaseModelOutputWithPooling(pooler_output=x.sum(0))
+    out.last_hidden_state = x + 1  # appended after pooler_output: not field order
+    return out
+
+
+def _none_over_an_item(x):
+    out = BaseModelOutput(last_hidden_state=x + 1, hidden_states=(x,))
+    out.hidden_states = None  # the attribute only: the item keeps its value
+    return out
+
+
+# Stores into a ModelOutput made in the frame (parakeet's `out.pooler_output = ...`,
+# dinov3's `output.last_hidden_state = ...`): the first three are traced, the last two
+# (attributes and items that differ from field order) break the graph — each returns
+# what eager returns.
+STORES = {
+    "replace_an_item": (_replace_an_item, 1),
+    "set_a_none_field_after_the_items": (_set_a_none_field_after_the_items, 1),
+    "item_store_of_a_none_field": (_item_store_of_a_none_field, 1),
+    "set_a_none_field_before_the_items": (_set_a_none_field_before_the_items, None),
+    "none_over_an_item": (_none_over_an_item, None),
+}
+
+
+@pytest.mark.parametrize("case", sorted(STORES))
+def test_stores_into_an_output_made_in_the_frame_equal_eager(case):
+    fn, graphs = STORES[case]
+    x = torch.randn(3, 4)
+    counter = CompileCounter()
+    compiled = dynamo_rs.compile(fn, backend=counter)
+    for _ in range(2):
+        got, expected = compiled(x), fn(x)
+        # Attributes and items may differ here (`none_over_an_item`): each compared apart.
+        assert type(got) is type(expected)
+        assert list(got.__dict__) == list(expected.__dict__)
+        assert list(got.keys()) == list(expected.keys())
+        for name in expected.__dict__:
+            assert (getattr(got, name) is None) == (getattr(expected, name) is None)
+            if getattr(expected, name) is not None:
+                torch.testing.assert_close(getattr(got, name), getattr(expected, name))
+        for key in expected.keys():
+            torch.testing.assert_close(got[key], expected[key])
+        torch.testing.assert_close(got.to_tuple(), expected.to_tuple())
+    if graphs is not None:
+        assert counter.frame_count == graphs
+
+
+def test_stores_read_back_in_the_frame_equal_eager():
+    def fn(x):
+        out = BaseModelOutputWithPooling(last_hidden_state=x + 1)
+        out.pooler_output = x.sum(0)
+        out.last_hidden_state = out.last_hidden_state * 3
+        return out.to_tuple(), list(out.keys()), out[1], "pooler_output" in out, len(out)
+
+    x = torch.randn(3, 4)
+    explained = dynamo_rs.explain(fn)(x)
+    got, expected = dynamo_rs.compile(fn, backend="eager")(x), fn(x)
+    assert got[1:] != () and got[1] == expected[1] and got[3:] == expected[3:]
+    for a, b in zip(got[0], expected[0]):
+        torch.testing.assert_close(a, b)
+    torch.testing.assert_close(got[2], expected[2])
+    assert explained.graph_count == 1 and explained.break_reasons == []

@@ -725,6 +725,32 @@ def replace_contents(container, contents) -> None:
         container.update(contents)
 
 
+_SETATTR_ADDS_ITEMS = None
+
+
+def model_output_setattr_adds_items() -> bool:
+    """Whether the installed transformers' `ModelOutput.__setattr__` makes a field that was
+    None an item when given a value (`out.pooler_output = v` then in `to_tuple()`), as it does
+    since it tests the dataclass fields; older versions test `self.keys()` and set the
+    attribute only. Found once by trying it on a small ModelOutput."""
+    global _SETATTR_ADDS_ITEMS
+    if _SETATTR_ADDS_ITEMS is None:
+        import dataclasses
+        from typing import Any, Optional
+
+        from transformers.utils.generic import ModelOutput
+
+        @dataclasses.dataclass
+        class _Probe(ModelOutput):
+            a: Optional[Any] = None
+            b: Optional[Any] = None
+
+        probe = _Probe(a=1)
+        probe.b = 2
+        _SETATTR_ADDS_ITEMS = list(probe.keys()) == ["a", "b"]
+    return _SETATTR_ADDS_ITEMS
+
+
 _OPERATOR_SAFE = None
 
 

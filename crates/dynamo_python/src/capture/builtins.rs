@@ -103,6 +103,14 @@ impl<'py> Tracer<'py> {
         let name = function_name(func);
         let is = |n: &str| b.getattr(n).map(|x| x.is(func)).unwrap_or(false);
         if is("len") && args.len() == 1 {
+            if let VarKind::Instance {
+                model_output: true, ..
+            } = self.kind(args[0])
+            {
+                // A ModelOutput made here: its items (the fields that are not None).
+                let n = self.model_output_items(args[0]).len();
+                return Ok(self.constant(&n.into_pyobject(py)?.into_any()));
+            }
             if let Some(cls) = self.instance_class(args[0]) {
                 let len_fn = py
                     .import_module("inspect")?

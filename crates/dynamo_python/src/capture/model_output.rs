@@ -15,6 +15,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyTuple, PyType};
 
+use super::vars::VarId;
 use crate::imports::ImportModule;
 
 /// The class attributes a `ModelOutput`'s construction runs; the trace guards each, so a
@@ -95,11 +96,15 @@ pub fn is_standard(cls: &Bound<'_, PyType>) -> PyResult<bool> {
 /// `cls(**dict(zip(names, values)))` for a class [`is_standard`] accepted, without running
 /// its Python: a new instance (`dict.__new__`, as `OrderedDict.__new__` is), every field set
 /// in its `__dict__` in order, and the fields that are not None stored as items in order.
-#[pyfunction(signature = (cls, names, *values))]
+///
+/// Fields named in `attribute_only` are set as attributes but not stored as items (a None
+/// field the traced code gave a value through `ModelOutput.__setattr__`).
+#[pyfunction(signature = (cls, names, *values, attribute_only = None))]
 pub fn model_output_from_fields<'py>(
     cls: &Bound<'py, PyType>,
     names: &Bound<'py, PyTuple>,
     values: &Bound<'py, PyTuple>,
+    attribute_only: Option<&Bound<'py, PyTuple>>,
 ) -> PyResult<Bound<'py, PyAny>> {
     static STEPS: PyOnceLock<(Py<PyAny>, Py<PyAny>, Py<PyAny>)> = PyOnceLock::new();
     let py = cls.py();
@@ -124,9 +129,92 @@ pub fn model_output_from_fields<'py>(
         set_attr.bind(py).call1((&object, &name, &value))?;
     }
     for (name, value) in names.iter().zip(values.iter()) {
-        if !value.is_none() {
+        let skipped = match attribute_only {
+            Some(skipped) => skipped.contains(&name)?,
+            None => false,
+        };
+        if !value.is_none() && !skipped {
             set_item.bind(py).call1((&object, &name, &value))?;
         }
     }
     Ok(object)
+}
+
+impl<'py> super::translator::Tracer<'py> {
+    /// `out.name = value` or `out[name] = value` on a ModelOutput made in the trace (whose
+    /// `__setattr__`/`__setitem__` are `ModelOutput`'s: guarded where it was made), as those
+    /// do it: a field that is an item given a new value that is not None has its item
+    /// replaced in place; `out[k] = v` of a None field appends an item, and so does
+    /// `out.k = v` in today's transformers (older ones set the attribute only: recorded in
+    /// `model_output_attribute_only`, left out of `to_tuple()`) — modelled when it lands
+    /// after every item, where the field order the tracker keeps puts it. Other stores (None
+    /// over an item, an item appended out of field order) are refused. False when `obj` is
+    /// not such a ModelOutput.
+    pub(super) fn model_output_store(
+        &mut self,
+        obj: VarId,
+        name: &str,
+        value: Option<VarId>,
+        item_store: bool,
+    ) -> super::translator::CResult<bool> {
+        use super::vars::VarKind;
+        let py = self.py;
+        let VarKind::Instance {
+            attrs,
+            model_output: true,
+            ..
+        } = self.kind(obj)
+        else {
+            return Ok(false);
+        };
+        let is_none =
+            |t: &Self, v: VarId| matches!(t.kind(v), VarKind::Const(c) if c.bind(py).is_none());
+        let Some(at) = attrs.iter().position(|(n, _)| n == name) else {
+            return super::translator::unsupported(
+                super::break_reasons::BreakKind::ModelOutput,
+                format!("storing .{name}, not a field, on a ModelOutput made in the trace"),
+            );
+        };
+        let is_item = !is_none(self, attrs[at].1);
+        let last_item = attrs.iter().rposition(|&(_, v)| !is_none(self, v));
+        let new_value_none = value.is_none_or(|v| is_none(self, v));
+        let attribute_only = self
+            .model_output_attribute_only
+            .get(&obj)
+            .is_some_and(|names| names.iter().any(|n| n == name));
+        let appends = item_store
+            || self
+                .py
+                .import_module("dynamo_rs._capture")?
+                .call_method0("model_output_setattr_adds_items")?
+                .is_truthy()?;
+        let kept = match (is_item && !attribute_only, new_value_none) {
+            (true, false) => true,
+            (false, false) if appends => !attribute_only && last_item.is_none_or(|last| last < at),
+            (false, false) => {
+                if !attribute_only {
+                    self.model_output_attribute_only
+                        .entry(obj)
+                        .or_default()
+                        .push(name.to_string());
+                }
+                true
+            }
+            _ => false,
+        };
+        if !kept {
+            return super::translator::unsupported(
+                super::break_reasons::BreakKind::ModelOutput,
+                format!(
+                    "a store to .{name} of a ModelOutput made in the trace that makes its \
+                     attributes and items differ"
+                ),
+            );
+        }
+        let value = value.expect("not None: checked");
+        if let VarKind::Instance { attrs, .. } = &mut self.vars[obj.0 as usize].kind {
+            attrs[at].1 = value;
+        }
+        Ok(true)
+    }
 }

@@ -196,6 +196,22 @@ impl<'py> Tracer<'py> {
         if self.contains_tensor(item) {
             return unsupported(BreakKind::UnsupportedOperation, "`in` with a tensor");
         }
+        if let (
+            VarKind::Const(key),
+            VarKind::Instance {
+                model_output: true, ..
+            },
+        ) = (self.kind(item), self.kind(container))
+        {
+            // `"logits" in out` of a ModelOutput made here: among its items (the ordered
+            // dict's keys).
+            let key = key.bind(self.py).clone();
+            let found = self
+                .model_output_items(container)
+                .iter()
+                .any(|(name, _)| key.eq(name).unwrap_or(false));
+            return self.push_membership(f, found, invert);
+        }
         if let (VarKind::Instance { .. }, VarKind::List(items) | VarKind::Tuple(items)) =
             (self.kind(item), self.kind(container))
         {
@@ -906,6 +922,13 @@ impl<'py> Tracer<'py> {
         index: VarId,
         value: VarId,
     ) -> CResult<Flow> {
+        if let VarKind::Const(key) = self.kind(index) {
+            if let Ok(name) = key.bind(self.py).extract::<String>() {
+                if self.model_output_store(container, &name, Some(value), true)? {
+                    return Ok(Flow::Continue);
+                }
+            }
+        }
         if self.has_python_method(container, "__setitem__")? {
             // A user class's own `__setitem__` (made here or existing): inlined, so what it
             // stores is traced like any other store.

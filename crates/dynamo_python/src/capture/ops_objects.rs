@@ -35,6 +35,9 @@ impl<'py> Tracer<'py> {
         value: Option<VarId>,
     ) -> CResult<()> {
         let py = self.py;
+        if self.model_output_store(obj, name, value, false)? {
+            return Ok(());
+        }
         // A module's stand-in (see `ops_module_new`) records its stores as they are.
         if let Some(cls) = self
             .instance_class(obj)
@@ -787,11 +790,19 @@ impl<'py> Tracer<'py> {
     /// The fields of a ModelOutput that are not None, in order (what `to_tuple()` gives).
     pub fn model_output_items(&self, id: VarId) -> Vec<(String, VarId)> {
         match self.kind(id) {
-            VarKind::Instance { attrs, model_output: true, .. } => attrs
-                .iter()
-                .filter(|(_, v)| !matches!(self.kind(*v), VarKind::Const(c) if c.bind(self.py).is_none()))
-                .cloned()
-                .collect(),
+            VarKind::Instance {
+                attrs,
+                model_output: true,
+                ..
+            } => {
+                let attribute_only = self.model_output_attribute_only.get(&id);
+                attrs
+                    .iter()
+                    .filter(|(_, v)| !matches!(self.kind(*v), VarKind::Const(c) if c.bind(self.py).is_none()))
+                    .filter(|(n, _)| !attribute_only.is_some_and(|names| names.contains(n)))
+                    .cloned()
+                    .collect()
+            }
             _ => Vec::new(),
         }
     }

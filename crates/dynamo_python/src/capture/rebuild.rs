@@ -482,11 +482,28 @@ fn rebuild_inline(tracer: &Tracer<'_>, id: VarId, r: &mut Rebuilder) -> CResult<
                     let helper = py
                         .import_module("dynamo_rs._native")?
                         .getattr("model_output_from_fields")?;
+                    let kwargs = match tracer.model_output_attribute_only.get(&id) {
+                        Some(names) => {
+                            let names = pyo3::types::PyTuple::new(py, names)?;
+                            vec![(
+                                "attribute_only".to_string(),
+                                Rebuild::Const(OwnedRef::from_bound(names.as_any())),
+                            )]
+                        }
+                        None => Vec::new(),
+                    };
                     return Ok(Rebuild::Call {
                         func: Box::new(Rebuild::Const(OwnedRef::from_bound(&helper))),
                         args,
-                        kwargs: Vec::new(),
+                        kwargs,
                     });
+                }
+                if tracer.model_output_attribute_only.contains_key(&id) {
+                    return unsupported(
+                        BreakKind::ValueNotRebuildable,
+                        "a ModelOutput of a class with its own construction, with a field set \
+                         as an attribute only",
+                    );
                 }
                 let fields = tracer
                     .model_output_items(id)

@@ -154,6 +154,9 @@ pub struct Tracer<'py> {
     pub dict_classes: HashMap<VarId, OwnedRef>,
     /// The user class of a traced list that has one (see `ops_list_subclass`).
     pub list_classes: HashMap<VarId, OwnedRef>,
+    /// Fields of a ModelOutput made in the trace set as attributes only, not items (a None
+    /// field given a value by `out.name = v`; see `model_output_store`).
+    pub model_output_attribute_only: HashMap<VarId, Vec<String>>,
     /// The default factory of each `collections.defaultdict` the trace made (its class is
     /// in `dict_classes`).
     pub dict_defaults: HashMap<VarId, VarId>,
@@ -352,6 +355,7 @@ impl<'py> Tracer<'py> {
             stop_at: None,
             dict_classes: HashMap::new(),
             list_classes: HashMap::new(),
+            model_output_attribute_only: HashMap::new(),
             dict_defaults: HashMap::new(),
             container_by_object: HashMap::new(),
             container_sources: Vec::new(),
