@@ -15,6 +15,7 @@
 pub use dynamo_capture::break_reasons;
 mod builtins;
 pub mod codegen;
+mod existing_containers;
 mod frame_state;
 pub mod graph;
 mod graph_break;
@@ -51,6 +52,7 @@ mod ops_lazy_iter;
 mod ops_list_subclass;
 mod ops_load_store;
 mod ops_match;
+mod ops_module_call;
 mod ops_module_new;
 mod ops_module_slice;
 mod ops_module_to;

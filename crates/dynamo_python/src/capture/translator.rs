@@ -140,7 +140,7 @@ pub struct Tracer<'py> {
     pending_reads: std::cell::RefCell<Vec<VarId>>,
     /// The next `wrap` is of an item of a container wrapped whole: a constant's guard is left
     /// pending (`Var::pending_guard`). Taken (reset) by each `wrap`.
-    item_of_container: bool,
+    pub(super) item_of_container: bool,
     /// Every value on the stack after each instruction counts as looked at (its pending
     /// guard is added): while tracing code whose effect is then had by running it for real
     /// (a module's `__init__` in `construct_module`), a value it only moves still decided
@@ -947,87 +947,6 @@ impl<'py> Tracer<'py> {
         Ok(self.add(VarKind::Object(OwnedRef::from_bound(value)), source))
     }
 
-    /// The tracker of an existing list, dict, set or deque already reached (through `source` or
-    /// another), recording `source` as one more way to it.
-    fn existing_container(
-        &mut self,
-        value: &Bound<'py, PyAny>,
-        source: &Rc<Source>,
-    ) -> Option<VarId> {
-        let address = value.as_ptr() as usize;
-        let existing = self.container_by_object.get(&address)?.0;
-        let first = self.source(existing)?;
-        let first_id = self.guards.sources.intern(&first);
-        let id = self.guards.sources.intern(source);
-        if id != first_id {
-            let mut ids = Vec::with_capacity(self.container_sources.len());
-            for (s, _) in &self.container_sources {
-                ids.push(self.guards.sources.intern(s));
-            }
-            let class = ids
-                .iter()
-                .position(|&i| i == first_id)
-                .map(|at| self.container_sources[at].1)?;
-            if !ids.contains(&id) {
-                self.container_sources.push((source.clone(), class));
-            }
-            self.containers_shared = true;
-        }
-        Some(existing)
-    }
-
-    /// Records `id`, a list or dict just read from its source, as the tracker of `value`.
-    pub(super) fn note_container(&mut self, value: &Bound<'py, PyAny>, id: VarId) {
-        let Some(source) = self.source(id) else {
-            return;
-        };
-        let class = self.container_by_object.len();
-        self.container_by_object
-            .insert(value.as_ptr() as usize, (id, OwnedRef::from_bound(value)));
-        self.container_sources.push((source, class));
-    }
-
-    /// Whether `id` is an existing list or dict read from a source (one tracker per object).
-    pub fn is_existing_container(&self, id: VarId) -> bool {
-        self.source(id).is_some()
-            && matches!(self.kind(id), VarKind::List(_) | VarKind::Dict(_))
-            && self.container_by_object.values().any(|(v, _)| *v == id)
-    }
-
-    /// Whether the trace may change the container `id`: one it made, or an existing list or
-    /// dict (see `may_change_container`).
-    pub fn changeable_container(&self, id: VarId) -> bool {
-        self.source(id).is_none() || self.is_existing_container(id)
-    }
-
-    /// Allows a change to the list or dict `id`: one made in the trace, or an existing one
-    /// (its final contents are then replayed by the generated code). Refuses others.
-    pub fn may_change_container(&mut self, id: VarId, what: &str) -> CResult<()> {
-        self.note_effect(Some(id));
-        if self.private_containers.contains(&id) {
-            return unsupported(
-                BreakKind::UnreplayableSideEffect,
-                format!("{what} on a container of an object copied while tracing"),
-            );
-        }
-        if self.source(id).is_none() {
-            return Ok(());
-        }
-        if !self.changeable_container(id) {
-            return unsupported(
-                BreakKind::UnreplayableSideEffect,
-                format!(
-                    "{what} on {} that existed before the call",
-                    kind_name(self.kind(id))
-                ),
-            );
-        }
-        if !self.written_containers.contains(&id) {
-            self.written_containers.push(id);
-        }
-        Ok(())
-    }
-
     /// A tensor's bound method read from `source` (`y.add`, handed to a resume function when
     /// a graph break fell inside the call's arguments): the method of the tensor it is bound
     /// to, which becomes a graph input like any tensor. Guarded by the method's type and
@@ -1105,36 +1024,6 @@ impl<'py> Tracer<'py> {
             &name.extract::<String>()?,
             None,
         )))
-    }
-
-    /// The entries of a real dict (or dict subclass) read from `source`: its type and keys
-    /// are guarded, and each value is wrapped from its item source.
-    pub fn dict_entries(
-        &mut self,
-        dict: &Bound<'py, PyDict>,
-        source: Option<&Rc<Source>>,
-    ) -> CResult<Vec<(OwnedRef, VarId)>> {
-        // In the dict's own order (an `OrderedDict`'s may differ from its table's).
-        let keys = super::guard_values::keys_in_order(dict)?;
-        if let Some(s) = source {
-            self.guards.add(
-                s.clone(),
-                GuardKind::Type(OwnedRef::from_bound(dict.get_type().as_any())),
-            );
-            self.guards.add(
-                s.clone(),
-                GuardKind::Keys(OwnedRef::from_bound(keys.as_any())),
-            );
-        }
-        let mut entries = Vec::with_capacity(keys.len());
-        for key in keys.iter() {
-            let item = dict.get_item(&key)?.expect("key from this dict");
-            let item_source = source.map(|s| Rc::new(Source::Item(s.clone(), ItemKey::of(&key))));
-            self.item_of_container = true;
-            let item = self.wrap(&item, item_source)?;
-            entries.push((OwnedRef::from_bound(&key), item));
-        }
-        Ok(entries)
     }
 
     /// Translates `frame` until it returns.

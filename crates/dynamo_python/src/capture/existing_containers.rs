@@ -1,0 +1,129 @@
+//! Containers that existed before the call (lists, dicts, sets, deques read from sources):
+//! one tracker per object however it is reached, which of them the trace may change (their
+//! final contents replayed by the generated code), and a real dict's entries read with
+//! their guards.
+
+use std::rc::Rc;
+
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use super::break_reasons::BreakKind;
+use super::guards::GuardKind;
+use super::source::{ItemKey, Source};
+use super::translator::{kind_name, unsupported, CResult, Tracer};
+use super::vars::{VarId, VarKind};
+use crate::eval_frame::owned::OwnedRef;
+
+impl<'py> Tracer<'py> {
+    /// The tracker of an existing list, dict, set or deque already reached (through `source` or
+    /// another), recording `source` as one more way to it.
+    pub(super) fn existing_container(
+        &mut self,
+        value: &Bound<'py, PyAny>,
+        source: &Rc<Source>,
+    ) -> Option<VarId> {
+        let address = value.as_ptr() as usize;
+        let existing = self.container_by_object.get(&address)?.0;
+        let first = self.source(existing)?;
+        let first_id = self.guards.sources.intern(&first);
+        let id = self.guards.sources.intern(source);
+        if id != first_id {
+            let mut ids = Vec::with_capacity(self.container_sources.len());
+            for (s, _) in &self.container_sources {
+                ids.push(self.guards.sources.intern(s));
+            }
+            let class = ids
+                .iter()
+                .position(|&i| i == first_id)
+                .map(|at| self.container_sources[at].1)?;
+            if !ids.contains(&id) {
+                self.container_sources.push((source.clone(), class));
+            }
+            self.containers_shared = true;
+        }
+        Some(existing)
+    }
+
+    /// Records `id`, a list or dict just read from its source, as the tracker of `value`.
+    pub(super) fn note_container(&mut self, value: &Bound<'py, PyAny>, id: VarId) {
+        let Some(source) = self.source(id) else {
+            return;
+        };
+        let class = self.container_by_object.len();
+        self.container_by_object
+            .insert(value.as_ptr() as usize, (id, OwnedRef::from_bound(value)));
+        self.container_sources.push((source, class));
+    }
+
+    /// Whether `id` is an existing list or dict read from a source (one tracker per object).
+    pub fn is_existing_container(&self, id: VarId) -> bool {
+        self.source(id).is_some()
+            && matches!(self.kind(id), VarKind::List(_) | VarKind::Dict(_))
+            && self.container_by_object.values().any(|(v, _)| *v == id)
+    }
+
+    /// Whether the trace may change the container `id`: one it made, or an existing list or
+    /// dict (see `may_change_container`).
+    pub fn changeable_container(&self, id: VarId) -> bool {
+        self.source(id).is_none() || self.is_existing_container(id)
+    }
+
+    /// Allows a change to the list or dict `id`: one made in the trace, or an existing one
+    /// (its final contents are then replayed by the generated code). Refuses others.
+    pub fn may_change_container(&mut self, id: VarId, what: &str) -> CResult<()> {
+        self.note_effect(Some(id));
+        if self.private_containers.contains(&id) {
+            return unsupported(
+                BreakKind::UnreplayableSideEffect,
+                format!("{what} on a container of an object copied while tracing"),
+            );
+        }
+        if self.source(id).is_none() {
+            return Ok(());
+        }
+        if !self.changeable_container(id) {
+            return unsupported(
+                BreakKind::UnreplayableSideEffect,
+                format!(
+                    "{what} on {} that existed before the call",
+                    kind_name(self.kind(id))
+                ),
+            );
+        }
+        if !self.written_containers.contains(&id) {
+            self.written_containers.push(id);
+        }
+        Ok(())
+    }
+
+    /// The entries of a real dict (or dict subclass) read from `source`: its type and keys
+    /// are guarded, and each value is wrapped from its item source.
+    pub fn dict_entries(
+        &mut self,
+        dict: &Bound<'py, PyDict>,
+        source: Option<&Rc<Source>>,
+    ) -> CResult<Vec<(OwnedRef, VarId)>> {
+        // In the dict's own order (an `OrderedDict`'s may differ from its table's).
+        let keys = super::guard_values::keys_in_order(dict)?;
+        if let Some(s) = source {
+            self.guards.add(
+                s.clone(),
+                GuardKind::Type(OwnedRef::from_bound(dict.get_type().as_any())),
+            );
+            self.guards.add(
+                s.clone(),
+                GuardKind::Keys(OwnedRef::from_bound(keys.as_any())),
+            );
+        }
+        let mut entries = Vec::with_capacity(keys.len());
+        for key in keys.iter() {
+            let item = dict.get_item(&key)?.expect("key from this dict");
+            let item_source = source.map(|s| Rc::new(Source::Item(s.clone(), ItemKey::of(&key))));
+            self.item_of_container = true;
+            let item = self.wrap(&item, item_source)?;
+            entries.push((OwnedRef::from_bound(&key), item));
+        }
+        Ok(entries)
+    }
+}

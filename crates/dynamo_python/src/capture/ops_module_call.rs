@@ -1,0 +1,206 @@
+//! Calls of `nn.Module`s: `forward` inlined when no hooks could run, torch's
+//! `Module._call_impl` traced when forward hooks are registered, the call machinery guarded,
+//! recurrent modules run at a graph break unless `allow_rnn`.
+
+use std::rc::Rc;
+
+use pyo3::prelude::*;
+
+use super::break_reasons::BreakKind;
+use super::guards::GuardKind;
+use super::ops_call::{describe, py_getattr_static};
+use super::source::Source;
+use super::translator::{unsupported, CResult, Tracer};
+use super::vars::VarId;
+use crate::eval_frame::owned::OwnedRef;
+use crate::imports::ImportModule;
+
+impl<'py> Tracer<'py> {
+    /// `module(*args)`: inline `forward` when no hooks could run.
+    pub(super) fn call_module(
+        &mut self,
+        module_var: VarId,
+        module: &Bound<'py, PyAny>,
+        args: Vec<VarId>,
+        kwargs: Vec<(String, VarId)>,
+    ) -> CResult<VarId> {
+        if module.is_instance(&self.h.recurrent_modules)? && !self.rnn_allowed()? {
+            // TorchDynamo's choice, kept so graphs split where its do: the module runs
+            // eagerly and the graph breaks at its call.
+            return unsupported(
+                BreakKind::UnsupportedCall,
+                format!(
+                    "a call of {} (RNN, GRU and LSTM modules run eagerly; set \
+                     torch._dynamo.config.allow_rnn = True to trace them)",
+                    describe(module)
+                ),
+            );
+        }
+        if let Some(inner) = self.compiled_module_original(module_var, module)? {
+            return self.call_function(inner, args, kwargs);
+        }
+        if !crate::eval_frame::module_call::calls_like_torch(module) {
+            // A class or instance with call machinery of its own (its `__call__`, its
+            // `_call_impl`, a `_compiled_call_impl`), or torch's patched: the call is traced
+            // as CPython makes it, through `type(module).__call__` (its lookup guarded).
+            let call = self.get_attr(module_var, "__call__")?;
+            return self.call_function(call, args, kwargs);
+        }
+        if let Some(result) =
+            self.call_module_with_forward_hooks(module_var, module, &args, &kwargs)?
+        {
+            return Ok(result);
+        }
+        for hooks in super::guard_values::MODULE_CALL_HOOKS {
+            if module.getattr(hooks)?.len()? != 0 {
+                return unsupported(
+                    BreakKind::Hooks,
+                    format!("a call of {} with {hooks}", describe(module)),
+                );
+            }
+        }
+        let globals = self.py.import_module("torch.nn.modules.module")?;
+        for hooks in [
+            "_global_forward_hooks",
+            "_global_forward_pre_hooks",
+            "_global_backward_hooks",
+            "_global_backward_pre_hooks",
+            "_global_forward_hooks_always_called",
+        ] {
+            if globals.getattr(hooks)?.len()? != 0 {
+                return unsupported(
+                    BreakKind::Hooks,
+                    format!("a module call with global {hooks} registered"),
+                );
+            }
+        }
+        // Hooks added later, or a `forward` set on the instance, must recompile.
+        if let Some(source) = self.source(module_var) {
+            if Self::in_instance_dict(module, "forward") {
+                self.guard_call_machinery(module_var, module)?;
+                // Its own `forward` is read (and guarded) below; the hooks one by one.
+                for hooks in super::guard_values::MODULE_CALL_HOOKS {
+                    self.guards.add(
+                        Rc::new(Source::Attr(source.clone(), hooks.into())),
+                        GuardKind::Len(0),
+                    );
+                }
+            } else {
+                self.guards.add(source, GuardKind::ModuleCall);
+            }
+        }
+        let module_globals = globals.getattr("__dict__")?;
+        for hooks in [
+            "_global_forward_hooks",
+            "_global_forward_pre_hooks",
+            "_global_backward_hooks",
+            "_global_backward_pre_hooks",
+            "_global_forward_hooks_always_called",
+        ] {
+            let source = Rc::new(Source::Global {
+                globals: OwnedRef::from_bound(&module_globals),
+                builtins: OwnedRef::from_bound(&self.h.builtins),
+                name: hooks.into(),
+                root: false,
+            });
+            self.guards.add(source, GuardKind::Len(0));
+        }
+        if Self::in_instance_dict(module, "forward") {
+            // `self.forward = self.forward_slicing` in `__init__` (timm's FasterNet): the
+            // instance attribute is what `Module.__call__` calls.
+            let forward = self.get_attr(module_var, "forward")?;
+            return self.call_function(forward, args, kwargs);
+        }
+        self.guard_class(module.get_type().as_any(), "forward")?;
+        let forward = module.get_type().getattr("forward")?;
+        if !forward.is_instance(&self.h.function_type)? {
+            return unsupported(
+                BreakKind::UnsupportedCall,
+                format!(
+                    "{} whose forward is not a Python function",
+                    describe(module)
+                ),
+            );
+        }
+        // A `@staticmethod` forward takes no module.
+        let is_static = py_getattr_static(module.get_type().as_any(), "forward")?
+            .is_some_and(|f| f.get_type().name().is_ok_and(|n| n == "staticmethod"));
+        let mut all = if is_static {
+            Vec::new()
+        } else {
+            vec![module_var]
+        };
+        all.extend(args);
+        self.call_python(&forward, all, kwargs)
+    }
+
+    /// A module with forward hooks or forward pre-hooks (and no backward hooks): torch's own
+    /// `Module._call_impl` is inlined, so the hooks run in the trace as in eager (pre-hooks
+    /// replacing the arguments, hooks replacing the result, `with_kwargs` and
+    /// `always_called` ones), reading the hook tables through the module's source — which
+    /// guards their contents. Backward hooks need autograd's `BackwardHook` wrapping and
+    /// break the graph (the caller's checks). None when the module has no forward hooks.
+    fn call_module_with_forward_hooks(
+        &mut self,
+        module_var: VarId,
+        module: &Bound<'py, PyAny>,
+        args: &[VarId],
+        kwargs: &[(String, VarId)],
+    ) -> CResult<Option<VarId>> {
+        let non_empty = |name: &str| -> PyResult<bool> { Ok(module.getattr(name)?.len()? != 0) };
+        if !(non_empty("_forward_hooks")? || non_empty("_forward_pre_hooks")?)
+            || non_empty("_backward_hooks")?
+            || non_empty("_backward_pre_hooks")?
+        {
+            return Ok(None);
+        }
+        self.guard_call_machinery(module_var, module)?;
+        if let Some(source) = self.source(module_var) {
+            for hooks in ["_backward_hooks", "_backward_pre_hooks"] {
+                self.guards.add(
+                    Rc::new(Source::Attr(source.clone(), hooks.into())),
+                    GuardKind::Len(0),
+                );
+            }
+        }
+        let call_impl = self.h.module_type.getattr("_call_impl")?;
+        let mut all = vec![module_var];
+        all.extend_from_slice(args);
+        self.call_python(&call_impl, all, kwargs.to_vec()).map(Some)
+    }
+
+    /// For a module call modelled as torch's call machinery but not checked by
+    /// `GuardKind::ModuleCall` (it has hooks, or a `forward` of its own): the class lookups
+    /// of that machinery, and no instance attribute overriding it.
+    fn guard_call_machinery(
+        &mut self,
+        module_var: VarId,
+        module: &Bound<'py, PyAny>,
+    ) -> CResult<()> {
+        let ty = module.get_type();
+        for name in [
+            "__call__",
+            "_wrapped_call_impl",
+            "_call_impl",
+            "_compiled_call_impl",
+        ] {
+            self.guard_class(ty.as_any(), name)?;
+        }
+        let source = self.source(module_var);
+        for name in ["_call_impl", "_compiled_call_impl"] {
+            if Self::in_instance_dict(module, name) {
+                // `_compiled_call_impl = None` on the instance: read, and guarded, as it is.
+                self.get_attr(module_var, name)?;
+            } else {
+                self.guard_not_in_instance_dict(module, source.clone(), name)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// `torch._dynamo.config.allow_rnn`, read when a recurrent module is called.
+    fn rnn_allowed(&self) -> CResult<bool> {
+        let config = self.py.import_module("torch._dynamo.config")?;
+        Ok(config.getattr("allow_rnn")?.is_truthy()?)
+    }
+}
