@@ -260,3 +260,34 @@ def test_type_of_other_iterators_made_in_the_frame_is_not_their_items() -> None:
 def test_case(name, fn, make, spec):
     reset_all()
     check_case(fn, make, spec)
+
+
+class _Ping:
+    def __iter__(self):
+        return _PONG
+
+
+class _Pong:
+    def __iter__(self):
+        return _PING
+
+
+_PING, _PONG = _Ping(), _Pong()
+
+
+def test_an_iter_returning_a_non_iterator_raises_as_eagerly() -> None:
+    # Two existing objects whose `__iter__` return each other: Python raises TypeError; the
+    # translator must not follow them round (it recursed without end once).
+    import dynamo_rs
+
+    reset_all()
+
+    def fn(x):
+        for v in _PING:
+            x = x + v
+        return x
+
+    with pytest.raises(TypeError, match="non-iterator"):
+        fn(torch.ones(1))
+    with pytest.raises(TypeError, match="non-iterator"):
+        dynamo_rs.compile(fn, backend="eager")(torch.ones(1))

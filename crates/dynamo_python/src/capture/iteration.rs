@@ -558,14 +558,11 @@ impl<'py> Tracer<'py> {
             let Some(&arg) = args.get(position) else {
                 continue;
             };
-            let cls = match self.kind(arg) {
-                VarKind::Object(obj)
-                    if !obj.bind(self.py).is_instance_of::<pyo3::types::PyType>() =>
-                {
-                    obj.bind(self.py).get_type().into_any()
-                }
-                VarKind::Instance { cls, .. } => cls.bind(self.py).clone(),
-                _ => continue,
+            let is_class = self
+                .real_unpinned(arg)
+                .is_some_and(|v| v.is_instance_of::<pyo3::types::PyType>());
+            let Some(cls) = self.class_of_object(arg).filter(|_| !is_class) else {
+                continue;
             };
             if !self.defines_python_iter(&cls) {
                 continue;
@@ -594,13 +591,21 @@ impl<'py> Tracer<'py> {
         })
     }
 
+    /// The class of an instance made in the trace or of an existing object (None for other
+    /// trackers), read without pinning which object it is.
+    fn class_of_object(&self, id: VarId) -> Option<Bound<'py, PyAny>> {
+        match self.kind(id) {
+            VarKind::Instance { cls, .. } => Some(cls.bind(self.py).clone()),
+            VarKind::Object(obj) => Some(obj.bind(self.py).get_type().into_any()),
+            _ => None,
+        }
+    }
+
     /// Whether the class of `id` defines `__next__` in Python (an iterator class of the
     /// user's).
     fn defines_python_next(&self, id: VarId) -> bool {
-        let cls = match self.kind(id) {
-            VarKind::Instance { cls, .. } => cls.bind(self.py).clone(),
-            VarKind::Object(obj) => obj.bind(self.py).get_type().into_any(),
-            _ => return false,
+        let Some(cls) = self.class_of_object(id) else {
+            return false;
         };
         cls.cast::<pyo3::types::PyType>().is_ok_and(|ty| {
             super::helpers::python_dunder(ty, &["__next__"], &self.h.function_type).is_some()
@@ -626,10 +631,14 @@ impl<'py> Tracer<'py> {
             let lazy = VarKind::Lazy(super::vars::LazyIter::Protocol { iterator });
             return Ok(Some(self.add(lazy, None)));
         }
-        if let VarKind::Instance { cls, .. } = self.kind(iterator) {
+        let not_an_iterator = self
+            .class_of_object(iterator)
+            .is_some_and(|cls| !cls.hasattr("__next__").unwrap_or(false));
+        if not_an_iterator {
             // Python's `iter()` raises TypeError ("returned non-iterator"); iterating it as a
-            // container would call its `__iter__` again, perhaps without end.
-            let cls = cls.bind(self.py).clone();
+            // container would call its `__iter__` again, perhaps without end (two objects
+            // whose `__iter__` return each other).
+            let cls = self.class_of_object(iterator).expect("checked");
             return unsupported(
                 BreakKind::UnsupportedOperation,
                 format!("__iter__ returned a {}, not an iterator", describe(&cls)),
@@ -642,12 +651,11 @@ impl<'py> Tracer<'py> {
     /// Python code — not a module (torch's containers keep their guarded modelling) nor a
     /// sequence iterated by index (see `sequence_items`); None for anything else.
     pub(super) fn python_iter_of(&mut self, id: VarId) -> CResult<Option<VarId>> {
-        let cls = match self.kind(id) {
-            VarKind::Instance { cls, .. } => cls.bind(self.py).clone(),
-            VarKind::Object(obj) if !obj.bind(self.py).is_instance(&self.h.module_type)? => {
-                obj.bind(self.py).get_type().into_any()
-            }
-            _ => return Ok(None),
+        let is_module = self
+            .real_unpinned(id)
+            .is_some_and(|v| v.is_instance(&self.h.module_type).unwrap_or(true));
+        let Some(cls) = self.class_of_object(id).filter(|_| !is_module) else {
+            return Ok(None);
         };
         let sequence_iter = self
             .py
