@@ -257,6 +257,9 @@ impl<'py> Tracer<'py> {
                     None => h.list_type.clone(),
                 }),
                 VarKind::NdArray(_) => Some(py.import_module("numpy")?.getattr("ndarray")?),
+                VarKind::Generator { .. } => {
+                    Some(py.import_module("types")?.getattr("GeneratorType")?)
+                }
                 VarKind::Dict(_) => Some(match self.dict_classes.get(&args[0]) {
                     Some(cls) => cls.bind(py).clone(),
                     None => h.dict_type.clone(),
@@ -299,10 +302,7 @@ impl<'py> Tracer<'py> {
             // A generator function's generator: its class is known.
             let generator_type = py.import_module("types")?.getattr("GeneratorType")?;
             let cls = self.python_value(args[1])?;
-            let answer = b
-                .getattr("isinstance")?
-                .call1((self.py.None(), &cls))
-                .and_then(|_| b.getattr("issubclass")?.call1((&generator_type, &cls)))?;
+            let answer = b.getattr("issubclass")?.call1((&generator_type, &cls))?;
             return Ok(self.constant(&answer));
         }
         if is("isinstance")
@@ -688,26 +688,17 @@ impl<'py> Tracer<'py> {
         ]
         .iter()
         .any(|n| is(n));
-        if !iterates {
-            if let Some(&it) = args
-                .iter()
-                .chain(kwargs.iter().map(|(_, v)| v))
-                .find(|&&a| {
-                    matches!(
-                        self.kind(a),
-                        VarKind::Iter { .. } | VarKind::Generator { .. } | VarKind::Lazy(_)
-                    )
-                })
-            {
-                if is("type") && matches!(self.kind(it), VarKind::Generator { .. }) {
-                    let generator_type = py.import_module("types")?.getattr("GeneratorType")?;
-                    return Ok(self.constant(&generator_type));
-                }
-                return unsupported(
-                    BreakKind::UnsupportedOperation,
-                    format!("{name}() of an iterator made while tracing"),
-                );
-            }
+        let holds_iterator = args.iter().chain(kwargs.iter().map(|(_, v)| v)).any(|&a| {
+            matches!(
+                self.kind(a),
+                VarKind::Iter { .. } | VarKind::Generator { .. } | VarKind::Lazy(_)
+            )
+        });
+        if !iterates && holds_iterator {
+            return unsupported(
+                BreakKind::UnsupportedOperation,
+                format!("{name}() of an iterator made while tracing"),
+            );
         }
         // Everything else is evaluated on the real values.
         let a = self.python_args(&args)?;

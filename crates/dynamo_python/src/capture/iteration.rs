@@ -165,16 +165,13 @@ impl<'py> Tracer<'py> {
             }
             if self.defines_python_next(args[0]) {
                 // An iterator class of the user's: its `__next__` inlined; a StopIteration
-                // raised there gives the default.
-                let locations = self.location_stack.len();
-                let method = self.get_attr(args[0], "__next__")?;
-                let item = self.call_function(method, Vec::new(), Vec::new());
+                // raised there gives the default, or reaches the caller as raised.
                 return match args.get(1) {
-                    Some(&default) => Ok(Some(
-                        self.catch_builtin(item, "StopIteration", locations)?
-                            .unwrap_or(default),
-                    )),
-                    None => item.map(Some),
+                    Some(&default) => Ok(Some(self.python_next(args[0])?.unwrap_or(default))),
+                    None => {
+                        let method = self.get_attr(args[0], "__next__")?;
+                        self.call_function(method, Vec::new(), Vec::new()).map(Some)
+                    }
                 };
             }
             if !matches!(self.kind(args[0]), VarKind::Iter { .. }) {

@@ -150,6 +150,15 @@ impl<'py> Tracer<'py> {
         )))
     }
 
+    /// `iterator.__next__()` of an iterator class written in Python, inlined: None when it
+    /// raised StopIteration (caught here, as `for` and `next(it, default)` catch it).
+    pub(super) fn python_next(&mut self, iterator: VarId) -> CResult<Option<VarId>> {
+        let locations = self.location_stack.len();
+        let method = self.get_attr(iterator, "__next__")?;
+        let next = self.call_function(method, Vec::new(), Vec::new());
+        self.catch_builtin(next, "StopIteration", locations)
+    }
+
     /// The next item of lazy iterator `id` (None: exhausted), made now.
     pub(super) fn advance_lazy(&mut self, id: VarId) -> CResult<Option<VarId>> {
         let py = self.py;
@@ -231,12 +240,7 @@ impl<'py> Tracer<'py> {
                 };
                 (item, Some(after))
             }
-            LazyIter::Protocol { iterator } => {
-                let locations = self.location_stack.len();
-                let method = self.get_attr(iterator, "__next__")?;
-                let next = self.call_function(method, Vec::new(), Vec::new());
-                (self.catch_builtin(next, "StopIteration", locations)?, None)
-            }
+            LazyIter::Protocol { iterator } => (self.python_next(iterator)?, None),
         };
         if let Some(after) = after {
             self.vars[id.0 as usize].kind = VarKind::Lazy(after);
