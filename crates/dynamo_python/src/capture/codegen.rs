@@ -24,7 +24,8 @@ pub enum Rebuild {
     Source(Rc<Source>),
     Tuple(Vec<Rebuild>),
     List(Vec<Rebuild>),
-    Dict(Vec<(OwnedRef, Rebuild)>),
+    /// Keys are constants but for a tensor key (a tensor the graph made or was given).
+    Dict(Vec<(Rebuild, Rebuild)>),
     /// A plain object made while tracing: `object.__new__(cls)`, then its attributes.
     Instance {
         cls: OwnedRef,
@@ -89,7 +90,7 @@ impl Rebuild {
             Rebuild::Dict(entries) => Rebuild::Dict(
                 entries
                     .into_iter()
-                    .map(|(k, v)| Some((k, v.map_outputs(source_of)?)))
+                    .map(|(k, v)| Some((k.map_outputs(source_of)?, v.map_outputs(source_of)?)))
                     .collect::<Option<_>>()?,
             ),
             Rebuild::Instance { cls, attrs } => Rebuild::Instance {
@@ -745,7 +746,7 @@ impl<'py> CodeGen<'py> {
             }
             Rebuild::Dict(entries) => {
                 for (i, (key, value)) in entries.iter().enumerate() {
-                    self.load_const(&key.bind(py).clone());
+                    self.rebuild(key, above + 2 * i as u32)?;
                     self.rebuild(value, above + 2 * i as u32 + 1)?;
                 }
                 self.emit(Opcode::BuildMap, Operand::Int(entries.len() as u32));

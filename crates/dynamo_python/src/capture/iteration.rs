@@ -468,6 +468,9 @@ impl<'py> Tracer<'py> {
     /// which one), held by the compiled code as the source of what is read from it, so that
     /// a module called reads its parameters from a source and an attribute read is guarded.
     pub fn dict_key(&mut self, key: OwnedRef) -> CResult<VarId> {
+        if let Some(&tensor) = self.key_tensors.get(&(key.as_ptr() as usize)) {
+            return Ok(tensor);
+        }
         let value = key.bind(self.py).clone();
         if self.h.is_constant(&value)? {
             return Ok(self.add(VarKind::Const(key), None));

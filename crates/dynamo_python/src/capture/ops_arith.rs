@@ -193,6 +193,9 @@ impl<'py> Tracer<'py> {
             let found = self.truth(answer)?;
             return self.push_membership(f, found, invert);
         }
+        if let Some(found) = self.tensor_in_dict(item, container)? {
+            return self.push_membership(f, found, invert);
+        }
         if self.contains_tensor(item) {
             return unsupported(BreakKind::UnsupportedOperation, "`in` with a tensor");
         }
@@ -758,13 +761,16 @@ impl<'py> Tracer<'py> {
         if let Some(result) = self.deque_getitem(container, index)? {
             return Ok(result);
         }
-        if self.contains_tensor(index) {
+        // A dict the trace holds, indexed by a tensor: by the tensor's identity, as Python.
+        let tensor_key = matches!(self.kind(container), VarKind::Dict(_))
+            && matches!(self.kind(index), VarKind::Tensor { .. });
+        if !tensor_key && self.contains_tensor(index) {
             return unsupported(
                 BreakKind::UnsupportedOperation,
                 "indexing a container with a tensor",
             );
         }
-        let key = self.python_value(index)?;
+        let key = self.key_value(index)?;
         // A sequence indexed by an object (not a constant): its `__index__` or the bounds of
         // a slice holding tensors can change without the object changing, and the items
         // picked here would be folded into the trace.
@@ -857,7 +863,7 @@ impl<'py> Tracer<'py> {
                     return Ok(value);
                 }
                 // The keys of a dict tracker are guarded (or made here): missing on every call.
-                self.raise_builtin("KeyError", key)
+                self.raise_key_error(key)
             }
             VarKind::Object(v)
                 if v.bind(py).is_instance(&self.h.module_sequences)?
@@ -952,7 +958,7 @@ impl<'py> Tracer<'py> {
                 Ok(Flow::Continue)
             }
             VarKind::Dict(_) if self.changeable_container(container) => {
-                let key = self.python_value(index)?;
+                let key = self.key_value(index)?;
                 self.may_change_container(container, "item assignment")?;
                 let py = self.py;
                 if let VarKind::Dict(entries) = &mut self.vars[container.0 as usize].kind {
@@ -1041,15 +1047,20 @@ impl<'py> Tracer<'py> {
         let py = self.py;
         let index = self.pop(f)?;
         let container = self.pop(f)?;
-        if !self.changeable_container(container) || self.contains_tensor(index) {
+        let tensor_key = matches!(self.kind(container), VarKind::Dict(_))
+            && matches!(self.kind(index), VarKind::Tensor { .. });
+        if !self.changeable_container(container) || (!tensor_key && self.contains_tensor(index)) {
             return unsupported(
                 BreakKind::UnreplayableSideEffect,
                 format!("del on an item of {}", kind_name(self.kind(container))),
             );
         }
         match self.kind(container) {
-            VarKind::Dict(entries) => {
-                let key = self.python_value(index)?;
+            VarKind::Dict(_) => {
+                let key = self.key_value(index)?;
+                let VarKind::Dict(entries) = self.kind(container) else {
+                    return unsupported(BreakKind::Internal, "internal: del on a dict");
+                };
                 let mut at = None;
                 for (i, (k, _)) in entries.iter().enumerate() {
                     if k.bind(py).eq(&key)? {
@@ -1058,7 +1069,7 @@ impl<'py> Tracer<'py> {
                     }
                 }
                 let Some(at) = at else {
-                    return self.raise_builtin("KeyError", key);
+                    return self.raise_key_error(key);
                 };
                 self.may_change_container(container, "del")?;
                 self.note_dict_removal(container);

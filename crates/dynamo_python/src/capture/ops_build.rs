@@ -55,9 +55,11 @@ impl<'py> Tracer<'py> {
         Ok(Flow::Continue)
     }
 
-    fn key(&self, id: VarId) -> CResult<OwnedRef> {
+    fn key(&mut self, id: VarId) -> CResult<OwnedRef> {
         match self.kind(id) {
             VarKind::Const(v) => Ok(v.clone()),
+            // A tensor hashes by identity: its stand-in, handed back as the tensor.
+            VarKind::Tensor { .. } => Ok(OwnedRef::from_bound(&self.tensor_key(id)?)),
             // A class, function or other object that compares by identity (a dispatch table
             // `{nn.Linear: ..., torch.sin: ...}`, a module or an enum member as a key): the
             // object itself, its identity guarded.
@@ -65,8 +67,7 @@ impl<'py> Tracer<'py> {
                 self.pin_identity(id);
                 Ok(v.clone())
             }
-            other @ (VarKind::Tensor { .. }
-            | VarKind::Unrealized(_)
+            other @ (VarKind::Unrealized(_)
             | VarKind::Symbolic { .. }
             | VarKind::Slice(_)
             | VarKind::Object(_)

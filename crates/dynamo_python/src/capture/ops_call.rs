@@ -216,7 +216,14 @@ impl<'py> Tracer<'py> {
             match self.kind(kw) {
                 VarKind::Dict(entries) => {
                     for (k, v) in entries.clone() {
-                        kwargs.push((k.bind(self.py).to_string(), v));
+                        // `f(**{1: x})` raises TypeError: keywords are strings.
+                        let Ok(name) = k.bind(self.py).extract::<String>() else {
+                            return unsupported(
+                                BreakKind::UnsupportedCall,
+                                "a ** argument whose keys are not all strings",
+                            );
+                        };
+                        kwargs.push((name, v));
                     }
                 }
                 other @ (VarKind::Tensor { .. }

@@ -33,6 +33,14 @@ impl<'py> Tracer<'py> {
         let seen = PyDict::new(py);
         let mut entries = Vec::with_capacity(keys.len());
         for key in keys {
+            if matches!(self.kind(key), VarKind::Tensor { .. }) {
+                let k = self.tensor_key(key)?;
+                if !seen.contains(&k)? {
+                    seen.set_item(&k, py.None())?;
+                    entries.push((OwnedRef::from_bound(&k), value));
+                }
+                continue;
+            }
             let VarKind::Const(k) = self.kind(key) else {
                 return unsupported(
                     BreakKind::UnsupportedOperation,
@@ -194,12 +202,12 @@ impl<'py> Tracer<'py> {
         Ok(Some(dict))
     }
 
-    /// The key a traced dict can hold for `key`: a hashable constant.
-    fn constant_key(&self, key: VarId, cls: &Bound<'py, PyAny>) -> CResult<OwnedRef> {
+    /// The key a traced dict can hold for `key`: a hashable constant, or a tensor's stand-in.
+    fn constant_key(&mut self, key: VarId, cls: &Bound<'py, PyAny>) -> CResult<OwnedRef> {
         match self.kind(key) {
             VarKind::Const(k) if self.h.is_constant(&k.bind(self.py).clone())? => Ok(k.clone()),
-            other @ (VarKind::Tensor { .. }
-            | VarKind::Unrealized(_)
+            VarKind::Tensor { .. } => Ok(OwnedRef::from_bound(&self.tensor_key(key)?)),
+            other @ (VarKind::Unrealized(_)
             | VarKind::Symbolic { .. }
             | VarKind::Slice(_)
             | VarKind::Const(_)
@@ -283,8 +291,12 @@ impl<'py> Tracer<'py> {
             return self.environ_lookup(receiver, &environ, name, &args);
         }
         match (self.kind(receiver), name) {
-            (VarKind::Dict(entries), "get" | "pop" | "__getitem__") => {
-                let key = self.python_value(args[0])?;
+            (VarKind::Dict(_), "get" | "pop" | "__getitem__") => {
+                let key = self.key_value(args[0])?;
+                let entries = match self.kind(receiver) {
+                    VarKind::Dict(entries) => entries.clone(),
+                    _ => Vec::new(),
+                };
                 let position = entries
                     .iter()
                     .position(|(k, _)| k.bind(py).eq(&key).unwrap_or(false));
@@ -374,7 +386,7 @@ impl<'py> Tracer<'py> {
                     }
                     return Ok(self.constant(&none()));
                 }
-                let key = self.python_value(args[0])?;
+                let key = self.key_value(args[0])?;
                 let default = match args.get(1) {
                     Some(&d) => d,
                     None => self.constant(&none()),
@@ -871,7 +883,7 @@ impl<'py> Tracer<'py> {
             None => true,
         };
         let key = match args.first() {
-            Some(&k) if name == "move_to_end" => Some(self.python_value(k)?),
+            Some(&k) if name == "move_to_end" => Some(self.key_value(k)?),
             _ => None,
         };
         self.may_change_container(receiver, name)?;
@@ -888,7 +900,7 @@ impl<'py> Tracer<'py> {
                     .iter()
                     .position(|(k, _)| k.bind(py).eq(&key).unwrap_or(false))
                 else {
-                    return self.raise_builtin("KeyError", key);
+                    return self.raise_key_error(key);
                 };
                 let entry = entries.remove(at);
                 if last {
@@ -913,7 +925,7 @@ impl<'py> Tracer<'py> {
                 } else {
                     entries.remove(0)
                 };
-                let k = self.constant(&k.bind(py).clone());
+                let k = self.dict_key(k)?;
                 Ok(self.add(VarKind::Tuple(vec![k, v]), None))
             }
         }

@@ -460,6 +460,12 @@ impl<'py> Tracer<'py> {
             VarKind::Dict(entries) => {
                 let d = PyDict::new(py);
                 for (k, v) in entries {
+                    if self.is_tensor_key(k) {
+                        return unsupported(
+                            BreakKind::UnsupportedOperation,
+                            "a dict with a tensor key passed to a graph operation",
+                        );
+                    }
                     d.set_item(k.bind(py), self.fake_value(*v)?)?;
                 }
                 d.into_any()
@@ -527,7 +533,15 @@ impl<'py> Tracer<'py> {
             VarKind::Dict(entries) => Arg::Dict(
                 entries
                     .iter()
-                    .map(|(k, v)| Ok((k.clone(), self.graph_arg(*v)?)))
+                    .map(|(k, v)| {
+                        if self.is_tensor_key(k) {
+                            return unsupported(
+                                BreakKind::UnsupportedOperation,
+                                "a dict with a tensor key passed to a graph operation",
+                            );
+                        }
+                        Ok((k.clone(), self.graph_arg(*v)?))
+                    })
                     .collect::<CResult<_>>()?,
             ),
             // A NumPy float (a `float` subclass, so a constant) goes into the graph as the

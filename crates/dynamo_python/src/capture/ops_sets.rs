@@ -16,7 +16,7 @@ use pyo3::types::{PyFrozenSet, PySet};
 use super::break_reasons::BreakKind;
 use super::codegen::Rebuild;
 use super::translator::{kind_name, unsupported, CResult, Flow, FrameState, Tracer};
-use super::vars::{VarId, VarKind};
+use super::vars::{DictViewKind, VarId, VarKind};
 use crate::eval_frame::owned::OwnedRef;
 
 /// Methods that change a set in place.
@@ -114,6 +114,58 @@ impl<'py> Tracer<'py> {
         Ok(key)
     }
 
+    /// What a dict the trace made holds as the key `id`: a tensor's stand-in (see
+    /// `tensor_key`), anything else as its Python value.
+    pub(super) fn key_value(&mut self, id: VarId) -> CResult<Bound<'py, PyAny>> {
+        match self.kind(id) {
+            VarKind::Tensor { .. } => self.tensor_key(id),
+            _ => self.python_value(id),
+        }
+    }
+
+    /// `KeyError(key)` for a key missing from a dict tracker — a graph break when the key is
+    /// a tensor's stand-in (the error would have to hold the tensor).
+    pub(super) fn raise_key_error<T>(&mut self, key: Bound<'py, PyAny>) -> CResult<T> {
+        if self.key_tensors.contains_key(&(key.as_ptr() as usize)) {
+            return unsupported(
+                BreakKind::UnsupportedOperation,
+                "KeyError of a tensor key (the error would hold the tensor)",
+            );
+        }
+        self.raise_builtin("KeyError", key)
+    }
+
+    /// Whether `key` is the stand-in of a tensor tracker (see `tensor_key`).
+    pub(super) fn is_tensor_key(&self, key: &OwnedRef) -> bool {
+        self.key_tensors.contains_key(&(key.as_ptr() as usize))
+    }
+
+    /// Whether a tensor tracker is a key of a dict tracker (or of its `keys()` view): found
+    /// by identity, as Python finds a tensor key. None for other items or containers.
+    pub(super) fn tensor_in_dict(
+        &mut self,
+        item: VarId,
+        container: VarId,
+    ) -> CResult<Option<bool>> {
+        let dict = match *self.kind(container) {
+            VarKind::DictView {
+                dict,
+                which: DictViewKind::Keys,
+            } => dict,
+            _ => container,
+        };
+        if !matches!(self.kind(item), VarKind::Tensor { .. })
+            || !matches!(self.kind(dict), VarKind::Dict(_))
+        {
+            return Ok(None);
+        }
+        let key = self.tensor_key(item)?;
+        let VarKind::Dict(entries) = self.kind(dict) else {
+            return Ok(None);
+        };
+        Ok(Some(entries.iter().any(|(k, _)| k.bind(self.py).is(&key))))
+    }
+
     /// Whether a tensor tracker is in a set the trace made (None for other containers).
     pub(super) fn tensor_in_fresh_set(&mut self, item: VarId, set: VarId) -> CResult<Option<bool>> {
         if !self.is_fresh_set(set) || !matches!(self.kind(item), VarKind::Tensor { .. }) {
@@ -188,7 +240,7 @@ impl<'py> Tracer<'py> {
             matches!(
                 t.kind(id),
                 VarKind::DictView {
-                    which: super::vars::DictViewKind::Keys,
+                    which: DictViewKind::Keys,
                     ..
                 }
             )

@@ -185,7 +185,13 @@ fn contents_plan(tracer: &Tracer<'_>, id: VarId, r: &mut Rebuilder) -> CResult<R
         VarKind::Dict(entries) => Rebuild::Dict(
             entries
                 .iter()
-                .map(|(k, v)| Ok((k.clone(), rebuild_plan(tracer, *v, r)?)))
+                .map(|(k, v)| {
+                    let key = match tracer.key_tensors.get(&(k.as_ptr() as usize)) {
+                        Some(&tensor) => rebuild_plan(tracer, tensor, r)?,
+                        None => Rebuild::Const(k.clone()),
+                    };
+                    Ok((key, rebuild_plan(tracer, *v, r)?))
+                })
                 .collect::<CResult<_>>()?,
         ),
         // An existing set the trace changed: its copy's final elements.

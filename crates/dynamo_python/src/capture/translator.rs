@@ -575,6 +575,12 @@ impl<'py> Tracer<'py> {
             VarKind::Dict(entries) => {
                 let d = PyDict::new(py);
                 for (k, v) in entries {
+                    if self.key_tensors.contains_key(&(k.as_ptr() as usize)) {
+                        return unsupported(
+                            BreakKind::TensorValueNeeded,
+                            "a dict with a tensor key used where a Python value is needed",
+                        );
+                    }
                     d.set_item(k.bind(py), self.python_value(*v)?)?;
                 }
                 match self.dict_classes.get(&id) {
