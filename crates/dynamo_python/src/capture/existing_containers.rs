@@ -97,6 +97,55 @@ impl<'py> Tracer<'py> {
         Ok(())
     }
 
+    /// `module.name` as this trace left the module, when the trace changed the
+    /// `_parameters`, `_buffers` or `_modules` dict `nn.Module.__getattr__` would find it in
+    /// (`module._parameters["weight"] = w`, as `torch.func.functional_call` swaps tensors in
+    /// and out): the entry that dict's tracker holds. The real dict keeps the old entry until
+    /// the stores are replayed after the graph. None when no such change was made.
+    pub(super) fn module_table_in_trace(
+        &mut self,
+        module: &Bound<'py, PyAny>,
+        name: &str,
+    ) -> CResult<Option<VarId>> {
+        if self.written_containers.is_empty() || !module.is_instance(&self.h.module_type)? {
+            return Ok(None);
+        }
+        let Ok(dict) = module.getattr("__dict__") else {
+            return Ok(None);
+        };
+        if dict.contains(name)? {
+            return Ok(None);
+        }
+        let key = pyo3::types::PyString::new(self.py, name);
+        for table in super::helpers::MODULE_TABLES {
+            let Ok(real) = dict.get_item(table) else {
+                continue;
+            };
+            let tracker = match self.container_by_object.get(&(real.as_ptr() as usize)) {
+                Some(&(tracker, _)) if self.written_containers.contains(&tracker) => tracker,
+                // Unchanged: the real table says what the trace would.
+                _ if real.contains(&key)? => return Ok(None),
+                _ => continue,
+            };
+            let VarKind::Dict(entries) = self.kind(tracker) else {
+                return Ok(None);
+            };
+            if let Some((_, value)) = entries
+                .iter()
+                .find(|(k, _)| k.bind(self.py).eq(&key).unwrap_or(false))
+            {
+                return Ok(Some(*value));
+            }
+            if real.contains(&key)? {
+                return unsupported(
+                    BreakKind::UnsupportedOperation,
+                    format!("reading .{name} of a module after this trace removed it from {table}"),
+                );
+            }
+        }
+        Ok(None)
+    }
+
     /// The entries of a real dict (or dict subclass) read from `source`: its type and keys
     /// are guarded, and each value is wrapped from its item source.
     pub fn dict_entries(

@@ -725,7 +725,16 @@ impl<'py> Tracer<'py> {
                     "a module container whose _modules is not a dict",
                 );
             };
-            let entries = self.dict_entries(modules, modules_source.as_ref())?;
+            // Already reached by the trace (perhaps changed: `m._modules["0"] = other`): what
+            // its tracker holds.
+            let tracked = self
+                .container_by_object
+                .get(&(modules.as_ptr() as usize))
+                .map(|&(tracker, _)| tracker);
+            let entries = match tracked.map(|t| self.kind(t)) {
+                Some(VarKind::Dict(entries)) => entries.clone(),
+                _ => self.dict_entries(modules, modules_source.as_ref())?,
+            };
             return Ok(entries
                 .into_iter()
                 .map(|(key, child)| {

@@ -304,6 +304,9 @@ impl<'py> Tracer<'py> {
                         );
                     }
                 }
+                if let Some(entry) = self.module_table_in_trace(&value, name)? {
+                    return Ok(entry);
+                }
                 let attr = match value.getattr(name) {
                     Ok(a) => a,
                     Err(err) => {

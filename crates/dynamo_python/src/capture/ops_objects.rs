@@ -1032,6 +1032,14 @@ pub fn class_source(ty: &Bound<'_, PyType>) -> std::rc::Rc<super::source::Source
 /// Whether classes of `module` are torch's own, made by torch's rules rather than as
 /// plain Python objects — except `torch.distributions`, plain Python classes throughout.
 fn is_torch_module(module: &str) -> bool {
+    // Pure-Python helpers whose classes are traced like the user's (as TorchDynamo inlines
+    // them): distributions, `torch.func.functional_call`'s `NamedMemberAccessor`, pytree
+    // specs.
+    const TRACED: [&str; 3] = [
+        "torch.distributions.",
+        "torch.nn.utils.",
+        "torch.utils._pytree",
+    ];
     (module == "torch" || module.starts_with("torch."))
-        && !module.starts_with("torch.distributions.")
+        && !TRACED.iter().any(|prefix| module.starts_with(prefix))
 }
