@@ -808,3 +808,27 @@ class InferenceFunctionCtx:
 
     def set_materialize_grads(self, value):
         self.materialize_grads = value
+
+
+def initialize_lazy_module(module, fake_args, fake_kwargs) -> bool:
+    """Makes the parameters of a lazy module (`nn.LazyLinear`, ...) that has none yet, as its
+    first call would: `_infer_parameters` on the real module, given real stand-ins of the
+    arguments' shapes (a dynamic size by its hint), outside fake mode so what it makes is
+    real. The module then is the one it becomes (`Linear`), its hook removed. False when
+    `module` is not such a module."""
+    from torch.nn.modules.lazy import LazyModuleMixin
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    if not isinstance(module, LazyModuleMixin) or not module.has_uninitialized_params():
+        return False
+
+    def real(value):
+        if not isinstance(value, torch.Tensor):
+            return value
+        shape = [s.node.hint if isinstance(s, torch.SymInt) else s for s in value.shape]
+        return torch.zeros(shape, dtype=value.dtype, device=value.device)
+
+    with unset_fake_temporarily():
+        module._infer_parameters(module, tuple(real(a) for a in fake_args),
+                                 {k: real(v) for k, v in fake_kwargs.items()})
+    return True

@@ -46,6 +46,7 @@ impl<'py> Tracer<'py> {
             let call = self.get_attr(module_var, "__call__")?;
             return self.call_function(call, args, kwargs);
         }
+        self.initialize_lazy_module(module, &args, &kwargs)?;
         if let Some(result) =
             self.call_module_with_forward_hooks(module_var, module, &args, &kwargs)?
         {
@@ -140,6 +141,53 @@ impl<'py> Tracer<'py> {
     /// `always_called` ones), reading the hook tables through the module's source — which
     /// guards their contents. Backward hooks need autograd's `BackwardHook` wrapping and
     /// break the graph (the caller's checks). None when the module has no forward hooks.
+    /// A lazy module (`nn.LazyLinear`, ...) called before it has parameters: they are made
+    /// now, from the shapes of the arguments, as its first call would make them (the
+    /// initialisation draws random numbers once, before the graph runs, as eagerly before
+    /// `forward`); it is then traced as the module it became, whose parameters are guarded
+    /// as any module's.
+    fn initialize_lazy_module(
+        &mut self,
+        module: &Bound<'py, PyAny>,
+        args: &[VarId],
+        kwargs: &[(String, VarId)],
+    ) -> CResult<()> {
+        let py = self.py;
+        if !module.hasattr("has_uninitialized_params")? {
+            return Ok(());
+        }
+        let fake_args = args
+            .iter()
+            .map(|&a| self.fake_value(a))
+            .collect::<CResult<Vec<_>>>()?;
+        let fake_kwargs = pyo3::types::PyDict::new(py);
+        for (name, value) in kwargs {
+            fake_kwargs.set_item(name, self.fake_value(*value)?)?;
+        }
+        let lazy_class = module.get_type();
+        let made = py
+            .import_module("dynamo_rs._capture")?
+            .getattr("initialize_lazy_module")?
+            .call1((
+                module,
+                pyo3::types::PyTuple::new(py, fake_args)?,
+                fake_kwargs,
+            ))?
+            .is_truthy()?;
+        if made {
+            // The module's class changed (`LazyLinear` became `Linear`): type guards taken
+            // before, when its container was iterated, must expect the class it has now —
+            // any other module of the lazy class still lazy then recompiles, as it should.
+            let now = OwnedRef::from_bound(module.get_type().as_any());
+            for (_, kind) in self.guards.guards.iter_mut() {
+                if matches!(kind, GuardKind::Type(cls) if cls.bind(py).is(&lazy_class)) {
+                    *kind = GuardKind::Type(now.clone());
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn call_module_with_forward_hooks(
         &mut self,
         module_var: VarId,
