@@ -97,53 +97,110 @@ impl<'py> Tracer<'py> {
         Ok(())
     }
 
-    /// `module.name` as this trace left the module, when the trace changed the
-    /// `_parameters`, `_buffers` or `_modules` dict `nn.Module.__getattr__` would find it in
-    /// (`module._parameters["weight"] = w`, as `torch.func.functional_call` swaps tensors in
-    /// and out): the entry that dict's tracker holds. The real dict keeps the old entry until
-    /// the stores are replayed after the graph. None when no such change was made.
-    pub(super) fn module_table_in_trace(
+    /// `obj.name` as this trace left `obj`, when the trace changed the dict Python's lookup
+    /// would find `name` in: the object's `__dict__` (`m.__dict__["training"] = False`), or
+    /// for a module the `_parameters`, `_buffers` or `_modules` dict `nn.Module.__getattr__`
+    /// reads (`module._parameters["weight"] = w`, as `torch.func.functional_call` swaps
+    /// tensors in and out). The entry that dict's tracker holds: the real dict keeps the old
+    /// one until the stores are replayed after the graph. None when no such change was made
+    /// (the real object answers as the trace would).
+    pub(super) fn attr_in_trace(
         &mut self,
-        module: &Bound<'py, PyAny>,
+        obj: &Bound<'py, PyAny>,
         name: &str,
     ) -> CResult<Option<VarId>> {
-        if self.written_containers.is_empty() || !module.is_instance(&self.h.module_type)? {
+        if self.written_containers.is_empty() {
             return Ok(None);
         }
-        let Ok(dict) = module.getattr("__dict__") else {
+        let Ok(dict) = obj.getattr("__dict__") else {
             return Ok(None);
         };
-        if dict.contains(name)? {
+        let key = pyo3::types::PyString::new(self.py, name);
+        // A data descriptor of the class (a property, a slot) comes before the instance dict.
+        let data_descriptor = super::guard_values::class_lookup(obj.get_type().as_any(), &key)
+            .is_some_and(|entry| {
+                let ty = entry.get_type();
+                ty.hasattr("__set__").unwrap_or(true) || ty.hasattr("__delete__").unwrap_or(true)
+            });
+        if !data_descriptor {
+            match self.written_entry(&dict, &key)? {
+                WrittenEntry::Found(value) => return Ok(Some(value)),
+                WrittenEntry::Removed => {
+                    return unsupported(
+                        BreakKind::UnsupportedOperation,
+                        format!(
+                        "reading .{name} after this trace removed it from the object's __dict__"
+                    ),
+                    )
+                }
+                WrittenEntry::Unchanged(true) => return Ok(None),
+                WrittenEntry::Unchanged(false) | WrittenEntry::Absent => {}
+            }
+        }
+        if !obj.is_instance(&self.h.module_type)? {
             return Ok(None);
         }
-        let key = pyo3::types::PyString::new(self.py, name);
         for table in super::helpers::MODULE_TABLES {
             let Ok(real) = dict.get_item(table) else {
                 continue;
             };
-            let tracker = match self.container_by_object.get(&(real.as_ptr() as usize)) {
-                Some(&(tracker, _)) if self.written_containers.contains(&tracker) => tracker,
-                // Unchanged: the real table says what the trace would.
-                _ if real.contains(&key)? => return Ok(None),
-                _ => continue,
-            };
-            let VarKind::Dict(entries) = self.kind(tracker) else {
-                return Ok(None);
-            };
-            if let Some((_, value)) = entries
-                .iter()
-                .find(|(k, _)| k.bind(self.py).eq(&key).unwrap_or(false))
-            {
-                return Ok(Some(*value));
-            }
-            if real.contains(&key)? {
-                return unsupported(
-                    BreakKind::UnsupportedOperation,
-                    format!("reading .{name} of a module after this trace removed it from {table}"),
-                );
+            match self.written_entry(&real, &key)? {
+                WrittenEntry::Found(value) => return Ok(Some(value)),
+                WrittenEntry::Removed => {
+                    return unsupported(
+                        BreakKind::UnsupportedOperation,
+                        format!(
+                            "reading .{name} of a module after this trace removed it from {table}"
+                        ),
+                    )
+                }
+                WrittenEntry::Unchanged(true) => return Ok(None),
+                WrittenEntry::Unchanged(false) | WrittenEntry::Absent => {}
             }
         }
         Ok(None)
+    }
+
+    /// The length of the real list or dict `container` as the trace left it: its tracker's,
+    /// once the trace reached it (a hook stored into `module._forward_hooks` in the trace is
+    /// in the real dict only after the graph).
+    pub(super) fn len_in_trace(&self, container: &Bound<'py, PyAny>) -> PyResult<usize> {
+        match self
+            .container_by_object
+            .get(&(container.as_ptr() as usize))
+            .map(|&(tracker, _)| self.kind(tracker))
+        {
+            Some(VarKind::Dict(entries)) => Ok(entries.len()),
+            Some(VarKind::List(items)) => Ok(items.len()),
+            _ => container.len(),
+        }
+    }
+
+    /// What the trace's tracker of the real dict `dict` holds under `key`, if the trace
+    /// changed that dict (see `WrittenEntry`).
+    fn written_entry(
+        &self,
+        dict: &Bound<'py, PyAny>,
+        key: &Bound<'py, pyo3::types::PyString>,
+    ) -> CResult<WrittenEntry> {
+        let tracker = match self.container_by_object.get(&(dict.as_ptr() as usize)) {
+            Some(&(tracker, _)) if self.written_containers.contains(&tracker) => tracker,
+            _ => return Ok(WrittenEntry::Unchanged(dict.contains(key)?)),
+        };
+        let VarKind::Dict(entries) = self.kind(tracker) else {
+            return Ok(WrittenEntry::Unchanged(dict.contains(key)?));
+        };
+        if let Some((_, value)) = entries
+            .iter()
+            .find(|(k, _)| k.bind(self.py).eq(key).unwrap_or(false))
+        {
+            return Ok(WrittenEntry::Found(*value));
+        }
+        Ok(if dict.contains(key)? {
+            WrittenEntry::Removed
+        } else {
+            WrittenEntry::Absent
+        })
     }
 
     /// The entries of a real dict (or dict subclass) read from `source`: its type and keys
@@ -175,4 +232,16 @@ impl<'py> Tracer<'py> {
         }
         Ok(entries)
     }
+}
+
+/// A key of a real dict as the trace sees it (`Tracer::written_entry`).
+enum WrittenEntry {
+    /// The trace did not change the dict: whether the real one holds the key.
+    Unchanged(bool),
+    /// The trace changed the dict, and its tracker holds this value under the key.
+    Found(VarId),
+    /// The trace removed the key, which the real dict still holds.
+    Removed,
+    /// Neither holds the key.
+    Absent,
 }

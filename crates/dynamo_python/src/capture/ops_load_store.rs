@@ -304,7 +304,7 @@ impl<'py> Tracer<'py> {
                         );
                     }
                 }
-                if let Some(entry) = self.module_table_in_trace(&value, name)? {
+                if let Some(entry) = self.attr_in_trace(&value, name)? {
                     return Ok(entry);
                 }
                 let attr = match value.getattr(name) {

@@ -53,7 +53,7 @@ impl<'py> Tracer<'py> {
             return Ok(result);
         }
         for hooks in super::guard_values::MODULE_CALL_HOOKS {
-            if module.getattr(hooks)?.len()? != 0 {
+            if self.len_in_trace(&module.getattr(hooks)?)? != 0 {
                 return unsupported(
                     BreakKind::Hooks,
                     format!("a call of {} with {hooks}", describe(module)),
@@ -68,7 +68,7 @@ impl<'py> Tracer<'py> {
             "_global_backward_pre_hooks",
             "_global_forward_hooks_always_called",
         ] {
-            if globals.getattr(hooks)?.len()? != 0 {
+            if self.len_in_trace(&globals.getattr(hooks)?)? != 0 {
                 return unsupported(
                     BreakKind::Hooks,
                     format!("a module call with global {hooks} registered"),
@@ -77,10 +77,29 @@ impl<'py> Tracer<'py> {
         }
         // Hooks added later, or a `forward` set on the instance, must recompile.
         if let Some(source) = self.source(module_var) {
-            if Self::in_instance_dict(module, "forward") {
+            // A hook table the trace read (and may have changed) is guarded by its keys as it
+            // was on entry; the one guard of the whole call machinery would ask for none.
+            let mut tracked_tables = Vec::new();
+            for hooks in super::guard_values::MODULE_CALL_HOOKS {
+                let table = module.getattr(hooks)?;
+                if self
+                    .container_by_object
+                    .contains_key(&(table.as_ptr() as usize))
+                {
+                    tracked_tables.push(hooks);
+                }
+            }
+            let own_forward = Self::in_instance_dict(module, "forward");
+            if own_forward || !tracked_tables.is_empty() {
                 self.guard_call_machinery(module_var, module)?;
+                if !own_forward {
+                    self.guard_not_in_instance_dict(module, Some(source.clone()), "forward")?;
+                }
                 // Its own `forward` is read (and guarded) below; the hooks one by one.
                 for hooks in super::guard_values::MODULE_CALL_HOOKS {
+                    if tracked_tables.contains(&hooks) {
+                        continue;
+                    }
                     self.guards.add(
                         Rc::new(Source::Attr(source.clone(), hooks.into())),
                         GuardKind::Len(0),
@@ -195,7 +214,8 @@ impl<'py> Tracer<'py> {
         args: &[VarId],
         kwargs: &[(String, VarId)],
     ) -> CResult<Option<VarId>> {
-        let non_empty = |name: &str| -> PyResult<bool> { Ok(module.getattr(name)?.len()? != 0) };
+        let non_empty =
+            |name: &str| -> PyResult<bool> { Ok(self.len_in_trace(&module.getattr(name)?)? != 0) };
         if !(non_empty("_forward_hooks")? || non_empty("_forward_pre_hooks")?)
             || non_empty("_backward_hooks")?
             || non_empty("_backward_pre_hooks")?
