@@ -832,3 +832,12 @@ def initialize_lazy_module(module, fake_args, fake_kwargs) -> bool:
         module._infer_parameters(module, tuple(real(a) for a in fake_args),
                                  {k: real(v) for k, v in fake_kwargs.items()})
     return True
+
+
+def set_function_attributes(fn, attributes, **slots):
+    """A function made again by the generated code (see `make_function`), given what the
+    traced code stored on it: `__name__`, `__doc__`, ... (`slots`) and its `__dict__`."""
+    for name, value in slots.items():
+        setattr(fn, name, value)
+    fn.__dict__.update(attributes)
+    return fn

@@ -384,6 +384,7 @@ impl<'py> Tracer<'py> {
                 VarKind::Instance { cls, attrs, .. } => {
                     attrs.iter().any(|(n, _)| *n == attr) || cls.bind(py).hasattr(attr.as_str())?
                 }
+                VarKind::Function(_) => self.function_has_attr(args[0], &attr)?,
                 // A tuple or list holds no attributes of its own (a named tuple's instance
                 // `__dict__` is guarded empty): its class answers.
                 VarKind::Tuple(_) | VarKind::List(_)
@@ -402,7 +403,6 @@ impl<'py> Tracer<'py> {
                 | VarKind::Iter { .. }
                 | VarKind::Generator { .. }
                 | VarKind::Lazy(_)
-                | VarKind::Function(_)
                 | VarKind::Partial { .. }
                 | VarKind::CellRef(_)
                 | VarKind::Super { .. }

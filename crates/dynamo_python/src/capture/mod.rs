@@ -44,6 +44,7 @@ mod ops_copy;
 mod ops_deque;
 mod ops_dict_subclass;
 mod ops_exceptions;
+mod ops_function_attrs;
 mod ops_functools;
 mod ops_generators;
 mod ops_graph;

@@ -41,9 +41,9 @@ type LibraryModel<'py> = fn(
 ) -> CResult<Option<VarId>>;
 
 /// Models of library and builtin calls tried in order by `call_object`, each in the file of
-/// its family (`ops_autograd`, `ops_copy`, `builtins`, `ops_exceptions`, `ops_build`,
-/// `ops_itertools`, `ops_operator_getters`).
-fn library_models<'py>() -> [LibraryModel<'py>; 11] {
+/// its family (`ops_autograd`, `ops_copy`, `builtins`, `ops_objects`, `ops_exceptions`,
+/// `ops_build`, `ops_itertools`, `ops_operator_getters`).
+fn library_models<'py>() -> [LibraryModel<'py>; 12] {
     [
         Tracer::deque_call,
         Tracer::autograd_function_apply,
@@ -51,6 +51,7 @@ fn library_models<'py>() -> [LibraryModel<'py>; 11] {
         Tracer::shallow_copy_call,
         Tracer::deepcopy_call,
         Tracer::attribute_builtin,
+        Tracer::object_new,
         Tracer::construct_exception,
         Tracer::construct_named_tuple,
         Tracer::construct_module,
@@ -273,9 +274,11 @@ impl<'py> Tracer<'py> {
         } else {
             None
         };
-        if flags & 0x04 != 0 {
-            self.pop(f)?; // annotations do not affect behaviour
-        }
+        let annotations = if flags & 0x04 != 0 {
+            Some(self.pop(f)?)
+        } else {
+            None
+        };
         let kwdefaults = if flags & 0x02 != 0 {
             Some(self.pop(f)?)
         } else {
@@ -335,6 +338,19 @@ impl<'py> Tracer<'py> {
             closure: cells,
         };
         let id = self.add(VarKind::Function(Rc::new(function)), None);
+        if let Some(annotations) = annotations {
+            // A flat tuple (name, annotation, ...): the function's `__annotations__` dict.
+            let items = self.items_of(annotations)?;
+            let mut entries = Vec::with_capacity(items.len() / 2);
+            for pair in items.chunks(2) {
+                let (VarKind::Const(name), Some(&value)) = (self.kind(pair[0]), pair.get(1)) else {
+                    return unsupported(BreakKind::Internal, "MAKE_FUNCTION annotations");
+                };
+                entries.push((name.clone(), value));
+            }
+            let dict = self.add(VarKind::Dict(entries), None);
+            self.store_function_attr(id, "__annotations__", Some(dict))?;
+        }
         f.stack.push(id);
         Ok(Flow::Continue)
     }

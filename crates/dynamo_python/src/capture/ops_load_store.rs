@@ -213,6 +213,7 @@ impl<'py> Tracer<'py> {
                 self.tensor_attr(obj, &fake, name)
             }
             VarKind::Instance { .. } => self.instance_attr(obj, name),
+            VarKind::Function(_) => self.function_attr(obj, name),
             VarKind::Const(value) | VarKind::Object(value) => {
                 let value = value.bind(py).clone();
                 // A store earlier in this trace decides what the read sees (`module.NAME`
@@ -657,7 +658,6 @@ impl<'py> Tracer<'py> {
             | VarKind::Iter { .. }
             | VarKind::Generator { .. }
             | VarKind::Lazy(_)
-            | VarKind::Function(_)
             | VarKind::Partial { .. }
             | VarKind::CellRef(_)
             | VarKind::GradModeContext { .. }

@@ -130,6 +130,21 @@ impl<'py> Tracer<'py> {
         if self.descriptor_store(obj, name, value)? {
             return Ok(());
         }
+        if matches!(self.kind(obj), VarKind::Function(_)) {
+            self.note_effect(Some(obj));
+            return self.store_function_attr(obj, name, value);
+        }
+        if let VarKind::Instance { cls, .. } = self.kind(obj) {
+            let cls = cls.bind(py).clone();
+            if !slot_or_dict_attribute(&cls, name)? {
+                let message = format!(
+                    "'{}' object has no attribute '{name}'",
+                    cls.getattr("__name__")?
+                );
+                return self
+                    .raise_builtin("AttributeError", PyString::new(py, &message).into_any());
+            }
+        }
         self.note_effect(Some(obj));
         match &mut self.vars[obj.0 as usize].kind {
             VarKind::Instance {
@@ -603,13 +618,9 @@ impl<'py> Tracer<'py> {
                 .getattr("__module__")
                 .and_then(|m| m.extract())
                 .unwrap_or_default();
-            // Slots would need a layout object.__new__ does not give (an empty tuple is fine).
-            let own_slots = base.getattr("__dict__")?.get_item("__slots__").ok();
-            let has_slots = match own_slots {
-                Some(slots) => slots.len().map(|n| n > 0).unwrap_or(true),
-                None => false,
-            };
-            if base_module == "builtins" || is_torch_module(&base_module) || has_slots {
+            // `__slots__` are fine: `object.__new__(cls)` gives their layout, and the traced
+            // instance keeps slot values as attributes (see `slot_only_instances`).
+            if base_module == "builtins" || is_torch_module(&base_module) {
                 return Ok(false);
             }
         }
@@ -633,6 +644,37 @@ impl<'py> Tracer<'py> {
             && cls
                 .getattr("__getattribute__")?
                 .is(&object.getattr("__getattribute__")?))
+    }
+
+    /// `object.__new__(cls)` (also as `cls.__new__(cls)`) of a plain class: a traced instance
+    /// with no attributes, `__init__` not run. None for other calls.
+    pub(super) fn object_new(
+        &mut self,
+        func: &Bound<'py, PyAny>,
+        args: &[VarId],
+        kwargs: &[(String, VarId)],
+    ) -> CResult<Option<VarId>> {
+        let py = self.py;
+        let object_new = self.h.builtins.getattr("object")?.getattr("__new__")?;
+        if !func.is(&object_new) || args.len() != 1 || !kwargs.is_empty() {
+            return Ok(None);
+        }
+        let cls = match self.kind(args[0]) {
+            VarKind::Const(c) | VarKind::Object(c) => c.bind(py).clone(),
+            _ => return Ok(None),
+        };
+        if !self.is_plain_class(&cls)? {
+            return Ok(None);
+        }
+        self.pin_identity(args[0]);
+        Ok(Some(self.add(
+            VarKind::Instance {
+                cls: OwnedRef::from_bound(&cls),
+                attrs: Vec::new(),
+                model_output: false,
+            },
+            None,
+        )))
     }
 
     /// `cls(*args, **kwargs)` for a plain class: a traced instance, `__init__` inlined.
@@ -824,7 +866,7 @@ impl<'py> Tracer<'py> {
         if let Some((_, v)) = attrs.iter().find(|(n, _)| n == name) {
             return Ok(*v);
         }
-        if name == "__dict__" && !*model_output {
+        if name == "__dict__" && !*model_output && !slot_only(&cls.bind(py).clone())? {
             if let Some(&dict) = self.instance_dicts.get(&obj) {
                 return Ok(dict);
             }
@@ -880,6 +922,14 @@ impl<'py> Tracer<'py> {
                 );
             }
         };
+        if attr.is_instance(&py.import_module("types")?.getattr("MemberDescriptorType")?)? {
+            // A `__slots__` member the instance has not been given.
+            let message = format!(
+                "'{}' object has no attribute '{name}'",
+                cls.getattr("__name__")?
+            );
+            return self.raise_builtin("AttributeError", PyString::new(py, &message).into_any());
+        }
         self.bind_class_attribute(obj, &cls, name, &attr)
     }
 
@@ -1030,11 +1080,11 @@ pub fn class_source(ty: &Bound<'_, PyType>) -> std::rc::Rc<super::source::Source
 /// translator does not model), not merely a name starting with "torch": torchvision's and
 /// torchaudio's plain classes (`ImageList`) are user-level Python like any other.
 /// Whether classes of `module` are torch's own, made by torch's rules rather than as
-/// plain Python objects — except `torch.distributions`, plain Python classes throughout.
+/// plain Python objects.
 fn is_torch_module(module: &str) -> bool {
     // Pure-Python helpers whose classes are traced like the user's (as TorchDynamo inlines
-    // them): distributions, `torch.func.functional_call`'s `NamedMemberAccessor`, pytree
-    // specs.
+    // them): distributions, `torch.func.functional_call`'s `NamedMemberAccessor`, pytree specs
+    // (`tree_map`, `tree_flatten`).
     const TRACED: [&str; 3] = [
         "torch.distributions.",
         "torch.nn.utils.",
@@ -1042,4 +1092,25 @@ fn is_torch_module(module: &str) -> bool {
     ];
     (module == "torch" || module.starts_with("torch."))
         && !TRACED.iter().any(|prefix| module.starts_with(prefix))
+}
+
+/// Whether instances of `cls` have no `__dict__`: every class of its MRO declares
+/// `__slots__` (without `"__dict__"`).
+fn slot_only(cls: &Bound<'_, PyAny>) -> PyResult<bool> {
+    Ok(cls.getattr("__dictoffset__")?.extract::<isize>()? == 0)
+}
+
+/// Whether an instance of `cls` can hold `name` as its own attribute: it has a `__dict__`,
+/// or `name` is one of its `__slots__`.
+fn slot_or_dict_attribute(cls: &Bound<'_, PyAny>, name: &str) -> PyResult<bool> {
+    if !slot_only(cls)? {
+        return Ok(true);
+    }
+    let py = cls.py();
+    let member = py
+        .import_module("inspect")?
+        .call_method1("getattr_static", (cls, name))
+        .ok();
+    let member_type = py.import_module("types")?.getattr("MemberDescriptorType")?;
+    Ok(member.is_some_and(|m| m.is_instance(&member_type).unwrap_or(false)))
 }

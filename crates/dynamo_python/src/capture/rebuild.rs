@@ -536,7 +536,12 @@ fn rebuild_inline(tracer: &Tracer<'_>, id: VarId, r: &mut Rebuilder) -> CResult<
                 Rebuild::Instance { cls, attrs }
             }
         }
-        VarKind::Function(function) => function_plan(tracer, &function.clone(), r)?,
+        VarKind::Function(function) => {
+            let made = function_plan(tracer, &function.clone(), r)?;
+            super::ops_function_attrs::with_function_attrs(tracer, id, made, &mut |v| {
+                rebuild_plan(tracer, v, r)
+            })?
+        }
         VarKind::Partial { func, args, kwargs } => {
             let (func, args, kwargs) = (*func, args.clone(), kwargs.clone());
             let mut all = vec![rebuild_plan(tracer, func, r)?];

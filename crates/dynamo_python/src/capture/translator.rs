@@ -258,6 +258,8 @@ pub struct Tracer<'py> {
     /// tracker kept equal to the instance's attributes (stores and deletes update both; the
     /// dict itself may not be changed, and it is not rebuilt after the graph).
     pub instance_dicts: HashMap<VarId, VarId>,
+    /// What the trace stored on functions it made (`functools.wraps`), by function tracker.
+    pub function_attrs: super::ops_function_attrs::FunctionAttrTable,
     /// `STORE_GLOBAL`s, in order: (the globals dict, name, value). Later loads of the name
     /// see the value; the generated code replays the last store to each name.
     pub global_stores: Vec<(OwnedRef, String, VarId)>,
@@ -389,6 +391,7 @@ impl<'py> Tracer<'py> {
             containers_being_wrapped: Vec::new(),
             has_unrealized: false,
             instance_dicts: HashMap::new(),
+            function_attrs: HashMap::new(),
             global_stores: Vec::new(),
             root_code: None,
             dynamic: None,
