@@ -122,36 +122,26 @@ impl<'py> Tracer<'py> {
                 let ty = entry.get_type();
                 ty.hasattr("__set__").unwrap_or(true) || ty.hasattr("__delete__").unwrap_or(true)
             });
+        // Where Python's lookup would look, in its order: the instance dict (after the
+        // class's data descriptors), then a module's tables (`nn.Module.__getattr__`).
+        let mut dicts = Vec::new();
         if !data_descriptor {
-            match self.written_entry(&dict, &key)? {
-                WrittenEntry::Found(value) => return Ok(Some(value)),
-                WrittenEntry::Removed => {
-                    return unsupported(
-                        BreakKind::UnsupportedOperation,
-                        format!(
-                        "reading .{name} after this trace removed it from the object's __dict__"
-                    ),
-                    )
+            dicts.push(("__dict__", dict.clone()));
+        }
+        if obj.is_instance(&self.h.module_type)? {
+            for table in super::helpers::MODULE_TABLES {
+                if let Ok(real) = dict.get_item(table) {
+                    dicts.push((table, real));
                 }
-                WrittenEntry::Unchanged(true) => return Ok(None),
-                WrittenEntry::Unchanged(false) | WrittenEntry::Absent => {}
             }
         }
-        if !obj.is_instance(&self.h.module_type)? {
-            return Ok(None);
-        }
-        for table in super::helpers::MODULE_TABLES {
-            let Ok(real) = dict.get_item(table) else {
-                continue;
-            };
+        for (which, real) in dicts {
             match self.written_entry(&real, &key)? {
                 WrittenEntry::Found(value) => return Ok(Some(value)),
                 WrittenEntry::Removed => {
                     return unsupported(
                         BreakKind::UnsupportedOperation,
-                        format!(
-                            "reading .{name} of a module after this trace removed it from {table}"
-                        ),
+                        format!("reading .{name} after this trace removed it from {which}"),
                     )
                 }
                 WrittenEntry::Unchanged(true) => return Ok(None),
