@@ -812,3 +812,54 @@ def test_builtins_over_existing_container_subclasses_see_later_changes(fn) -> No
     assert torch.equal(compiled(x, containers), fn(x, containers))
     _change_them(containers)
     assert torch.equal(compiled(x, containers), fn(x, containers))
+
+
+# --- a key given twice to a dict display or comprehension ---------------------------------------
+# `{k: v for ...}` with a repeated key, `{"a": 1, "a": 2}`, keys equal across types: Python keeps
+# one entry (the first key's place, the last value); the trace kept every pair.
+
+
+def comprehension_with_repeated_keys(t, lst, dct, tup, st):
+    d = {i % 2: t * i for i in range(5)}
+    return len(d), list(d), d[0], d[1]
+
+
+def display_with_repeated_constant_keys(t, lst, dct, tup, st):
+    d = {"a": t, "b": 2, "a": t * 3}  # noqa: F601 - the repeated key is the case
+    return len(d), list(d), d["a"]
+
+
+def display_with_keys_equal_at_run_time(t, lst, dct, tup, st):
+    first, second = lst[0], dct["a"]
+    d = {first: t, second: t + 1, 1.0: t + 2, True: t + 3}
+    return len(d), list(d.items())
+
+
+def comprehension_over_pairs_keeps_the_last(t, lst, dct, tup, st):
+    pairs = [("x", 1), ("y", 2), ("x", 3)]
+    d = {k: t * v for k, v in pairs}
+    return list(d), d["x"]
+
+
+def tensors_that_are_one_object_are_one_key(t, lst, dct, tup, st):
+    same = t.contiguous()
+    d = {t: 1, same: 2}
+    s = {t, t.to(torch.float32)}
+    return len(d), d[t], len(s)
+
+
+@pytest.mark.parametrize("fn", [comprehension_with_repeated_keys,
+                                display_with_repeated_constant_keys,
+                                display_with_keys_equal_at_run_time,
+                                comprehension_over_pairs_keeps_the_last,
+                                tensors_that_are_one_object_are_one_key])
+def test_a_key_given_twice_is_one_entry(fn) -> None:
+    run_both(fn)
+
+
+def test_the_same_tensor_passed_twice_is_one_key() -> None:
+    def f(x, y):
+        return len({x: 1, y: 2}), x + 1
+
+    x = torch.ones(3)
+    assert run_both(f, make=lambda: (x, x))[1][0][0] == 1

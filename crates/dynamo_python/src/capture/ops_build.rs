@@ -28,10 +28,12 @@ impl<'py> Tracer<'py> {
 
     pub(super) fn op_build_map(&mut self, f: &mut FrameState<'py>, n: u32) -> CResult<Flow> {
         let flat = self.popn(f, 2 * n as usize)?;
+        // A key given twice keeps its first place and takes the last value (`{k: 1, k: 2}`,
+        // and keys equal across types: `{1: a, 1.0: b, True: c}` is `{1: c}`).
         let mut entries = Vec::new();
         for pair in flat.chunks(2) {
             let key = self.key(pair[0])?;
-            entries.push((key, pair[1]));
+            super::vars::dict_set(self.py, &mut entries, key, pair[1]);
         }
         let id = self.add(VarKind::Dict(entries), None);
         f.stack.push(id);
@@ -48,7 +50,7 @@ impl<'py> Tracer<'py> {
         let keys = self.python_value(keys)?;
         let mut entries = Vec::new();
         for (k, v) in keys.try_iter()?.zip(values) {
-            entries.push((OwnedRef::from_bound(&k?), v));
+            super::vars::dict_set(self.py, &mut entries, OwnedRef::from_bound(&k?), v);
         }
         let id = self.add(VarKind::Dict(entries), None);
         f.stack.push(id);
@@ -382,9 +384,11 @@ impl<'py> Tracer<'py> {
         let key = self.pop(f)?;
         let key = self.key(key)?;
         let dict = self.owned_at(f, depth, "MAP_ADD")?;
+        let py = self.py;
         match &mut self.vars[dict.0 as usize].kind {
             VarKind::Unrealized(_) => return super::lazy_inputs::unrealized_reached(),
-            VarKind::Dict(entries) => entries.push((key, value)),
+            // A comprehension's repeated key keeps its first place and takes the last value.
+            VarKind::Dict(entries) => super::vars::dict_set(py, entries, key, value),
             VarKind::Tensor { .. }
             | VarKind::Symbolic { .. }
             | VarKind::Slice(_)

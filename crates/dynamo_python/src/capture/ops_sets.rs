@@ -102,15 +102,20 @@ impl<'py> Tracer<'py> {
             .collect()
     }
 
-    /// The stand-in key of a tensor tracker in sets the trace made: one object per tracker,
-    /// hashed by identity as the tensor is.
+    /// The stand-in key of a tensor tracker in sets and dicts the trace made: one object per
+    /// tensor (graph node: what `is` compares), hashed by identity as the tensor is.
+    /// (A deque holds other trackers by stand-ins too, one per tracker.)
     pub(super) fn tensor_key(&mut self, id: VarId) -> CResult<Bound<'py, PyAny>> {
-        if let Some(key) = self.tensor_keys.get(&id) {
+        let which = match *self.kind(id) {
+            VarKind::Tensor { node, .. } => StandIn::Tensor(node),
+            _ => StandIn::Tracker(id),
+        };
+        if let Some(key) = self.tensor_keys.get(&which) {
             return Ok(key.bind(self.py).clone());
         }
         let key = self.h.builtins.getattr("object")?.call0()?;
         self.key_tensors.insert(key.as_ptr() as usize, id);
-        self.tensor_keys.insert(id, OwnedRef::from_bound(&key));
+        self.tensor_keys.insert(which, OwnedRef::from_bound(&key));
         Ok(key)
     }
 
@@ -499,4 +504,13 @@ impl<'py> Tracer<'py> {
         }
         Ok(Some(items))
     }
+}
+
+/// What a stand-in key stands for (see `Tracer::tensor_key`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StandIn {
+    /// A tensor, by graph node: trackers of the same tensor share one.
+    Tensor(super::graph::NodeId),
+    /// Another tracker (a deque's item).
+    Tracker(VarId),
 }

@@ -191,9 +191,11 @@ pub struct Tracer<'py> {
     pub set_copies: HashMap<usize, OwnedRef>,
     /// Deques the trace made, by object address (kept alive): see `ops_deque`.
     pub fresh_deques: HashMap<usize, (VarId, OwnedRef)>,
-    /// Stand-ins for tensors held by sets the trace made (a set holds a tensor by identity,
-    /// as Python's does): the key object of each tensor tracker, and back.
-    pub tensor_keys: HashMap<VarId, OwnedRef>,
+    /// Stand-ins for tensors held by sets and dicts the trace made (they hold a tensor by
+    /// identity, as Python's do): the key object of each tensor — by graph node, which is
+    /// what `is` compares (the same tensor passed twice, `x.contiguous()` of a contiguous
+    /// `x`, `x.add_(1)` are one node) — and, in `key_tensors`, back to a tracker of it.
+    pub tensor_keys: HashMap<super::ops_sets::StandIn, OwnedRef>,
     /// The bound `__exit__` of each user context manager entered by the trace: see
     /// `ops_with::user_context_enter`.
     pub with_exits: std::collections::HashSet<VarId>,
