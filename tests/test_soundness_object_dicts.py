@@ -117,3 +117,36 @@ def test_stores_into_an_objects_dicts_are_read_back(fn):
     got = dynamo_rs.compile(fn, backend=CompileCounter())(state, x)
     torch.testing.assert_close(got, expected)
     assert snapshot(state) == snapshot(eager_state)
+
+
+class Delegating(nn.Module):
+    """A module whose `__getattr__` answers names itself before `nn.Module`'s."""
+
+    def __init__(self):
+        super().__init__()
+        self.inner = nn.Linear(3, 3)
+
+    def __getattr__(self, name):
+        if name == "weight":
+            return super().__getattr__("inner").weight
+        return super().__getattr__(name)
+
+
+def test_a_module_with_its_own_getattr_is_asked_after_a_table_store():
+    """A parameter stored into the tables of a module whose class overrides `__getattr__`:
+    reading the name runs that `__getattr__`, as eagerly (it does not find the table)."""
+
+    def f(m, x, w):
+        m._parameters["weight"] = w
+        return x @ m.weight.t()
+
+    x, w = torch.randn(2, 3), torch.randn(3, 3)
+    torch.manual_seed(0)
+    eager_module = Delegating()
+    expected = f(eager_module, x, w)
+    torch.manual_seed(0)
+    module = Delegating()
+    dynamo_rs.reset()
+    got = dynamo_rs.compile(f, backend=CompileCounter())(module, x, w)
+    torch.testing.assert_close(got, expected)
+    assert module._parameters["weight"] is w

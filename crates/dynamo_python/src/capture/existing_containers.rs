@@ -128,7 +128,11 @@ impl<'py> Tracer<'py> {
         if !data_descriptor {
             dicts.push(("__dict__", dict.clone()));
         }
-        if obj.is_instance(&self.h.module_type)? {
+        // (Only where `nn.Module.__getattr__` is what a missing name runs.)
+        let module_getattr = self.h.module_type.getattr("__getattr__")?;
+        if obj.is_instance(&self.h.module_type)?
+            && obj.get_type().getattr("__getattr__")?.is(&module_getattr)
+        {
             for table in super::helpers::MODULE_TABLES {
                 if let Ok(real) = dict.get_item(table) {
                     dicts.push((table, real));
