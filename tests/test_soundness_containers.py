@@ -863,3 +863,57 @@ def test_the_same_tensor_passed_twice_is_one_key() -> None:
 
     x = torch.ones(3)
     assert run_both(f, make=lambda: (x, x))[1][0][0] == 1
+
+
+# --- an unhashable key: TypeError, as Python's dict raises -------------------------------------
+# The trace compared it with the keys: `[1] in d` was False, `d[[1]]` raised KeyError,
+# `d.get([1], 0)` gave the default and `d[[1]] = v` added an entry.
+
+
+def unhashable_membership(t, lst, dct, tup, st):
+    try:
+        return t + ([1] in dct)
+    except TypeError:
+        return t - 1
+
+
+def unhashable_subscript(t, lst, dct, tup, st):
+    try:
+        return t + dct[lst]
+    except KeyError:
+        return t + 10
+    except TypeError:
+        return t - 10
+
+
+def unhashable_get_and_setdefault(t, lst, dct, tup, st):
+    out = []
+    for attempt in (lambda d: d.get([1], 0), lambda d: d.setdefault({}, 0),
+                    lambda d: d.pop([1], 0)):
+        try:
+            out.append(attempt(dct))
+        except TypeError:
+            out.append("TypeError")
+    return t, out
+
+
+def unhashable_store_and_delete(t, lst, dct, tup, st):
+    d = dict(dct)
+    outcomes = []
+    for change in (lambda: d.__setitem__([1], 3), lambda: d.__delitem__([1])):
+        try:
+            change()
+            outcomes.append("changed")
+        except TypeError:
+            outcomes.append("TypeError")
+    try:
+        d[lst] = 3
+    except TypeError:
+        outcomes.append("TypeError")
+    return t + len(d), outcomes, d
+
+
+@pytest.mark.parametrize("fn", [unhashable_membership, unhashable_subscript,
+                                unhashable_get_and_setdefault, unhashable_store_and_delete])
+def test_an_unhashable_key_raises_type_error(fn) -> None:
+    run_both(fn)

@@ -247,6 +247,9 @@ impl<'py> Tracer<'py> {
             }
             _ => container,
         };
+        if matches!(self.kind(container), VarKind::Dict(_)) {
+            self.check_hashable(&needle)?;
+        }
         let found = match self.kind(container) {
             VarKind::Dict(entries) => {
                 let mut found = false;
@@ -809,6 +812,9 @@ impl<'py> Tracer<'py> {
             let tuple = self.add(VarKind::Tuple(values), None);
             return self.subscript(tuple, index);
         }
+        if matches!(self.kind(container), VarKind::Dict(_)) {
+            self.check_hashable(&key)?;
+        }
         match self.kind(container) {
             VarKind::Tuple(items) | VarKind::List(items) => {
                 let items = items.clone();
@@ -959,6 +965,7 @@ impl<'py> Tracer<'py> {
             }
             VarKind::Dict(_) if self.changeable_container(container) => {
                 let key = self.key_value(index)?;
+                self.check_hashable(&key)?;
                 self.may_change_container(container, "item assignment")?;
                 let py = self.py;
                 if let VarKind::Dict(entries) = &mut self.vars[container.0 as usize].kind {
@@ -1058,6 +1065,7 @@ impl<'py> Tracer<'py> {
         match self.kind(container) {
             VarKind::Dict(_) => {
                 let key = self.key_value(index)?;
+                self.check_hashable(&key)?;
                 let VarKind::Dict(entries) = self.kind(container) else {
                     return unsupported(BreakKind::Internal, "internal: del on a dict");
                 };

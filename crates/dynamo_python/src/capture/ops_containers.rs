@@ -293,6 +293,7 @@ impl<'py> Tracer<'py> {
         match (self.kind(receiver), name) {
             (VarKind::Dict(_), "get" | "pop" | "__getitem__") => {
                 let key = self.key_value(args[0])?;
+                self.check_hashable(&key)?;
                 let entries = match self.kind(receiver) {
                     VarKind::Dict(entries) => entries.clone(),
                     _ => Vec::new(),
@@ -387,6 +388,7 @@ impl<'py> Tracer<'py> {
                     return Ok(self.constant(&none()));
                 }
                 let key = self.key_value(args[0])?;
+                self.check_hashable(&key)?;
                 let default = match args.get(1) {
                     Some(&d) => d,
                     None => self.constant(&none()),
@@ -886,6 +888,9 @@ impl<'py> Tracer<'py> {
             Some(&k) if name == "move_to_end" => Some(self.key_value(k)?),
             _ => None,
         };
+        if let Some(key) = &key {
+            self.check_hashable(key)?;
+        }
         self.may_change_container(receiver, name)?;
         self.note_dict_removal(receiver);
         let VarKind::Dict(entries) = &mut self.vars[receiver.0 as usize].kind else {

@@ -128,6 +128,16 @@ impl<'py> Tracer<'py> {
         }
     }
 
+    /// `key` used as a key of a dict tracker: an unhashable one (a list, a dict, a slice)
+    /// raises TypeError as Python's dict does — traced, so the code's own handler may catch
+    /// it (comparing it with the keys would find nothing, or raise KeyError instead).
+    pub(super) fn check_hashable(&mut self, key: &Bound<'py, PyAny>) -> CResult<()> {
+        match key.hash() {
+            Ok(_) => Ok(()),
+            Err(err) => self.raised(err, "an unhashable dict key"),
+        }
+    }
+
     /// `KeyError(key)` for a key missing from a dict tracker — a graph break when the key is
     /// a tensor's stand-in (the error would have to hold the tensor).
     pub(super) fn raise_key_error<T>(&mut self, key: Bound<'py, PyAny>) -> CResult<T> {
