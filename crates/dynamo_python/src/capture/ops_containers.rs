@@ -453,6 +453,32 @@ impl<'py> Tracer<'py> {
                     None => self.constant(&none()),
                 })
             }
+            (VarKind::List(_), "remove") if changeable && args.len() == 1 => {
+                // The first item that is or equals the value, found by Python's own
+                // `list.index` on the values (a tensor's `==` is elementwise: a graph break).
+                if self.contains_tensor(receiver) || self.contains_tensor(args[0]) {
+                    return unsupported(
+                        BreakKind::UnsupportedOperation,
+                        "remove() on a list of tensors, or of a tensor",
+                    );
+                }
+                let seq = self.python_value(receiver)?;
+                let value = self.python_value(args[0])?;
+                let at: usize = match seq.call_method1("index", (value,)) {
+                    Ok(i) => i.extract()?,
+                    Err(err) if err.is_instance_of::<pyo3::exceptions::PyValueError>(py) => {
+                        let message =
+                            pyo3::types::PyString::new(py, "list.remove(x): x not in list");
+                        return self.raise_builtin("ValueError", message.into_any());
+                    }
+                    Err(err) => return self.raised(err, "list.remove raised while tracing"),
+                };
+                self.may_change_container(receiver, name)?;
+                if let VarKind::List(items) = &mut self.vars[receiver.0 as usize].kind {
+                    items.remove(at);
+                }
+                Ok(self.constant(&none()))
+            }
             (VarKind::List(items) | VarKind::Tuple(items), "index" | "count" | "copy") => {
                 if name == "copy" {
                     let items = items.clone();
