@@ -15,6 +15,16 @@ use super::vars::VarId;
 use crate::eval_frame::owned::OwnedRef;
 use crate::imports::ImportModule;
 
+/// torch's tables of hooks run around every module call (`register_module_forward_hook`
+/// and the like): any entry breaks the graph at a module call; their emptiness is guarded.
+const GLOBAL_MODULE_HOOKS: [&str; 5] = [
+    "_global_forward_hooks",
+    "_global_forward_pre_hooks",
+    "_global_backward_hooks",
+    "_global_backward_pre_hooks",
+    "_global_forward_hooks_always_called",
+];
+
 impl<'py> Tracer<'py> {
     /// `module(*args)`: inline `forward` when no hooks could run.
     pub(super) fn call_module(
@@ -61,13 +71,7 @@ impl<'py> Tracer<'py> {
             }
         }
         let globals = self.py.import_module("torch.nn.modules.module")?;
-        for hooks in [
-            "_global_forward_hooks",
-            "_global_forward_pre_hooks",
-            "_global_backward_hooks",
-            "_global_backward_pre_hooks",
-            "_global_forward_hooks_always_called",
-        ] {
+        for hooks in GLOBAL_MODULE_HOOKS {
             if self.len_in_trace(&globals.getattr(hooks)?)? != 0 {
                 return unsupported(
                     BreakKind::Hooks,
@@ -110,13 +114,7 @@ impl<'py> Tracer<'py> {
             }
         }
         let module_globals = globals.getattr("__dict__")?;
-        for hooks in [
-            "_global_forward_hooks",
-            "_global_forward_pre_hooks",
-            "_global_backward_hooks",
-            "_global_backward_pre_hooks",
-            "_global_forward_hooks_always_called",
-        ] {
+        for hooks in GLOBAL_MODULE_HOOKS {
             let source = Rc::new(Source::Global {
                 globals: OwnedRef::from_bound(&module_globals),
                 builtins: OwnedRef::from_bound(&self.h.builtins),
