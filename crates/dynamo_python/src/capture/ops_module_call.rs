@@ -152,12 +152,6 @@ impl<'py> Tracer<'py> {
         self.call_python(&forward, all, kwargs)
     }
 
-    /// A module with forward hooks or forward pre-hooks (and no backward hooks): torch's own
-    /// `Module._call_impl` is inlined, so the hooks run in the trace as in eager (pre-hooks
-    /// replacing the arguments, hooks replacing the result, `with_kwargs` and
-    /// `always_called` ones), reading the hook tables through the module's source — which
-    /// guards their contents. Backward hooks need autograd's `BackwardHook` wrapping and
-    /// break the graph (the caller's checks). None when the module has no forward hooks.
     /// A lazy module (`nn.LazyLinear`, ...) called before it has parameters: they are made
     /// now, from the shapes of the arguments, as its first call would make them (the
     /// initialisation draws random numbers once, before the graph runs, as eagerly before
@@ -205,6 +199,12 @@ impl<'py> Tracer<'py> {
         Ok(())
     }
 
+    /// A module with forward hooks or forward pre-hooks (and no backward hooks): torch's own
+    /// `Module._call_impl` is inlined, so the hooks run in the trace as in eager (pre-hooks
+    /// replacing the arguments, hooks replacing the result, `with_kwargs` and
+    /// `always_called` ones), reading the hook tables through the module's source — which
+    /// guards their contents. Backward hooks need autograd's `BackwardHook` wrapping and
+    /// break the graph (the caller's checks). None when the module has no forward hooks.
     fn call_module_with_forward_hooks(
         &mut self,
         module_var: VarId,
