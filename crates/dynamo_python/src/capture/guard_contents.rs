@@ -46,25 +46,31 @@ impl<'py> Tracer<'py> {
             return None;
         }
         for (source, address) in [(sa, x), (sb, y)] {
-            let class = match self
-                .identity_sources
-                .iter()
-                .find(|(_, _, at)| *at == address)
-            {
-                Some((_, class, _)) => *class,
-                None => {
-                    let distinct = self
-                        .identity_sources
-                        .iter()
-                        .map(|(_, _, at)| *at)
-                        .collect::<std::collections::HashSet<_>>()
-                        .len();
-                    IDENTITY_CLASSES + distinct
-                }
-            };
-            self.identity_sources.push((source, class, address));
+            self.note_identity_source(source, address);
         }
         Some(x == y)
+    }
+
+    /// Records that the trace depends on which sources hold the object at `address` and
+    /// which hold others compared with it (`identity_sources`), not on the object itself.
+    pub(super) fn note_identity_source(&mut self, source: Rc<Source>, address: usize) {
+        let class = match self
+            .identity_sources
+            .iter()
+            .find(|(_, _, at)| *at == address)
+        {
+            Some((_, class, _)) => *class,
+            None => {
+                let distinct = self
+                    .identity_sources
+                    .iter()
+                    .map(|(_, _, at)| *at)
+                    .collect::<std::collections::HashSet<_>>()
+                    .len();
+                IDENTITY_CLASSES + distinct
+            }
+        };
+        self.identity_sources.push((source, class, address));
     }
 
     /// For a Python function or an instance of a plain Python class read from `source`:

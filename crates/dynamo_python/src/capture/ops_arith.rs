@@ -178,7 +178,7 @@ impl<'py> Tracer<'py> {
     pub(super) fn op_contains(&mut self, f: &mut FrameState<'py>, invert: u32) -> CResult<Flow> {
         let container = self.pop(f)?;
         let item = self.pop(f)?;
-        if let Some(found) = self.tensor_in_fresh_set(item, container)? {
+        if let Some(found) = self.member_of_fresh_set(item, container)? {
             let answer = (found != (invert == 1)).into_pyobject(self.py)?;
             let id = self.constant(&answer.to_owned().into_any());
             f.stack.push(id);

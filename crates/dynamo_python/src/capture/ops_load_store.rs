@@ -777,10 +777,24 @@ impl<'py> Tracer<'py> {
                     Vec::new(),
                 )
             }
-            "data" => unsupported(
-                BreakKind::UnsupportedOperation,
-                format!("the tensor attribute .{name}"),
-            ),
+            // The tensor's data without its autograd history: an alias of its storage
+            // that does not require grad. A graph node (as TorchDynamo records it), so
+            // in-place changes made through it reach the tensor when the graph runs, and the
+            // aliasing checks see them by the fake's storage.
+            "data" => {
+                let get_data = self
+                    .h
+                    .torch
+                    .getattr("_C")?
+                    .getattr("_autograd")?
+                    .getattr("_get_data_attr")?;
+                self.graph_call(
+                    super::graph::Op::CallFunction(OwnedRef::from_bound(&get_data)),
+                    "_get_data_attr",
+                    vec![tensor],
+                    Vec::new(),
+                )
+            }
             _ => match fake.getattr(name) {
                 Ok(attribute) if attribute.is_callable() => Ok(self.method(tensor, name, None)),
                 Err(err) if err.is_instance_of::<pyo3::exceptions::PyAttributeError>(self.py) => {

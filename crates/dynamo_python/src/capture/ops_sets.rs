@@ -66,13 +66,36 @@ impl<'py> Tracer<'py> {
         }
     }
 
-    /// The values of `ids` as set elements: constants, and tensors by their stand-in keys.
-    fn set_elements(&mut self, ids: &[VarId]) -> CResult<Vec<Bound<'py, PyAny>>> {
+    /// The values of `ids` as elements of a set, new or `into` (one the trace made):
+    /// constants, tensors by their stand-in keys, objects compared by identity as
+    /// `identity_member`s.
+    fn set_elements(
+        &mut self,
+        ids: &[VarId],
+        into: Option<&Bound<'py, PyAny>>,
+    ) -> CResult<Vec<Bound<'py, PyAny>>> {
+        let empty;
+        let into = match into {
+            Some(set) => set,
+            None => {
+                empty = PySet::empty(self.py)?.into_any();
+                &empty
+            }
+        };
         ids.iter()
             .map(|&id| match self.kind(id) {
                 VarKind::Unrealized(_) => super::lazy_inputs::unrealized_reached(),
                 VarKind::Const(v) => Ok(v.bind(self.py).clone()),
                 VarKind::Tensor { .. } => self.tensor_key(id),
+                VarKind::Object(_) if self.source(id).is_some() => {
+                    match self.identity_member(id, into)? {
+                        Some(value) => Ok(value),
+                        None => unsupported(
+                            BreakKind::UnsupportedOperation,
+                            "a set element that is an object compared by value",
+                        ),
+                    }
+                }
                 other @ (VarKind::Symbolic { .. }
                 | VarKind::Slice(_)
                 | VarKind::Object(_)
@@ -100,6 +123,60 @@ impl<'py> Tracer<'py> {
                 ),
             })
             .collect()
+    }
+
+    /// An object read from a source that compares by identity (a module, a plain instance,
+    /// a function), put in or looked up in the set the trace made, `set`: its real value,
+    /// recorded as an identity member — no identity guard, only the guard that the objects
+    /// compared stay one or distinct as traced — when every element of the set is such a
+    /// member, a constant or a tensor's stand-in, so the answer depends on nothing else.
+    /// (A function taking a module walks `named_modules()`, whose `memo` set would otherwise
+    /// tie the compiled code to that one module.) None when the identity must be guarded.
+    pub(super) fn identity_member(
+        &mut self,
+        id: VarId,
+        set: &Bound<'py, PyAny>,
+    ) -> CResult<Option<Bound<'py, PyAny>>> {
+        let VarKind::Object(value) = self.kind(id) else {
+            return Ok(None);
+        };
+        let value = value.bind(self.py).clone();
+        let Some(source) = self.source(id) else {
+            return Ok(None);
+        };
+        if !super::ops_build::compares_by_identity(&value)?
+            || self.fresh_sets.contains_key(&(value.as_ptr() as usize))
+        {
+            return Ok(None);
+        }
+        for element in set.try_iter()? {
+            let element = element?;
+            let address = element.as_ptr() as usize;
+            let compared_safely = self.identity_members.contains_key(&address)
+                || self.key_tensors.contains_key(&address)
+                || self.h.is_constant(&element)?;
+            if !compared_safely {
+                return Ok(None);
+            }
+        }
+        let address = value.as_ptr() as usize;
+        self.note_identity_source(source, address);
+        self.identity_members.entry(address).or_insert(id);
+        Ok(Some(value))
+    }
+
+    /// The objects of `set` standing there by `identity_member` are seen as themselves (the
+    /// set is iterated, handed on, kept): their identities are guarded after all.
+    pub(super) fn pin_set_members(&self, set: &Bound<'py, PyAny>) -> CResult<()> {
+        if !self.fresh_sets.contains_key(&(set.as_ptr() as usize)) {
+            return Ok(());
+        }
+        for element in set.try_iter()? {
+            if let Some(&member) = self.identity_members.get(&(element?.as_ptr() as usize)) {
+                self.pin_identity(member);
+            }
+        }
+        Ok(())
     }
 
     /// The stand-in key of a tensor tracker in sets and dicts the trace made: one object per
@@ -181,19 +258,31 @@ impl<'py> Tracer<'py> {
         Ok(Some(entries.iter().any(|(k, _)| k.bind(self.py).is(&key))))
     }
 
-    /// Whether a tensor tracker is in a set the trace made (None for other containers).
-    pub(super) fn tensor_in_fresh_set(&mut self, item: VarId, set: VarId) -> CResult<Option<bool>> {
-        if !self.is_fresh_set(set) || !matches!(self.kind(item), VarKind::Tensor { .. }) {
+    /// Whether a tensor tracker, or an object standing as an `identity_member`, is in a set
+    /// the trace made (None for other items and containers).
+    pub(super) fn member_of_fresh_set(&mut self, item: VarId, set: VarId) -> CResult<Option<bool>> {
+        if !self.is_fresh_set(set) {
             return Ok(None);
         }
-        let key = self.tensor_key(item)?;
         let set = self.real(set).expect("a fresh set is an object");
+        let key = match self.kind(item) {
+            VarKind::Tensor { .. } => self.tensor_key(item)?,
+            VarKind::Object(_) => match self.identity_member(item, &set)? {
+                Some(value) => value,
+                None => return Ok(None),
+            },
+            // A constant is never one of the objects compared by identity.
+            VarKind::Const(value) if self.h.is_constant(&value.bind(self.py)).unwrap_or(false) => {
+                value.bind(self.py).clone()
+            }
+            _ => return Ok(None),
+        };
         Ok(Some(set.contains(key)?))
     }
 
     pub(super) fn op_build_set(&mut self, f: &mut FrameState<'py>, n: u32) -> CResult<Flow> {
         let items = self.popn(f, n as usize)?;
-        let elements = self.set_elements(&items)?;
+        let elements = self.set_elements(&items, None)?;
         let set = PySet::new(self.py, &elements)?.into_any();
         let id = self.fresh_set(&set);
         f.stack.push(id);
@@ -220,8 +309,8 @@ impl<'py> Tracer<'py> {
         } else {
             vec![value]
         };
-        let elements = self.set_elements(&new)?;
         let set = self.real(target).expect("a fresh set is an object");
+        let elements = self.set_elements(&new, Some(&set))?;
         for element in elements {
             set.call_method1("add", (element,))?;
         }
@@ -234,7 +323,7 @@ impl<'py> Tracer<'py> {
             Some(&iterable) => self.items_of(iterable)?,
             None => Vec::new(),
         };
-        let elements = self.set_elements(&items)?;
+        let elements = self.set_elements(&items, None)?;
         let set = PySet::new(self.py, &elements)?.into_any();
         Ok(self.fresh_set(&set))
     }
@@ -337,6 +426,12 @@ impl<'py> Tracer<'py> {
                 values.push(self.tensor_key(arg)?);
                 continue;
             }
+            if owned {
+                if let Some(value) = self.identity_member(arg, &receiver)? {
+                    values.push(value);
+                    continue;
+                }
+            }
             if self.contains_tensor(arg) {
                 return unsupported(
                     BreakKind::UnsupportedOperation,
@@ -363,6 +458,11 @@ impl<'py> Tracer<'py> {
                 BreakKind::UnsupportedOperation,
                 "set.pop() on a set holding tensors (which one follows their addresses)",
             );
+        }
+        if let Some(&member) = self.identity_members.get(&(result.as_ptr() as usize)) {
+            // Which object comes out follows their addresses: the one read from its source.
+            self.pin_identity(member);
+            return Ok(Some(member));
         }
         Ok(Some(self.wrap(&result, None)?))
     }
@@ -476,6 +576,7 @@ impl<'py> Tracer<'py> {
     /// A new set of the elements `set` holds now.
     pub(super) fn set_elements_rebuild(&self, set: &Bound<'py, PyAny>) -> CResult<Rebuild> {
         let py = self.py;
+        self.pin_set_members(set)?;
         let elements = set.try_iter()?.collect::<PyResult<Vec<_>>>()?;
         if elements
             .iter()
@@ -510,7 +611,14 @@ impl<'py> Tracer<'py> {
                     "iterating over a set holding tensors (its order follows their addresses)",
                 );
             }
-            items.push(self.constant(&element));
+            match self.identity_members.get(&(element.as_ptr() as usize)) {
+                // The order follows the objects' addresses: their identities are guarded.
+                Some(&member) => {
+                    self.pin_identity(member);
+                    items.push(member);
+                }
+                None => items.push(self.constant(&element)),
+            }
         }
         Ok(Some(items))
     }

@@ -216,6 +216,11 @@ pub struct Tracer<'py> {
     /// reading it). Stores through them are replayed into the frame's real cell.
     pub root_free_cells: HashMap<usize, u32>,
     pub key_tensors: HashMap<usize, VarId>,
+    /// Objects in sets the trace made that stand there without their identity guarded, by
+    /// address: what `in` and `add` answer depends only on which of them are one object
+    /// (guarded through `identity_sources`); anything that sees the objects themselves —
+    /// iterating the set, handing it on — pins them (see `ops_sets::identity_member`).
+    pub identity_members: HashMap<usize, VarId>,
     /// Objects only the trace can reach (deep copies made while tracing), by address (kept
     /// alive): see `ops_copy`.
     pub private_objects: HashMap<usize, OwnedRef>,
@@ -377,6 +382,7 @@ impl<'py> Tracer<'py> {
             cells_written_after_stop: std::collections::HashSet::new(),
             root_free_cells: HashMap::new(),
             key_tensors: HashMap::new(),
+            identity_members: HashMap::new(),
             private_objects: HashMap::new(),
             private_recipes: HashMap::new(),
             module_slices: HashMap::new(),
@@ -540,6 +546,11 @@ impl<'py> Tracer<'py> {
             VarKind::Object(v) if !self.fresh_deques.is_empty() => {
                 self.check_deque_as_value(id)?;
                 v.bind(py).clone()
+            }
+            VarKind::Object(v) if !self.identity_members.is_empty() => {
+                let value = v.bind(py).clone();
+                self.pin_set_members(&value)?;
+                value
             }
             VarKind::Const(v) | VarKind::Object(v) => v.bind(py).clone(),
             VarKind::Symbolic { fake, .. } => self.specialize(&fake.bind(py).clone())?,
