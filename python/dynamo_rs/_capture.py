@@ -419,7 +419,10 @@ def _foldable() -> set:
             # entries used, only with no torch-dispatch mode active (the guard checks).
             torch._C._len_torch_dispatch_stack,
             # Type promotion: a function of dtypes alone.
-            torch.promote_types, torch.can_cast}
+            torch.promote_types, torch.can_cast,
+            # The name of the out-of-tree backend (`rename_privateuse1_backend` sets it once
+            # per process): read by torch's foreach helpers (`clip_grad_norm_`).
+            torch._C._get_privateuse1_backend_name}
     try:
         import numpy as np
     except ImportError:

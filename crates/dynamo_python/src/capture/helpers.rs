@@ -27,6 +27,8 @@ pub struct Helpers<'py> {
     /// `_capture.forward_template`: the function whose code the graphs' `forward`s are
     /// made from (`graph_forward`).
     pub forward_template: Bound<'py, PyAny>,
+    /// `_polyfills.POLYFILLS`: C functions traced as their Python versions.
+    pub polyfills: Bound<'py, PyAny>,
     pub node_ref: Bound<'py, PyAny>,
     pub binary_ops: Bound<'py, PyList>,
     pub compare_ops: Bound<'py, PyList>,
@@ -249,6 +251,9 @@ impl<'py> Helpers<'py> {
             run_fake: capture.getattr("run_fake")?,
             export: capture.getattr("export")?,
             forward_template: capture.getattr("forward_template")?,
+            polyfills: py
+                .import_module("dynamo_rs._polyfills")?
+                .getattr("POLYFILLS")?,
             node_ref: capture.getattr("NodeRef")?,
             binary_ops: capture.getattr("BINARY_OPS")?.cast_into()?,
             compare_ops: capture.getattr("COMPARE_OPS")?.cast_into()?,

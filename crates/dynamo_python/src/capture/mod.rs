@@ -66,6 +66,7 @@ mod ops_state_context;
 mod ops_super;
 mod ops_symbolic;
 mod ops_tensor_functions;
+mod ops_tensor_grad;
 mod ops_tensor_method;
 mod ops_user_operators;
 mod ops_with;

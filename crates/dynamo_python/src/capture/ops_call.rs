@@ -509,6 +509,15 @@ impl<'py> Tracer<'py> {
     ) -> CResult<VarId> {
         let py = self.py;
         let h = self.h.clone();
+        let polyfill = match obj.is_instance_of::<pyo3::types::PyCFunction>() {
+            true => h.polyfills.get_item(obj).ok(),
+            false => None,
+        };
+        if let Some(polyfill) = polyfill {
+            // A C function library code calls on tensors: its Python version, traced.
+            self.pin_identity(callee);
+            return self.call_python(&polyfill, args, kwargs);
+        }
         if let Some(result) = self.tensor_function_call(obj, &args, &kwargs)? {
             self.pin_identity(callee);
             return Ok(result);

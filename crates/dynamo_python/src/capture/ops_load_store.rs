@@ -777,6 +777,7 @@ impl<'py> Tracer<'py> {
                     Vec::new(),
                 )
             }
+            "grad" => self.tensor_grad(tensor),
             // The tensor's data without its autograd history: an alias of its storage
             // that does not require grad. A graph node (as TorchDynamo records it), so
             // in-place changes made through it reach the tensor when the graph runs, and the

@@ -127,6 +127,9 @@ impl<'py> Tracer<'py> {
         value: Option<VarId>,
     ) -> CResult<()> {
         let py = self.py;
+        if name == "grad" && matches!(self.kind(obj), VarKind::Tensor { .. }) {
+            return self.store_tensor_grad(obj, value);
+        }
         if self.descriptor_store(obj, name, value)? {
             return Ok(());
         }

@@ -1,0 +1,36 @@
+"""Python versions of C functions that library code calls on tensors, traced in their
+place (the capture cannot look inside a C function, and calling it on fake tensors would
+hand back real containers the trace cannot follow). Each behaves as the C function does on
+the inputs library code gives it; `POLYFILLS` maps the C function to its Python version."""
+
+from __future__ import annotations
+
+import torch
+
+
+def group_tensors_by_device_and_dtype(tensorlistlist, with_indices=False):
+    """`torch._C._group_tensors_by_device_and_dtype`: the tensors at each position of the
+    lists, grouped by the device and dtype of the first list's tensor there. Groups are in
+    the order their first position appears (the C function's order is its hash map's; the
+    callers in torch only combine groups order-independently)."""
+    groups: dict = {}
+    lists = len(tensorlistlist)
+    for position, first in enumerate(tensorlistlist[0] if lists else ()):
+        if first is None:
+            raise RuntimeError(
+                "Tensors of the first list of nested Tensor lists are supposed to be defined "
+                f"but the {position}-th Tensor is not.")
+        key = (first.device, first.dtype)
+        if key not in groups:
+            groups[key] = ([[] for _ in range(lists)], [])
+        grouped, positions = groups[key]
+        for i in range(lists):
+            grouped[i].append(tensorlistlist[i][position])
+        if with_indices:
+            positions.append(position)
+    return groups
+
+
+POLYFILLS = {
+    torch._C._group_tensors_by_device_and_dtype: group_tensors_by_device_and_dtype,
+}
