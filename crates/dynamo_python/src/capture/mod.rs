@@ -843,19 +843,18 @@ impl Converter {
         }
         let (plans, graph) = self.compile_graph(py, tracer, &code, &[result], t)?;
         let t = std::time::Instant::now();
-        let Some(compiled) = graph.compiled.clone() else {
-            return unsupported(
-                BreakKind::Internal,
-                "internal: a graph with operations was not compiled",
-            );
-        };
         let mut gen = CodeGen::new(&code, &prologue, slot_names.clone())?;
-        gen.call_graph(
-            compiled.as_any(),
-            &graph.inputs,
-            rerun_plan(tracer, &code)?.as_ref(),
-        )?;
-        gen.keep_outputs_in_local();
+        // No graph when its only operations were grad-mode switches that change nothing
+        // (`with torch.enable_grad():` with grad already on): the result and the replayed
+        // stores come from the inputs alone.
+        if let Some(compiled) = graph.compiled.clone() {
+            gen.call_graph(
+                compiled.as_any(),
+                &graph.inputs,
+                rerun_plan(tracer, &code)?.as_ref(),
+            )?;
+            gen.keep_outputs_in_local();
+        }
         gen.define_shared(&graph.shared)?;
         // The result first: it may read sources the replayed stores change.
         gen.push_rebuilt(&plans[0])?;
