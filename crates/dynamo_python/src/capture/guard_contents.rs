@@ -116,6 +116,15 @@ impl<'py> Tracer<'py> {
         if !source.is_rooted_in_locals() {
             return Ok(false);
         }
+        if super::existing_tensor_keys::keyed_by_parameters(value)? {
+            // Looked up by tensors (`existing_tensor_keys`: each key's identity and each
+            // value read are guarded); anything else done with it guards its identity.
+            self.guards.add(
+                source.clone(),
+                GuardKind::Type(OwnedRef::from_bound(ty.as_any())),
+            );
+            return Ok(true);
+        }
         if ty.is(&self.h.function_type) {
             let attr = |name: &str| Rc::new(Source::Attr(source.clone(), name.to_string()));
             self.guards.add(

@@ -16,6 +16,7 @@ pub use dynamo_capture::break_reasons;
 mod builtins;
 pub mod codegen;
 mod existing_containers;
+mod existing_tensor_keys;
 mod frame_state;
 pub mod graph;
 mod graph_break;

@@ -6,6 +6,7 @@ use super::break_reasons::{Break, BreakKind};
 use pyo3::prelude::*;
 use pyo3::types::PyString;
 
+use super::existing_tensor_keys::TensorKeyLookup;
 use super::graph::Op;
 use super::source::{ItemKey, Source};
 use super::translator::{kind_name, unsupported, CResult, Flow, FrameState, Tracer};
@@ -194,6 +195,9 @@ impl<'py> Tracer<'py> {
             return self.push_membership(f, found, invert);
         }
         if let Some(found) = self.tensor_in_dict(item, container)? {
+            return self.push_membership(f, found, invert);
+        }
+        if let Some(found) = self.existing_dict_has_tensor(container, item)? {
             return self.push_membership(f, found, invert);
         }
         if self.contains_tensor(item) {
@@ -763,6 +767,18 @@ impl<'py> Tracer<'py> {
         }
         if let Some(result) = self.deque_getitem(container, index)? {
             return Ok(result);
+        }
+        match self.existing_dict_tensor_lookup(container, index)? {
+            Some(TensorKeyLookup::Found(value)) => return Ok(value),
+            // `__missing__` of a defaultdict would add an entry keyed by the tensor; a
+            // dict's KeyError would hold it.
+            Some(TensorKeyLookup::Missing) => {
+                return unsupported(
+                    BreakKind::UnsupportedOperation,
+                    "a tensor missing from an existing dict keyed by tensors",
+                )
+            }
+            None => {}
         }
         // A dict the trace holds, indexed by a tensor: by the tensor's identity, as Python.
         let tensor_key = matches!(self.kind(container), VarKind::Dict(_))

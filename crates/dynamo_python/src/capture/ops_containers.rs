@@ -10,6 +10,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString, PyTuple};
 
 use super::break_reasons::BreakKind;
+use super::existing_tensor_keys::TensorKeyLookup;
 use super::guards::GuardKind;
 use super::source::Source;
 use super::translator::{kind_name, unsupported, CResult, Tracer};
@@ -760,6 +761,25 @@ impl<'py> Tracer<'py> {
         args: &[VarId],
     ) -> CResult<VarId> {
         let py = self.py;
+        if let Some(&key) = args.first() {
+            // A tensor key, found by identity (an optimizer's state, `{p: lr}`).
+            if name == "__contains__" {
+                if let Some(found) = self.existing_dict_has_tensor(receiver, key)? {
+                    return Ok(self.constant(&found.into_pyobject(py)?.to_owned().into_any()));
+                }
+            } else if name == "get" {
+                match self.existing_dict_tensor_lookup(receiver, key)? {
+                    Some(TensorKeyLookup::Found(value)) => return Ok(value),
+                    Some(TensorKeyLookup::Missing) => {
+                        return Ok(match args.get(1) {
+                            Some(&default) => default,
+                            None => self.constant(&py.None().into_bound(py)),
+                        })
+                    }
+                    None => {}
+                }
+            }
+        }
         let Some(source) = self.source(receiver) else {
             return unsupported(
                 BreakKind::UnreplayableSideEffect,

@@ -22,7 +22,7 @@ use crate::eval_frame::owned::OwnedRef;
 
 impl<'py> Tracer<'py> {
     /// The real tensor and the source of a tensor tracker that is a graph input.
-    fn tensor_given(&self, tensor: VarId) -> Option<(Bound<'py, PyAny>, Rc<Source>)> {
+    pub(super) fn tensor_given(&self, tensor: VarId) -> Option<(Bound<'py, PyAny>, Rc<Source>)> {
         let VarKind::Tensor { node, .. } = *self.kind(tensor) else {
             return None;
         };
