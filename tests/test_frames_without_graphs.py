@@ -64,3 +64,63 @@ def test_compiled_without_a_graph(fn):
         assert type(e) is type(g) and len(e) == len(g)
     report = dynamo_rs.explain(fn)(*args())
     assert not report.eager_frames, report.eager_frames
+
+
+# Frames whose trace is nothing but grad-mode switches that do change the mode: no graph,
+# the generated code sets the mode they end in. The mode after the call must be eager's.
+
+def _turn_grad_off(x):
+    torch.set_grad_enabled(False)
+    return x
+
+
+def _turn_grad_on(x):
+    torch.set_grad_enabled(True)
+    return x
+
+
+def _item_inside_no_grad(x):
+    with torch.no_grad():
+        y = (x * 2).sum()
+        return y.item()  # a graph break: the rest leaves the block with nothing computed
+
+
+def _print_inside_no_grad(x):
+    with torch.no_grad():
+        y = x + 1
+        print("a graph break")
+    return y
+
+
+@pytest.mark.parametrize("grad_on", [True, False], ids=["grad_on", "grad_off"])
+@pytest.mark.parametrize("fn", [_turn_grad_off, _turn_grad_on, _item_inside_no_grad,
+                                _print_inside_no_grad], ids=lambda f: f.__name__)
+def test_the_mode_after_the_call_is_eagers(fn, grad_on):
+    dynamo_rs.reset()
+    x = torch.arange(3.0, requires_grad=True)
+    compiled = dynamo_rs.compile(fn, backend=CompileCounter())
+    try:
+        for _ in range(2):
+            torch.set_grad_enabled(grad_on)
+            expected = fn(x)
+            expected_mode = torch.is_grad_enabled()
+            torch.set_grad_enabled(grad_on)
+            got = compiled(x)
+            assert torch.is_grad_enabled() == expected_mode
+            if isinstance(expected, torch.Tensor):
+                torch.testing.assert_close(got, expected)
+                assert got.requires_grad == expected.requires_grad
+            else:
+                assert got == expected
+    finally:
+        torch.set_grad_enabled(True)
+
+
+def test_no_graph_after_a_break_that_only_leaves_a_block():
+    """TorchDynamo's graphs: the computation before `.item()`, nothing after it."""
+    dynamo_rs.reset()
+    counter = CompileCounter()
+    compiled = dynamo_rs.compile(_item_inside_no_grad, backend=counter)
+    x = torch.arange(3.0)
+    assert compiled(x) == _item_inside_no_grad(x)
+    assert counter.frame_count == 1

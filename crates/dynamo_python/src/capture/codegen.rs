@@ -351,6 +351,23 @@ impl<'py> CodeGen<'py> {
         self.emit(Opcode::Call, argc);
     }
 
+    /// `torch._C._set_grad_enabled(mode)` where a graph of nothing but grad-mode switches
+    /// was dropped (see `CompiledGraph::grad_mode_after`); nothing for None.
+    pub fn set_grad_mode(&mut self, mode: Option<bool>) -> CResult<()> {
+        let Some(mode) = mode else {
+            return Ok(());
+        };
+        let py = self.py;
+        let setter = py
+            .import("torch")?
+            .getattr("_C")?
+            .getattr("_set_grad_enabled")?;
+        let mode = pyo3::types::PyBool::new(py, mode).to_owned().into_any();
+        self.call_constant(&setter, &[mode]);
+        self.emit(Opcode::PopTop, Operand::None);
+        Ok(())
+    }
+
     /// Loads the cell of free or cell variable `slot` (original numbering), for a closure.
     pub fn load_closure(&mut self, slot: u32) {
         self.emit(Opcode::LoadClosure, Operand::Cell(slot));

@@ -345,6 +345,8 @@ impl Converter {
             let rerun = super::rerun_plan(tracer, split.code)?;
             gen.call_graph(compiled, &graph.inputs, rerun.as_ref())?;
             gen.keep_outputs_in_local();
+        } else {
+            gen.set_grad_mode(graph.grad_mode_after)?;
         }
         gen.define_shared(&graph.shared)?;
         // Locals first, into temps: the stores replayed below and the break instruction may

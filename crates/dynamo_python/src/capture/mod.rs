@@ -855,6 +855,8 @@ impl Converter {
                 rerun_plan(tracer, &code)?.as_ref(),
             )?;
             gen.keep_outputs_in_local();
+        } else {
+            gen.set_grad_mode(graph.grad_mode_after)?;
         }
         gen.define_shared(&graph.shared)?;
         // The result first: it may read sources the replayed stores change.
@@ -902,19 +904,30 @@ impl Converter {
             .getattr("_C")?
             .getattr("_set_grad_enabled")?;
         let getitem = h.operator.getattr("getitem")?;
-        let switches = tracer.graph.useless_grad_mode_switches(grad_enabled, |n| {
-            match (&n.op, n.args.first()) {
-                (Op::CallFunction(f), Some(graph::Arg::Const(mode))) if f.bind(py).is(&setter) => {
-                    mode.bind(py).extract().ok()
-                }
-                _ => None,
+        let mode_of = |n: &graph::Node| match (&n.op, n.args.first()) {
+            (Op::CallFunction(f), Some(graph::Arg::Const(mode))) if f.bind(py).is(&setter) => {
+                mode.bind(py).extract::<bool>().ok()
             }
-        });
-        if tracer.graph.op_count_where(&switches) == 0 {
-            // Nothing computed but grad-mode switches that change nothing: every output is an
-            // input, loaded from where it came from — no graph for the backend, as TorchDynamo
-            // compiles none. (Operations whose results go unused still make a graph, as they
-            // do under TorchDynamo.)
+            _ => None,
+        };
+        let switches = tracer
+            .graph
+            .useless_grad_mode_switches(grad_enabled, mode_of);
+        // A graph of nothing but grad-mode switches (a resume function leaving a `no_grad`
+        // block after a break): the generated code sets the mode they end in itself.
+        let nodes = &tracer.graph.nodes;
+        let only_switches = nodes
+            .iter()
+            .all(|n| matches!(n.op, Op::Placeholder) || mode_of(n).is_some());
+        let grad_mode_after = match nodes.iter().rev().find_map(mode_of) {
+            Some(last) if only_switches && last != grad_enabled => Some(last),
+            _ => None,
+        };
+        if tracer.graph.op_count_where(&switches) == 0 || only_switches {
+            // Nothing computed but grad-mode switches: every output is an input, loaded from
+            // where it came from — no graph for the backend, as TorchDynamo compiles none.
+            // (Operations whose results go unused still make a graph, as they do under
+            // TorchDynamo.)
             let by_output = |k: usize| {
                 tracer
                     .inputs
@@ -944,6 +957,7 @@ impl Converter {
                 plans,
                 CompiledGraph {
                     compiled: None,
+                    grad_mode_after,
                     inputs: Vec::new(),
                     replays,
                     shared,
@@ -1068,6 +1082,7 @@ impl Converter {
             plans,
             CompiledGraph {
                 compiled: Some(compiled.into_any()),
+                grad_mode_after: None,
                 inputs,
                 replays,
                 shared,
@@ -1168,6 +1183,9 @@ pub struct Frame<'a, 'py> {
 #[derive(Debug)]
 pub struct CompiledGraph<'py> {
     pub compiled: Option<Bound<'py, PyAny>>,
+    /// Without a graph (`compiled` is None): the grad mode the generated code must set, when
+    /// the trace's only operations were grad-mode switches ending in another mode.
+    pub grad_mode_after: Option<bool>,
     pub inputs: Vec<Rc<Source>>,
     pub replays: Vec<Replay>,
     /// Objects made in the trace that several values reach, built first into temps, in order
