@@ -824,15 +824,10 @@ impl<'py> Tracer<'py> {
                 format!("the tensor attribute .{name}"),
             )
         };
-        let node = match self.kind(tensor) {
-            VarKind::Tensor { node, .. } => *node,
-            _ => return give_up(),
-        };
-        let input = self
-            .inputs
-            .iter()
-            .find(|input| input.node == node)
-            .map(|input| (input.example.bind(py).clone(), input.source.clone()));
+        if !matches!(self.kind(tensor), VarKind::Tensor { .. }) {
+            return give_up();
+        }
+        let input = self.tensor_given(tensor);
         let plain_tensor = self.h.tensor_type.clone();
         let class = match &input {
             Some((real, _)) => real.get_type().into_any(),

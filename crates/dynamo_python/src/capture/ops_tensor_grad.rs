@@ -61,52 +61,29 @@ impl<'py> Tracer<'py> {
             None => self.constant(&py.None().into_bound(py)),
             Some(v) => v,
         };
-        match self.kind(value) {
-            VarKind::Const(v) if v.bind(py).is_none() => {}
-            VarKind::Tensor { fake, .. } => {
-                // Torch refuses a gradient of another size, dtype or device (eagerly, at the
-                // store): such a store is left to run eagerly, where it raises.
-                let (grad_fake, fake) = (fake.bind(py).clone(), self.fake_value(tensor)?);
-                let same = |name: &str| -> PyResult<bool> {
-                    grad_fake.getattr(name)?.eq(fake.getattr(name)?)
-                };
-                let sizes_known = static_sizes(&grad_fake)? && static_sizes(&fake)?;
-                if !(sizes_known && same("shape")? && same("dtype")? && same("device")?) {
-                    return unsupported(
-                        BreakKind::UnreplayableSideEffect,
-                        "setting .grad to a tensor whose size, dtype or device may differ",
-                    );
-                }
-            }
-            VarKind::Symbolic { .. }
-            | VarKind::Slice(_)
-            | VarKind::Unrealized(_)
-            | VarKind::Const(_)
-            | VarKind::Object(_)
-            | VarKind::Tuple(_)
-            | VarKind::List(_)
-            | VarKind::Dict(_)
-            | VarKind::DictView { .. }
-            | VarKind::Null
-            | VarKind::Method { .. }
-            | VarKind::Iter { .. }
-            | VarKind::Generator { .. }
-            | VarKind::Lazy(_)
-            | VarKind::Function(_)
-            | VarKind::Partial { .. }
-            | VarKind::CellRef(_)
-            | VarKind::Super { .. }
-            | VarKind::Instance { .. }
-            | VarKind::GradModeContext { .. }
-            | VarKind::GradModeWrapped { .. }
-            | VarKind::GradModeExit { .. }
-            | VarKind::StateContext(_)
-            | VarKind::NdArray(_) => {
+        let is_none = matches!(self.kind(value), VarKind::Const(v) if v.bind(py).is_none());
+        let grad_fake = match self.kind(value) {
+            VarKind::Tensor { fake, .. } => Some(fake.bind(py).clone()),
+            _ => None,
+        };
+        if let Some(grad_fake) = grad_fake {
+            // Torch refuses a gradient of another size, dtype or device (eagerly, at the
+            // store): such a store is left to run eagerly, where it raises.
+            let fake = self.fake_value(tensor)?;
+            let same =
+                |name: &str| -> PyResult<bool> { grad_fake.getattr(name)?.eq(fake.getattr(name)?) };
+            let sizes_known = static_sizes(&grad_fake)? && static_sizes(&fake)?;
+            if !(sizes_known && same("shape")? && same("dtype")? && same("device")?) {
                 return unsupported(
                     BreakKind::UnreplayableSideEffect,
-                    "setting .grad to a value that is neither None nor a tensor",
-                )
+                    "setting .grad to a tensor whose size, dtype or device may differ",
+                );
             }
+        } else if !is_none {
+            return unsupported(
+                BreakKind::UnreplayableSideEffect,
+                "setting .grad to a value that is neither None nor a tensor",
+            );
         }
         self.note_effect(Some(tensor));
         self.mutations.push(Mutation {
