@@ -696,6 +696,27 @@ def test_mark_dynamic_on_a_specialised_dimension_is_an_error() -> None:
     assert f":{line}" in message, message
 
 
+def test_maybe_mark_dynamic_lets_the_code_specialise() -> None:
+    # `maybe_mark_dynamic` is a hint: a dimension the code specialises is specialised (a
+    # guard on its value), not an error as for `mark_dynamic`. It raised ConstraintViolation.
+    counter = CompileCounter()
+    f = dynamo_rs.compile(specialises_on_rows, backend=counter)
+    for n in (4, 4, 5, 4):
+        a = r(n, 3)
+        dynamo_rs.maybe_mark_dynamic(a, 0)
+        torch.testing.assert_close(f(a), specialises_on_rows(a))
+
+
+def test_maybe_mark_dynamic_stays_symbolic_when_not_specialised() -> None:
+    counter = CompileCounter()
+    f = dynamo_rs.compile(scale_by_rows, backend=counter)
+    for n in (4, 9, 16):
+        a = r(n, 3)
+        dynamo_rs.maybe_mark_dynamic(a, 0)
+        torch.testing.assert_close(f(a), scale_by_rows(a))
+    assert counter.frame_count == 1
+
+
 # --- guards: a change after the first dynamic compile recompiles and matches eager ----------
 
 def test_strides_of_dynamic_inputs_are_guarded() -> None:

@@ -135,7 +135,10 @@ def dynamic_dims(tensor, code, name: str, policy, static: bool):
     Parameters and tensors held by modules stay static unless marked (as TorchDynamo's
     `force_parameter_static_shapes`). Records this call's sizes for the next compile."""
     shape = tuple(tensor.shape)
-    marked = _marked(tensor, "_dynamo_dynamic_indices") | _marked(tensor, "_dynamo_weak_dynamic_indices")
+    # `mark_dynamic` (strong: the code must not specialise the dimension) and
+    # `maybe_mark_dynamic` (weak: symbolic, but the code may specialise it).
+    strong = _marked(tensor, "_dynamo_dynamic_indices")
+    marked = strong | _marked(tensor, "_dynamo_weak_dynamic_indices")
     static_marks = _marked(tensor, "_dynamo_static_indices")
     ranges = _ranges(tensor)
     for dim, (low, high) in ranges.items():
@@ -159,7 +162,7 @@ def dynamic_dims(tensor, code, name: str, policy, static: bool):
     if policy is True and not static:
         duck = set(range(len(shape))) - automatic
     dims = sorted(d for d in (marked | automatic | duck) if d < len(shape) and d not in static_marks)
-    user = sorted(d for d in marked if d in dims)
+    user = sorted(d for d in strong if d in dims)
     return dims, user, sorted(d for d in duck if d in dims)
 
 

@@ -225,6 +225,14 @@ pub struct CodeGen<'py> {
     handler: Option<ExceptionHandler>,
     /// The temp holding each shared object (see `Rebuild::Shared`).
     shared_slots: std::collections::HashMap<u32, u32>,
+    /// Cell slots bound when the frame starts (arguments kept in cells, free variables):
+    /// what a `Source::Local` of theirs reads.
+    entry_cells: Vec<bool>,
+    /// The temp holding the value a cell had when the frame started, for each cell the
+    /// generated code has stored into (a closure made in the trace sharing the frame's cell,
+    /// a `nonlocal` store replayed): loads of the local's source read the value it had then,
+    /// as the trace did.
+    cell_originals: std::collections::HashMap<u32, u32>,
 }
 
 /// The target of a handler whose code is not emitted yet (`CodeGen::patch_handlers_here`).
@@ -255,9 +263,21 @@ impl<'py> CodeGen<'py> {
         let cellvars: Vec<String> = code.getattr("co_cellvars")?.extract()?;
         let varnames = code.getattr("co_varnames")?.len()? as u32;
         let freevars: Vec<String> = code.getattr("co_freevars")?.extract()?;
-        let cell_slots = slot_names
+        let cell_slots: Vec<bool> = slot_names
             .iter()
             .map(|n| cellvars.contains(n) || freevars.contains(n))
+            .collect();
+        let all_varnames: Vec<String> = code.getattr("co_varnames")?.extract()?;
+        let flags: u32 = code.getattr("co_flags")?.extract()?;
+        let arguments = code.getattr("co_argcount")?.extract::<usize>()?
+            + code.getattr("co_kwonlyargcount")?.extract::<usize>()?
+            + usize::from(flags & 0x04 != 0) // CO_VARARGS
+            + usize::from(flags & 0x08 != 0); // CO_VARKEYWORDS
+        let argument_names = &all_varnames[..arguments.min(all_varnames.len())];
+        let entry_cells = slot_names
+            .iter()
+            .zip(&cell_slots)
+            .map(|(n, &cell)| cell && (argument_names.contains(n) || freevars.contains(n)))
             .collect();
         let positions = prologue.last().map(|i| i.positions).unwrap_or_default();
         let out = prologue
@@ -281,7 +301,22 @@ impl<'py> CodeGen<'py> {
             outputs_local: None,
             handler: None,
             shared_slots: std::collections::HashMap::new(),
+            entry_cells,
+            cell_originals: std::collections::HashMap::new(),
         })
+    }
+
+    /// Stores the value on top of the stack into the frame's cell `slot`, keeping the value
+    /// the cell had when the frame started in a temp the first time (see `cell_originals`).
+    fn store_frame_cell(&mut self, slot: u32) {
+        if self.entry_cells[slot as usize] && !self.cell_originals.contains_key(&slot) {
+            let name = format!("___entry_{}", self.slot_names[slot as usize]);
+            let temp = self.temp(&name);
+            self.emit(Opcode::LoadDeref, Operand::Cell(slot));
+            self.emit(Opcode::StoreFast, Operand::Local(temp));
+            self.cell_originals.insert(slot, temp);
+        }
+        self.emit(Opcode::StoreDeref, Operand::Cell(slot));
     }
 
     /// A new local for the generated code's own use; its slot.
@@ -447,7 +482,9 @@ impl<'py> CodeGen<'py> {
                         format!("no local named {name} to load"),
                     );
                 };
-                if self.cell_slots[slot] {
+                if let Some(&original) = self.cell_originals.get(&(slot as u32)) {
+                    self.emit(Opcode::LoadFast, Operand::Local(original));
+                } else if self.cell_slots[slot] {
                     self.emit(Opcode::LoadDeref, Operand::Cell(slot as u32));
                 } else {
                     self.emit(Opcode::LoadFast, Operand::Local(slot as u32));
@@ -692,7 +729,7 @@ impl<'py> CodeGen<'py> {
             Rebuild::FrameCell { slot, value } => {
                 if let Some(value) = value {
                     self.rebuild(value, above)?;
-                    self.emit(Opcode::StoreDeref, Operand::Cell(*slot));
+                    self.store_frame_cell(*slot);
                 }
                 self.load_closure(*slot);
             }
@@ -829,9 +866,7 @@ impl<'py> CodeGen<'py> {
                     self.emit(Opcode::Call, Operand::Int(2));
                     self.emit(Opcode::PopTop, Operand::None);
                 }
-                Replay::SetDeref { slot, .. } => {
-                    self.emit(Opcode::StoreDeref, Operand::Cell(*slot));
-                }
+                Replay::SetDeref { slot, .. } => self.store_frame_cell(*slot),
             }
         }
         Ok(())

@@ -594,6 +594,50 @@ impl<'py> Tracer<'py> {
             .map(|attr| (cls, attr)))
     }
 
+    /// `obj.name` on a list, tuple or dict tracker, past what the class defines in Python:
+    /// a method of the container (bound to the tracker) when its class has `name`; else the
+    /// `AttributeError` eager code gets (raised in the trace, so `try`/`except` and
+    /// `hasattr`-style probes see it), when instances of the class cannot have attributes
+    /// of their own (no `__dict__`: `tuple`, `list`, `dict`, a `namedtuple`'s class).
+    /// An instance of a subclass with a `__dict__` may have one: the graph breaks there.
+    pub(super) fn container_attr(&mut self, obj: VarId, name: &str) -> CResult<VarId> {
+        let py = self.py;
+        let cls = match self.kind(obj) {
+            VarKind::Dict(_) => self
+                .dict_classes
+                .get(&obj)
+                .map(|c| c.bind(py).clone())
+                .unwrap_or_else(|| self.h.dict_type.clone()),
+            VarKind::List(_) => self
+                .list_classes
+                .get(&obj)
+                .map(|c| c.bind(py).clone())
+                .unwrap_or_else(|| self.h.list_type.clone()),
+            _ => self.class_of_sequence(obj),
+        };
+        let key = pyo3::types::PyString::intern(py, name);
+        if super::guard_values::class_lookup(&cls, &key).is_some() {
+            return Ok(self.method(obj, name, None));
+        }
+        if cls.getattr("__dictoffset__")?.extract::<isize>()? != 0 {
+            return unsupported(
+                BreakKind::UnsupportedOperation,
+                format!(
+                    "reading .{name} of a {} (an attribute of the instance)",
+                    super::ops_call::describe(&cls)
+                ),
+            );
+        }
+        let message = format!(
+            "'{}' object has no attribute '{name}'",
+            cls.getattr("__name__")?
+        );
+        self.raise_builtin(
+            "AttributeError",
+            pyo3::types::PyString::new(py, &message).into_any(),
+        )
+    }
+
     /// The class of a tuple or list tracker: a named tuple's, else `tuple` or `list`.
     pub(super) fn class_of_sequence(&self, id: VarId) -> Bound<'py, PyAny> {
         match (self.tuple_classes.get(&id), self.kind(id)) {

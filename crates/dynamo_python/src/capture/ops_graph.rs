@@ -89,6 +89,9 @@ impl<'py> Tracer<'py> {
                 )
             }
         };
+        if let Some(answer) = self.constant_from_fake(&op, &result, changes_state)? {
+            return Ok(answer);
+        }
         let graph_args = args
             .iter()
             .map(|&a| self.graph_arg(a))

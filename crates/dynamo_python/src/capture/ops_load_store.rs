@@ -241,6 +241,23 @@ impl<'py> Tracer<'py> {
                     }
                     None => {}
                 }
+                // A descriptor written in Python (`__get__` reading the instance's
+                // `__dict__`, a lazily computed value) is inlined on the tracked object, as a
+                // property is below: run on the real object it would not see this trace's
+                // stores, and its answer would be fixed for every later call. The class
+                // entry is guarded, and for a non-data descriptor the instance dict staying
+                // without `name`.
+                if let Some((entry, get, data)) = self.python_descriptor_entry(&value, name)? {
+                    let ty = value.get_type().into_any();
+                    self.guard_class(&ty, name)?;
+                    self.guard_renaming_lookup(&value, self.source(obj), name)?;
+                    if !data {
+                        self.guard_not_in_instance_dict(&value, self.source(obj), name)?;
+                    }
+                    let descriptor = self.wrap(&entry, None)?;
+                    let class = self.wrap(&ty, None)?;
+                    return self.call_python(&get, vec![descriptor, obj, class], Vec::new());
+                }
                 // A computed attribute (a property, `__getattr__`) of an object this trace
                 // has stored to would run on the real object, which does not have the stores
                 // yet (they are replayed after the graph).
@@ -501,7 +518,7 @@ impl<'py> Tracer<'py> {
                 if let Some(attr) = self.named_tuple_class_attr(obj, name)? {
                     return Ok(attr);
                 }
-                Ok(self.method(obj, name, None))
+                self.container_attr(obj, name)
             }
             VarKind::Generator { .. }
                 if super::ops_generators::GENERATOR_METHODS.contains(&name) =>
@@ -753,7 +770,7 @@ impl<'py> Tracer<'py> {
         }
         match name {
             "shape" | "dtype" | "device" | "ndim" | "is_cuda" | "is_sparse" | "layout"
-            | "is_quantized" | "is_meta" | "is_nested" => {
+            | "is_quantized" | "is_meta" | "is_nested" | "itemsize" => {
                 let value = fake.getattr(name)?;
                 let value = if name == "device" {
                     self.real_device(tensor, value)?
@@ -765,6 +782,13 @@ impl<'py> Tracer<'py> {
             "requires_grad" => {
                 let value = fake.getattr(name)?;
                 Ok(self.constant(&value))
+            }
+            // The element count times the element size (symbolic when a size is).
+            "nbytes" => {
+                let count = self.tensor_method(tensor, "numel", Vec::new(), Vec::new())?;
+                let size = self.constant(&fake.getattr("itemsize")?);
+                let mul = self.h.operator.getattr("mul")?;
+                self.apply_operator(&mul, vec![count, size])
             }
             // Views computed by a property: a `getattr` node (as TorchDynamo records them).
             "T" | "mT" | "H" | "mH" | "real" | "imag" => {
@@ -846,7 +870,11 @@ impl<'py> Tracer<'py> {
                 .transpose()?
                 .unwrap_or(false);
             if has_own {
-                return give_up();
+                // An attribute the user set on the tensor (`t.scale = 2.0`, a function
+                // `t.add_one = f`): read from it as from any object, guarded by its source.
+                let value = real.getattr(name)?;
+                let source = Rc::new(Source::Attr(source, name.to_string()));
+                return self.wrap(&value, Some(source));
             }
             self.guards.add(
                 source,

@@ -351,16 +351,7 @@ impl<'py> Tracer<'py> {
     ) -> CResult<Option<Bound<'py, PyAny>>> {
         let py = self.py;
         let ty = value.get_type();
-        let object_getattribute = py
-            .import_module("builtins")?
-            .getattr("object")?
-            .getattr("__getattribute__")?;
-        let module_getattribute = self.h.module_type.getattr("__getattribute__")?;
-        let getattribute = ty.getattr("__getattribute__")?;
-        if !getattribute.is(&object_getattribute)
-            && !getattribute.is(&module_getattribute)
-            && !self.renaming_lookup(value, name)?
-        {
+        if !self.ordinary_getattribute(&ty)? && !self.renaming_lookup(value, name)? {
             return Ok(None);
         }
         let key = PyString::new(py, name);
@@ -373,6 +364,91 @@ impl<'py> Tracer<'py> {
         }
         let fget = entry.getattr("fget")?;
         Ok(fget.is_instance(&self.h.function_type)?.then_some(fget))
+    }
+
+    /// Whether instances of `ty` look attributes up as `object` does — class descriptors,
+    /// then the instance dict, then class data — through object's `__getattribute__`,
+    /// `nn.Module`'s, or the slot of a builtin base that does the same (`dict`, `list`,
+    /// `tuple`, `set`, `int`, `str`, `deque`, exceptions, ...): a subclass of `dict` with a
+    /// property reads it like any class.
+    fn ordinary_getattribute(&self, ty: &Bound<'py, PyType>) -> PyResult<bool> {
+        let py = self.py;
+        let getattribute = ty.getattr("__getattribute__")?;
+        let builtins = py.import_module("builtins")?;
+        if getattribute.is(&builtins.getattr("object")?.getattr("__getattribute__")?)
+            || getattribute.is(&self.h.module_type.getattr("__getattribute__")?)
+        {
+            return Ok(true);
+        }
+        if getattribute.get_type().name()? != "wrapper_descriptor" {
+            return Ok(false);
+        }
+        let owner = getattribute.getattr("__objclass__")?;
+        let collections = py.import_module("collections")?;
+        for generic in [
+            "dict",
+            "list",
+            "tuple",
+            "set",
+            "frozenset",
+            "int",
+            "float",
+            "str",
+        ]
+        .iter()
+        .map(|n| builtins.getattr(*n))
+        .chain(
+            ["defaultdict", "deque"]
+                .iter()
+                .map(|n| collections.getattr(*n)),
+        )
+        .chain(std::iter::once(builtins.getattr("BaseException")))
+        {
+            if owner.is(&generic?) {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// The class entry `name` finds for `value` when it is a descriptor written in Python
+    /// (a class defining `__get__`, not a property or function) that ordinary lookup runs:
+    /// the class keeps object's `__getattribute__` (or only renames), and the descriptor is
+    /// a data descriptor (`__set__`/`__delete__`: it wins over the instance dict) or the
+    /// instance dict lacks `name`. With its `__get__` and whether it is a data descriptor.
+    /// `functools.cached_property` is left out: its `__get__` takes a lock, which a trace
+    /// does not enter, and stores its value in the instance once (then a plain read).
+    #[allow(clippy::type_complexity)]
+    pub(super) fn python_descriptor_entry(
+        &self,
+        value: &Bound<'py, PyAny>,
+        name: &str,
+    ) -> CResult<Option<(Bound<'py, PyAny>, Bound<'py, PyAny>, bool)>> {
+        let py = self.py;
+        if value.is_instance_of::<PyType>() {
+            return Ok(None);
+        }
+        let ty = value.get_type();
+        if !self.ordinary_getattribute(&ty)? && !self.renaming_lookup(value, name)? {
+            return Ok(None);
+        }
+        let key = PyString::new(py, name);
+        let Some(entry) = super::guard_values::class_lookup(ty.as_any(), &key) else {
+            return Ok(None);
+        };
+        let Some(get) = python_descriptor_get(&entry)? else {
+            return Ok(None);
+        };
+        let cached_property = py.import_module("functools")?.getattr("cached_property")?;
+        if entry.is_instance(&cached_property)? {
+            return Ok(None);
+        }
+        let entry_type = entry.get_type();
+        let data = entry_type.hasattr("__set__")? || entry_type.hasattr("__delete__")?;
+        if !data && Self::in_instance_dict(value, name) {
+            return Ok(None);
+        }
+        Ok(Some((entry, get, data)))
     }
 
     /// Whether `getattr(value, name)` is object's own lookup although the class has its own
@@ -410,11 +486,7 @@ impl<'py> Tracer<'py> {
     ) -> CResult<()> {
         let py = self.py;
         let ty = value.get_type();
-        let object_getattribute = py
-            .import_module("builtins")?
-            .getattr("object")?
-            .getattr("__getattribute__")?;
-        if ty.getattr("__getattribute__")?.is(&object_getattribute) {
+        if self.ordinary_getattribute(&ty)? {
             return Ok(());
         }
         for klass in ty.mro().iter() {

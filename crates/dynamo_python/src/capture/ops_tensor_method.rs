@@ -10,7 +10,85 @@ use super::graph::Op;
 use super::translator::{kind_name, unsupported, CResult, Tracer};
 use super::vars::{VarId, VarKind};
 
+/// Tensor methods whose non-tensor answer a fake tensor gives as the real tensor would: from
+/// the metadata the tensor guards fix (dtype, device, sizes, strides, layout), or from the
+/// values of a tensor the trace made from constants (`torch.tensor(3).__index__()`; a fake
+/// without known values raises for these instead). Any other method answering a constant on a
+/// fake answers about the fake itself — its identity (`__hash__`, `is_set_to`), its printed
+/// form (`__repr__`, `__format__`), its storage (`storage_offset`, `_use_count`), which the
+/// guards do not fix — and breaks the graph so that the real tensor answers.
+const ANSWERED_BY_FAKE: &[&str] = &[
+    "type",
+    "is_conj",
+    "is_neg",
+    "_is_zerotensor",
+    "dense_dim",
+    "sparse_dim",
+    "dim_order",
+    "is_same_size",
+    "is_distributed",
+    "is_coalesced",
+    "_nnz",
+    "has_names",
+    "get_device",
+    "size",
+    "stride",
+    "dim",
+    "ndimension",
+    "numel",
+    "nelement",
+    "element_size",
+    "is_contiguous",
+    "is_floating_point",
+    "is_complex",
+    "is_signed",
+    "__len__",
+    "item",
+    "tolist",
+    "__bool__",
+    "__int__",
+    "__float__",
+    "__index__",
+    "__complex__",
+    "__contains__",
+    "equal",
+    "allclose",
+    "is_nonzero",
+];
+
 impl<'py> Tracer<'py> {
+    /// The answer of an operation whose result on fake tensors is a constant (a dtype, a
+    /// size, a flag): that constant, with no graph node, unless the operation also changes
+    /// state (then the node stays and the constant is its result, see `wrap_node_result`).
+    /// A tensor method answering about the fake itself breaks the graph (`ANSWERED_BY_FAKE`).
+    /// None when the result is not such a constant.
+    pub(super) fn constant_from_fake(
+        &mut self,
+        op: &Op,
+        result: &Bound<'py, PyAny>,
+        changes_state: bool,
+    ) -> CResult<Option<VarId>> {
+        let not_implemented = self.h.builtins.getattr("NotImplemented")?;
+        if result.is_none() || result.is(&not_implemented) || !self.h.is_constant(result)? {
+            return Ok(None);
+        }
+        if let Op::CallMethod(method) = op {
+            if !ANSWERED_BY_FAKE.contains(&method.as_str()) {
+                return unsupported(
+                    BreakKind::UnsupportedCall,
+                    format!(
+                        "tensor.{method}() answers about the tensor's identity, storage or \
+                         printed form, which the fake tensor traced does not share"
+                    ),
+                );
+            }
+        }
+        if changes_state {
+            return Ok(None);
+        }
+        Ok(Some(self.constant(result)))
+    }
+
     /// A tensor method call.
     pub(super) fn tensor_method(
         &mut self,
@@ -29,6 +107,11 @@ impl<'py> Tracer<'py> {
         let fake = fake.bind(py).clone();
         match name {
             "numpy" => self.tensor_to_numpy(receiver, &args, &kwargs),
+            // `x.__iter__()`: as `iter(x)`, an iterator over the rows.
+            "__iter__" if args.is_empty() && kwargs.is_empty() => {
+                let rows = self.items_of(receiver)?;
+                Ok(self.new_iter(rows, &[receiver]))
+            }
             // `x.__len__()` is `x.size(0)` (symbolic when that size is; a 0-d tensor raises).
             "__len__"
                 if args.is_empty()

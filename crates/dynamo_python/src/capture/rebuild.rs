@@ -49,6 +49,18 @@ pub struct Rebuilder {
 fn made_in_trace(tracer: &Tracer<'_>, id: VarId) -> bool {
     match tracer.kind(id) {
         VarKind::List(_) | VarKind::Dict(_) => tracer.source(id).is_none(),
+        // A tuple of a class whose instances take attributes (a subclass of a named tuple
+        // without `__slots__`): an attribute stored at a graph break must be on the one
+        // object the resume function gets.
+        VarKind::Tuple(_) => {
+            tracer.source(id).is_none()
+                && tracer.tuple_classes.get(&id).is_some_and(|cls| {
+                    cls.bind(tracer.py)
+                        .getattr("__dictoffset__")
+                        .and_then(|o| o.extract::<isize>())
+                        .is_ok_and(|offset| offset != 0)
+                })
+        }
         VarKind::Instance { .. } | VarKind::Partial { .. } | VarKind::Function(_) => true,
         VarKind::Object(_) => {
             tracer.is_fresh_set(id)

@@ -1,0 +1,193 @@
+"""Attribute reads that must see what the trace did before them, and reads of attributes
+that are not there. Each case was a wrong result:
+
+- a descriptor written in Python (a class with `__get__`) ran on the real object while
+  tracing, so it did not see a store the trace had made to the instance's `__dict__`;
+- a property of a `dict` subclass (whose `__getattribute__` is `dict`'s slot, not
+  `object`'s) ran on the real object too, missing the setter the trace had just inlined;
+- `tup.zz` on a named tuple, or `lst.foo` on a list, gave a bound "method" instead of raising
+  `AttributeError`, so `try: ... except AttributeError` took the wrong branch;
+- an attribute set on an instance of a named tuple's subclass at a graph break went to one
+  copy of the tuple and the resume function read another.
+
+Side by side with TorchDynamo (`language_harness`); the objects the code changes are
+returned, so their state after the call is compared with eager's too."""
+
+from __future__ import annotations
+
+import collections
+import typing
+
+import pytest
+import torch
+
+from language_harness import case_registrar, check_case, params, reset_all, t
+
+CASES: list = []
+case = case_registrar(CASES)
+
+
+class ReadsDict:
+    """A non-data descriptor reading the instance's `__dict__`."""
+
+    def __get__(self, obj, objtype=None):
+        if obj is None:
+            return self
+        return obj.__dict__.get("_internal", "default")
+
+
+class WritesDict(ReadsDict):
+    """A data descriptor: it wins over the instance dict."""
+
+    def __set__(self, obj, value):
+        obj.__dict__["_internal"] = f"desc_{value}"
+
+
+class WithReader:
+    desc = ReadsDict()
+
+
+class WithWriter:
+    desc = WritesDict()
+
+
+@case(t(2), WithReader)
+def descriptor_after_a_dict_store(x, obj):
+    obj.__dict__["_internal"] = "direct"
+    return x + 1, obj.desc
+
+
+@case(t(2), WithReader)
+def descriptor_without_a_store(x, obj):
+    return x + len(obj.desc)
+
+
+@case(t(2), WithWriter)
+def data_descriptor_then_dict_store(x, obj):
+    obj.desc = "hello"
+    obj.__dict__["_internal"] = "direct"
+    return x + 1, obj.desc
+
+
+class DictWithProperty(dict):
+    @property
+    def value(self):
+        return self.__dict__.get("_value", 0)
+
+    @value.setter
+    def value(self, v):
+        self.__dict__["_value"] = v
+
+
+class OrderedWithProperty(collections.OrderedDict):
+    def __init__(self):
+        super().__init__()
+        self.__dict__["_value"] = 0
+
+    @property
+    def value(self):
+        return self.__dict__.get("_value", 0)
+
+    @value.setter
+    def value(self, v):
+        self.__dict__["_value"] = v
+
+
+@case(t(1), DictWithProperty)
+def dict_subclass_property_after_its_setter(x, m):
+    m.value = 100
+    return x + m.value, m.__dict__["_value"]
+
+
+@case(t(1), DictWithProperty)
+def dict_subclass_property_after_a_dict_store(x, m):
+    m.__dict__["_value"] = 7
+    return x + m.value
+
+
+@case(t(1), OrderedWithProperty,
+      gap="a store into the __dict__ of an OrderedDict subclass pins the object's identity: "
+          "a new object recompiles")
+def ordered_dict_subclass_property_after_its_setter(x, m):
+    m.value = 100
+    return x + m.value, dict(m.__dict__)
+
+
+class Pair(typing.NamedTuple):
+    a: torch.Tensor
+    b: torch.Tensor
+
+
+class PairWithDict(Pair):
+    pass
+
+
+@case(t(2))
+def missing_attribute_of_a_named_tuple_caught(x):
+    pair = Pair(x + 1, x)
+    try:
+        pair.zz
+    except AttributeError:
+        return x - 1
+    return x
+
+
+@case(t(2))
+def hasattr_on_a_named_tuple(x):
+    pair = Pair(x + 1, x)
+    return x + hasattr(pair, "a") + 2 * hasattr(pair, "zz")
+
+
+@case(t(2), graphs=1, ops=1)  # TorchDynamo runs this frame eagerly
+def missing_attribute_of_a_list_caught(x):
+    items = [x, x]
+    try:
+        items.foo
+    except AttributeError:
+        return x - 1
+    return x
+
+
+@case(t(2), graphs=1, ops=1)  # TorchDynamo runs this frame eagerly
+def missing_attribute_of_a_dict_caught(x):
+    table = {"a": x}
+    try:
+        table.a
+    except AttributeError:
+        return x * 3
+    return x
+
+
+@case(t(2), graphs=2, ops=3)  # the store to a new tuple's attribute breaks the graph
+def attribute_stored_on_a_named_tuple_subclass(x):
+    pair = PairWithDict(a=x + 1, b=x)
+    pair.c = x * 3
+    return pair.c + pair.a
+
+
+@case(t(2), lambda: PairWithDict(torch.ones(2), torch.zeros(2)), graphs=1, ops=1)
+def attribute_stored_on_a_given_named_tuple_subclass(x, pair):
+    pair.c = x * 3
+    return pair
+
+
+@pytest.mark.parametrize("name,fn,make,spec", params(CASES))
+def test_side_by_side(name, fn, make, spec):
+    reset_all()
+    check_case(fn, make, spec)
+
+
+def test_named_tuple_subclass_keeps_its_attribute_across_a_break():
+    import dynamo_rs
+
+    def f(x):
+        pair = PairWithDict(a=x + 1, b=x)
+        pair.c = x * 3
+        torch._dynamo.graph_break()
+        return pair
+
+    dynamo_rs.reset()
+    x = torch.randn(2)
+    got = dynamo_rs.compile(f, backend="eager")(x)
+    torch.testing.assert_close(got.c, x * 3)
+    torch.testing.assert_close(got.a, x + 1)
