@@ -139,6 +139,20 @@ def arrays_in_a_list_argument(arrays):
 @case(arr(3, 4))
 def array_argument_returned_and_indexed(a):
     return a, a[1:, ::2] * 3
+@case(arr(3, 4), arr(3, 4))
+def operator_functions_on_arrays(a, b):
+    # The operator module's functions, as values (`op(a, b)`), as the operators.
+    import operator
+    ops = (operator.add, operator.mul, operator.truediv, operator.lt, operator.pow)
+    return [op(a, b) for op in ops] + [operator.neg(a), operator.matmul(a, b.T)]
+@case(lambda: __import__("operator").sub, arr(3, 4), arr(3, 4))
+def operator_function_passed_in(op, a, b):
+    return op(a, b) * 2
+@case(arr(3, 4), arr(3, 4))
+def lists_and_tuples_of_arrays_concatenated(a, b):
+    # Python's `+`/`*` on containers that hold arrays: concatenation, not NumPy's.
+    pair = [a + b] + [a * b]
+    return pair + [a], (a,) * 2 + (b,), len(pair * 3)
 
 @pytest.fixture(autouse=True)
 def fresh_caches():

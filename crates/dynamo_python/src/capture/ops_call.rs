@@ -750,9 +750,14 @@ impl<'py> Tracer<'py> {
             .getattr("__module__")
             .map(|m| m.to_string() == "_operator")
             .unwrap_or(false);
-        // `operator.add(a, b)` on symbolic numbers, or on objects whose class defines the
-        // operator in Python (see `ops_user_operators`): as `a + b`.
-        if is_operator && kwargs.is_empty() && args.iter().any(|&a| self.operated_one_by_one(a)) {
+        // `operator.add(a, b)` on symbolic numbers, NumPy arrays, or objects whose class
+        // defines the operator in Python (see `ops_user_operators`): as `a + b`.
+        if is_operator
+            && kwargs.is_empty()
+            && args.iter().any(|&a| {
+                self.operated_one_by_one(a) || matches!(self.kind(a), VarKind::NdArray(_))
+            })
+        {
             return self.apply_operator(obj, args);
         }
         if obj.is(&h.torch_assert) && !args.is_empty() && kwargs.is_empty() {

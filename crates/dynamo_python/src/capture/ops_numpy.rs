@@ -280,7 +280,12 @@ impl<'py> Tracer<'py> {
         op: &Bound<'py, PyAny>,
         args: &[VarId],
     ) -> CResult<Option<VarId>> {
-        if !args.iter().any(|&a| self.holds_ndarray(a)) {
+        // An array operand makes it NumPy's operator; lists or tuples that merely hold
+        // arrays are Python's (`[a] + [b]` concatenates, `(a,) * 2` repeats).
+        if !args
+            .iter()
+            .any(|&a| matches!(self.kind_unobserved(a), VarKind::NdArray(_)))
+        {
             return Ok(None);
         }
         let py = self.py;
