@@ -155,6 +155,28 @@ class UnlinkedViewChanged(RuntimeError):
     """See `_meta_rules.note_unlinked_view`: the graph breaks at such an operation."""
 
 
+class OutArgumentChanged(RuntimeError):
+    """An `out=` tensor the operation would resize (or one that is not contiguous): its new
+    sizes would be a change of a graph input's metadata, which AOTAutograd and Inductor do
+    not carry out (they raised at the next use). The graph breaks there, as under
+    TorchDynamo."""
+
+
+def _check_out_argument(mode, target, args, kwargs) -> None:
+    out = kwargs.get("out")
+    outs = list(out) if isinstance(out, (list, tuple)) else [out]
+    if not outs or not all(isinstance(t, torch.Tensor) for t in outs):
+        return
+    if not all(t.is_contiguous() for t in outs):
+        raise OutArgumentChanged("an out= tensor that is not contiguous")
+    result = run_fake(mode, target, args, {k: v for k, v in kwargs.items() if k != "out"})
+    results = list(result) if isinstance(result, (list, tuple)) else [result]
+    if len(results) != len(outs) or any(
+            not isinstance(r, torch.Tensor) or tuple(r.shape) != tuple(t.shape)
+            for r, t in zip(results, outs)):
+        raise OutArgumentChanged("the operation would resize its out= tensor")
+
+
 # In-place operations of the operator module (`x += y`, `x[i] = y`) and the tensor methods
 # behind them, by name.
 _IN_PLACE_OPERATORS = frozenset({
@@ -187,6 +209,8 @@ def run_fake(mode: FakeTensorMode, target, args, kwargs):
         # torchvision calls it in every `stochastic_depth`; it records a name (once per
         # process) and stays in the graph, as under TorchDynamo: no fake dispatch needed.
         return None
+    if kwargs and kwargs.get("out") is not None:
+        _check_out_argument(mode, target, args, kwargs)
     unlinked = getattr(mode, "dynamo_rs_unlinked_views", None)
     if unlinked and torch.is_grad_enabled() and _records_autograd_in_place(target, args, kwargs, unlinked):
         raise UnlinkedViewChanged(

@@ -56,6 +56,19 @@ const ANSWERED_BY_FAKE: &[&str] = &[
     "is_nonzero",
 ];
 
+/// Tensor methods that change the tensor's own sizes or strides (torch's `inplace_view`
+/// operations and the composite ones made of them).
+const INPLACE_VIEWS: &[&str] = &[
+    "t_",
+    "transpose_",
+    "unsqueeze_",
+    "squeeze_",
+    "swapaxes_",
+    "swapdims_",
+    "as_strided_",
+    "resize_as_",
+];
+
 impl<'py> Tracer<'py> {
     /// The answer of an operation whose result on fake tensors is a constant (a dtype, a
     /// size, a flag): that constant, with no graph node, unless the operation also changes
@@ -228,6 +241,17 @@ impl<'py> Tracer<'py> {
                 unsupported(
                     BreakKind::TensorValueNeeded,
                     format!("tensor.{name}() needs the tensor's data"),
+                )
+            }
+            // In-place view operations (`t_`, `unsqueeze_`, `as_strided_`, ...) change the
+            // sizes or strides of the tensor itself: on a tensor the frame was given, a
+            // change to a graph input's metadata, which Inductor and AOTAutograd do not carry
+            // out (they raised on the next use). The graph breaks there, as under TorchDynamo;
+            // on a tensor the trace made they are ordinary graph operations.
+            _ if INPLACE_VIEWS.contains(&name) && self.tensor_given(receiver).is_some() => {
+                unsupported(
+                    BreakKind::UnsupportedCall,
+                    format!("tensor.{name}() changes the sizes or strides of a frame's input"),
                 )
             }
             _ => {
