@@ -75,6 +75,36 @@ def test_string_argument_change_recompiles() -> None:
     check(act, (torch.randn(3), "relu"), (torch.randn(3), "sigmoid"))
 
 
+def test_nan_argument_reuses_the_compiled_code() -> None:
+    # An equality guard on `float("nan")` failed on every call (NaN != NaN): a recompile
+    # each time until the cache limit, then eager. NaN matches NaN; other floats recompile.
+    def shift(x, n):
+        return x * 2 + n
+
+    cfn, counter = compiled(shift)
+    x = torch.randn(4)
+    for n in (float("nan"), float("nan"), float("nan")):
+        torch.testing.assert_close(cfn(x, n), shift(x, n), equal_nan=True)
+    assert counter.frame_count == 1
+    torch.testing.assert_close(cfn(x, 1.5), shift(x, 1.5))
+    assert counter.frame_count == 2
+
+
+def test_nan_global_and_attribute_reuse_the_compiled_code() -> None:
+    class Config:
+        eps = float("nan")
+
+    def fill(x, cfg):
+        return torch.nan_to_num(x + cfg.eps, nan=3.0) + NAN_GLOBAL
+
+    cfn, counter = compiled(fill)
+    x = torch.randn(4)
+    for _ in range(3):
+        torch.testing.assert_close(cfn(x, Config()), fill(x, Config()), equal_nan=True)
+    assert counter.frame_count == 1
+
+
+NAN_GLOBAL = float("nan")
 FACTOR = 2.0
 
 

@@ -356,10 +356,7 @@ impl ReferenceGuard {
             };
             let ok = match expect {
                 Expect::Equals(expected) => {
-                    let expected = expected.bind(py);
-                    value.is(&expected)
-                        || (value.get_type().is(expected.get_type())
-                            && value.eq(&expected).unwrap_or(false))
+                    super::guards::equal_constant(&value, &expected.bind(py)).unwrap_or(false)
                 }
                 Expect::Id(expected) => expected.matches(&value),
                 Expect::Type(address) => value.get_type().as_ptr() as usize == *address,

@@ -1324,17 +1324,31 @@ fn argument_read(py: Python<'_>, steps: &[Step], step: usize) -> Option<Argument
 /// A check answered by the value alone (identity, type, equality, a dict's contents, the
 /// lookups of `hasattr`, a module's hooks); the checks that collect their value for later
 /// (tensors, aliasing) are the walk's own and pass here.
+/// Whether `value` is the constant `expected` an equality guard holds: the same object (an
+/// attribute that was not reassigned), or of the same type and `==` — a float NaN counting
+/// as equal to NaN, which `==` never is (a guard on `float("nan")` would fail on every call).
+pub fn equal_constant(value: &Bound<'_, PyAny>, expected: &Bound<'_, PyAny>) -> PyResult<bool> {
+    if value.is(expected) {
+        return Ok(true);
+    }
+    if !value.get_type().is(expected.get_type()) {
+        return Ok(false);
+    }
+    if value.eq(expected)? {
+        return Ok(true);
+    }
+    let nan = |v: &Bound<'_, PyAny>| {
+        v.cast::<pyo3::types::PyFloat>()
+            .is_ok_and(|f| f.value().is_nan())
+    };
+    Ok(nan(value) && nan(expected))
+}
+
 fn plain_check(py: Python<'_>, check: &Check, value: &Bound<'_, PyAny>) -> PyResult<bool> {
     Ok(match check {
         Check::Id(expected) => expected.matches(value),
         Check::Type(expected) => value.get_type().as_ptr() == expected.as_ptr(),
-        Check::Equals(expected) => {
-            // The same object is equal to itself (attributes that were not
-            // reassigned); otherwise the same type and ==.
-            let expected = expected.bind(py);
-            value.is(&expected)
-                || (value.get_type().is(expected.get_type()) && value.eq(expected)?)
-        }
+        Check::Equals(expected) => equal_constant(value, &expected.bind(py))?,
         Check::Len(n, memo) => {
             memo.holds(value) || dict_check(memo, value, value.len().ok() == Some(*n))
         }
