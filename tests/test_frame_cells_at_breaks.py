@@ -114,3 +114,145 @@ def test_free_variable_rebound_before_a_break():
     eager, compiled = make_nonlocal_counter(), make_nonlocal_counter()
     compiled = dynamo_rs.compile(compiled, backend="eager")
     assert_same(run(eager, calls()), run(compiled, calls()))
+
+
+# --- closures made before a break share the frame's cells with the resume function -------
+# The resume function is handed the frame's cells themselves: a variable rebound after the
+# break is seen by a closure made before it, as in eager Python. It was handed their values
+# in fresh cells, so such frames ran eagerly ("a function made in the trace that shares a
+# cell with the frame at a graph break, written after it").
+
+from functools import partial  # noqa: E402
+
+
+def _twice(x, **kwargs):
+    return x + x
+
+
+def partial_rebound_between_calls(x):
+    def inner():
+        torch._dynamo.graph_break()
+        return op(x)
+
+    op = partial(_twice, dim=10)
+    first = inner()
+    op = partial(_twice, other=10)
+    return inner() + first
+
+
+def lambda_rebound_between_calls(x, y):
+    one = lambda a, b: a + b  # noqa: E731
+
+    def inner():
+        torch._dynamo.graph_break()
+        return one(x, y)
+
+    res = inner()
+    one = lambda a, b: a - b  # noqa: E731
+    res = res + inner()
+    return res
+
+
+def closure_writes_after_a_data_dependent_branch(x):
+    t = torch.zeros(1)
+
+    def write():
+        t[0] = backup
+
+    if x.sum() > -1e5:  # a branch on a tensor: a graph break
+        pass
+    backup = 1
+    write()
+    return t + x
+
+
+def counter_closure_across_a_break(x):
+    count = 0
+
+    def bump(by):
+        nonlocal count
+        count += by
+        return count
+
+    bump(1)
+    torch._dynamo.graph_break()
+    bump(2)
+    total = bump(3)
+    return x * total, count
+
+
+def closure_returned_after_its_variable_changes(x):
+    scale = 2
+
+    def apply(t):
+        return t * scale
+
+    torch._dynamo.graph_break()
+    scale = 5
+    return apply(x), apply
+
+
+def cell_argument_rebound_after_a_break(x, n):
+    read = lambda: n  # noqa: E731
+    torch._dynamo.graph_break()
+    n = n + 10
+    return x + read(), read()
+
+
+def two_breaks_and_a_cell(x):
+    acc = []
+    add = acc.append
+    total = x
+
+    def grow(t):
+        nonlocal total
+        total = total + t
+        add(t)
+
+    grow(x)
+    torch._dynamo.graph_break()
+    grow(x * 2)
+    torch._dynamo.graph_break()
+    grow(x * 3)
+    return total, len(acc)
+
+
+SHARED = [
+    partial_rebound_between_calls,
+    lambda_rebound_between_calls,
+    closure_writes_after_a_data_dependent_branch,
+    counter_closure_across_a_break,
+    closure_returned_after_its_variable_changes,
+    cell_argument_rebound_after_a_break,
+    two_breaks_and_a_cell,
+]
+
+
+def _arguments(fn):
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(3, generator=g)
+    n_args = fn.__code__.co_argcount
+    if fn is cell_argument_rebound_after_a_break:
+        return (x, 4)
+    return (x,) if n_args == 1 else (x, torch.randn(3, generator=g))
+
+
+def _plain(value):
+    if callable(value) and not isinstance(value, torch.Tensor):
+        return value(torch.ones(3))  # a closure returned: what it computes now
+    if isinstance(value, tuple):
+        return tuple(_plain(v) for v in value)
+    return value
+
+
+@pytest.mark.parametrize("fn", SHARED, ids=lambda f: f.__name__)
+def test_closures_share_cells_with_the_resume_function(fn):
+    dynamo_rs.reset()
+    from dynamo_rs.testing import CompileCounter
+
+    counter = CompileCounter()
+    compiled = dynamo_rs.compile(fn, backend=counter)
+    for _ in range(2):
+        assert_same(_plain(fn(*_arguments(fn))), _plain(compiled(*_arguments(fn))))
+    explained = dynamo_rs.explain(fn)(*_arguments(fn))
+    assert not explained.eager_frames, explained.eager_frames

@@ -1262,13 +1262,13 @@ CASES = {
     "int() in a comprehension over the frame's locals": (int_in_listcomp_over_locals, [(torch.rand(3, 4, 5), torch.tensor([[1.0], [2.0], [0.0]]))], 0),
     "tolist() in a dict comprehension": (tolist_in_dict_comprehension, [(t(4),)], 0),
     "a local written after the comprehension": (local_written_after_the_comprehension, [(t(3, 4),)], 0),
-    # Refused (the frame runs eagerly): the comprehension writes the frame's variable, which
-    # the resume function would not see.
-    "an assignment expression in the comprehension": (walrus_in_the_comprehension, [(t(3, 4),)], -2),
+    # The comprehension writes the frame's variable (`:=`): the resume function is handed the
+    # frame's cell, so it sees the write (the frame ran eagerly before: delta -2).
+    "an assignment expression in the comprehension": (walrus_in_the_comprehension, [(t(3, 4),)], 0),
     "a nested function called at the break": (nested_function_called_at_the_break, [(t(3),)], 0),
-    # Refused in a resume function (its cells exist only in the trace): it runs eagerly,
-    # where TorchDynamo captures `x.sum()` before the comprehension.
-    "a comprehension break after an earlier break": (comprehension_break_after_an_earlier_break, [(t(3, 4),)], -1),
+    # In a resume function, whose cells are the ones it was handed (it ran eagerly before,
+    # where TorchDynamo captures `x.sum()` before the comprehension: delta -1).
+    "a comprehension break after an earlier break": (comprehension_break_after_an_earlier_break, [(t(3, 4),)], 0),
 }
 
 

@@ -607,19 +607,6 @@ def _returned_attribute(fget):
     return body[1].argval
 
 
-def writes_free_variables(code) -> bool:
-    """Whether `code`, or a code object nested in it, writes one of its free variables
-    (`nonlocal x; x = ...`, or `[y := f(v) for v in ...]`, which binds `y` in the enclosing
-    function)."""
-    import dis
-
-    free = set(code.co_freevars)
-    for instruction in dis.get_instructions(code):
-        if instruction.opname in ("STORE_DEREF", "DELETE_DEREF") and instruction.argval in free:
-            return True
-    return any(writes_free_variables(c) for c in code.co_consts if isinstance(c, types.CodeType))
-
-
 def is_graph_function(fn) -> bool:
     """Whether calling `fn` on tensors becomes one graph node (torch and torch.nn.functional
     operations) rather than being inlined or folded."""

@@ -6,10 +6,10 @@
 //!
 //! ```text
 //! COPY_FREE_VARS n            (if the original has free variables: the same closure)
+//! LOAD_FAST arg_c; STORE_FAST slot + shift       for each cell variable: the original
+//!                                                frame's own cell object
 //! RESUME 0
 //! LOAD_FAST arg_k; STORE_FAST slot + shift      for each live local passed in
-//! MAKE_CELL slot + shift                         for each cell variable (a fresh cell;
-//! LOAD_FAST arg_c; STORE_DEREF slot + shift       its contents passed in, if it had any)
 //! PUSH_NULL | LOAD_FAST arg_j                    for each stack value, bottom first
 //! JUMP_FORWARD <target>
 //! <the original body, every local slot shifted past the arguments>
@@ -20,9 +20,11 @@
 //! exception handlers of the body are renumbered; handler depths stay as they are, since the
 //! stack is rebuilt exactly as it was. NULLs on the stack (the 3.11 calling convention) are
 //! not values and cannot be passed: they are pushed again at their positions. Cell variables
-//! get fresh cells holding the values their cells had: no closure made before the break
-//! exists at run time (the trace's closures are never materialised), so no one else holds
-//! the old cells.
+//! are the original frame's cells themselves, stored into the cell slots (3.11 keeps a cell
+//! variable's cell object in its slot, which `LOAD_DEREF` and `LOAD_CLOSURE` read): a closure
+//! made before the break shares them, as in the original, and sees what the rest of the
+//! frame stores into them. That happens before `RESUME`, as a function's own `MAKE_CELL`s
+//! do, so that code standing in for a resume function (a compiled one) runs it too.
 //!
 //! Also here: [`in_loop`], since a break inside a loop is not split (the resume function
 //! would call itself once per iteration).
@@ -39,14 +41,13 @@ pub struct ResumeLayout {
     pub stack_nulls: Vec<bool>,
     /// Original localsplus slots (plain locals, not cells) passed after the stack values.
     pub locals: Vec<u32>,
-    /// Every cell variable's slot (each gets a fresh cell), and those of them whose contents
-    /// are passed, after the locals.
+    /// Every cell variable's slot: its cell object is passed, after the locals.
     pub cells: Vec<u32>,
-    pub cell_values: Vec<u32>,
     /// The original calls zero-argument `super()`, which CPython answers from the frame's
     /// first local (the receiver, `self`): at the end of the prologue, the original slot 0
     /// (moved up with the others) is copied back to slot 0, an argument slot whose value has
-    /// been moved out by then. The original slot 0 must be passed (a local or a cell value).
+    /// been moved out by then. The original slot 0 must be passed (a local, or a cell that
+    /// holds it).
     pub receiver_to_slot_zero: bool,
     /// Stack slots (positions in `stack_nulls`) that hold the `__exit__` of a `with` block
     /// the resume function enters again itself: the argument is the context manager, which
@@ -63,7 +64,7 @@ impl ResumeLayout {
 
     /// Arguments of the resume function.
     pub fn arg_count(&self) -> usize {
-        self.stack_args() + self.locals.len() + self.cell_values.len()
+        self.stack_args() + self.locals.len() + self.cells.len()
     }
 }
 
@@ -111,19 +112,16 @@ pub fn resume_instructions(
     if free_vars > 0 {
         emit(Opcode::CopyFreeVars, Operand::Int(free_vars));
     }
-    emit(Opcode::Resume, Operand::Int(0));
     let stack_args = layout.stack_args() as u32;
+    let first_cell_arg = stack_args + layout.locals.len() as u32;
+    for (k, &slot) in layout.cells.iter().enumerate() {
+        emit(Opcode::LoadFast, Operand::Local(first_cell_arg + k as u32));
+        emit(Opcode::StoreFast, Operand::Local(slot + shift));
+    }
+    emit(Opcode::Resume, Operand::Int(0));
     for (k, &slot) in layout.locals.iter().enumerate() {
         emit(Opcode::LoadFast, Operand::Local(stack_args + k as u32));
         emit(Opcode::StoreFast, Operand::Local(slot + shift));
-    }
-    for &slot in &layout.cells {
-        emit(Opcode::MakeCell, Operand::Cell(slot + shift));
-    }
-    let first_cell_arg = stack_args + layout.locals.len() as u32;
-    for (k, &slot) in layout.cell_values.iter().enumerate() {
-        emit(Opcode::LoadFast, Operand::Local(first_cell_arg + k as u32));
-        emit(Opcode::StoreDeref, Operand::Cell(slot + shift));
     }
     let mut next_arg = 0;
     for (k, &null) in layout.stack_nulls.iter().enumerate() {
@@ -219,7 +217,6 @@ mod tests {
             stack_nulls: vec![true, false],
             locals: vec![0],
             cells: vec![],
-            cell_values: vec![],
             receiver_to_slot_zero: false,
             stack_contexts: Vec::new(),
         };
@@ -251,7 +248,6 @@ mod tests {
             let layout = ResumeLayout {
                 stack_nulls: vec![false],
                 locals: if passed_as_cell { vec![] } else { vec![0] },
-                cell_values: cells.clone(),
                 cells,
                 receiver_to_slot_zero: true,
                 stack_contexts: Vec::new(),
@@ -278,7 +274,6 @@ mod tests {
             stack_nulls: vec![],
             locals: vec![],
             cells: vec![],
-            cell_values: vec![],
             receiver_to_slot_zero: false,
             stack_contexts: Vec::new(),
         };
@@ -291,12 +286,11 @@ mod tests {
     }
 
     #[test]
-    fn cells_are_made_fresh_and_filled() {
+    fn cells_are_the_original_cells_stored_before_resume() {
         let layout = ResumeLayout {
             stack_nulls: vec![],
             locals: vec![],
             cells: vec![2, 3],
-            cell_values: vec![3],
             receiver_to_slot_zero: false,
             stack_contexts: Vec::new(),
         };
@@ -305,11 +299,11 @@ mod tests {
         assert_eq!(
             ops,
             vec![
-                (Opcode::Resume, Operand::Int(0)),
-                (Opcode::MakeCell, Operand::Cell(3)),
-                (Opcode::MakeCell, Operand::Cell(4)),
                 (Opcode::LoadFast, Operand::Local(0)),
-                (Opcode::StoreDeref, Operand::Cell(4)),
+                (Opcode::StoreFast, Operand::Local(4)),
+                (Opcode::LoadFast, Operand::Local(1)),
+                (Opcode::StoreFast, Operand::Local(5)),
+                (Opcode::Resume, Operand::Int(0)),
             ]
         );
     }
@@ -330,7 +324,6 @@ mod tests {
             stack_nulls: vec![],
             locals: vec![],
             cells: vec![],
-            cell_values: vec![],
             receiver_to_slot_zero: false,
             stack_contexts: Vec::new(),
         };

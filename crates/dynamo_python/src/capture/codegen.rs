@@ -233,6 +233,10 @@ pub struct CodeGen<'py> {
     /// a `nonlocal` store replayed): loads of the local's source read the value it had then,
     /// as the trace did.
     cell_originals: std::collections::HashMap<u32, u32>,
+    /// Instructions of the copied prologue that name a cell slot as a plain local (a resume
+    /// function storing the cells it is handed, `dynamo_bytecode::resume`): moved up past the
+    /// temps with the cell slots.
+    prologue_cell_locals: Vec<usize>,
 }
 
 /// The target of a handler whose code is not emitted yet (`CodeGen::patch_handlers_here`).
@@ -280,6 +284,12 @@ impl<'py> CodeGen<'py> {
             .map(|(n, &cell)| cell && (argument_names.contains(n) || freevars.contains(n)))
             .collect();
         let positions = prologue.last().map(|i| i.positions).unwrap_or_default();
+        let prologue_cell_locals = prologue
+            .iter()
+            .enumerate()
+            .filter(|(_, i)| matches!(i.operand, Operand::Local(slot) if slot >= varnames))
+            .map(|(at, _)| at)
+            .collect();
         let out = prologue
             .iter()
             .map(|i| Instruction {
@@ -303,12 +313,24 @@ impl<'py> CodeGen<'py> {
             shared_slots: std::collections::HashMap::new(),
             entry_cells,
             cell_originals: std::collections::HashMap::new(),
+            prologue_cell_locals,
         })
+    }
+
+    /// Leaves the frame's cell `slot` empty, as the trace left it (a cell bound when the frame
+    /// started, whose variable the frame deleted): its entry value kept as for a store.
+    pub fn empty_frame_cell(&mut self, slot: u32) {
+        if self.entry_cells[slot as usize] {
+            let none = self.py.None().into_bound(self.py);
+            self.load_const(&none);
+            self.store_frame_cell(slot);
+            self.emit(Opcode::DeleteDeref, Operand::Cell(slot));
+        }
     }
 
     /// Stores the value on top of the stack into the frame's cell `slot`, keeping the value
     /// the cell had when the frame started in a temp the first time (see `cell_originals`).
-    fn store_frame_cell(&mut self, slot: u32) {
+    pub fn store_frame_cell(&mut self, slot: u32) {
         if self.entry_cells[slot as usize] && !self.cell_originals.contains_key(&slot) {
             let name = format!("___entry_{}", self.slot_names[slot as usize]);
             let temp = self.temp(&name);
@@ -890,6 +912,11 @@ impl<'py> CodeGen<'py> {
                     if slot >= self.varnames {
                         ins.operand = Operand::Cell(slot + shift);
                     }
+                }
+            }
+            for &at in &self.prologue_cell_locals {
+                if let Operand::Local(slot) = self.out[at].operand {
+                    self.out[at].operand = Operand::Local(slot + shift);
                 }
             }
         }

@@ -143,9 +143,8 @@ const GENERATOR_FLAGS: u32 = 0x20 | 0x80 | 0x100 | 0x200;
 struct Exit {
     target: usize,
     locals: Vec<u32>,
-    /// Every cell variable's slot, and those whose contents are passed (after the locals).
+    /// Every cell variable's slot (its cell object is passed, after the locals).
     cells: Vec<u32>,
-    cell_values: Vec<u32>,
     /// See [`ResumeLayout::receiver_to_slot_zero`].
     receiver_to_slot_zero: bool,
 }
@@ -157,19 +156,20 @@ impl Exit {
             stack_nulls: nulls.to_vec(),
             locals: self.locals.clone(),
             cells: self.cells.clone(),
-            cell_values: self.cell_values.clone(),
             receiver_to_slot_zero: self.receiver_to_slot_zero,
             stack_contexts: contexts.to_vec(),
         }
     }
 }
 
-/// The frame's cell variables at the break: every cell's slot, and the slots and values of
-/// those that hold something (passed to the resume function, which makes fresh cells).
+/// The frame's cell variables at the break: every cell's slot (the resume function gets the
+/// cell itself), the slots and traced values of the frame's own cells that hold something
+/// (the generated code stores each into its cell first), and those that hold nothing.
 #[derive(Debug, Default)]
 struct Cells {
     slots: Vec<u32>,
     values: Vec<(u32, VarId)>,
+    empty: Vec<u32>,
 }
 
 impl Converter {
@@ -244,13 +244,19 @@ impl Converter {
             .map(|(slot, cell)| (*slot, cell))
             .collect();
         cell_slots.sort_unstable_by_key(|(slot, _)| *slot);
+        let first_free = state.slot_names.len() - split.code.getattr("co_freevars")?.len()?;
         for (slot, cell) in cell_slots {
-            let Cell::Traced(contents) = cell else {
-                continue; // a free variable's real cell: the resume function shares it
-            };
+            if slot >= first_free {
+                continue; // a free variable's cell: the resume function has the same closure
+            }
             cells.slots.push(slot as u32);
-            if let Some(value) = *contents.borrow() {
-                cells.values.push((slot as u32, value));
+            // A cell a resume function was handed (`Cell::Real`) is already the one to pass,
+            // and what the trace stored into it is replayed into it.
+            if let Cell::Traced(contents) = cell {
+                match *contents.borrow() {
+                    Some(value) => cells.values.push((slot as u32, value)),
+                    None => cells.empty.push(slot as u32),
+                }
             }
         }
         // Zero-argument `super()` reads the frame's first local without naming it (no
@@ -282,7 +288,6 @@ impl Converter {
                 target,
                 locals,
                 cells: cells.slots.clone(),
-                cell_values: cells.values.iter().map(|(slot, _)| *slot).collect(),
                 receiver_to_slot_zero: receiver,
             }
         };
@@ -371,6 +376,15 @@ impl Converter {
             }
         }
         debug_assert_eq!(next_plan, stack_roots);
+        // The frame's cells hold what the trace left in them (the resume function and
+        // closures made in the trace share them).
+        for &(slot, _) in &cells.values {
+            gen.emit_instruction(Opcode::LoadFast, Operand::Local(local_temps[&slot]));
+            gen.store_frame_cell(slot);
+        }
+        for &slot in &cells.empty {
+            gen.empty_frame_cell(slot);
+        }
         // Stores the trace made to existing objects, before the instruction sees them.
         gen.replay(&graph.replays)?;
         if break_grad_mode != entry_grad_mode {
@@ -556,8 +570,12 @@ impl Converter {
                 argc += 1;
             }
         }
-        for slot in exit.locals.iter().chain(&exit.cell_values) {
+        for slot in &exit.locals {
             gen.emit_instruction(Opcode::LoadFast, Operand::Local(local_temps[slot]));
+            argc += 1;
+        }
+        for &slot in &exit.cells {
+            gen.load_closure(slot);
             argc += 1;
         }
         gen.emit_instruction(Opcode::Precall, Operand::Int(argc));
@@ -639,7 +657,6 @@ fn resume_code<'py>(
         PyTuple::new(py, &layout.stack_nulls)?,
         PyTuple::new(py, &layout.locals)?,
         PyTuple::new(py, &layout.cells)?,
-        PyTuple::new(py, &layout.cell_values)?,
         layout.receiver_to_slot_zero,
         PyTuple::new(py, &layout.stack_contexts)?,
     )
@@ -676,7 +693,7 @@ fn resume_code<'py>(
     );
     varnames.extend(
         layout
-            .cell_values
+            .cells
             .iter()
             .map(|&slot| format!("{prefix}cell_{}", state.slot_names[slot as usize])),
     );
@@ -738,11 +755,7 @@ fn rebased_resume_code<'py>(
         return Ok(None);
     }
     let shift = shift as u32;
-    let slots = layout
-        .locals
-        .iter()
-        .chain(&layout.cells)
-        .chain(&layout.cell_values);
+    let slots = layout.locals.iter().chain(&layout.cells);
     if target < body_start || layout.receiver_to_slot_zero || slots.clone().any(|&s| s < shift) {
         return Ok(None);
     }
@@ -757,7 +770,6 @@ fn rebased_resume_code<'py>(
     let mapped = ResumeLayout {
         locals: unshift(&layout.locals),
         cells: unshift(&layout.cells),
-        cell_values: unshift(&layout.cell_values),
         ..layout.clone()
     };
     resume_code(py, &original, &original_state, original_target, &mapped).map(Some)

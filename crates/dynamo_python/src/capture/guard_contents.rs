@@ -151,6 +151,15 @@ impl<'py> Tracer<'py> {
             }
             return Ok(true);
         }
+        // A cell handed to a resume function (the original frame's own): read and written
+        // through its source (`cell_contents`), a new one on every call.
+        if ty.is(&py.import_module("types")?.getattr("CellType")?) {
+            self.guards.add(
+                source.clone(),
+                GuardKind::Type(OwnedRef::from_bound(ty.as_any())),
+            );
+            return Ok(true);
+        }
         // An nn.Module: its children, parameters, buffers, hooks and flags are read through
         // sources (`_modules[...]`, `_parameters[...]`, ...) and guarded there, and its
         // forward through its class; so every instance of one class with the same structure
@@ -163,7 +172,7 @@ impl<'py> Tracer<'py> {
             self.guards.example(source, value);
             return Ok(true);
         }
-        // An `OrderedDict` or a transformers `ModelOutput` (an OrderedDict subclass), made anew
+        // An `OrderedDict` (or a subclass: a transformers `ModelOutput`, a user's), made anew
         // by every forward and handed on (to resume functions after graph breaks): the trace
         // reads its entries only through guarded item reads, `in` and `len` (its `keys()`,
         // `items()`, iteration are not evaluated on existing objects), and a ModelOutput's
@@ -175,7 +184,7 @@ impl<'py> Tracer<'py> {
             .import_module("torch.autograd.function")?
             .getattr("BackwardCFunction")?;
         let ordered_dict = py.import_module("collections")?.getattr("OrderedDict")?;
-        if ty.is(&ordered_dict) || value.is_instance(&backward_function)? {
+        if value.is_instance(&ordered_dict)? || value.is_instance(&backward_function)? {
             self.guards.add(
                 source.clone(),
                 GuardKind::Type(OwnedRef::from_bound(ty.as_any())),

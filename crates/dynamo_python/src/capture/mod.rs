@@ -787,23 +787,7 @@ impl Converter {
         let prologue = codegen::prologue(&state.instructions)?;
         let t = self.lap("inputs", t);
         tracer.stop_at = stop_at;
-        if let Some(at) = stop_at {
-            tracer.cells_written_after_stop = state.instructions
-                [at.min(state.instructions.len())..]
-                .iter()
-                .filter(|i| {
-                    matches!(
-                        i.opcode,
-                        dynamo_bytecode::opcode::Opcode::StoreDeref
-                            | dynamo_bytecode::opcode::Opcode::DeleteDeref
-                    )
-                })
-                .filter_map(|i| match i.operand {
-                    dynamo_bytecode::instruction::Operand::Cell(slot) => Some(slot),
-                    _ => None,
-                })
-                .collect();
-        }
+
         self.stats().traces += 1;
         let result = match tracer.run(&mut state) {
             Ok(result) => Some(result),

@@ -52,8 +52,44 @@ impl<'py> Tracer<'py> {
 
     pub(super) fn op_store_fast(&mut self, f: &mut FrameState<'py>, i: u32) -> CResult<Flow> {
         let value = self.pop(f)?;
+        if f.is_root {
+            if let Some(cell) = self.handed_cell(f, i, value)? {
+                // A resume function's prologue storing the cell it was handed (the original
+                // frame's own) into its cell slot: the variable lives in that real cell.
+                f.cells.insert(i as usize, cell);
+                return Ok(Flow::Continue);
+            }
+        }
         f.locals[i as usize] = Some(value);
         Ok(Flow::Continue)
+    }
+
+    /// The cell `value` is, when it is a real cell object stored into a cell variable's slot
+    /// (`STORE_FAST` there: how a resume function takes the cells it is handed, see
+    /// `dynamo_bytecode::resume`), read through its source.
+    fn handed_cell(
+        &mut self,
+        f: &FrameState<'py>,
+        slot: u32,
+        value: VarId,
+    ) -> CResult<Option<Cell>> {
+        let VarKind::Object(object) = self.kind_unobserved(value) else {
+            return Ok(None);
+        };
+        let object = object.bind(self.py).clone();
+        let cell_type = self.py.import_module("types")?.getattr("CellType")?;
+        if !object.get_type().is(&cell_type) {
+            return Ok(None);
+        }
+        let name = &f.slot_names[slot as usize];
+        let cellvars = f.code.getattr("co_cellvars")?;
+        if !cellvars.contains(name)? {
+            return Ok(None);
+        }
+        Ok(Some(Cell::Real(
+            OwnedRef::from_bound(&object),
+            self.source(value),
+        )))
     }
 
     pub(super) fn op_delete_fast(&mut self, f: &mut FrameState<'py>, i: u32) -> CResult<Flow> {
@@ -1027,8 +1063,16 @@ impl<'py> Tracer<'py> {
                 self.deref_stores.push((i, value));
                 Ok(Flow::Continue)
             }
-            // Only through the cell's source: which cell it is must be guarded.
-            Some(Cell::Real(cell, Some(source))) if self.rebuildable(value) => {
+            // Only through the cell's source: which cell it is must be guarded. A function
+            // or partial made in the trace is made again for the replay (a resume function
+            // rebinding a closure's variable: `op = partial(f, dim=1)`).
+            Some(Cell::Real(cell, Some(source)))
+                if self.rebuildable(value)
+                    || matches!(
+                        self.kind(value),
+                        VarKind::Function(_) | VarKind::Partial { .. }
+                    ) =>
+            {
                 self.mutations.push(super::translator::Mutation {
                     source,
                     object: cell,

@@ -688,16 +688,6 @@ fn rebuild_inline(tracer: &Tracer<'_>, id: VarId, r: &mut Rebuilder) -> CResult<
     })
 }
 
-/// Whether `code` (or a function nested in it) writes one of its free variables
-/// (`nonlocal`, or an assignment expression in a comprehension).
-fn writes_free_variables(tracer: &Tracer<'_>, code: &OwnedRef) -> CResult<bool> {
-    let check = tracer
-        .py
-        .import_module("dynamo_rs._capture")?
-        .getattr("writes_free_variables")?;
-    Ok(check.call1((code.bind(tracer.py),))?.is_truthy()?)
-}
-
 /// A function made by `MAKE_FUNCTION` in the trace, made again by the generated code from
 /// its code object, globals, defaults and closure (`_capture.make_function`). A cell the
 /// trace made becomes a new cell holding its last value: right when the trace ends by
@@ -736,26 +726,10 @@ fn function_plan(
                 }
                 if let (Some(_), Some(Some(slot))) = (tracer.stop_at, frame_cell) {
                     // A function on the stack at a graph break that closes over a cell of the
-                    // frame (a comprehension reading the frame's locals): it gets the frame's
-                    // own cell, holding the traced value — the same value the resume function
-                    // is handed — as long as neither the function nor (unless the function is
-                    // a comprehension, which runs to its end at that call and is gone) the
-                    // rest of the frame writes it: a later write would reach only one of the
-                    // two cells.
-                    let code = function.code.bind(tracer.py);
-                    let comprehension =
-                        code.getattr("co_name")?.extract::<String>().is_ok_and(|n| {
-                            matches!(n.as_str(), "<listcomp>" | "<dictcomp>" | "<setcomp>")
-                        });
-                    if (!comprehension && tracer.cells_written_after_stop.contains(&slot))
-                        || writes_free_variables(tracer, &function.code)?
-                    {
-                        return unsupported(
-                            BreakKind::ValueNotRebuildable,
-                            "a function made in the trace that shares a cell with the frame \
-                             at a graph break, written after it",
-                        );
-                    }
+                    // frame (a comprehension reading the frame's locals, a closure made before
+                    // the break): it gets the frame's own cell, holding the traced value; the
+                    // resume function is handed the same cell, so what either writes later
+                    // the other sees.
                     let value = match *contents.borrow() {
                         Some(v) => Some(Box::new(rebuild_plan(tracer, v, r)?)),
                         None => None,

@@ -206,10 +206,6 @@ pub struct Tracer<'py> {
     /// The compiled frame's cells, by address, with their slot when the frame's prologue
     /// makes them (so the generated code has them too; see `op_make_cell`).
     pub root_cells: HashMap<usize, Option<u32>>,
-    /// Cell slots of the compiled frame its code writes (`STORE_DEREF`, `DELETE_DEREF`) from
-    /// the graph break on (`stop_at`): a function made in the trace that closes over such a
-    /// cell cannot share it with the resume function.
-    pub cells_written_after_stop: std::collections::HashSet<u32>,
     /// Cells standing for free variables of the compiled frame (its closure's cells, which
     /// the code that made the closure shares), by address, with the frame's slot: made
     /// when the frame passes one on (`LOAD_CLOSURE`, a comprehension or nested function
@@ -379,7 +375,6 @@ impl<'py> Tracer<'py> {
             with_exits: std::collections::HashSet::new(),
             generators: Vec::new(),
             root_cells: HashMap::new(),
-            cells_written_after_stop: std::collections::HashSet::new(),
             root_free_cells: HashMap::new(),
             key_tensors: HashMap::new(),
             identity_members: HashMap::new(),
