@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import dynamo_rs
+from language_harness import compare
 
 G_SET = {0}
 
@@ -90,15 +91,7 @@ def run(fn, arguments):
     return outs
 
 
-def assert_same(expected, got):
-    if isinstance(expected, torch.Tensor):
-        torch.testing.assert_close(got, expected)
-    elif isinstance(expected, (tuple, list)):
-        assert type(got) is type(expected) and len(got) == len(expected)
-        for e, g in zip(expected, got):
-            assert_same(e, g)
-    else:
-        assert got == expected
+assert_same = compare  # results and the objects they changed, as the language cases compare
 
 
 @pytest.mark.parametrize("fn", FUNCTIONS, ids=lambda f: f.__name__)

@@ -350,12 +350,7 @@ impl<'py> Tracer<'py> {
         name: &str,
     ) -> CResult<Option<Bound<'py, PyAny>>> {
         let py = self.py;
-        let ty = value.get_type();
-        if !self.ordinary_getattribute(&ty)? && !self.renaming_lookup(value, name)? {
-            return Ok(None);
-        }
-        let key = PyString::new(py, name);
-        let Some(entry) = super::guard_values::class_lookup(ty.as_any(), &key) else {
+        let Some(entry) = self.ordinary_class_entry(value, name)? else {
             return Ok(None);
         };
         let property = py.import_module("builtins")?.getattr("property")?;
@@ -364,6 +359,21 @@ impl<'py> Tracer<'py> {
         }
         let fget = entry.getattr("fget")?;
         Ok(fget.is_instance(&self.h.function_type)?.then_some(fget))
+    }
+
+    /// What `name` finds along the MRO of `value`'s class, when attribute lookup on `value`
+    /// is the ordinary one (see `ordinary_getattribute`, `renaming_lookup`); None otherwise.
+    fn ordinary_class_entry(
+        &self,
+        value: &Bound<'py, PyAny>,
+        name: &str,
+    ) -> CResult<Option<Bound<'py, PyAny>>> {
+        let ty = value.get_type();
+        if !self.ordinary_getattribute(&ty)? && !self.renaming_lookup(value, name)? {
+            return Ok(None);
+        }
+        let key = PyString::new(self.py, name);
+        Ok(super::guard_values::class_lookup(ty.as_any(), &key))
     }
 
     /// Whether instances of `ty` look attributes up as `object` does — class descriptors,
@@ -428,12 +438,7 @@ impl<'py> Tracer<'py> {
         if value.is_instance_of::<PyType>() {
             return Ok(None);
         }
-        let ty = value.get_type();
-        if !self.ordinary_getattribute(&ty)? && !self.renaming_lookup(value, name)? {
-            return Ok(None);
-        }
-        let key = PyString::new(py, name);
-        let Some(entry) = super::guard_values::class_lookup(ty.as_any(), &key) else {
+        let Some(entry) = self.ordinary_class_entry(value, name)? else {
             return Ok(None);
         };
         let Some(get) = python_descriptor_get(&entry)? else {
