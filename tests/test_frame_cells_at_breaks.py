@@ -210,7 +210,17 @@ def two_breaks_and_a_cell(x):
     return total, len(acc)
 
 
+def locals_of_a_resume_function_with_cells(x):
+    # `locals()` reads a cell variable through its cell (it showed the cell object itself).
+    n = 3
+    read = lambda: n  # noqa: E731
+    torch._dynamo.graph_break()
+    n = n + 1
+    return x + 1, locals()["n"], read()
+
+
 SHARED = [
+    locals_of_a_resume_function_with_cells,
     partial_rebound_between_calls,
     lambda_rebound_between_calls,
     closure_writes_after_a_data_dependent_branch,

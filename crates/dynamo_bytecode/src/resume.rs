@@ -6,8 +6,9 @@
 //!
 //! ```text
 //! COPY_FREE_VARS n            (if the original has free variables: the same closure)
-//! LOAD_FAST arg_c; STORE_FAST slot + shift       for each cell variable: the original
-//!                                                frame's own cell object
+//! MAKE_CELL slot + shift                         for each cell variable: the original
+//! LOAD_FAST arg_c; STORE_FAST slot + shift        frame's own cell object, in place of the
+//!                                                 fresh one (see `resume_instructions`)
 //! RESUME 0
 //! LOAD_FAST arg_k; STORE_FAST slot + shift      for each live local passed in
 //! PUSH_NULL | LOAD_FAST arg_j                    for each stack value, bottom first
@@ -115,6 +116,10 @@ pub fn resume_instructions(
     let stack_args = layout.stack_args() as u32;
     let first_cell_arg = stack_args + layout.locals.len() as u32;
     for (k, &slot) in layout.cells.iter().enumerate() {
+        // `MAKE_CELL` first, replaced at once: CPython's `locals()` and `frame.f_locals` read a
+        // cell slot through its cell only where a `MAKE_CELL` for it ran (they would show the
+        // cell object itself).
+        emit(Opcode::MakeCell, Operand::Cell(slot + shift));
         emit(Opcode::LoadFast, Operand::Local(first_cell_arg + k as u32));
         emit(Opcode::StoreFast, Operand::Local(slot + shift));
     }
@@ -295,12 +300,14 @@ mod tests {
             stack_contexts: Vec::new(),
         };
         let out = resume_instructions(&sample(), 1, 4, &layout, 0).unwrap();
-        let ops: Vec<_> = out.iter().take(5).map(|i| (i.opcode, i.operand)).collect();
+        let ops: Vec<_> = out.iter().take(7).map(|i| (i.opcode, i.operand)).collect();
         assert_eq!(
             ops,
             vec![
+                (Opcode::MakeCell, Operand::Cell(4)),
                 (Opcode::LoadFast, Operand::Local(0)),
                 (Opcode::StoreFast, Operand::Local(4)),
+                (Opcode::MakeCell, Operand::Cell(5)),
                 (Opcode::LoadFast, Operand::Local(1)),
                 (Opcode::StoreFast, Operand::Local(5)),
                 (Opcode::Resume, Operand::Int(0)),
