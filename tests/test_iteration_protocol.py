@@ -157,6 +157,35 @@ def fresh_caches():
     yield
 
 
+# `__iter__()`/`__next__()` called by name on what the trace holds: as `iter()`/`next()`
+# (they were run on the real object, leaving an iterator the trace could not hand on).
+
+
+@case(T4)
+def range_dunder_iter_then_next(x):
+    it = range(3).__iter__()
+    return x + next(it) + next(it)
+
+
+@case(T4)
+def list_dunder_iter_and_dunder_next(x):
+    it = [1, 2, 3].__iter__()
+    return x + next(it) + it.__next__() * 10
+
+
+@case(T4)
+def tuple_of_tensors_dunder_iter(x):
+    pair = (x, x + 1)
+    return [v * 2 for v in pair.__iter__()]
+
+
+@case(T4)
+def iterator_dunder_iter_is_itself(x):
+    it = iter([x, x * 2, x * 3])
+    first = next(it)
+    return [first] + [v + 1 for v in it.__iter__()]
+
+
 @pytest.mark.parametrize(("name", "fn", "make", "spec"), params(CASES))
 def test_case(name, fn, make, spec) -> None:
     check_case(fn, make, spec)

@@ -371,6 +371,9 @@ impl<'py> Tracer<'py> {
             return Ok(result);
         }
         let py = self.py;
+        if let Some(result) = self.iteration_dunder_call(callee, &args, &kwargs)? {
+            return Ok(result);
+        }
         match self.kind(callee) {
             VarKind::Method {
                 receiver,
@@ -493,6 +496,57 @@ impl<'py> Tracer<'py> {
             return Ok(None);
         }
         Ok(Some(obj.getattr("__name__")?.extract()?))
+    }
+
+    /// `c.__iter__()` and `it.__next__()` on a container, constant or iterator the trace
+    /// holds (`range(3).__iter__()`, `[a, b].__iter__()`, `t.__iter__()` of a tuple of
+    /// tensors): as `iter(c)` and `next(it)`, which the trace follows (they were evaluated
+    /// on the real object, leaving an iterator the trace could not hand on). None for other
+    /// calls (a class's own Python `__iter__` is a method with a function, inlined as such).
+    fn iteration_dunder_call(
+        &mut self,
+        callee: VarId,
+        args: &[VarId],
+        kwargs: &[(String, VarId)],
+    ) -> CResult<Option<VarId>> {
+        if !args.is_empty() || !kwargs.is_empty() {
+            return Ok(None);
+        }
+        let py = self.py;
+        let (receiver, name) = match self.kind(callee) {
+            VarKind::Method {
+                receiver,
+                name,
+                func: None,
+            } => (*receiver, name.clone()),
+            // A constant's own method (`range(3).__iter__`), bound while tracing.
+            VarKind::Const(method) | VarKind::Object(method) => {
+                let method = method.bind(py).clone();
+                let Ok(owner) = method.getattr("__self__") else {
+                    return Ok(None);
+                };
+                if !self.h.is_constant(&owner)? {
+                    return Ok(None);
+                }
+                let name = method.getattr("__name__")?.extract::<String>()?;
+                (self.constant(&owner), name)
+            }
+            _ => return Ok(None),
+        };
+        let builtin = match name.as_str() {
+            "__iter__" => "iter",
+            "__next__" => "next",
+            _ => return Ok(None),
+        };
+        if !matches!(
+            self.kind(receiver),
+            VarKind::List(_) | VarKind::Tuple(_) | VarKind::Iter { .. } | VarKind::Const(_)
+        ) || (builtin == "next" && !matches!(self.kind(receiver), VarKind::Iter { .. }))
+        {
+            return Ok(None);
+        }
+        let function = self.h.builtins.getattr(builtin)?;
+        self.iteration_builtin(&function, &[receiver])
     }
 
     pub(super) fn any_tensor(&self, args: &[VarId], kwargs: &[(String, VarId)]) -> bool {

@@ -703,6 +703,11 @@ impl<'py> Tracer<'py> {
                 };
                 self.wrap(&attr, source)
             }
+            // `it.__next__` / `it.__iter__` of an iterator the trace made: called, as
+            // `next(it)` / `iter(it)` (see `iteration_dunder_call`).
+            VarKind::Iter { .. } if name == "__next__" || name == "__iter__" => {
+                Ok(self.method(obj, name, None))
+            }
             other @ (VarKind::Symbolic { .. }
             | VarKind::Slice(_)
             | VarKind::DictView { .. }
