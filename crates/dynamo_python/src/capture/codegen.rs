@@ -318,19 +318,25 @@ impl<'py> CodeGen<'py> {
     }
 
     /// Leaves the frame's cell `slot` empty, as the trace left it (a cell bound when the frame
-    /// started, whose variable the frame deleted): its entry value kept as for a store.
+    /// started, whose variable the frame deleted), its entry value kept first.
     pub fn empty_frame_cell(&mut self, slot: u32) {
         if self.entry_cells[slot as usize] {
-            let none = self.py.None().into_bound(self.py);
-            self.load_const(&none);
-            self.store_frame_cell(slot);
+            self.keep_entry_value(slot);
             self.emit(Opcode::DeleteDeref, Operand::Cell(slot));
         }
     }
 
-    /// Stores the value on top of the stack into the frame's cell `slot`, keeping the value
-    /// the cell had when the frame started in a temp the first time (see `cell_originals`).
+    /// Stores the value on top of the stack into the frame's cell `slot`, its entry value
+    /// kept first.
     pub fn store_frame_cell(&mut self, slot: u32) {
+        self.keep_entry_value(slot);
+        self.emit(Opcode::StoreDeref, Operand::Cell(slot));
+    }
+
+    /// Before the generated code first changes the frame's cell `slot`: the value it had when
+    /// the frame started, into a temp that loads of the local's source read from then on
+    /// (see `cell_originals`). Cells unbound at entry have nothing to keep.
+    fn keep_entry_value(&mut self, slot: u32) {
         if self.entry_cells[slot as usize] && !self.cell_originals.contains_key(&slot) {
             let name = format!("___entry_{}", self.slot_names[slot as usize]);
             let temp = self.temp(&name);
@@ -338,7 +344,6 @@ impl<'py> CodeGen<'py> {
             self.emit(Opcode::StoreFast, Operand::Local(temp));
             self.cell_originals.insert(slot, temp);
         }
-        self.emit(Opcode::StoreDeref, Operand::Cell(slot));
     }
 
     /// A new local for the generated code's own use; its slot.
