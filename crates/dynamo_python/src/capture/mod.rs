@@ -18,6 +18,7 @@ pub mod codegen;
 mod existing_containers;
 mod existing_tensor_keys;
 mod frame_state;
+mod global_state;
 pub mod graph;
 mod graph_break;
 mod graph_forward;
@@ -356,7 +357,7 @@ impl Converter {
                 .call_method1("log_recompile", (frame,))?;
         }
         let start = std::time::Instant::now();
-        let grad_enabled = py.import_module("torch")?.call_method0("is_grad_enabled")?;
+        let saved_state = global_state::SavedGlobalState::take(py)?;
         let torch_c = py.import_module("torch")?.getattr("_C")?;
         if torch_c
             .call_method0("_len_torch_function_stack")?
@@ -405,15 +406,11 @@ impl Converter {
                 .getattr("GlobalStateGuard")?
                 .call0()?;
             tracer.guards.global_state = Some(OwnedRef::from_bound(&global_state));
+            tracer.entry_state = Some(global_state::SavedGlobalState::take(py)?);
             Ok(tracer)
         };
-        // Grad-mode blocks flip the real mode while tracing; put it back whatever happened.
-        let restore_grad_mode = || -> PyResult<()> {
-            py.import_module("torch")?
-                .getattr("_C")?
-                .call_method1("_set_grad_enabled", (&grad_enabled,))?;
-            Ok(())
-        };
+        // What the trace set of torch's global state for real is put back after each trace.
+        let restore_global_state = || saved_state.restore();
         let mut tracer = new_tracer()?;
         this.lap("setup", start);
         let mut split_at = None;
@@ -427,7 +424,7 @@ impl Converter {
                 Some(hint.index),
                 &mut None,
             );
-            restore_grad_mode()?;
+            restore_global_state()?;
             match hinted {
                 Ok(entry) => {
                     if tracer.reached_stop && entry.is_some() {
@@ -447,7 +444,7 @@ impl Converter {
             Some(done) => done,
             None => {
                 let first = this.convert(py, &mut tracer, frame, slf.as_any(), None, &mut split_at);
-                restore_grad_mode()?;
+                restore_global_state()?;
                 first
             }
         };
@@ -458,7 +455,7 @@ impl Converter {
                 tracer = new_tracer()?;
                 split_at = None;
                 converted = this.convert(py, &mut tracer, frame, slf.as_any(), None, &mut split_at);
-                restore_grad_mode()?;
+                restore_global_state()?;
             }
         }
         if let (Err(CaptureError::Unsupported(reason)), Some(index), false) =
@@ -473,14 +470,14 @@ impl Converter {
             let mut retry = new_tracer()?;
             let mut split =
                 this.convert(py, &mut retry, frame, slf.as_any(), Some(index), &mut None);
-            restore_grad_mode()?;
+            restore_global_state()?;
             if let Err(CaptureError::Python(err)) = &split {
                 if floats_specialized(py, err)? {
                     // As for the whole frame above: the part before the break, floats constant.
                     retry = new_tracer()?;
                     split =
                         this.convert(py, &mut retry, frame, slf.as_any(), Some(index), &mut None);
-                    restore_grad_mode()?;
+                    restore_global_state()?;
                 }
             }
             match split {
@@ -1102,11 +1099,9 @@ impl Converter {
         )?;
         let guard = Py::new(py, guard)?;
         if self_check_enabled(py)? {
-            // Checked in the grad mode the frame started in, whatever the trace left.
-            if let Some(mode) = tracer.guards.grad_mode {
-                py.import_module("torch")?
-                    .getattr("_C")?
-                    .call_method1("_set_grad_enabled", (mode,))?;
+            // Checked in the global state the frame started in, whatever the trace left.
+            if let Some(state) = &tracer.entry_state {
+                state.restore()?;
             }
             // A guard that fails on the very frame it was built from never holds: every
             // call would recompile. That is a bug in the guards, not in the user's code.

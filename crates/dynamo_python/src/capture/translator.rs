@@ -126,6 +126,8 @@ pub struct Tracer<'py> {
     pub draws_random: bool,
     /// Grad mode as the traced code sees it (changed by grad-mode `with` blocks).
     pub grad_enabled: bool,
+    /// Torch's global settings as the frame was called: the guard's self-check runs in them.
+    pub(super) entry_state: Option<super::global_state::SavedGlobalState<'py>>,
     /// Field names of tuples that came from named tuples (`torch.topk(...).values`).
     pub tuple_fields: HashMap<VarId, Vec<String>>,
     /// The class of those tuples (a `torch.return_types` struct sequence, a `namedtuple`):
@@ -350,6 +352,7 @@ impl<'py> Tracer<'py> {
             state_changing_op: None,
             draws_random: false,
             grad_enabled: true,
+            entry_state: None,
             tuple_fields: HashMap::new(),
             tuple_classes: HashMap::new(),
             mutations: Vec::new(),
