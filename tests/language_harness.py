@@ -65,6 +65,18 @@ def compare(expected, got):
         assert type(got) is type(expected) and list(got) == list(expected)
         for k in expected:
             compare(expected[k], got[k])
+    elif isinstance(expected, (set, frozenset)):
+        # Tensors in a set hash by identity: the compiled set holds other tensor objects, so
+        # its tensors are matched by value, its other elements by equality.
+        assert type(got) is type(expected) and len(got) == len(expected)
+        tensors = [e for e in got if isinstance(e, torch.Tensor)]
+        assert {e for e in got if not isinstance(e, torch.Tensor)} == \
+            {e for e in expected if not isinstance(e, torch.Tensor)}
+        for e in (e for e in expected if isinstance(e, torch.Tensor)):
+            match = next((i for i, g in enumerate(tensors)
+                          if g.shape == e.shape and torch.allclose(g, e)), None)
+            assert match is not None, e
+            del tensors[match]
     elif isinstance(expected, (np.ndarray, np.generic)):
         # A 0-d result is a 0-d array where NumPy gives a scalar (as under TorchDynamo).
         assert isinstance(got, np.ndarray) or type(got) is type(expected), type(got)

@@ -133,6 +133,22 @@ def set_update_from_list(x):
     s = {0}
     s.update([1, 2], (3,))
     return x * max(s)
+# Sets holding tensors that outlive the graph, returned or stored: the generated code builds
+# them again from the real tensors (inputs and graph outputs), which hash by identity as in
+# eager code.
+@case(T34)
+def set_of_tensors_returned(x):
+    s = set()
+    s.add(x)
+    s.add(x.sin())
+    s.add("tag")
+    return s
+class _Holder:
+    pass
+@case(T34, _Holder)
+def set_of_tensors_stored_on_an_object(x, holder):
+    holder.seen = {x, x.cos(), x}
+    return x + len(holder.seen), holder.seen
 @case(T34)
 def sorted_set(x):
     return x + sorted({3, 1, 2})[0]

@@ -15,6 +15,7 @@ use pyo3::types::{PyFrozenSet, PySet};
 
 use super::break_reasons::BreakKind;
 use super::codegen::Rebuild;
+use super::rebuild::{rebuild_plan, Rebuilder};
 use super::translator::{kind_name, unsupported, CResult, Flow, FrameState, Tracer};
 use super::vars::{DictViewKind, VarId, VarKind};
 use crate::eval_frame::owned::OwnedRef;
@@ -565,32 +566,58 @@ impl<'py> Tracer<'py> {
     }
 
     /// How the generated code makes a set the trace made: a new set of its final elements.
-    pub(super) fn fresh_set_rebuild(&self, id: VarId) -> CResult<Option<Rebuild>> {
+    pub(super) fn fresh_set_rebuild(
+        &self,
+        id: VarId,
+        r: &mut Rebuilder,
+    ) -> CResult<Option<Rebuild>> {
         if !self.is_fresh_set(id) {
             return Ok(None);
         }
         let set = self.real(id).expect("a fresh set is an object");
-        self.set_elements_rebuild(&set).map(Some)
+        self.set_elements_rebuild(&set, r).map(Some)
     }
 
-    /// A new set of the elements `set` holds now.
-    pub(super) fn set_elements_rebuild(&self, set: &Bound<'py, PyAny>) -> CResult<Rebuild> {
+    /// A new set of the elements `set` holds now: `set((...))` of the constants and of the
+    /// tensors it holds (the real tensors, which hash by identity as the stand-in keys did) —
+    /// returned or stored; not at a graph break.
+    pub(super) fn set_elements_rebuild(
+        &self,
+        set: &Bound<'py, PyAny>,
+        r: &mut Rebuilder,
+    ) -> CResult<Rebuild> {
         let py = self.py;
         self.pin_set_members(set)?;
         let elements = set.try_iter()?.collect::<PyResult<Vec<_>>>()?;
-        if elements
+        let into = OwnedRef::from_bound(&self.h.builtins.getattr("set")?);
+        if !elements
             .iter()
             .any(|e| self.key_tensors.contains_key(&(e.as_ptr() as usize)))
         {
+            let frozen = PyFrozenSet::new(py, elements)?;
+            return Ok(Rebuild::Converted {
+                into,
+                value: Box::new(Rebuild::Const(OwnedRef::from_bound(frozen.as_any()))),
+            });
+        }
+        if self.reached_stop {
+            // At a graph break the set goes to the resume function as an argument, which a
+            // set of tensors could only be guarded by its identity: a new compile per call.
             return unsupported(
                 BreakKind::UnsupportedOperation,
-                "a set of tensors made while tracing, kept after the graph",
+                "a set of tensors made while tracing, live at a graph break",
             );
         }
-        let frozen = PyFrozenSet::new(py, elements)?;
+        let items = elements
+            .iter()
+            .map(|e| match self.key_tensors.get(&(e.as_ptr() as usize)) {
+                Some(&tensor) => rebuild_plan(self, tensor, r),
+                None => Ok(Rebuild::Const(OwnedRef::from_bound(e))),
+            })
+            .collect::<CResult<Vec<_>>>()?;
         Ok(Rebuild::Converted {
-            into: OwnedRef::from_bound(&self.h.builtins.getattr("set")?),
-            value: Box::new(Rebuild::Const(OwnedRef::from_bound(frozen.as_any()))),
+            into,
+            value: Box::new(Rebuild::Tuple(items)),
         })
     }
 

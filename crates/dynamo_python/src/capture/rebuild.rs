@@ -208,7 +208,7 @@ fn contents_plan(tracer: &Tracer<'_>, id: VarId, r: &mut Rebuilder) -> CResult<R
         ),
         // An existing set the trace changed: its copy's final elements.
         VarKind::Object(copy) if tracer.is_written_set(id) => {
-            tracer.set_elements_rebuild(&copy.bind(tracer.py).clone())?
+            tracer.set_elements_rebuild(&copy.bind(tracer.py).clone(), r)?
         }
         // An existing deque: its copy's final items.
         VarKind::Object(_) if tracer.is_fresh_deque(id) => match tracer.fresh_deque_contents(id)? {
@@ -380,7 +380,7 @@ fn rebuild_inline(tracer: &Tracer<'_>, id: VarId, r: &mut Rebuilder) -> CResult<
         VarKind::Object(v) => match tracer.source(id) {
             Some(source) => Rebuild::Source(source),
             None => {
-                if let Some(set) = tracer.fresh_set_rebuild(id)? {
+                if let Some(set) = tracer.fresh_set_rebuild(id, r)? {
                     return Ok(set);
                 }
                 if let Some(deque) = tracer.fresh_deque_contents(id)? {
