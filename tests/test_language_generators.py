@@ -364,6 +364,46 @@ def generator_changing_a_view_of_an_older_tensor(x):
     return torch.stack(out)
 
 
+# PEP 479: a StopIteration raised inside a generator's body leaves it as a RuntimeError
+# caused by it (the compiled frame took the `except StopIteration` branch instead).
+@case(T34)
+def stop_iteration_raised_in_a_generator_is_a_runtime_error(x):
+    def gen():
+        yield 1
+        raise StopIteration("done")
+    g = gen()
+    try:
+        next(g)
+        next(g)
+    except RuntimeError as e:
+        return x + 100, str(e), type(e.__cause__).__name__
+    except StopIteration:
+        return x + 200
+@case(T34)
+def next_of_an_empty_iterator_inside_a_generator_consumed_by_list(x):
+    def gen():
+        yield x
+        next(iter([]))
+    try:
+        return list(gen())
+    except RuntimeError as e:
+        return x + 1, str(e)
+@case(T34)
+def next_of_an_empty_iterator_inside_a_generator_expression(x):
+    it = iter([1])
+    try:
+        return list(next(it) for _ in range(2)), x
+    except RuntimeError as e:
+        return x + 7, str(e)
+@case(T34)
+def next_of_an_empty_iterator_inside_a_list_comprehension_stays_stop_iteration(x):
+    it = iter([1])
+    try:
+        return [next(it) for _ in range(2)], x
+    except StopIteration:
+        return x + 5
+
+
 @pytest.fixture(autouse=True)
 def fresh_caches():
     reset_all()

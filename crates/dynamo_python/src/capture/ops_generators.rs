@@ -16,10 +16,11 @@
 
 use pyo3::prelude::*;
 
-use super::break_reasons::BreakKind;
+use super::break_reasons::{Break, BreakKind};
 use super::frame_state::FrameState;
-use super::translator::{unsupported, CResult, Flow, Tracer};
+use super::translator::{unsupported, CResult, CaptureError, Flow, Tracer};
 use super::vars::{LazyIter, VarId, VarKind};
+use crate::eval_frame::owned::OwnedRef;
 use crate::imports::ImportModule;
 use dynamo_bytecode::Instruction;
 
@@ -74,8 +75,44 @@ impl<'py> Tracer<'py> {
             t.enter_depth()?;
             let result = t.run(&mut state);
             t.depth -= 1;
-            result
+            result.map_err(|err| t.out_of_generator(err))
         })
+    }
+
+    /// `err`, raised out of a generator's frame, as its consumer sees it: a StopIteration
+    /// the body raised becomes `RuntimeError("generator raised StopIteration")` caused by
+    /// it (PEP 479; CPython converts it as the exception leaves the generator).
+    fn out_of_generator(&mut self, err: CaptureError) -> CaptureError {
+        let py = self.py;
+        let stop_iteration = matches!(&err, CaptureError::Unsupported(r)
+            if r.kind == BreakKind::ExceptionWhileTracing)
+            && self.raised.as_ref().is_some_and(|e| {
+                e.bind(py)
+                    .is_instance_of::<pyo3::exceptions::PyStopIteration>()
+            });
+        if !stop_iteration {
+            return err;
+        }
+        let converted = (|| -> PyResult<Bound<'py, PyAny>> {
+            let cause = self.raised.as_ref().expect("checked").bind(py).clone();
+            let runtime = self
+                .h
+                .builtins
+                .getattr("RuntimeError")?
+                .call1(("generator raised StopIteration",))?;
+            runtime.setattr("__cause__", cause)?;
+            Ok(runtime)
+        })();
+        match converted {
+            Ok(runtime) => {
+                self.raised = Some(OwnedRef::from_bound(&runtime));
+                CaptureError::Unsupported(Break::new(
+                    BreakKind::ExceptionWhileTracing,
+                    "RuntimeError: generator raised StopIteration while tracing",
+                ))
+            }
+            Err(py_err) => CaptureError::Python(py_err),
+        }
     }
 
     /// Resumes generator `id`, `sent` being what its `yield` evaluates to (None for
@@ -134,7 +171,7 @@ impl<'py> Tracer<'py> {
             Err(err) => {
                 // An exception out of a generator finishes it.
                 self.generators[frame] = GeneratorFrame::Finished;
-                Err(err)
+                Err(self.out_of_generator(err))
             }
         }
     }
