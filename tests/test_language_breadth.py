@@ -241,6 +241,25 @@ def decorated_function(x): return _decorated(x)
 @case(T34, T34)
 def chain_lists(x, y): return torch.stack(list(itertools.chain([x], [y], (x + y,))))
 @case(T34)
+def cycle_over_constants_until_break(x):
+    for source in (iter([]), iter([10, 11.0]), itertools.repeat(-1, 3), itertools.count(10)):
+        seen = 0
+        for v in itertools.cycle(source):
+            x = x + v
+            seen += 1
+            if seen > 6:
+                break
+    return x
+@case(T34, lambda: [torch.ones(4), torch.full((4,), 2.0)])
+def cycle_over_weights_zipped_with_range(x, weights):
+    for w, _ in zip(itertools.cycle(weights), range(5)):
+        x = x * w
+    return x
+@case(T34)
+def cycle_next_by_hand(x):
+    letters = itertools.cycle("ab")
+    return x + (next(letters) == "a") + 2 * (next(letters) == "b") + 4 * (next(letters) == "a")
+@case(T34)
 def chain_from_iterable(x):
     parts = [[x, x + 1], [x * 2]]
     return sum(itertools.chain.from_iterable(parts))

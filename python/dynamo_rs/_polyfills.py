@@ -5,6 +5,8 @@ the inputs library code gives it; `POLYFILLS` maps the C function to its Python 
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 
 
@@ -31,6 +33,19 @@ def group_tensors_by_device_and_dtype(tensorlistlist, with_indices=False):
     return groups
 
 
+def cycle(iterable):
+    """`itertools.cycle`: the items of `iterable` as it is consumed, then the saved ones
+    over and over. A generator, so the trace runs it only as far as its consumer asks (it
+    never ends)."""
+    saved = []
+    for element in iterable:
+        yield element
+        saved.append(element)
+    while saved:
+        yield from saved
+
+
 POLYFILLS = {
     torch._C._group_tensors_by_device_and_dtype: group_tensors_by_device_and_dtype,
+    itertools.cycle: cycle,
 }

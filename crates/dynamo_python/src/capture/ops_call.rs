@@ -648,12 +648,14 @@ impl<'py> Tracer<'py> {
     ) -> CResult<VarId> {
         let py = self.py;
         let h = self.h.clone();
-        let polyfill = match obj.is_instance_of::<pyo3::types::PyCFunction>() {
+        let polyfill = match obj.is_instance_of::<pyo3::types::PyCFunction>()
+            || obj.is_instance_of::<pyo3::types::PyType>()
+        {
             true => h.polyfills.get_item(obj).ok(),
             false => None,
         };
         if let Some(polyfill) = polyfill {
-            // A C function library code calls on tensors: its Python version, traced.
+            // A C function or class (`itertools.cycle`) whose Python version is traced.
             self.pin_identity(callee);
             return self.call_python(&polyfill, args, kwargs);
         }

@@ -4,7 +4,8 @@
 //! `takewhile`, `dropwhile`, `compress`, `repeat(x, n)`) over items the trace holds, handed
 //! on as iterators over their results. `count` and `repeat(x)`, endless, are made lazily
 //! (`ops_lazy_iter`), as is `groupby`, whose groups are computed here but handed out one by
-//! one (Python empties a group when the outer iterator moves on); `cycle` is not modelled.
+//! one (Python empties a group when the outer iterator moves on); `cycle` is traced as a
+//! generator (`_polyfills.cycle`), run as far as its consumer asks.
 //!
 //! Python computes these one item at a time as they are consumed; here every item is
 //! computed when the iterator is made. The two agree when computing an item changes nothing
