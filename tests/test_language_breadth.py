@@ -143,6 +143,12 @@ def set_of_tensors_returned(x):
     s.add(x.sin())
     s.add("tag")
     return s
+@case(T34)
+def set_copied_from_a_set_of_tensors(x):
+    y = x.add_(1)
+    s = set({x, x.cos()})
+    s.add(y)
+    return len(s), x in s, len(set(s) | {x.sin()})
 class _Holder:
     pass
 @case(T34, _Holder)

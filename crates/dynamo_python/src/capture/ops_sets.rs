@@ -320,6 +320,16 @@ impl<'py> Tracer<'py> {
 
     /// `set(iterable)`: a new set of the iterable's items.
     pub(super) fn construct_set(&mut self, args: &[VarId]) -> CResult<VarId> {
+        if let Some(&iterable) = args.first().filter(|&&a| self.is_fresh_set(a)) {
+            // `set(s)` of a set the trace made: a copy, whatever order its elements are in
+            // (the order of a set holding tensors is not known while tracing).
+            let set = self.real(iterable).expect("a fresh set is an object");
+            let copy = PySet::empty(self.py)?;
+            for element in set.try_iter()? {
+                copy.add(element?)?;
+            }
+            return Ok(self.fresh_set(copy.as_any()));
+        }
         let items = match args.first() {
             Some(&iterable) => self.items_of(iterable)?,
             None => Vec::new(),
