@@ -1412,6 +1412,44 @@ def scripted_helper_with_python_branch(x): return scripted_with_branch(x, 3) + s
 @case(T34)
 def traced_function_inlined(x): return traced_scale(x).relu()
 
+# --- literals being built when a called function breaks the graph ------------------------------
+# The resume function gets the half-built list, dict or set as an argument; what it adds is
+# written back into that object (it ran eagerly).
+def _dict_after_a_break(x):
+    torch._dynamo.graph_break()
+    return {"b": x * 2}
+def _list_after_a_break(x):
+    torch._dynamo.graph_break()
+    return [x * 3]
+@case(T34)
+def dict_literal_unpacking_a_call_that_breaks(x): return {"a": x + 1, **_dict_after_a_break(x), "c": x - 1}
+@case(T34)
+def list_literal_unpacking_a_call_that_breaks(x): return [x + 1, *_list_after_a_break(x), x - 1]
+@case(T34)
+def set_literal_unpacking_a_call_that_breaks(x): return x * len({1, *[len(_list_after_a_break(x))], 3})
+@case(T34)
+def tuple_literal_unpacking_a_call_that_breaks(x): return (x + 1, *_list_after_a_break(x), x - 1)
+
+
+# --- inspect.signature(f).parameters: a read-only view the trace made -------------------------
+def _signature_target(a, b=2, *, c=3): pass
+@case(T34)
+def signature_parameters_values(x):
+    import inspect
+    names = [p.name for p in inspect.signature(_signature_target).parameters.values()]
+    return x + len(names), names
+@case(T34)
+def signature_parameters_get_in_len(x):
+    import inspect
+    ps = inspect.signature(_signature_target).parameters
+    return x + ("c" in ps) + len(ps) + ps.get("b").default, list(ps.keys())
+@case(T34)
+def signature_parameters_items(x):
+    import inspect
+    ps = inspect.signature(_signature_target).parameters
+    return x + ps["b"].default, [k for k, v in ps.items() if v.kind == v.KEYWORD_ONLY]
+
+
 @pytest.fixture(autouse=True)
 def fresh_caches():
     reset_all()

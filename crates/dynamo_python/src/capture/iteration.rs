@@ -753,7 +753,12 @@ impl<'py> Tracer<'py> {
         if fresh_mapping_proxy
             || matches!(
                 type_name.as_str(),
-                "odict_values" | "dict_values" | "dict_keys" | "odict_keys"
+                "odict_values"
+                    | "dict_values"
+                    | "dict_keys"
+                    | "odict_keys"
+                    | "dict_items"
+                    | "odict_items"
             )
         {
             let mut out = Vec::new();

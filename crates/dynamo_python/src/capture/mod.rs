@@ -70,6 +70,7 @@ mod ops_symbolic;
 mod ops_tensor_functions;
 mod ops_tensor_grad;
 mod ops_tensor_method;
+mod ops_torch_check;
 mod ops_user_operators;
 mod ops_with;
 mod persist;

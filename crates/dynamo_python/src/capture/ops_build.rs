@@ -280,16 +280,16 @@ impl<'py> Tracer<'py> {
     }
 
     /// The container `depth` down the stack, which an opcode is about to change in place:
-    /// it must be one the trace made (a container with a source existed before — a resume
-    /// function gets the containers its frame was building as arguments — and the change
-    /// would be lost).
+    /// one the trace made, or an existing list or dict (a resume function gets the
+    /// containers its frame was building as arguments), changed as the trace changes any
+    /// existing container (`may_change_container`).
     fn owned_at(&mut self, f: &FrameState<'py>, depth: u32, opcode: &str) -> CResult<VarId> {
         let id = self.list_at(f, depth)?;
         if self.source(id).is_some() {
-            return unsupported(
-                BreakKind::UnreplayableSideEffect,
-                format!("{opcode} on a container that existed before the call"),
-            );
+            // A literal or comprehension being built when the frame broke, handed to the
+            // resume function (`{**f()}`, `[*a, *g()]` with a break inside `g`): an existing
+            // list or dict, whose final contents the generated code writes back.
+            self.may_change_container(id, opcode)?;
         }
         Ok(id)
     }

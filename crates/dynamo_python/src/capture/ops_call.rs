@@ -90,6 +90,18 @@ enum Defaults<'py> {
     },
 }
 
+/// Methods of a `mappingproxy` that only read it.
+const MAPPING_PROXY_READS: [&str; 8] = [
+    "values",
+    "keys",
+    "items",
+    "get",
+    "copy",
+    "__getitem__",
+    "__contains__",
+    "__len__",
+];
+
 impl<'py> Tracer<'py> {
     pub(super) fn op_call(&mut self, f: &mut FrameState<'py>, argc: u32) -> CResult<Flow> {
         let kw_names = f.kw_names.take();
@@ -554,91 +566,6 @@ impl<'py> Tracer<'py> {
             || kwargs.iter().any(|(_, v)| self.contains_tensor(*v))
     }
 
-    /// The name of `callee` when it is one of torch's `torch._check*` functions (`_check`,
-    /// `_check_with`, `_check_index`, `_check_is_size`, ...).
-    fn torch_check_name(&self, callee: &Bound<'py, PyAny>) -> PyResult<Option<String>> {
-        if !callee.is_instance(&self.h.function_type)?
-            || callee.getattr("__module__")?.to_string() != "torch"
-        {
-            return Ok(None);
-        }
-        let name = callee.getattr("__name__")?.to_string();
-        Ok(name.starts_with("_check").then_some(name))
-    }
-
-    /// Whether `callee` is a `torch._check*` function called on a condition known while
-    /// tracing: its Python source is traced — a true condition leaves nothing, a false one
-    /// raises the error torch raises, which the traced code may catch — as TorchDynamo does.
-    fn check_known_while_tracing(
-        &self,
-        callee: &Bound<'py, PyAny>,
-        args: &[VarId],
-        kwargs: &[(String, VarId)],
-    ) -> PyResult<bool> {
-        Ok(self.torch_check_name(callee)?.is_some()
-            && !args
-                .iter()
-                .chain(kwargs.iter().map(|(_, v)| v))
-                .any(|&a| self.is_symbolic(a)))
-    }
-
-    /// `torch._check(cond[, message])` and its kin (`_check_with`, `_check_index`,
-    /// `_check_value`, ...) on a symbolic condition (a size of a dynamic dimension): a
-    /// `torch._check(cond[, message])` node checked when the graph runs, as TorchDynamo
-    /// records it (every kind then raises `RuntimeError`). A message given as a function
-    /// (`lambda: "too small"`) cannot be a graph argument: the node has torch's default
-    /// message. None for other calls.
-    fn symbolic_check(
-        &mut self,
-        callee: &Bound<'py, PyAny>,
-        args: &[VarId],
-        kwargs: &[(String, VarId)],
-    ) -> CResult<Option<VarId>> {
-        let Some(name) = self.torch_check_name(callee)? else {
-            return Ok(None);
-        };
-        if !matches!(
-            name.as_str(),
-            "_check"
-                | "_check_with"
-                | "_check_index"
-                | "_check_value"
-                | "_check_type"
-                | "_check_not_implemented"
-        ) {
-            return Ok(None);
-        }
-        let positional = if name == "_check_with" {
-            &args[1.min(args.len())..]
-        } else {
-            args
-        };
-        let keyword = |key: &str| kwargs.iter().find(|(k, _)| k == key).map(|(_, v)| *v);
-        let Some(cond) = positional.first().copied().or_else(|| keyword("cond")) else {
-            return Ok(None);
-        };
-        if !self.is_symbolic(cond) {
-            return Ok(None);
-        }
-        let message = positional.get(1).copied().or_else(|| keyword("message"));
-        let mut node_args = vec![cond];
-        if let Some(message) = message {
-            if let VarKind::Const(text) = self.kind(message) {
-                if text.bind(self.py).is_instance_of::<pyo3::types::PyString>() {
-                    node_args.push(message);
-                }
-            }
-        }
-        let check = self.h.torch.getattr("_check")?;
-        self.graph_call(
-            Op::CallFunction(OwnedRef::from_bound(&check)),
-            "_check",
-            node_args,
-            Vec::new(),
-        )
-        .map(Some)
-    }
-
     fn call_object(
         &mut self,
         callee: VarId,
@@ -1035,6 +962,15 @@ impl<'py> Tracer<'py> {
         if type_name == "builtin_function_or_method" || type_name == "method-wrapper" {
             if let Ok(owner) = obj.getattr("__self__") {
                 if h.is_constant(&owner)? {
+                    return self.call_builtin(obj, args, kwargs);
+                }
+                // Reading a read-only view the trace made (`inspect.signature(f).parameters`,
+                // made from what the trace guarded): `values()`, `get(name)`, ...
+                let name = obj.getattr("__name__")?;
+                if self.source(callee).is_none()
+                    && owner.get_type().name()? == "mappingproxy"
+                    && MAPPING_PROXY_READS.contains(&name.extract::<String>()?.as_str())
+                {
                     return self.call_builtin(obj, args, kwargs);
                 }
             }

@@ -299,18 +299,30 @@ impl<'py> Tracer<'py> {
     ) -> CResult<Flow> {
         let value = self.pop(f)?;
         let target = self.list_at(f, depth)?;
-        if !self.is_fresh_set(target) {
-            return unsupported(
-                BreakKind::UnsupportedOperation,
-                "SET_ADD on a set the trace did not make",
-            );
-        }
+        let set = if self.is_fresh_set(target) {
+            self.real(target).expect("a fresh set is an object")
+        } else {
+            // A set literal being built when the frame broke, handed to the resume function
+            // (`{1, *g()}` with a break inside `g`): an existing set of constants, changed
+            // through the copy that stands for it.
+            let standing = match self.real(target) {
+                Some(real) => self.set_standing_for(&real, true)?,
+                None => None,
+            };
+            let Some((copy, tracker)) = standing else {
+                return unsupported(
+                    BreakKind::UnsupportedOperation,
+                    "SET_ADD on a set the trace did not make",
+                );
+            };
+            self.note_effect(Some(tracker));
+            copy
+        };
         let new = if update {
             self.items_of(value)?
         } else {
             vec![value]
         };
-        let set = self.real(target).expect("a fresh set is an object");
         let elements = self.set_elements(&new, Some(&set))?;
         for element in elements {
             set.call_method1("add", (element,))?;
