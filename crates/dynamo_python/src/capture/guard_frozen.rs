@@ -868,11 +868,11 @@ pub(super) fn step_shapes(
         .map(|step| {
             let from_checks = step.checks.iter().find_map(|check| match check {
                 Check::Id(identity) => identity.get(py).map(|v| v.get_type().as_ptr() as usize),
-                Check::Type(ty) => Some(ty.as_ptr() as usize),
+                Check::Type(ty) => Some(ty.address()),
                 _ => None,
             });
             from_checks.or(match &step.access {
-                Access::Object(object) => Some(object.bind(py).get_type().as_ptr() as usize),
+                Access::Object(object) => object.get(py).map(|o| o.get_type().as_ptr() as usize),
                 _ => None,
             })
         })

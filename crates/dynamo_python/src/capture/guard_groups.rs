@@ -25,7 +25,8 @@ use crate::eval_frame::owned::OwnedRef;
 pub struct InstanceDictGroup {
     /// The step whose value is the object read from.
     pub parent: usize,
-    ty: OwnedRef,
+    /// The type's address, checked with its version tag (see `KnownLookup::ty`).
+    ty: usize,
     tag: u32,
     /// The class's renaming table (a transformers configuration's `attribute_map`), whose
     /// contents decide which key a name reads.
@@ -48,7 +49,7 @@ impl InstanceDictGroup {
     pub fn new(parent: usize, lookup: &KnownLookup) -> InstanceDictGroup {
         InstanceDictGroup {
             parent,
-            ty: lookup.ty.clone(),
+            ty: lookup.ty,
             tag: lookup.tag,
             renames: lookup.renames.clone(),
             dict: AtomicUsize::new(0),
@@ -60,7 +61,7 @@ impl InstanceDictGroup {
     /// Whether a member read through `lookup` from the step `parent` belongs to this group.
     pub fn admits(&self, parent: usize, lookup: &KnownLookup) -> bool {
         self.parent == parent
-            && self.ty.as_ptr() == lookup.ty.as_ptr()
+            && self.ty == lookup.ty
             && self.tag == lookup.tag
             && self.renames.as_ref().map(|r| r.as_ptr())
                 == lookup.renames.as_ref().map(|r| r.as_ptr())
@@ -70,7 +71,7 @@ impl InstanceDictGroup {
     /// still looks attributes up as when the guard was built.
     fn current(&self, object: &Bound<'_, PyAny>) -> Option<(usize, u64, u64)> {
         let ty = object.get_type();
-        if ty.as_ptr() != self.ty.as_ptr() {
+        if ty.as_ptr() as usize != self.ty {
             return None;
         }
         // SAFETY: a live type object (the object holds it); reading a field with the GIL held.

@@ -48,6 +48,11 @@ impl Identity {
         }
     }
 
+    /// The address the object had (and has, while alive).
+    pub fn address(&self) -> usize {
+        self.address
+    }
+
     pub fn matches(&self, value: &Bound<'_, PyAny>) -> bool {
         if value.as_ptr() as usize != self.address {
             return false;
@@ -290,7 +295,10 @@ pub fn class_lookup<'py>(
 /// (`_capture.renamed_attributes`: transformers' configurations) that map.
 #[derive(Debug, Clone)]
 pub struct KnownLookup {
-    pub ty: OwnedRef,
+    /// The type's address, not the type: with its version tag (never reused by another type
+    /// object, even at the same address) it says the type is the one traced, without the
+    /// guard keeping a class alive.
+    pub ty: usize,
     pub tag: u32,
     pub renames: Option<OwnedRef>,
     /// For a name that is a property returning `self.<key>`: its getter's code and the
@@ -314,7 +322,7 @@ impl KnownLookup {
     ) -> Option<Bound<'py, PyDict>> {
         let py = object.py();
         let object_type = object.get_type();
-        if object_type.as_ptr() != self.ty.as_ptr() {
+        if object_type.as_ptr() as usize != self.ty {
             return None;
         }
         // SAFETY: a live type object (the object holds its type); GIL held.

@@ -135,7 +135,9 @@ pub(super) enum Access {
         name: OwnedRef,
     },
     Cell(OwnedRef),
-    Object(OwnedRef),
+    /// An object known by identity (a class whose attributes are read), held weakly: once
+    /// it is gone its reads find nothing, and the checks on them fail.
+    Object(Identity),
     /// `getattr(parent, name)`, read without the attribute machinery where `AttrRead`
     /// knows the answer for the parent's type.
     Attr(usize, OwnedRef, AttrRead),
@@ -166,7 +168,9 @@ pub(super) enum Check {
     Alias(usize),
     Keys(OwnedRef, DictTagMemo),
     Id(Identity),
-    Type(OwnedRef),
+    /// The exact type, held weakly (a class defined in a function, and what its methods'
+    /// closures hold, is not kept alive by the guard).
+    Type(Identity),
     Equals(OwnedRef),
     Len(usize, DictTagMemo),
     Contains(OwnedRef, bool, DictTagMemo),
@@ -311,10 +315,10 @@ impl NativeGuard {
             Check::Id(v) => format!("is the same object ({})", v.type_name),
             Check::Type(t) => format!(
                 "has type {}",
-                t.bind(py)
-                    .getattr("__name__")
+                t.get(py)
+                    .and_then(|t| t.getattr("__name__").ok())
                     .map(|n| n.to_string())
-                    .unwrap_or_default()
+                    .unwrap_or_else(|| "<a class no longer alive>".into())
             ),
             Check::Len(n, _) => format!("has length {n}"),
             Check::Keys(k, _) => format!("has keys {}", repr(k)),
@@ -369,7 +373,7 @@ impl NativeGuard {
                     name: OwnedRef::from_bound(PyString::intern(py, name).as_any()),
                 },
                 Source::Cell(cell) => Access::Cell(cell.clone()),
-                Source::Object(object, _) => Access::Object(object.clone()),
+                Source::Object(object, _) => Access::Object(Identity::new(&object.bind(py))),
                 Source::Attr(_, attr) => Access::Attr(
                     parent.expect("attributes have a parent") as usize,
                     OwnedRef::from_bound(PyString::intern(py, attr).as_any()),
@@ -426,7 +430,7 @@ impl NativeGuard {
                 }
                 GuardKind::Equals(v) => Check::Equals(v.clone()),
                 GuardKind::Id(v) => Check::Id(Identity::new(&v.bind(py))),
-                GuardKind::Type(t) => Check::Type(t.clone()),
+                GuardKind::Type(t) => Check::Type(Identity::new(&t.bind(py))),
                 GuardKind::Len(n) => Check::Len(*n, DictTagMemo::default()),
                 GuardKind::Keys(k) => Check::Keys(k.clone(), DictTagMemo::default()),
                 GuardKind::Contains(key, expected) => {
@@ -508,7 +512,7 @@ impl NativeGuard {
                 parent,
                 name: name.clone(),
                 lookup: KnownLookup {
-                    ty: OwnedRef::from_bound(ty.as_any()),
+                    ty: ty.as_ptr() as usize,
                     tag,
                     renames: optional(&renames),
                     property: getter,
@@ -539,7 +543,7 @@ impl NativeGuard {
             for check in &mut step.checks {
                 if let Check::HasAttr(_, _, known) = check {
                     *known = Some(KnownLookup {
-                        ty: OwnedRef::from_bound(ty.as_any()),
+                        ty: ty.as_ptr() as usize,
                         tag,
                         renames: Some(OwnedRef::from_bound(&renames)),
                         property: None,
@@ -961,7 +965,7 @@ impl NativeGuard {
                     }
                 }
                 Access::Cell(cell) => cell.bind(py).getattr("cell_contents").ok(),
-                Access::Object(object) => Some(object.bind(py).clone()),
+                Access::Object(object) => object.get(py),
                 Access::Attr(parent, name, read) => match &values[*parent] {
                     Some(base) => match read.read(base, &name.bind(py), &step.read_cache) {
                         Some(value) => Some(value),
@@ -1294,10 +1298,10 @@ fn argument_read(py: Python<'_>, steps: &[Step], step: usize) -> Option<Argument
                 return None;
             };
             let container = steps[*parent].checks.iter().find_map(|c| match c {
-                Check::Type(t) => Some(t),
+                Check::Type(t) => t.get(py),
                 _ => None,
             })?;
-            let ty = container.bind(py);
+            let ty = &container;
             let key_bound = key.bind(py);
             let fits =
                 if ty.is(py.get_type::<PyTuple>()) || ty.is(py.get_type::<pyo3::types::PyList>()) {
@@ -1309,7 +1313,7 @@ fn argument_read(py: Python<'_>, steps: &[Step], step: usize) -> Option<Argument
                 };
             fits.then(|| ArgumentRead::Item {
                 local,
-                container: container.clone(),
+                container: OwnedRef::from_bound(&container),
                 key: key.clone(),
             })
         }
@@ -1347,7 +1351,7 @@ pub fn equal_constant(value: &Bound<'_, PyAny>, expected: &Bound<'_, PyAny>) -> 
 fn plain_check(py: Python<'_>, check: &Check, value: &Bound<'_, PyAny>) -> PyResult<bool> {
     Ok(match check {
         Check::Id(expected) => expected.matches(value),
-        Check::Type(expected) => value.get_type().as_ptr() == expected.as_ptr(),
+        Check::Type(expected) => expected.matches(value.get_type().as_any()),
         Check::Equals(expected) => equal_constant(value, &expected.bind(py))?,
         Check::Len(n, memo) => {
             memo.holds(value) || dict_check(memo, value, value.len().ok() == Some(*n))
