@@ -62,6 +62,82 @@ def descriptor_without_a_store(x, obj):
     return x + len(obj.desc)
 
 
+class Positive:
+    """A validating data descriptor keeping the value under another name."""
+
+    def __set_name__(self, owner, name):
+        self.storage = "_" + name
+
+    def __get__(self, obj, objtype=None):
+        return self if obj is None else getattr(obj, self.storage)
+
+    def __set__(self, obj, value):
+        if value < 0:
+            raise ValueError("negative")
+        setattr(obj, self.storage, value)
+
+    def __delete__(self, obj):
+        delattr(obj, self.storage)
+
+
+class Scaled:
+    scale = Positive()
+
+    def __init__(self, scale):
+        self.scale = scale
+
+
+class PerInstance:
+    """A data descriptor keeping its values in a dict of its own."""
+
+    def __init__(self):
+        self.values = {}
+
+    def __get__(self, obj, objtype=None):
+        return self if obj is None else self.values.get(id(obj), 0)
+
+    def __set__(self, obj, value):
+        self.values[id(obj)] = value
+
+
+class Tagged:
+    tag = PerInstance()
+
+
+@case(t(2), lambda: Scaled(1.0))
+def descriptor_set_on_an_argument(x, obj):
+    obj.scale = 3.0
+    return x * obj.scale, obj._scale
+
+
+@case(t(2))
+def descriptor_set_in_init_of_an_object_made_in_the_frame(x):
+    return x * Scaled(2.0).scale
+
+
+@case(t(2), lambda: Scaled(1.0))
+def descriptor_set_raising_is_caught(x, obj):
+    try:
+        obj.scale = -1.0
+    except ValueError:
+        return x + obj.scale
+    return x
+
+
+@case(t(2), lambda: Scaled(1.0))
+def descriptor_delete(x, obj):
+    del obj.scale
+    return x + hasattr(obj, "_scale")
+
+
+# `id(obj)` is a constant of the trace, its identity guarded: the second call's new object
+# compiles again (TorchDynamo reuses its graph).
+@case(t(2), Tagged, graphs=2, ops=2)
+def descriptor_set_changing_its_own_state_then_read(x, obj):
+    obj.tag = 5
+    return x + obj.tag
+
+
 @case(t(2), WithWriter)
 def data_descriptor_then_dict_store(x, obj):
     obj.desc = "hello"

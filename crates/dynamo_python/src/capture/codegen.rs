@@ -559,11 +559,23 @@ impl<'py> CodeGen<'py> {
                 let i = self.name_index(attr);
                 self.emit(Opcode::LoadAttr, Operand::Name(i));
             }
-            Source::ClassAttr(..) => {
-                return unsupported(
-                    BreakKind::Internal,
-                    "internal: loading a class-lookup source",
-                );
+            // The entry of a class the guard holds, which the guard checks to be this very
+            // object (`Tracer::guard_class`): loaded as that object.
+            Source::ClassAttr(base, name) => {
+                let found = match base.as_ref() {
+                    Source::Object(class, _) => super::guard_values::class_lookup(
+                        &class.bind(py).clone(),
+                        &pyo3::types::PyString::new(py, name),
+                    ),
+                    _ => None,
+                };
+                let Some(found) = found else {
+                    return unsupported(
+                        BreakKind::Internal,
+                        "internal: loading a class-lookup source",
+                    );
+                };
+                self.load_const(&found);
             }
             Source::AsTensor(base) => {
                 let as_tensor = py.import_module("torch")?.getattr("as_tensor")?;

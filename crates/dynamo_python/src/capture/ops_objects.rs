@@ -71,9 +71,10 @@ impl<'py> Tracer<'py> {
     }
 
     /// A store to (or delete of) `name` that a data descriptor on the class takes, as
-    /// `object.__setattr__` lets it: a property's setter or deleter inlined (AttributeError
-    /// without one); other data descriptors refused, `__slots__` members left to the plain
-    /// store. False when no descriptor is involved.
+    /// `object.__setattr__` lets it: a property's setter or deleter, or a Python descriptor's
+    /// `__set__`/`__delete__`, inlined (AttributeError without one); other data descriptors
+    /// refused, `__slots__` members left to the plain store. False when no descriptor is
+    /// involved.
     fn descriptor_store(&mut self, obj: VarId, name: &str, value: Option<VarId>) -> CResult<bool> {
         let py = self.py;
         let cls = match self.kind(obj) {
@@ -111,6 +112,25 @@ impl<'py> Tracer<'py> {
             return Ok(true);
         }
         let attr_type = attr.get_type();
+        // A data descriptor written in Python (a validating field, a `__set_name__` store
+        // under another name): its `__set__`/`__delete__` inlined, on the descriptor read
+        // from the class (guarded), as `object.__setattr__` calls it.
+        let accessor = attr_type.getattr(if value.is_some() {
+            "__set__"
+        } else {
+            "__delete__"
+        });
+        if let (Ok(accessor), Ok(ty)) = (accessor, cls.cast::<PyType>()) {
+            if accessor.is_instance_of::<pyo3::types::PyFunction>() {
+                self.guard_class(&cls, name)?;
+                let source = Rc::new(Source::ClassAttr(class_source(ty), name.to_string()));
+                let descriptor = self.wrap(&attr, Some(source))?;
+                let mut args = vec![descriptor, obj];
+                args.extend(value);
+                self.call_python(&accessor, args, Vec::new())?;
+                return Ok(true);
+            }
+        }
         if attr_type.hasattr("__set__")? || attr_type.hasattr("__delete__")? {
             return unsupported(
                 BreakKind::UnreplayableSideEffect,
