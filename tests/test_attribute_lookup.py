@@ -138,6 +138,29 @@ def descriptor_set_changing_its_own_state_then_read(x, obj):
     return x + obj.tag
 
 
+class Plain:
+    pass
+
+
+class SlottedWithWeakref:
+    __slots__ = ("a", "__weakref__")
+
+
+# `__weakref__` of an object made in the frame: None (no weak reference to it exists yet);
+# the compiled frame gave the class's getset descriptor, which is truthy.
+@case(t(2))
+def weakref_field_of_an_object_made_in_the_frame(x):
+    obj = Plain()
+    return torch.cos(x) if obj.__weakref__ else torch.sin(x)
+
+
+@case(t(2))
+def weakref_field_of_a_slotted_object_made_in_the_frame(x):
+    obj = SlottedWithWeakref()
+    obj.a = 2
+    return x + obj.a, obj.__weakref__ is None
+
+
 @case(t(2), WithWriter)
 def data_descriptor_then_dict_store(x, obj):
     obj.desc = "hello"

@@ -1067,9 +1067,24 @@ impl<'py> Tracer<'py> {
             // A descriptor written in Python (torch.distributions' `lazy_property`): its
             // `__get__(instance, cls)`, inlined; the descriptor is the class entry guarded
             // above.
-            let descriptor = self.wrap(&attr, None)?;
+            let source = cls
+                .cast::<PyType>()
+                .ok()
+                .map(|ty| Rc::new(Source::ClassAttr(class_source(ty), name.to_string())));
+            let descriptor = self.wrap(&attr, source)?;
             let cls_var = self.wrap(&cls, None)?;
             return self.call_python(&get, vec![descriptor, obj, cls_var], Vec::new());
+        }
+        if attr.is_instance(&py.import_module("types")?.getattr("GetSetDescriptorType")?)? {
+            // A field of the C object (`__weakref__`, `__dict__`): the descriptor itself is
+            // not the attribute. No weak reference to an object made in the trace exists.
+            if name == "__weakref__" && matches!(self.kind(obj), VarKind::Instance { .. }) {
+                return Ok(self.constant(&py.None().into_bound(py)));
+            }
+            return unsupported(
+                BreakKind::UnsupportedOperation,
+                format!(".{name} of an object made while tracing (a field of the C object)"),
+            );
         }
         // Class data (constants, nested classes, functions from elsewhere), read through the
         // class so that what it holds is guarded like any other read.
