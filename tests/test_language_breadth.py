@@ -1091,6 +1091,63 @@ def suppress_constant_error(x):
 
 
 # --- exceptions inside traced code ----------------------------------------------------------
+# A bare `raise` in an except block raises the exception being handled again.
+def _reraise_inner():
+    try:
+        raise ValueError("inner")
+    except:  # noqa: E722
+        raise
+def _reraise_after_a_check(d):
+    try:
+        return d["missing"]
+    except KeyError:
+        if len(d) > 0:
+            raise
+        return 0
+def _reraise_after_a_nested_handler():
+    try:
+        raise ValueError("outer")
+    except ValueError:
+        try:
+            raise TypeError("nested")
+        except TypeError:
+            pass
+        raise
+def _reraise_the_callers_exception():
+    raise
+@case(T34)
+def bare_raise_in_an_inlined_handler(x):
+    try:
+        _reraise_inner()
+    except ValueError as e:
+        return x.sin(), str(e)
+    return x.cos()
+@case(T34)
+def bare_raise_after_a_check(x):
+    try:
+        return _reraise_after_a_check({"a": 1}) + x
+    except KeyError as e:
+        return x - 1, e.args
+@case(T34)
+def bare_raise_after_a_nested_handler_is_the_outer_exception(x):
+    try:
+        _reraise_after_a_nested_handler()
+    except ValueError as e:
+        return x + 1, str(e)
+    except TypeError:
+        return x + 2
+# The exception a callee's bare `raise` raises is the caller's, being handled in the compiled
+# frame: the frame runs eagerly (a split there lost it: "No active exception to reraise").
+@case(T34, graphs=0, ops=0)
+def bare_raise_in_a_callee_of_the_frames_handler(x):
+    try:
+        raise ValueError("x")
+    except ValueError:
+        try:
+            _reraise_the_callers_exception()
+        except ValueError as e:
+            return x + 1, str(e)
+    return x
 
 @case(T34)
 def try_except_constant(x):

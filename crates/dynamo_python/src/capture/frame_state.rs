@@ -39,6 +39,9 @@ pub struct FrameState<'py> {
     /// A generator's frame run lazily (see `VarKind::Generator`): `YIELD_VALUE` suspends it
     /// and hands the value to whoever resumed it.
     pub suspends: bool,
+    /// The exceptions whose `except` blocks this frame is in, innermost last
+    /// (`PUSH_EXC_INFO` .. `POP_EXCEPT`): what a bare `raise` raises again.
+    pub handled: Vec<VarId>,
 }
 
 /// Builds the state for translating `code` with globals and builtins.
@@ -123,6 +126,7 @@ pub fn frame_state<'py>(
         instructions: decoded.instructions,
         yields: None,
         suspends: false,
+        handled: Vec::new(),
         lines,
         code: code.clone(),
     })

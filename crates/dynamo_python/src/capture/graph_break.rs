@@ -184,6 +184,15 @@ impl Converter {
         t: std::time::Instant,
     ) -> CResult<(Py<NativeGuard>, Bound<'py, PyAny>)> {
         let state = split.state;
+        if !state.handled.is_empty() {
+            // Inside an `except` block for an exception the trace raised: the code after
+            // the break would run with no exception being handled (a bare `raise`, an
+            // exception's implicit `__context__`, `sys.exc_info()` in a callee).
+            return unsupported(
+                BreakKind::UnsupportedOperation,
+                "a graph break inside an except block for an exception raised while tracing",
+            );
+        }
         let index = state.pc;
         let ins = state.instructions[index];
         let Some(continuation) = continuation(&ins) else {

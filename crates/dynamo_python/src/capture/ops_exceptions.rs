@@ -226,6 +226,7 @@ impl<'py> Tracer<'py> {
         let previous = self.constant(&self.py.None().into_bound(self.py));
         f.stack.push(previous);
         f.stack.push(exception);
+        f.handled.push(exception);
         Ok(Flow::Continue)
     }
 
@@ -288,11 +289,28 @@ impl<'py> Tracer<'py> {
     pub(super) fn op_raise(&mut self, f: &mut FrameState<'py>, argc: u32) -> CResult<Flow> {
         // In the compiled frame itself only inside a `try` whose handler the trace follows
         // (`catch`); a raise that would leave the frame is a graph break.
-        if (f.is_root && !self.in_try) || argc == 0 {
+        if f.is_root && !self.in_try {
             return unsupported(
                 BreakKind::UnsupportedInstruction,
                 "the RAISE_VARARGS instruction",
             );
+        }
+        if argc == 0 {
+            // A bare `raise` in an `except` block of this frame: that exception again (as
+            // it is, traceback and all). Outside one, the exception being handled is a
+            // caller's, which the trace does not follow.
+            let Some(&handled) = f.handled.last() else {
+                return unsupported(
+                    BreakKind::UnsupportedInstruction,
+                    "a bare raise outside an except block of the same function",
+                );
+            };
+            let exception = self.python_value(handled)?;
+            let detail = format!(
+                "{} raised again while tracing",
+                exception.get_type().name()?
+            );
+            return self.raised(PyErr::from_value(exception), detail);
         }
         let cause = if argc == 2 { Some(self.pop(f)?) } else { None };
         let raised = self.pop(f)?;

@@ -1299,7 +1299,10 @@ impl<'py> Tracer<'py> {
             // frame's are only reached through the graph-break machinery.
             PushExcInfo if self.tracing_handler(f) => self.op_push_exc_info(f),
             CheckExcMatch if self.tracing_handler(f) => self.op_check_exc_match(f),
-            PopExcept if self.tracing_handler(f) => self.pop(f).map(|_| Flow::Continue),
+            PopExcept if self.tracing_handler(f) => {
+                f.handled.pop();
+                self.pop(f).map(|_| Flow::Continue)
+            }
             Reraise if self.tracing_handler(f) => self.op_reraise(f),
             WithExceptStart if self.tracing_handler(f) => self.op_with_except_start(f),
             GetLen => self.op_get_len(f),
