@@ -1507,6 +1507,39 @@ def signature_parameters_items(x):
     return x + ps["b"].default, [k for k, v in ps.items() if v.kind == v.KEYWORD_ONLY]
 
 
+# --- named tuples made from a sequence; torch's pytree over every container kind -------------
+_Triple = collections.namedtuple("_Triple", ["a", "b", "ctx"])
+@case(T34)
+def struct_sequence_made_from_a_tuple(x):
+    result = torch.return_types.topk((x * 2, x.argmax(-1)))
+    return result.values + 1, result.indices, type(result).__name__
+@case(T34)
+def named_tuple_made_by_make_and_tuple_new(x):
+    made = _Triple._make([x, x + 1, 3])
+    direct = tuple.__new__(_Triple, (x * 2, x, 4))
+    return made.b * made.ctx + direct.a, type(direct) is _Triple, direct._fields
+def _mixed_tree(x):
+    import collections as c
+    return {"a": [x, x - 1], "b": x + 2,
+            "c": (x, 3.0, c.deque([0.0, -x, 1, 2], maxlen=3)),
+            "d": c.OrderedDict({"e": torch.return_types.topk((2 * x, x.argmax(-1))),
+                                "f": _Triple(x, x + 1, torch.zeros(4, 3))})}
+@case(T34)
+def pytree_flatten_and_unflatten_of_every_container_kind(x):
+    import torch.utils._pytree as pytree
+    leaves, spec = pytree.tree_flatten(_mixed_tree(x))
+    rebuilt = pytree.tree_unflatten([leaf * 2 for leaf in leaves], spec)
+    return len(leaves), rebuilt
+@case(T34)
+def pytree_tree_map_over_two_trees(x):
+    import torch.utils._pytree as pytree
+    return pytree.tree_map(lambda u, v: u + v, _mixed_tree(x), _mixed_tree(x * 3))
+@case(T34)
+def type_of_a_deque_and_a_set_made_in_the_frame(x):
+    d = collections.deque([x, x + 1])
+    s = {1, 2}
+    return x + (type(d) is collections.deque) + (type(s) is set), d
+
 @pytest.fixture(autouse=True)
 def fresh_caches():
     reset_all()

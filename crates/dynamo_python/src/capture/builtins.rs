@@ -264,6 +264,14 @@ impl<'py> Tracer<'py> {
                     Some(cls) => cls.bind(py).clone(),
                     None => h.dict_type.clone(),
                 }),
+                // A deque or set the trace made (its items may be tensors): the object
+                // standing for it has its class.
+                VarKind::Object(o)
+                    if self.source(args[0]).is_none()
+                        && (self.is_fresh_deque(args[0]) || self.is_fresh_set(args[0])) =>
+                {
+                    Some(o.bind(py).get_type().into_any())
+                }
                 _ => None,
             };
             if let Some(cls) = container_class {

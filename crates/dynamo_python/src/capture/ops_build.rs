@@ -765,3 +765,72 @@ impl<'py> Tracer<'py> {
         Ok(Some(id))
     }
 }
+
+impl<'py> Tracer<'py> {
+    /// A named tuple made from a sequence: `torch.return_types.topk((values, indices))` (a
+    /// struct sequence, as torch's pytree rebuilds one) and `tuple.__new__(cls, items)` for
+    /// a `namedtuple` class (its generated `__new__` and `_make` call it): a tuple tracker
+    /// with the class's field names. None for other calls.
+    pub(super) fn construct_tuple_of_class(
+        &mut self,
+        callee: &Bound<'py, PyAny>,
+        args: &[VarId],
+        kwargs: &[(String, VarId)],
+    ) -> CResult<Option<VarId>> {
+        if !kwargs.is_empty() {
+            return Ok(None);
+        }
+        let tuple_new = self.h.tuple_type.getattr("__new__")?;
+        let (cls, sequence) = match args {
+            [cls, sequence] if callee.is(&tuple_new) => match self.real(*cls) {
+                Some(cls) => (cls, *sequence),
+                None => return Ok(None),
+            },
+            [sequence] => (callee.clone(), *sequence),
+            _ => return Ok(None),
+        };
+        let Ok(ty) = cls.cast::<pyo3::types::PyType>() else {
+            return Ok(None);
+        };
+        if ty.is(&self.h.tuple_type) || !ty.is_subclass(&self.h.tuple_type)? {
+            return Ok(None);
+        }
+        let fields: Vec<String> = if ty.getattr("__module__")?.to_string() == "torch.return_types" {
+            let all: usize = ty.getattr("n_fields")?.extract()?;
+            let visible: usize = ty.getattr("n_sequence_fields")?.extract()?;
+            if all != visible {
+                return Ok(None);
+            }
+            ty.getattr("__match_args__")?.extract()?
+        } else if callee.is(&tuple_new) {
+            // Only a class `namedtuple` made (or a subclass keeping its `__new__`): its
+            // instances are plain tuples with named fields.
+            let Ok(fields) = ty.getattr("_fields") else {
+                return Ok(None);
+            };
+            if ty.getattr("_make").is_err() {
+                return Ok(None);
+            }
+            fields.extract()?
+        } else {
+            return Ok(None);
+        };
+        let items = self.items_of(sequence)?;
+        if items.len() != fields.len() {
+            return unsupported(
+                BreakKind::ExceptionWhileTracing,
+                format!(
+                    "{}() given {} items for {} fields",
+                    ty.name()?,
+                    items.len(),
+                    fields.len()
+                ),
+            );
+        }
+        let id = self.add(VarKind::Tuple(items), None);
+        self.tuple_fields.insert(id, fields);
+        self.tuple_classes
+            .insert(id, OwnedRef::from_bound(ty.as_any()));
+        Ok(Some(id))
+    }
+}

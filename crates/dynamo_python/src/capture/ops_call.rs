@@ -43,7 +43,7 @@ type LibraryModel<'py> = fn(
 /// Models of library and builtin calls tried in order by `call_object`, each in the file of
 /// its family (`ops_autograd`, `ops_copy`, `builtins`, `ops_objects`, `ops_exceptions`,
 /// `ops_build`, `ops_itertools`, `ops_operator_getters`).
-fn library_models<'py>() -> [LibraryModel<'py>; 12] {
+fn library_models<'py>() -> [LibraryModel<'py>; 13] {
     [
         Tracer::deque_call,
         Tracer::autograd_function_apply,
@@ -54,6 +54,7 @@ fn library_models<'py>() -> [LibraryModel<'py>; 12] {
         Tracer::object_new,
         Tracer::construct_exception,
         Tracer::construct_named_tuple,
+        Tracer::construct_tuple_of_class,
         Tracer::construct_module,
         Tracer::lazy_iteration_call,
         Tracer::operator_getter_call,
