@@ -601,6 +601,17 @@ pub fn named_tuple_maker<'py>(cls: &Bound<'py, PyAny>) -> PyResult<Bound<'py, Py
     }
 }
 
+/// The field names of a `torch.return_types` struct sequence class, when every field is a
+/// tuple item (the counts agree).
+fn struct_sequence_fields(cls: &Bound<'_, PyAny>) -> PyResult<Option<Vec<String>>> {
+    let all: usize = cls.getattr("n_fields")?.extract()?;
+    let visible: usize = cls.getattr("n_sequence_fields")?.extract()?;
+    if all != visible {
+        return Ok(None);
+    }
+    cls.getattr("__match_args__")?.extract().map(Some)
+}
+
 /// The field names of `value` when it is a named tuple whose class behaves as a plain tuple
 /// with named fields — a `collections.namedtuple` (or `typing.NamedTuple`) class, or a
 /// subclass of one that adds methods and properties but overrides none of the tuple's own
@@ -660,13 +671,7 @@ pub fn named_tuple_input_fields(value: &Bound<'_, PyAny>) -> PyResult<Option<Vec
         }
     }
     if cls.getattr("__module__")?.to_string() == "torch.return_types" {
-        // A struct sequence: every field is a tuple item when the counts agree.
-        let all: usize = cls.getattr("n_fields")?.extract()?;
-        let visible: usize = cls.getattr("n_sequence_fields")?.extract()?;
-        if all != visible {
-            return Ok(None);
-        }
-        return cls.getattr("__match_args__")?.extract().map(Some);
+        return struct_sequence_fields(cls.as_any());
     }
     let Some(maker) = maker else {
         return Ok(None);
@@ -796,12 +801,10 @@ impl<'py> Tracer<'py> {
             return Ok(None);
         }
         let fields: Vec<String> = if ty.getattr("__module__")?.to_string() == "torch.return_types" {
-            let all: usize = ty.getattr("n_fields")?.extract()?;
-            let visible: usize = ty.getattr("n_sequence_fields")?.extract()?;
-            if all != visible {
-                return Ok(None);
+            match struct_sequence_fields(ty.as_any())? {
+                Some(fields) => fields,
+                None => return Ok(None),
             }
-            ty.getattr("__match_args__")?.extract()?
         } else if callee.is(&tuple_new) {
             // Only a class `namedtuple` made (or a subclass keeping its `__new__`): its
             // instances are plain tuples with named fields.

@@ -290,23 +290,7 @@ impl<'py> Tracer<'py> {
                     if !data {
                         self.guard_not_in_instance_dict(&value, self.source(obj), name)?;
                     }
-                    // Read from the class through its source, so that a store the trace
-                    // made to the descriptor's own state (`__set__` keeping values in a
-                    // dict of its own) is what this read sees.
-                    let entry_source =
-                        value
-                            .get_type()
-                            .cast::<pyo3::types::PyType>()
-                            .ok()
-                            .map(|t| {
-                                Rc::new(Source::ClassAttr(
-                                    super::ops_objects::class_source(t),
-                                    name.to_string(),
-                                ))
-                            });
-                    let descriptor = self.wrap(&entry, entry_source)?;
-                    let class = self.wrap(&ty, None)?;
-                    return self.call_python(&get, vec![descriptor, obj, class], Vec::new());
+                    return self.inline_descriptor_get(obj, &ty, name, &entry, &get);
                 }
                 // A computed attribute (a property, `__getattr__`) of an object this trace
                 // has stored to would run on the real object, which does not have the stores

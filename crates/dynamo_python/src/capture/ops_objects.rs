@@ -120,10 +120,9 @@ impl<'py> Tracer<'py> {
         } else {
             "__delete__"
         });
-        if let (Ok(accessor), Ok(ty)) = (accessor, cls.cast::<PyType>()) {
+        if let (Ok(accessor), Some(source)) = (accessor, class_entry_source(&cls, name)) {
             if accessor.is_instance_of::<pyo3::types::PyFunction>() {
                 self.guard_class(&cls, name)?;
-                let source = Rc::new(Source::ClassAttr(class_source(ty), name.to_string()));
                 let descriptor = self.wrap(&attr, Some(source))?;
                 let mut args = vec![descriptor, obj];
                 args.extend(value);
@@ -1064,16 +1063,9 @@ impl<'py> Tracer<'py> {
             return Ok(self.method(cls_var, name, Some(OwnedRef::from_bound(&func))));
         }
         if let Some(get) = python_descriptor_get(&attr)? {
-            // A descriptor written in Python (torch.distributions' `lazy_property`): its
-            // `__get__(instance, cls)`, inlined; the descriptor is the class entry guarded
-            // above.
-            let source = cls
-                .cast::<PyType>()
-                .ok()
-                .map(|ty| Rc::new(Source::ClassAttr(class_source(ty), name.to_string())));
-            let descriptor = self.wrap(&attr, source)?;
-            let cls_var = self.wrap(&cls, None)?;
-            return self.call_python(&get, vec![descriptor, obj, cls_var], Vec::new());
+            // A descriptor written in Python (torch.distributions' `lazy_property`): the
+            // class entry is guarded above.
+            return self.inline_descriptor_get(obj, &cls, name, &attr, &get);
         }
         if attr.is_instance(&py.import_module("types")?.getattr("GetSetDescriptorType")?)? {
             // A field of the C object (`__weakref__`, `__dict__`): the descriptor itself is
@@ -1099,6 +1091,23 @@ impl<'py> Tracer<'py> {
         self.wrap(&value, source)
     }
 
+    /// `obj.name` through a descriptor written in Python, `entry` of `cls`: its
+    /// `get(entry, obj, cls)` inlined, on the descriptor read through the class — one tracker
+    /// for it, so a store the trace made to the descriptor's own state (a `__set__` keeping
+    /// values in a dict of its own) is what this read sees. The caller guards the entry.
+    pub(super) fn inline_descriptor_get(
+        &mut self,
+        obj: VarId,
+        cls: &Bound<'py, PyAny>,
+        name: &str,
+        entry: &Bound<'py, PyAny>,
+        get: &Bound<'py, PyAny>,
+    ) -> CResult<VarId> {
+        let descriptor = self.wrap(entry, class_entry_source(cls, name))?;
+        let class = self.wrap(cls, None)?;
+        self.call_python(get, vec![descriptor, obj, class], Vec::new())
+    }
+
     /// Records that the trace depends on what class `cls` gives for `name` (a method it
     /// inlines, the `__init__` it runs): the entry found along the MRO is guarded by
     /// identity, so a method patched on the class or a base later recompiles. (Version tags
@@ -1112,10 +1121,7 @@ impl<'py> Tracer<'py> {
         let Some(found) = super::guard_values::class_lookup(ty.as_any(), &key) else {
             return Ok(());
         };
-        let source = std::rc::Rc::new(super::source::Source::ClassAttr(
-            class_source(ty),
-            name.to_string(),
-        ));
+        let source = Rc::new(Source::ClassAttr(class_source(ty), name.to_string()));
         if found.is_instance(&self.h.function_type)? {
             // A method's code can be replaced in place (`Class.method.__code__ = ...`).
             self.guards.add(
@@ -1177,6 +1183,16 @@ pub fn python_descriptor_get<'py>(attr: &Bound<'py, PyAny>) -> PyResult<Option<B
         Ok(get) if get.is_instance_of::<pyo3::types::PyFunction>() => Ok(Some(get)),
         _ => Ok(None),
     }
+}
+
+/// The entry `name` of class `cls`, found along its MRO and read through the class (what
+/// `Tracer::guard_class` guards); None when `cls` is not a class.
+pub fn class_entry_source(cls: &Bound<'_, PyAny>, name: &str) -> Option<Rc<Source>> {
+    let ty = cls.cast::<PyType>().ok()?;
+    Some(Rc::new(Source::ClassAttr(
+        class_source(ty),
+        name.to_string(),
+    )))
 }
 
 /// The source of a class the guard holds itself.

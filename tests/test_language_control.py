@@ -1,0 +1,241 @@
+"""Context managers and exceptions in traced code, by family, side by side with TorchDynamo
+(the harness is `language_harness.check_case`): user context managers, `contextlib`, grad-mode
+blocks; exceptions raised and caught inside the traced code, bare `raise`, exceptions whose
+handling a graph break must not lose. Split from `test_language_breadth.py` by topic."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import torch
+
+from language_harness import case_registrar, check_case, params, reset_all, t
+
+CASES: list = []
+case = case_registrar(CASES)
+
+T34 = t(3, 4)
+
+
+class _Shifted:
+    def __init__(self, shift):
+        self.shift = shift
+
+
+# --- context managers -------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def _scaled(box, k):
+    box.append(k)
+    try:
+        yield k * 2
+    finally:
+        box.pop()
+
+
+class _Tracker:
+    def __init__(self):
+        self.depth = 0
+
+    def __enter__(self):
+        self.depth += 1
+        return self
+
+    def __exit__(self, *exc):
+        self.depth -= 1
+        return False
+
+
+@case(T34)
+def user_context_manager_class(x):
+    tr = _Tracker()
+    with tr as t_:
+        y = x * (t_.depth + 1)
+    return y + tr.depth
+@case(T34)
+def contextmanager_decorator(x):
+    box = []
+    with _scaled(box, 3) as k:
+        y = x * k * len(box)
+    return y + len(box)
+@case(T34)
+def no_grad_block(x):
+    with torch.no_grad():
+        y = x * 2
+    return y + 1
+@case(T34)
+def enable_grad_inside_no_grad(x):
+    with torch.no_grad():
+        with torch.enable_grad():
+            y = x * 2
+    return y
+@case(T34)
+def set_grad_enabled_false(x):
+    with torch.set_grad_enabled(False):
+        return x.sin()
+@case(T34)
+def nullcontext_block(x):
+    with contextlib.nullcontext():
+        return x + 1
+@torch.profiler.record_function("labelled")
+def _labelled_by_a_profiler_range(x):
+    return x.relu() * 2
+@case(T34)
+def record_function_as_a_decorator(x):
+    return _labelled_by_a_profiler_range(x) + 1
+@case(T34)
+def suppress_constant_error(x):
+    with contextlib.suppress(KeyError):
+        {}["missing"]
+    return x * 2
+
+
+# --- exceptions inside traced code ----------------------------------------------------------
+# A bare `raise` in an except block raises the exception being handled again.
+def _reraise_inner():
+    try:
+        raise ValueError("inner")
+    except:  # noqa: E722
+        raise
+def _reraise_after_a_check(d):
+    try:
+        return d["missing"]
+    except KeyError:
+        if len(d) > 0:
+            raise
+        return 0
+def _reraise_after_a_nested_handler():
+    try:
+        raise ValueError("outer")
+    except ValueError:
+        try:
+            raise TypeError("nested")
+        except TypeError:
+            pass
+        raise
+def _reraise_the_callers_exception():
+    raise
+@case(T34)
+def bare_raise_in_an_inlined_handler(x):
+    try:
+        _reraise_inner()
+    except ValueError as e:
+        return x.sin(), str(e)
+    return x.cos()
+@case(T34)
+def bare_raise_after_a_check(x):
+    try:
+        return _reraise_after_a_check({"a": 1}) + x
+    except KeyError as e:
+        return x - 1, e.args
+@case(T34)
+def bare_raise_after_a_nested_handler_is_the_outer_exception(x):
+    try:
+        _reraise_after_a_nested_handler()
+    except ValueError as e:
+        return x + 1, str(e)
+    except TypeError:
+        return x + 2
+# The exception a callee's bare `raise` raises is the caller's, being handled in the compiled
+# frame: the frame runs eagerly (a split there lost it: "No active exception to reraise").
+@case(T34, graphs=0, ops=0)
+def bare_raise_in_a_callee_of_the_frames_handler(x):
+    try:
+        raise ValueError("x")
+    except ValueError:
+        try:
+            _reraise_the_callers_exception()
+        except ValueError as e:
+            return x + 1, str(e)
+    return x
+
+@case(T34)
+def try_except_constant(x):
+    try:
+        k = {"a": 1}["b"]
+    except KeyError:
+        k = 2
+    return x * k
+@case(T34)
+def try_finally_runs(x):
+    out = []
+    try:
+        out.append(1)
+    finally:
+        out.append(2)
+    return x * len(out)
+@case(T34)
+def raise_caught_in_the_frame(x):
+    try:
+        raise ValueError("done")
+    except ValueError as e:
+        return x + len(str(e))
+@case(T34)
+def raise_from_caught_by_outer_handler(x):
+    y = x * 2
+    try:
+        try:
+            raise KeyError("k") from ValueError("v")
+        except ValueError:
+            return y - 1
+    except KeyError as e:
+        return y + isinstance(e.__cause__, ValueError)
+@case(T34, gap='a class statement inside the traced function (LOAD_BUILD_CLASS): a new class on every call')
+def class_statement_with_a_method(x):
+    y = x + 1
+
+    class Scaler:
+        scale = 2
+
+        def twice(self, t):
+            return t * self.scale
+    return Scaler().twice(y) - 1
+@case(T34, gap='a class statement inside the traced function (LOAD_BUILD_CLASS): a new class on every call')
+def raise_and_catch_custom(x):
+    class Stop(Exception):
+        pass
+    try:
+        raise Stop("done")
+    except Stop:
+        return x + 1
+@case(T34)
+def exception_in_inlined_function(x):
+    def check(n):
+        if n > 2:
+            raise ValueError("too big")
+        return n
+    try:
+        check(3)
+    except ValueError as e:
+        return x * len(str(e))
+@case(T34)
+def try_else_branch(x):
+    try:
+        n = int("3")
+    except ValueError:
+        n = 0
+    else:
+        n += 1
+    return x * n
+@case(T34)
+def getattr_missing_caught(x):
+    try:
+        return x * _Shifted(1.0).nope
+    except AttributeError:
+        return x - 1
+
+
+@pytest.fixture(autouse=True)
+def fresh_caches():
+    reset_all()
+    yield
+
+
+def test_enough_cases() -> None:
+    assert len(CASES) >= 20, len(CASES)
+
+
+@pytest.mark.parametrize(("name", "fn", "make", "spec"), params(CASES))
+def test_case(name, fn, make, spec) -> None:
+    check_case(fn, make, spec)
