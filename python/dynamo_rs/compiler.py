@@ -92,8 +92,16 @@ class OptimizedModule(torch.nn.Module):
     """Wraps a module like torch.compile's OptimizedModule: calls go through the compiled
     `forward`; attributes, parameters and state_dict are the original module's."""
 
+    # Attributes of the wrapper itself; every other attribute is set on, read from and deleted
+    # from the wrapped module, as under torch.compile (`compiled.scale = 2` must change what
+    # the compiled `forward` reads).
+    _OWN_ATTRIBUTES = frozenset(("_orig_mod", "_dynamo_rs_converter", "_dynamo_rs_forward_code",
+                                 "_dynamo_rs_initialised"))
+
     def __init__(self, mod: torch.nn.Module, converter) -> None:
+        object.__setattr__(self, "_dynamo_rs_initialised", False)
         super().__init__()
+        object.__setattr__(self, "_dynamo_rs_initialised", True)
         self._orig_mod = mod
         self._dynamo_rs_converter = converter
         # The module's own forward is compiled even when it is torch's (nn.Sequential).
@@ -117,7 +125,37 @@ class OptimizedModule(torch.nn.Module):
         # go through `Module.__getattr__` after an AttributeError: ~1 us of every call.
         return _run(self._dynamo_rs_converter, self._modules["_orig_mod"], args, kwargs)
 
+    @property
+    def training(self) -> bool:  # type: ignore[override]
+        return self._modules["_orig_mod"].training
+
+    @training.setter
+    def training(self, value: bool) -> None:
+        # `Module.__init__` sets the wrapper's own default before there is a wrapped module.
+        if self._dynamo_rs_initialised:
+            self._modules["_orig_mod"].training = value
+
     def __getattr__(self, name: str):
-        if name in ("_orig_mod", "_dynamo_rs_converter", "_dynamo_rs_forward_code"):
+        if name in self._OWN_ATTRIBUTES:
             return super().__getattr__(name)
         return getattr(self._orig_mod, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in self._OWN_ATTRIBUTES or hasattr(type(self), name):
+            super().__setattr__(name, value)
+        else:
+            setattr(self._orig_mod, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        if name in self._OWN_ATTRIBUTES or hasattr(type(self), name):
+            super().__delattr__(name)
+        else:
+            delattr(self._orig_mod, name)
+
+    # Special methods are looked up on the class, past `__getattr__`: the wrapped module's
+    # length and truth (an empty `nn.Sequential` is false) are forwarded by hand.
+    def __len__(self) -> int:
+        return len(self._orig_mod)
+
+    def __bool__(self) -> bool:
+        return bool(self._orig_mod)
