@@ -221,7 +221,11 @@ def run_fake(mode: FakeTensorMode, target, args, kwargs):
     # one whose arguments are all static is answered as in a static trace.
     symbolic = getattr(mode, "dynamo_rs_symbolic", False)
     static_call = not symbolic or _symbolic_rules.all_static(args, kwargs)
-    if config.meta_rules:
+    # The symbolic rules take a stride that is not row-major by its expression for one that
+    # is not row-major at all: true of strides torch infers from sizes, not of a stride with
+    # a symbol of its own (automatic dynamic strides), which FakeTensorMode compares,
+    # recording guards. With such strides about, symbolic calls are FakeTensorMode's.
+    if config.meta_rules and (static_call or not getattr(mode, "dynamo_rs_stride_symbols", False)):
         rules = _meta_rules if static_call else _symbolic_rules
         result = rules.infer(mode, target, args, kwargs)
         if result is not None:

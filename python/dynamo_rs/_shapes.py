@@ -148,27 +148,55 @@ def dynamic_dims(tensor, code, name: str, policy, static: bool):
                 f"{name}.size()[{dim}] is {size}, outside the range [{low}, {high}] given to "
                 f"mark_dynamic for that dimension")
     automatic: set = set()
+    strides: set = set()
     if code is not None and policy is not False and not static:
         sizes = FRAME_SIZES.setdefault(code, {})
-        seen = sizes.get(name)
-        if seen is None or len(seen) != len(shape):
-            sizes[name] = list(shape)
-        else:
-            for dim, size in enumerate(shape):
-                if seen[dim] is not None and seen[dim] != size:
-                    seen[dim] = None
-            automatic = {dim for dim, size in enumerate(seen) if size is None}
+        automatic = _changed(sizes, name, list(shape))
+        if tensor.layout is torch.strided:
+            strides = _changed(sizes, ("strides", name), _stride_pattern(tensor))
     duck: set = set()
     if policy is True and not static:
         duck = set(range(len(shape))) - automatic
     dims = sorted(d for d in (marked | automatic | duck) if d < len(shape) and d not in static_marks)
     user = sorted(d for d in strong if d in dims)
-    return dims, user, sorted(d for d in duck if d in dims)
+    strides -= static_marks
+    return dims, user, sorted(d for d in duck if d in dims), sorted(strides)
 
 
-def symbolic_fake(mode, tensor, name: str, dims: list[int], user: list[int], duck: list[int]):
+def _changed(seen_by_name: dict, name, now: list) -> set:
+    """Records `now` (one entry per dimension) under `name`; the dimensions whose entry has
+    differed from an earlier call's (then forgotten: None)."""
+    seen = seen_by_name.get(name)
+    if seen is None or len(seen) != len(now):
+        seen_by_name[name] = list(now)
+        return set()
+    for dim, value in enumerate(now):
+        if seen[dim] is not None and seen[dim] != value:
+            seen[dim] = None
+    return {dim for dim, value in enumerate(seen) if value is None}
+
+
+def _stride_pattern(tensor) -> list:
+    """Each stride of `tensor` as the size it follows from, when it is the product of another
+    dimension's stride and size (`("after", j)`: what torch infers for a symbolic size), else
+    as its value — so a contiguous tensor whose sizes change has the same pattern, and a
+    stride that changes on its own (a slice of tensors of growing width) is seen to change,
+    as TorchDynamo's automatic dynamic strides do."""
+    shape, stride = tensor.shape, tensor.stride()
+    pattern: list = [None] * len(shape)
+    follows: dict = {}
+    for value, negative_dim in sorted((stride[i], -i) for i in range(len(shape))):
+        dim = -negative_dim
+        pattern[dim] = follows.get(value, value)
+        follows.setdefault(value * shape[dim], ("after", dim))
+    return pattern
+
+
+def symbolic_fake(mode, tensor, name: str, dims: list[int], user: list[int], duck: list[int],
+                  strides: list[int] = ()):
     """The fake of `tensor` with symbolic sizes in `dims` (sizes 0 and 1 stay specialised,
-    equal sizes share a symbol unless marked by the user, as in TorchDynamo)."""
+    equal sizes share a symbol unless marked by the user, as in TorchDynamo) and a symbol of
+    their own for the strides in `strides` (the others follow from the sizes)."""
     from torch._dynamo.source import ConstantSource
     from torch._subclasses.fake_tensor import disable_fake_tensor_cache
     from torch.fx.experimental.symbolic_shapes import (
@@ -215,9 +243,15 @@ def symbolic_fake(mode, tensor, name: str, dims: list[int], user: list[int], duc
         rank = tensor._base.dim()
         base = StatelessSymbolicContext(dynamic_sizes=[DimDynamic.STATIC] * rank,
                                         constraint_sizes=[None] * rank)
-    context = StatelessSymbolicContext(dynamic_sizes=sizes, constraint_sizes=constraints,
-                                       view_base_context=base)
+    relaxed = RelaxedUnspecConstraint(warn_only=True)
+    context = StatelessSymbolicContext(
+        dynamic_sizes=sizes, constraint_sizes=constraints, view_base_context=base,
+        dynamic_strides=[DimDynamic.DYNAMIC if d in strides else DimDynamic.INFER_STRIDE
+                         for d in range(tensor.dim())],
+        constraint_strides=[relaxed if d in strides else None for d in range(tensor.dim())])
     mode.dynamo_rs_symbolic = True  # see `_capture.run_fake`
+    if strides:
+        mode.dynamo_rs_stride_symbols = True
     # A view is made from its base by `as_strided` through FakeTensorMode's dispatch, whose
     # cache would file an entry for sizes made of the new symbols — never asked for again,
     # and half the cost of the input.
@@ -230,10 +264,10 @@ def input_fake(mode, tensor, code, name: str, policy, static: bool):
     some dimension is to be symbolic. Returns (fake, user-marked dims or None)."""
     if type(tensor) is torch.nn.Parameter:
         static = True
-    dims, user, duck = dynamic_dims(tensor, code, name, policy, static)
-    if not dims:
+    dims, user, duck, strides = dynamic_dims(tensor, code, name, policy, static)
+    if not dims and not strides:
         return _capture.to_fake(mode, tensor), None
-    fake = symbolic_fake(mode, tensor, name, dims, user, duck)
+    fake = symbolic_fake(mode, tensor, name, dims, user, duck, strides)
     return fake, user
 
 
