@@ -45,6 +45,40 @@ class _WithDisabledMethod(torch.nn.Module):
         return self.side(x.sin()).cos()
 
 
+class _ForwardDisabledHereOnly(torch.nn.Module):
+    @torch._dynamo.disable(recursive=False)
+    def forward(self, x):
+        return _helper_of_disabled(x).sum() + 1
+
+
+class _ForwardDisabled(torch.nn.Module):
+    @torch.compiler.disable
+    def forward(self, x):
+        return x.sin().sum()
+
+
+class _MethodDisabledHereOnly(torch.nn.Module):
+    @torch.compiler.disable(recursive=False)
+    def side(self, t):
+        return _helper_of_disabled(t) * 2
+
+    def forward(self, x):
+        return self.side(x.sin()).cos()
+
+
+class _OwnsDisabledLayers(torch.nn.Module):
+    """Submodules whose `forward` is disabled, called from a compiled parent: the call breaks
+    the graph (they were traced through before — the disable ignored)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.here_only = _ForwardDisabledHereOnly()
+        self.whole = _ForwardDisabled()
+
+    def forward(self, x):
+        return self.here_only(x.cos()) + self.whole(x * 2)
+
+
 def calls_disabled(x):
     return _disabled(x.sin()).cos()
 
@@ -101,6 +135,8 @@ CASES = {
     "a function disabled non-recursively": (calls_disabled_here_only, [(t(3),)], 0),
     "a disabled function called twice": (calls_disabled_twice, [(t(3),)], 0),
     "a disabled method": (_WithDisabledMethod(), [(t(3),)], 0),
+    "a method disabled non-recursively": (_MethodDisabledHereOnly(), [(t(3),)], 0),
+    "submodules whose forward is disabled": (_OwnsDisabledLayers(), [(t(3),)], 0),
 }
 
 
@@ -154,6 +190,65 @@ def test_a_compiled_module_whose_forward_is_disabled_compiles_nothing() -> None:
     other = dynamo_rs.compile(calls_disabled, backend=CompileCounter())
     torch.testing.assert_close(other(x), calls_disabled(x))
     assert eval_frame.cache_entries(_disabled.__wrapped__.__code__) == []
+
+
+def _targets(graphs) -> list:
+    return [node.target for gm in graphs for node in gm.graph.nodes if node.op.startswith("call")]
+
+
+@pytest.mark.parametrize("disable", ["torch", "dynamo_rs"])
+def test_a_forward_disabled_non_recursively_is_not_traced(disable) -> None:
+    """Its own operations are never in a graph, whether the module is compiled itself or
+    called from a compiled parent; what it calls is compiled."""
+    from dynamo_rs import eval_frame
+
+    directive = torch.compiler.disable if disable == "torch" else dynamo_rs.disable
+
+    class Layer(torch.nn.Module):
+        @directive(recursive=False)
+        def forward(self, x):
+            return torch.add(_helper_of_disabled(x), 1).sum()
+
+    graphs: list = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    layer = Layer()
+    x = t(3)
+
+    def parent(v):
+        return layer(v) * 2
+
+    for compiled, eager in ((dynamo_rs.compile(layer, backend=backend), layer),
+                            (dynamo_rs.compile(parent, backend=backend), parent)):
+        dynamo_rs.reset()
+        for _ in range(2):
+            torch.testing.assert_close(compiled(x), eager(x))
+    assert graphs  # the helper's graph and the parent's
+    assert torch.add not in _targets(graphs) and "sum" not in _targets(graphs)
+    # What it calls is compiled on its own.
+    assert eval_frame.cache_entries(_helper_of_disabled.__code__) != []
+
+
+def test_dynamo_rs_disable_takes_torch_arguments() -> None:
+    @dynamo_rs.disable(reason="has side effects")
+    def recursive(x):
+        return _helper_of_disabled(x)
+
+    @dynamo_rs.disable(recursive=False, reason="only this frame")
+    def here_only(x):
+        return _helper_of_disabled(x) + 1
+
+    def caller(x):
+        return recursive(x.sin()) + here_only(x.cos())
+
+    counter = CompileCounter()
+    compiled = dynamo_rs.compile(caller, backend=counter)
+    x = t(3)
+    torch.testing.assert_close(compiled(x), caller(x))
+    assert here_only.__wrapped__ is not None and here_only._torchdynamo_disable_recursive is False
 
 
 def test_is_dynamo_compiling_is_true_in_the_trace() -> None:

@@ -96,7 +96,7 @@ class OptimizedModule(torch.nn.Module):
     # from the wrapped module, as under torch.compile (`compiled.scale = 2` must change what
     # the compiled `forward` reads).
     _OWN_ATTRIBUTES = frozenset(("_orig_mod", "_dynamo_rs_converter", "_dynamo_rs_forward_code",
-                                 "_dynamo_rs_initialised"))
+                                 "_dynamo_rs_skipped_code", "_dynamo_rs_initialised"))
 
     def __init__(self, mod: torch.nn.Module, converter) -> None:
         object.__setattr__(self, "_dynamo_rs_initialised", False)
@@ -107,7 +107,16 @@ class OptimizedModule(torch.nn.Module):
         # The module's own forward is compiled even when it is torch's (nn.Sequential).
         # Forced again on every call: `dynamo_rs.reset()` forgets it, and only this module's
         # calls should bring it back (a raw hook with `skip_torch` must not see torch code).
-        self._dynamo_rs_forward_code = getattr(type(mod).forward, "__code__", None)
+        forward = type(mod).forward
+        if getattr(forward, "_torchdynamo_disable", False):
+            # `@torch.compiler.disable(recursive=False)` on `forward`: its own frame runs as
+            # it is (skipped again on every call, as resets forget it), what it calls is
+            # compiled. No `_dynamo_rs_forward_code`: calls take `forward` below, not the
+            # native shortcut. (A recursive disable leaves everything below it alone.)
+            inner = getattr(forward, "_torchdynamo_orig_callable", None)
+            self._dynamo_rs_skipped_code = getattr(inner, "__code__", None)
+        else:
+            self._dynamo_rs_forward_code = getattr(forward, "__code__", None)
 
     def __call__(self, *args: Any, **kwargs: Any):
         # `Module.__call__` takes two Python frames (`_wrapped_call_impl`, `_call_impl`) for
@@ -119,8 +128,11 @@ class OptimizedModule(torch.nn.Module):
         return _call_compiled_module(self, args, kwargs)
 
     def forward(self, *args: Any, **kwargs: Any):
-        if self._dynamo_rs_forward_code is not None:
-            _native.force_intercept(self._dynamo_rs_forward_code)
+        own = self.__dict__
+        if own.get("_dynamo_rs_forward_code") is not None:
+            _native.force_intercept(own["_dynamo_rs_forward_code"])
+        elif own.get("_dynamo_rs_skipped_code") is not None:
+            _native.skip_code(own["_dynamo_rs_skipped_code"])
         # `self._orig_mod` would miss the instance dict (a submodule lives in `_modules`) and
         # go through `Module.__getattr__` after an AttributeError: ~1 us of every call.
         return _run(self._dynamo_rs_converter, self._modules["_orig_mod"], args, kwargs)

@@ -29,10 +29,31 @@ is_enabled = _native.is_enabled
 F = TypeVar("F", bound=Callable)
 
 
-def disable(fn: F | None = None) -> F:
-    """Runs `fn` (and everything it calls) without interception. Usable as a decorator."""
+def disable(fn: F | None = None, recursive: bool = True, *, reason: str | None = None) -> F:
+    """Runs `fn` (and, with `recursive=True`, everything it calls) without interception, as
+    `torch.compiler.disable`. Usable as a decorator, with or without arguments. Called from
+    compiled code, a disabled function breaks the graph. With `recursive=False` only `fn`'s
+    own frames run as they are: what it calls is compiled (comprehensions included)."""
     if fn is None:
-        return disable  # type: ignore[return-value]
-    wrapper = _native.DisabledFunction(fn)
-    functools.update_wrapper(wrapper, fn)
-    return wrapper  # type: ignore[return-value]
+        return functools.partial(disable, recursive=recursive, reason=reason)  # type: ignore[return-value]
+    if recursive:
+        wrapper = _native.DisabledFunction(fn)
+        functools.update_wrapper(wrapper, fn)
+        return wrapper  # type: ignore[return-value]
+    code = getattr(fn, "__code__", None)
+
+    @functools.wraps(fn)
+    def nonrecursive_disabled(*args, **kwargs):
+        # Marked on every call: `reset()` forgets skipped codes. (This wrapper's own frame is
+        # dynamo_rs's, never intercepted.)
+        if code is not None:
+            _native.skip_code(code)
+        return fn(*args, **kwargs)
+
+    # The marks torch's non-recursive disable leaves, which traces honour (a graph break
+    # where it is called, its code skipped).
+    nonrecursive_disabled._torchdynamo_disable = True  # type: ignore[attr-defined]
+    nonrecursive_disabled._torchdynamo_disable_recursive = False  # type: ignore[attr-defined]
+    nonrecursive_disabled._torchdynamo_disable_msg = reason  # type: ignore[attr-defined]
+    nonrecursive_disabled._torchdynamo_orig_callable = fn  # type: ignore[attr-defined]
+    return nonrecursive_disabled  # type: ignore[return-value]

@@ -410,11 +410,12 @@ impl<'py> Tracer<'py> {
                 let (receiver, func) = (*receiver, func.bind(py).clone());
                 let mut all = vec![receiver];
                 all.extend(args);
-                if func.is_instance(&self.h.function_type)? {
+                if func.is_instance(&self.h.function_type)? && !torch_disabled(&func) {
                     return self.call_python(&func, all, kwargs);
                 }
                 // A method made by another callable's `__get__` (an `lru_cache`d function
-                // stored on a class): that callable, with the receiver first.
+                // stored on a class), or a method disabled with `torch.compiler.disable`
+                // (which breaks the graph): that callable, with the receiver first.
                 let func = self.wrap(&func, None)?;
                 self.call_function(func, all, kwargs)
             }

@@ -131,6 +131,12 @@ impl<'py> Tracer<'py> {
         }
         self.guard_class(module.get_type().as_any(), "forward")?;
         let forward = module.get_type().getattr("forward")?;
+        if super::ops_call::torch_disabled(&forward) {
+            // `@torch.compiler.disable` on `forward`: called as the disabled function it is
+            // (the graph breaks; a non-recursive disable leaves what it calls compiled).
+            let forward = self.get_attr(module_var, "forward")?;
+            return self.call_function(forward, args, kwargs);
+        }
         if !forward.is_instance(&self.h.function_type)? {
             return unsupported(
                 BreakKind::UnsupportedCall,
