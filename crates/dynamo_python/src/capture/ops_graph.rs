@@ -22,6 +22,23 @@ impl<'py> Tracer<'py> {
         kwargs: Vec<(String, VarId)>,
     ) -> CResult<VarId> {
         let py = self.py;
+        // `torch.ones(2, requires_grad=True)`, `x.new_zeros(n, requires_grad=True)`: a new
+        // leaf that needs gradients. In a graph AOTAutograd makes it an output that needs
+        // none (and no gradient reaches it); it is made eagerly after the graph, as
+        // TorchDynamo breaks the graph there.
+        let leaf_needing_grad = kwargs.iter().any(|(k, v)| {
+            k == "requires_grad"
+                && matches!(self.kind(*v), VarKind::Const(c) if c.bind(py).is_truthy().unwrap_or(true))
+        });
+        if leaf_needing_grad {
+            return unsupported(
+                BreakKind::UnsupportedCall,
+                format!(
+                    "{name}(..., requires_grad=True): a tensor that needs gradients made in the \
+                     graph (made eagerly after it, as under TorchDynamo)"
+                ),
+            );
+        }
         let change = self.changes_state(&op, name, &args, &kwargs)?;
         // Random numbers drawn from the default generators: a rerun after the graph raised
         // draws them again from the state they were drawn from (`Rerun::restore_random`).
