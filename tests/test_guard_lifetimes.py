@@ -156,3 +156,50 @@ def test_an_entry_whose_class_died_never_matches_a_new_class():
         torch.testing.assert_close(compiled(cls(), x), x + k)
         del cls
         gc.collect()
+
+
+@pytest.mark.parametrize("kind", ["class attribute", "module class"])
+def test_entries_for_collected_objects_do_not_count_toward_the_cache_limit(kind):
+    """A class defined in a loop (or a model class built by a factory) gives each call a new
+    class to guard: the entries of the classes already collected can never match again, so
+    they no longer fill `cache_size_limit` (which ran the frame eagerly from the ninth class
+    on, with a warning) — as TorchDynamo drops entries whose guarded objects die."""
+    import warnings
+
+    from dynamo_rs import eval_frame
+    from dynamo_rs.testing import CompileCounter
+
+    def scale_by(obj, x):
+        return x * obj.scale
+
+    def run_layer(model, x):
+        return model(x) + 1
+
+    fn = scale_by if kind == "class attribute" else run_layer
+    counter = CompileCounter()
+    compiled = dynamo_rs.compile(fn, backend=counter)
+    limit = dynamo_rs.config.cache_size_limit
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the cache-limit warning would fail the test
+        for i in range(limit * 2 + 3):
+            if kind == "class attribute":
+                class Scaled:
+                    scale = i
+
+                obj = Scaled()
+            else:
+                class Layer(nn.Module):
+                    def forward(self, x, i=i):
+                        return x * i
+
+                obj = Layer()
+            x = torch.ones(2)
+            torch.testing.assert_close(compiled(obj, x), fn(obj, x))
+            del obj
+            if kind == "class attribute":
+                del Scaled
+            else:
+                del Layer
+            gc.collect()
+    assert counter.frame_count == limit * 2 + 3  # every call compiled, none ran eagerly
+    assert len(eval_frame.cache_entries(fn.__code__)) <= limit

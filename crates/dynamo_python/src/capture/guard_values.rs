@@ -48,6 +48,19 @@ impl Identity {
         }
     }
 
+    /// Whether the object is known to be gone (held weakly and collected): nothing can
+    /// match it again.
+    pub fn is_dead(&self) -> bool {
+        match &self.weak {
+            // SAFETY: a live weak reference object (we hold it), GIL held; the result is
+            // borrowed and only compared with None.
+            Some(weak) => unsafe {
+                pyo3::ffi::PyWeakref_GetObject(weak.as_ptr()) == pyo3::ffi::Py_None()
+            },
+            None => false,
+        }
+    }
+
     /// The address the object had (and has, while alive).
     pub fn address(&self) -> usize {
         self.address

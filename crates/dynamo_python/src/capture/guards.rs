@@ -263,6 +263,21 @@ pub struct NativeGuard {
     frozen: FrozenTrees,
 }
 
+impl NativeGuard {
+    /// Whether some object this guard checks by identity (a class, a module, a function) has
+    /// been collected: the check can never pass again (a new object at the same address is
+    /// told apart by the weak reference), so the entry is dead weight in its code's cache.
+    pub fn checks_a_dead_object(&self) -> bool {
+        self.steps.iter().any(|step| {
+            matches!(&step.access, Access::Object(id) if id.is_dead())
+                || step
+                    .checks
+                    .iter()
+                    .any(|check| matches!(check, Check::Type(id) | Check::Id(id) if id.is_dead()))
+        })
+    }
+}
+
 /// Whether every check also runs the reference evaluation (`guard_check_mode = "debug"`).
 pub static DEBUG_CHECKS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
@@ -1229,6 +1244,13 @@ impl FrameGuard for NativeGuardRef {
 
     fn as_python(&self, py: Python<'_>) -> Py<PyAny> {
         self.0.bind(py).clone().unbind()
+    }
+
+    fn is_dead(&self, py: Python<'_>) -> bool {
+        self.0
+            .bind(py)
+            .cast::<NativeGuard>()
+            .is_ok_and(|g| g.borrow().checks_a_dead_object())
     }
 
     fn failure(&self, py: Python<'_>, frame: &FrameView<'_>) -> Option<String> {

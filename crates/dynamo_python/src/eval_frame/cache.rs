@@ -232,6 +232,11 @@ pub trait FrameGuard {
     fn failure(&self, _py: Python<'_>, _frame: &FrameView<'_>) -> Option<String> {
         None
     }
+
+    /// Whether the entry can never apply again (an object it checks by identity is gone).
+    fn is_dead(&self, _py: Python<'_>) -> bool {
+        false
+    }
 }
 
 /// Turns a check object a callback returned into a native guard, when it is of a kind the

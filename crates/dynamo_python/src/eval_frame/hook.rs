@@ -256,8 +256,23 @@ unsafe fn eval_frame(
         // SAFETY: forwarded contract.
         return unsafe { eval_default(tstate, frame, throw) };
     }
+    let limit = CACHE_SIZE_LIMIT.load(Ordering::Relaxed);
+    if extra.inner.borrow().entries.len() >= limit {
+        // Entries for objects that are gone (a class defined in a loop, a model dropped)
+        // never match again: they do not count toward the limit. Dropped after the borrow
+        // ends (dropping may run Python code).
+        let dead: Vec<Rc<CacheEntry>> = {
+            let mut inner = extra.inner.borrow_mut();
+            let (dead, alive) = std::mem::take(&mut inner.entries)
+                .into_iter()
+                .partition(|entry| entry.guard.is_dead(py));
+            inner.entries = alive;
+            dead
+        };
+        drop(dead);
+    }
     let cached = extra.inner.borrow().entries.len();
-    if cached >= CACHE_SIZE_LIMIT.load(Ordering::Relaxed) {
+    if cached >= limit {
         let warn = {
             let mut inner = extra.inner.borrow_mut();
             inner.mode = Mode::RunOnly;
