@@ -109,10 +109,11 @@ class OptimizedModule(torch.nn.Module):
         # calls should bring it back (a raw hook with `skip_torch` must not see torch code).
         forward = type(mod).forward
         if getattr(forward, "_torchdynamo_disable", False):
-            # `@torch.compiler.disable(recursive=False)` on `forward`: its own frame runs as
-            # it is (skipped again on every call, as resets forget it), what it calls is
-            # compiled. No `_dynamo_rs_forward_code`: calls take `forward` below, not the
-            # native shortcut. (A recursive disable leaves everything below it alone.)
+            # `@torch.compiler.disable` on `forward`: its own frame runs as it is (skipped
+            # again on every call, as resets forget it); after a non-recursive disable what
+            # it calls is compiled, after a recursive one the wrapper disables all below it.
+            # No `_dynamo_rs_forward_code`: calls take `forward` below, not the native
+            # shortcut, and the shared wrapper code is never forced on.
             inner = getattr(forward, "_torchdynamo_orig_callable", None)
             self._dynamo_rs_skipped_code = getattr(inner, "__code__", None)
         else:

@@ -413,8 +413,9 @@ impl<'py> CodeGen<'py> {
         self.emit(Opcode::Call, argc);
     }
 
-    /// `torch._C._set_grad_enabled(mode)` where a graph of nothing but grad-mode switches
-    /// was dropped (see `CompiledGraph::grad_mode_after`); nothing for None.
+    /// `torch._C._set_grad_enabled(mode)`; nothing for None. (Where a graph of nothing but
+    /// grad-mode switches was dropped — `CompiledGraph::grad_mode_after` — and after a graph
+    /// that ended in the frame's entry mode — `Tracer::end_in_entry_grad_mode`.)
     pub fn set_grad_mode(&mut self, mode: Option<bool>) -> CResult<()> {
         let Some(mode) = mode else {
             return Ok(());

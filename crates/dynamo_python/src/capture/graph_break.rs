@@ -343,13 +343,9 @@ impl Converter {
             roots.push(value);
             local_plan.insert(slot, roots.len() - 1);
         }
-        // The graph leaves grad mode as the frame found it; the generated code sets the mode
-        // of the blocks the break is in again before the instruction.
-        let entry_grad_mode = tracer.guards.grad_mode.unwrap_or(true);
-        let break_grad_mode = tracer.grad_enabled;
-        if break_grad_mode != entry_grad_mode {
-            tracer.set_grad_enabled(entry_grad_mode)?;
-        }
+        // The generated code sets the mode of the blocks the break is in again before the
+        // instruction.
+        let break_grad_mode = tracer.end_in_entry_grad_mode()?;
         let (plans, graph) = self.compile_graph(py, tracer, split.code, &roots, t)?;
         let t = std::time::Instant::now();
 
@@ -396,17 +392,7 @@ impl Converter {
         }
         // Stores the trace made to existing objects, before the instruction sees them.
         gen.replay(&graph.replays)?;
-        if break_grad_mode != entry_grad_mode {
-            let setter = py
-                .import_module("torch")?
-                .getattr("_C")?
-                .getattr("_set_grad_enabled")?;
-            let mode = pyo3::types::PyBool::new(py, break_grad_mode)
-                .to_owned()
-                .into_any();
-            gen.call_constant(&setter, &[mode]);
-            gen.emit_instruction(Opcode::PopTop, Operand::None);
-        }
+        gen.set_grad_mode(break_grad_mode)?;
         if let Some((h, _)) = &handler {
             // The stack is the original's, so the original handler's depth is right here.
             gen.begin_handled(h.depth, false);

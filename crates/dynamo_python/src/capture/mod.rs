@@ -824,16 +824,9 @@ impl Converter {
         if tracer.graph.op_count() == 0 {
             return Ok(None); // nothing to compile: run the frame as it is
         }
-        // The graph leaves grad mode as the frame found it, as at a break (a resume function
-        // entered inside a `no_grad` block that ends the block returns in another mode):
-        // AOTAutograd, compiling such a graph for the mode it is entered in, neither keeps
-        // the switch nor makes what follows it need gradients. The generated code sets the
-        // mode the frame returns in.
-        let entry_grad_mode = tracer.guards.grad_mode.unwrap_or(true);
-        let return_grad_mode = tracer.grad_enabled;
-        if return_grad_mode != entry_grad_mode {
-            tracer.set_grad_enabled(entry_grad_mode)?;
-        }
+        // A frame may return in another grad mode than it was entered in (a resume function
+        // that ends a `no_grad` block): the generated code sets it after the graph.
+        let return_grad_mode = tracer.end_in_entry_grad_mode()?;
         let (plans, graph) = self.compile_graph(py, tracer, &code, &[result], t)?;
         let t = std::time::Instant::now();
         let mut gen = CodeGen::new(&code, &prologue, slot_names.clone())?;
@@ -850,9 +843,7 @@ impl Converter {
         } else {
             gen.set_grad_mode(graph.grad_mode_after)?;
         }
-        if return_grad_mode != entry_grad_mode {
-            gen.set_grad_mode(Some(return_grad_mode))?;
-        }
+        gen.set_grad_mode(return_grad_mode)?;
         gen.define_shared(&graph.shared)?;
         // The result first: it may read sources the replayed stores change.
         gen.push_rebuilt(&plans[0])?;

@@ -176,6 +176,22 @@ impl<'py> Tracer<'py> {
         Ok(())
     }
 
+    /// Ends the graph in the grad mode the frame was entered in, recording the switch back
+    /// when the trace is in another one (a break inside a `no_grad` block, a resume function
+    /// that leaves such a block): backends expect graphs that leave the mode as they found
+    /// it, and AOTAutograd, compiling a graph for the mode it is entered in, loses a switch
+    /// that outlives the graph. Returns the mode the trace was in, which the generated code
+    /// sets after the graph, or None when it is the entry mode.
+    pub fn end_in_entry_grad_mode(&mut self) -> CResult<Option<bool>> {
+        let entry = self.guards.grad_mode.unwrap_or(true);
+        let now = self.grad_enabled;
+        if now == entry {
+            return Ok(None);
+        }
+        self.set_grad_enabled(entry)?;
+        Ok(Some(now))
+    }
+
     /// Calling the `__exit__` of an entered grad-mode context, a grad-mode context as a
     /// decorator (`torch.no_grad()(fn)`), or a function it decorated.
     pub fn grad_mode_call(
