@@ -450,8 +450,9 @@ impl<'py> Tracer<'py> {
                 (true, _) => self.get_attr(args[0], &attr),
                 (false, Some(&default)) => Ok(default),
                 (false, None) => {
-                    // Missing as guarded above: AttributeError on every call.
-                    let message = format!("object has no attribute {attr:?}");
+                    // Missing as guarded above: AttributeError on every call, worded as
+                    // Python words it.
+                    let message = self.missing_attribute_message(args[0], &attr)?;
                     self.raise_builtin(
                         "AttributeError",
                         pyo3::types::PyString::new(py, &message).into_any(),
@@ -718,7 +719,7 @@ impl<'py> Tracer<'py> {
             Ok(r) => r,
             Err(err) => {
                 let detail = format!("{name}() raised {err} while tracing");
-                if self.all_constant(&args, &kwargs) {
+                if self.all_plain_values(&args, &kwargs) {
                     return self.raised(err, detail);
                 }
                 return unsupported(BreakKind::ExceptionWhileTracing, detail);

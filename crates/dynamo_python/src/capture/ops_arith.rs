@@ -490,7 +490,7 @@ impl<'py> Tracer<'py> {
             Ok(r) => r,
             Err(err) => {
                 let detail = format!("operator {name} raised {err} while tracing");
-                if self.all_constant(&args, &[]) {
+                if self.all_plain_values(&args, &[]) {
                     return self.raised(err, detail);
                 }
                 return unsupported(BreakKind::ExceptionWhileTracing, detail);

@@ -314,10 +314,7 @@ impl<'py> Tracer<'py> {
                     (Some(v), _) => Ok(v),
                     (None, Some(&default)) => Ok(default),
                     (None, None) if name == "get" => Ok(self.constant(&none())),
-                    (None, None) => unsupported(
-                        BreakKind::ExceptionWhileTracing,
-                        format!("missing key {key} in {name}()"),
-                    ),
+                    (None, None) => self.raise_key_error(key),
                 }
             }
             (VarKind::Dict(_), "keys" | "values" | "items") => {
@@ -492,8 +489,11 @@ impl<'py> Tracer<'py> {
                     );
                 }
                 let seq = self.python_value(receiver)?;
-                let result = seq.call_method1(name, self.python_args(&args)?)?;
-                Ok(self.constant(&result))
+                match seq.call_method1(name, self.python_args(&args)?) {
+                    Ok(result) => Ok(self.constant(&result)),
+                    // `index` of a value not there: raised in the trace.
+                    Err(err) => self.raised(err, format!("{name}() raised while tracing")),
+                }
             }
             (
                 VarKind::Instance {
@@ -924,6 +924,11 @@ impl<'py> Tracer<'py> {
                         Some(&default) => Ok(default),
                         None => Ok(self.constant(&py.None().into_bound(py))),
                     },
+                    // The keys are guarded: the key stays missing (a class with
+                    // `__missing__` would answer it instead).
+                    ("__getitem__", false) if !dict.get_type().hasattr("__missing__")? => {
+                        self.raise_key_error(key)
+                    }
                     _ => unsupported(
                         BreakKind::ExceptionWhileTracing,
                         format!("missing key {key} while tracing"),

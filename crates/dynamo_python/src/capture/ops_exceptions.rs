@@ -163,6 +163,53 @@ impl<'py> Tracer<'py> {
             .all(|&a| matches!(self.kind(a), VarKind::Const(_)))
     }
 
+    /// The message of the `AttributeError` Python raises for `attr` missing from `id`:
+    /// `module 'm' has no attribute 'a'`, `type object 'C' has ...`, `'C' object has ...`.
+    pub fn missing_attribute_message(&self, id: VarId, attr: &str) -> CResult<String> {
+        let py = self.py;
+        let name_of = |cls: &Bound<'py, PyAny>| -> CResult<String> {
+            Ok(cls.getattr("__name__")?.extract::<String>()?)
+        };
+        let class = match self.kind(id) {
+            VarKind::Const(v) | VarKind::Object(v) => {
+                let value = v.bind(py);
+                if value.is_instance_of::<pyo3::types::PyModule>() {
+                    let module = name_of(&value)?;
+                    return Ok(format!("module '{module}' has no attribute '{attr}'"));
+                }
+                if value.is_instance_of::<pyo3::types::PyType>() {
+                    let class = name_of(&value)?;
+                    return Ok(format!("type object '{class}' has no attribute '{attr}'"));
+                }
+                name_of(value.get_type().as_any())?
+            }
+            VarKind::Instance { cls, .. } => name_of(&cls.bind(py).clone())?,
+            VarKind::Tuple(_) | VarKind::List(_) => name_of(&self.class_of_sequence(id))?,
+            VarKind::Function(_) => "function".to_owned(),
+            _ => "Tensor".to_owned(),
+        };
+        Ok(format!("'{class}' object has no attribute '{attr}'"))
+    }
+
+    /// Whether every argument is a constant or a list or tuple of them, nested: values
+    /// whose builtins (`max`, `sorted`, `int`, ...) run no user code, so an exception they
+    /// raise is the one the program raises, and the trace may raise it too.
+    pub fn all_plain_values(&self, args: &[VarId], kwargs: &[(String, VarId)]) -> bool {
+        args.iter()
+            .chain(kwargs.iter().map(|(_, v)| v))
+            .all(|&a| self.is_plain_value_tree(a))
+    }
+
+    fn is_plain_value_tree(&self, id: VarId) -> bool {
+        match self.kind(id) {
+            VarKind::Const(_) => true,
+            VarKind::Tuple(items) | VarKind::List(items) => {
+                items.iter().all(|&i| self.is_plain_value_tree(i))
+            }
+            _ => false,
+        }
+    }
+
     /// Whether `id` is a constant or a tuple of them, nested: a value that cannot change
     /// after it is handed to a call (a list could be changed later through the trace).
     pub fn is_constant_tuple_tree(&self, id: VarId) -> bool {

@@ -444,8 +444,10 @@ impl<'py> Tracer<'py> {
         // Arguments are iterables of constants (or constants): their Python values; a
         // tensor (`add`, `discard`, `remove`) by its stand-in key.
         let mut values = Vec::with_capacity(args.len());
+        let mut tensor_argument = false;
         for &arg in args {
             if matches!(self.kind(arg), VarKind::Tensor { .. }) {
+                tensor_argument = true;
                 values.push(self.tensor_key(arg)?);
                 continue;
             }
@@ -466,10 +468,14 @@ impl<'py> Tracer<'py> {
         let result = match method.call1(pyo3::types::PyTuple::new(self.py, values)?) {
             Ok(result) => result,
             Err(err) => {
-                return unsupported(
-                    BreakKind::ExceptionWhileTracing,
-                    format!("set.{name} raised {err} while tracing"),
-                )
+                let detail = format!("set.{name} raised {err} while tracing");
+                if tensor_argument {
+                    // The error would hold the tensor's stand-in key.
+                    return unsupported(BreakKind::ExceptionWhileTracing, detail);
+                }
+                // `remove` of a missing member, `pop` of an empty set, an unhashable
+                // argument: raised in the trace, where a handler may catch it.
+                return self.raised(err, detail);
             }
         };
         if result.is_exact_instance_of::<PySet>() {
