@@ -792,8 +792,8 @@ def _unfold(mode, args, kwargs):
     if counts is None:
         return None
     sizes = (x.shape[0], x.shape[1] * kernel[0] * kernel[1], counts[0] * counts[1])
-    if min(sizes) == 1:
-        return None  # the decomposition's reshapes leave their own strides on size-1 dimensions
+    if sizes[2] == 1:
+        return None  # one block: the decomposition's reshape leaves its own stride on it
     return _contiguous(mode, x, sizes)
 
 
@@ -817,7 +817,8 @@ def _fold(mode, args, kwargs):
     if counts is None or x.shape[1] % (kernel[0] * kernel[1]) or x.shape[2] != counts[0] * counts[1]:
         return None
     sizes = (x.shape[0], x.shape[1] // (kernel[0] * kernel[1]), *size)
-    if (padding[0] > 0) != (padding[1] > 0) or min(sizes) == 1:
+    if (padding[0] > 0) != (padding[1] > 0) or (padding[0] > 0 and min(size) == 1):
+        # (A padded output of height or width 1 is a view of the padded buffer.)
         return None
     return _contiguous(mode, x, sizes)
 

@@ -355,6 +355,14 @@ impl<'py> Tracer<'py> {
             .getattr("ndarray")?
             .call1((&fake,))?;
         let Ok(value) = wrapped.getattr(name) else {
+            if py.import_module("numpy")?.getattr("ndarray")?.hasattr(name)? {
+                // NumPy has it, torch's model of NumPy does not (`tobytes`, `tofile`):
+                // the array is needed as NumPy's own.
+                return unsupported(
+                    BreakKind::UnsupportedOperation,
+                    format!("ndarray.{name}, which torch._numpy does not model"),
+                );
+            }
             let message = format!("'numpy.ndarray' object has no attribute '{name}'");
             let message = pyo3::types::PyString::new(py, &message).into_any();
             return self.raise_builtin("AttributeError", message);
