@@ -329,10 +329,11 @@ def export(nodes, outputs, fakes, mode, forward) -> torch.fx.GraphModule:
     return gm
 
 
-def export_subgraph(nodes, outputs, fakes) -> torch.fx.GraphModule:
+def export_subgraph(nodes, outputs, fakes, bare: bool = False) -> torch.fx.GraphModule:
     """The GraphModule of the body of a higher-order operation (`tag_activation_checkpoint`),
-    in the same form as `export`'s; small, so its `forward` is torch.fx's own."""
-    root, graph = _fx_graph(nodes, outputs, fakes, {})
+    in the same form as `export`'s (returning the tuple of `outputs`; with `bare`, its one
+    output itself); small, so its `forward` is torch.fx's own."""
+    root, graph = _fx_graph(nodes, outputs, fakes, {}, bare)
     return torch.fx.GraphModule(root, graph)
 
 
@@ -373,7 +374,37 @@ def same_tensor_metadata(first, second) -> bool:
                and a.requires_grad == b.requires_grad for a, b in zip(first, second))
 
 
-def _fx_graph(nodes, outputs, fakes, unbacked):
+def is_scalar_bool(fakes) -> bool:
+    """Whether `fakes` is one boolean tensor of no dimensions: what the condition of a
+    `torch.while_loop` must return."""
+    return len(fakes) == 1 and fakes[0].dtype == torch.bool and fakes[0].dim() == 0
+
+
+def scan_length(xs) -> int | None:
+    """The common static length of the tensors a `torch.scan` runs over (their first
+    dimension), or None."""
+    lengths = {x.shape[0] if x.dim() else None for x in xs}
+    if len(lengths) != 1:
+        return None
+    length = lengths.pop()
+    return length if type(length) is int and length > 0 else None
+
+
+def scan_result_fakes(carries, steps, length: int) -> tuple:
+    """The fake results of a `torch.scan`: the final carries (as the function returns
+    them) and each step output stacked into a fresh contiguous tensor of `length` rows."""
+    from torch.utils._mode_utils import no_dispatch
+
+    stacked = []
+    with no_dispatch():
+        for y in steps:
+            shape = (length, *y.shape)
+            stride = torch.empty(shape, device="meta").stride()
+            stacked.append(strided_fake(y.fake_mode, shape, stride, y.dtype, y.device, False))
+    return (*carries, *stacked)
+
+
+def _fx_graph(nodes, outputs, fakes, unbacked, bare: bool = False):
     """The root module (holding the submodules `get_attr` nodes name) and the fx Graph."""
     root = torch.nn.Module()
     graph = torch.fx.Graph()
@@ -398,7 +429,7 @@ def _fx_graph(nodes, outputs, fakes, unbacked):
         if id(fake) in unbacked and unbacked[id(fake)][0] is fake:
             node.meta["unbacked_bindings"] = unbacked[id(fake)][1]
         made.append(node)
-    graph.output(resolve(tuple(outputs)))
+    graph.output(resolve(outputs[0] if bare else tuple(outputs)))
     return root, graph
 
 

@@ -50,6 +50,8 @@ pub struct Helpers<'py> {
     /// `torch.cond` and `_capture.same_tensor_metadata` (see `ops_cond`).
     pub cond: Bound<'py, PyAny>,
     pub same_tensor_metadata: Bound<'py, PyAny>,
+    /// `torch.ops.higher_order.while_loop` and `.scan`, by name (see `ops_loops`).
+    pub loop_operators: Vec<(&'static str, Bound<'py, PyAny>)>,
     pub script_function_type: Bound<'py, PyAny>,
     pub module_type: Bound<'py, PyAny>,
     pub tuple_type: Bound<'py, PyAny>,
@@ -278,6 +280,13 @@ impl<'py> Helpers<'py> {
             shares_storage: capture.getattr("shares_storage")?,
             cond: torch.getattr("cond")?,
             same_tensor_metadata: capture.getattr("same_tensor_metadata")?,
+            loop_operators: {
+                let higher_order = torch.getattr("ops")?.getattr("higher_order")?;
+                ["while_loop", "scan"]
+                    .into_iter()
+                    .filter_map(|name| higher_order.getattr(name).ok().map(|op| (name, op)))
+                    .collect()
+            },
             checkpoint: py
                 .import_module("torch.utils.checkpoint")?
                 .getattr("checkpoint")?,

@@ -54,6 +54,7 @@ mod ops_itertools;
 mod ops_lazy_iter;
 mod ops_list_subclass;
 mod ops_load_store;
+mod ops_loops;
 mod ops_match;
 mod ops_module_call;
 mod ops_module_new;

@@ -688,6 +688,9 @@ impl<'py> Tracer<'py> {
         if self.is_cond(obj) {
             return self.cond_call(args, kwargs);
         }
+        if let Some(name) = self.loop_operator(obj) {
+            return self.loop_call(name, args, kwargs);
+        }
         if torch_disabled {
             // Run as it is, after the graph: the hook leaves the wrapper's frames and all
             // they call alone (`Mode::Disabled`). A non-recursive disable leaves only the

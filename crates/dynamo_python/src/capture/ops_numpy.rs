@@ -355,7 +355,11 @@ impl<'py> Tracer<'py> {
             .getattr("ndarray")?
             .call1((&fake,))?;
         let Ok(value) = wrapped.getattr(name) else {
-            if py.import_module("numpy")?.getattr("ndarray")?.hasattr(name)? {
+            if py
+                .import_module("numpy")?
+                .getattr("ndarray")?
+                .hasattr(name)?
+            {
                 // NumPy has it, torch's model of NumPy does not (`tobytes`, `tofile`):
                 // the array is needed as NumPy's own.
                 return unsupported(

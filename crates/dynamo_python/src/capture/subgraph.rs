@@ -192,12 +192,33 @@ impl<'py> Tracer<'py> {
         }
     }
 
-    /// The GraphModule of `body`: placeholders for `lifted`, its operations, `outputs`.
+    /// The GraphModule of `body`: placeholders for `lifted`, its operations, returning the
+    /// tuple of `outputs`.
     pub(super) fn body_module(
         &self,
         body: &Body,
         lifted: &[NodeId],
         outputs: &[NodeId],
+    ) -> CResult<Bound<'py, PyAny>> {
+        self.body_module_returning(body, lifted, outputs, false)
+    }
+
+    /// `body_module` returning its one output as it is (a `while_loop` condition).
+    pub(super) fn body_module_of_one(
+        &self,
+        body: &Body,
+        lifted: &[NodeId],
+        output: NodeId,
+    ) -> CResult<Bound<'py, PyAny>> {
+        self.body_module_returning(body, lifted, &[output], true)
+    }
+
+    fn body_module_returning(
+        &self,
+        body: &Body,
+        lifted: &[NodeId],
+        outputs: &[NodeId],
+        bare: bool,
     ) -> CResult<Bound<'py, PyAny>> {
         let py = self.py;
         let mut index: HashMap<u32, NodeId> = HashMap::new();
@@ -234,7 +255,7 @@ impl<'py> Tracer<'py> {
         let (nodes, outs, fakes) = super::graph_for_python(py, &self.h, &nodes, &outputs)?;
         Ok(py
             .import_module("dynamo_rs._capture")?
-            .call_method1("export_subgraph", (nodes, outs, fakes))?)
+            .call_method1("export_subgraph", (nodes, outs, fakes, bare))?)
     }
 
     /// A `get_attr` node for `module`, registered on the exported GraphModule under a name
