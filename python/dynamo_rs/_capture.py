@@ -326,7 +326,47 @@ def export(nodes, outputs, fakes, mode, forward) -> torch.fx.GraphModule:
     root, graph = _fx_graph(nodes, outputs, fakes, getattr(mode, "dynamo_rs_unbacked_bindings", {}))
     gm = CapturedGraphModule(root, graph)
     _install_forward(gm, forward)
+    if any(n.target is torch.ops.higher_order.invoke_subgraph for n in graph.nodes):
+        _inline_compile_regions(gm)
     return gm
+
+
+def _inline_compile_regions(gm) -> None:
+    """As TorchDynamo before it calls the backend: a nested compile region's subgraph called
+    once is inlined (nothing to reuse), or every one with `inline_invoke_subgraph` (torch's
+    configuration, and torch's own passes)."""
+    import torch._dynamo.config as dynamo_config
+    from torch._higher_order_ops.passes import inline_invoke_subgraph as passes
+
+    if dynamo_config.inline_invoke_subgraph:
+        passes.inline_invoke_subgraph(gm)
+    elif dynamo_config.inline_single_use_invoke_subgraph:
+        passes.inline_single_use_invoke_subgraph(gm)
+    else:
+        return
+    for name, module in list(gm.named_children()):
+        if not any(n.op == "get_attr" and n.target == name for n in gm.graph.nodes):
+            delattr(gm, name)
+    gm.recompile()
+
+
+def region_fingerprint(module) -> str:
+    """What makes two nested compile region subgraphs the same: their operations, arguments
+    by position (not by name) and their inputs' sizes, strides and dtypes (as TorchDynamo,
+    not whether they need gradients: the operator differentiates each call)."""
+    index = {}
+    parts = []
+    for i, node in enumerate(module.graph.nodes):
+        index[node] = i
+        if node.op == "placeholder":
+            value = node.meta.get("example_value")
+            described = ((tuple(value.shape), value.stride(), value.storage_offset(), value.dtype,
+                          value.device) if isinstance(value, torch.Tensor) else type(value))
+            parts.append(f"placeholder {described!r}")
+            continue
+        args = torch.fx.node.map_arg((node.args, node.kwargs), lambda n: f"%{index[n]}")
+        parts.append(f"{node.op} {node.target!r} {args!r}")
+    return "\n".join(parts)
 
 
 def export_subgraph(nodes, outputs, fakes, bare: bool = False) -> torch.fx.GraphModule:

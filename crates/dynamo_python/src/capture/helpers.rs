@@ -52,6 +52,9 @@ pub struct Helpers<'py> {
     pub same_tensor_metadata: Bound<'py, PyAny>,
     /// `torch.ops.higher_order.while_loop` and `.scan`, by name (see `ops_loops`).
     pub loop_operators: Vec<(&'static str, Bound<'py, PyAny>)>,
+    /// `invoke_subgraph_placeholder`, which a nested compile region's wrapper calls (see
+    /// `ops_compile_region`).
+    pub invoke_subgraph_placeholder: Option<Bound<'py, PyAny>>,
     pub script_function_type: Bound<'py, PyAny>,
     pub module_type: Bound<'py, PyAny>,
     pub tuple_type: Bound<'py, PyAny>,
@@ -280,6 +283,10 @@ impl<'py> Helpers<'py> {
             shares_storage: capture.getattr("shares_storage")?,
             cond: torch.getattr("cond")?,
             same_tensor_metadata: capture.getattr("same_tensor_metadata")?,
+            invoke_subgraph_placeholder: py
+                .import_module("torch._higher_order_ops.invoke_subgraph")
+                .and_then(|m| m.getattr("invoke_subgraph_placeholder"))
+                .ok(),
             loop_operators: {
                 let higher_order = torch.getattr("ops")?.getattr("higher_order")?;
                 ["while_loop", "scan"]

@@ -39,6 +39,7 @@ mod ops_autograd;
 mod ops_build;
 mod ops_call;
 mod ops_checkpoint;
+mod ops_compile_region;
 mod ops_cond;
 mod ops_containers;
 mod ops_control;

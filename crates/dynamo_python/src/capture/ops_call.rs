@@ -691,6 +691,9 @@ impl<'py> Tracer<'py> {
         if let Some(name) = self.loop_operator(obj) {
             return self.loop_call(name, args, kwargs);
         }
+        if self.is_compile_region_call(obj) {
+            return self.compile_region_call(args, kwargs);
+        }
         if torch_disabled {
             // Run as it is, after the graph: the hook leaves the wrapper's frames and all
             // they call alone (`Mode::Disabled`). A non-recursive disable leaves only the

@@ -273,6 +273,15 @@ impl<'py> Tracer<'py> {
         node
     }
 
+    /// A `get_attr` node for the submodule already registered as `attribute`.
+    pub(super) fn submodule_of(&mut self, attribute: &str, module: &Bound<'py, PyAny>) -> NodeId {
+        let node = self.submodule(attribute, module);
+        if let Op::GetAttr { name, .. } = &mut self.graph.nodes[node.0 as usize].op {
+            *name = attribute.to_owned();
+        }
+        node
+    }
+
     /// The fake values of `nodes`, as a tuple.
     pub(super) fn node_fakes(&self, nodes: &[NodeId]) -> PyResult<Bound<'py, PyTuple>> {
         let py = self.py;

@@ -280,6 +280,9 @@ pub struct Tracer<'py> {
     /// Graph nodes made by traces whose result was not used (see `ops_autograd`): dropped
     /// from the graph unless a kept node refers to them.
     pub discarded_nodes: Vec<std::ops::Range<usize>>,
+    /// The subgraphs of nested compile regions made so far, by fingerprint: an identical
+    /// region called again calls the same subgraph (see `ops_compile_region`).
+    pub compile_regions: Vec<(String, String, OwnedRef)>,
     /// Modules (by address) whose buffer this trace replaced through `Module.__setattr__`
     /// (replayed after the graph): their `_buffers` dict is not read in the same trace.
     pub buffer_stores: std::collections::HashSet<usize>,
@@ -404,6 +407,7 @@ impl<'py> Tracer<'py> {
             dynamic_inputs: Vec::new(),
             specializations: Default::default(),
             discarded_nodes: Vec::new(),
+            compile_regions: Vec::new(),
             buffer_stores: Default::default(),
         })
     }
