@@ -414,6 +414,19 @@ def same_tensor_metadata(first, second) -> bool:
                and a.requires_grad == b.requires_grad for a, b in zip(first, second))
 
 
+def leave_functorch_transforms() -> None:
+    """Leaves the functorch transforms a trace entered for real (the vmap levels of a traced
+    `torch.vmap`) and did not leave: a trace stopped inside one. Frames are traced outside
+    every transform, so all of them are the trace's."""
+    from torch._C import _functorch
+
+    leave = {_functorch.TransformType.Vmap: _functorch._vmap_decrement_nesting,
+             _functorch.TransformType.Grad: _functorch._grad_decrement_nesting,
+             _functorch.TransformType.Jvp: _functorch._jvp_decrement_nesting}
+    while (top := _functorch.peek_interpreter_stack()) is not None:
+        leave[top.key()]()
+
+
 def is_scalar_bool(fakes) -> bool:
     """Whether `fakes` is one boolean tensor of no dimensions: what the condition of a
     `torch.while_loop` must return."""

@@ -1,13 +1,15 @@
 """Python versions of C functions that library code calls on tensors, traced in their
 place (the capture cannot look inside a C function, and calling it on fake tensors would
-hand back real containers the trace cannot follow). Each behaves as the C function does on
-the inputs library code gives it; `POLYFILLS` maps the C function to its Python version."""
+hand back real containers the trace cannot follow), and of a few Python functions written
+in a way the trace does not follow. Each behaves as the original does on the inputs library
+code gives it; `POLYFILLS` maps the original to its Python version."""
 
 from __future__ import annotations
 
 import itertools
 
 import torch
+import torch.utils._pytree as pytree
 
 
 def group_tensors_by_device_and_dtype(tensorlistlist, with_indices=False):
@@ -45,7 +47,19 @@ def cycle(iterable):
         yield from saved
 
 
+def tree_map_(func, tree, *rests, is_leaf=None):
+    """`torch.utils._pytree.tree_map_`: `func` called on the leaves in order for its effects.
+    torch consumes a lazy `map` with `deque(..., maxlen=0)`, which the trace makes eagerly
+    and so refuses for a function with effects; a loop calls it in the same order."""
+    leaves, treespec = pytree.tree_flatten(tree, is_leaf=is_leaf)
+    flat_args = [leaves] + [treespec.flatten_up_to(r) for r in rests]
+    for args in zip(*flat_args):
+        func(*args)
+    return tree
+
+
 POLYFILLS = {
+    pytree.tree_map_: tree_map_,
     torch._C._group_tensors_by_device_and_dtype: group_tensors_by_device_and_dtype,
     itertools.cycle: cycle,
 }

@@ -42,6 +42,15 @@ impl<'py> SavedGlobalState<'py> {
     /// Puts the state back; only what the trace changed is set (each setter costs a call).
     pub(super) fn restore(&self) -> PyResult<()> {
         let torch = &self.torch;
+        let functorch = torch.getattr("_C")?.getattr("_functorch")?;
+        if !functorch.call_method0("peek_interpreter_stack")?.is_none() {
+            // A trace stopped inside `torch.vmap` (see `ops_functorch`): the levels it
+            // entered for real are left (frames are traced outside every transform).
+            torch
+                .py()
+                .import_module("dynamo_rs._capture")?
+                .call_method0("leave_functorch_transforms")?;
+        }
         torch
             .getattr("_C")?
             .call_method1("_set_grad_enabled", (&self.grad_enabled,))?;

@@ -55,6 +55,8 @@ pub struct Helpers<'py> {
     /// `invoke_subgraph_placeholder`, which a nested compile region's wrapper calls (see
     /// `ops_compile_region`).
     pub invoke_subgraph_placeholder: Option<Bound<'py, PyAny>>,
+    /// The functorch primitives of `torch._functorch.predispatch` (see `ops_functorch`).
+    pub functorch_primitives: Vec<(&'static str, Bound<'py, PyAny>)>,
     pub script_function_type: Bound<'py, PyAny>,
     pub module_type: Bound<'py, PyAny>,
     pub tuple_type: Bound<'py, PyAny>,
@@ -287,6 +289,13 @@ impl<'py> Helpers<'py> {
                 .import_module("torch._higher_order_ops.invoke_subgraph")
                 .and_then(|m| m.getattr("invoke_subgraph_placeholder"))
                 .ok(),
+            functorch_primitives: {
+                let predispatch = py.import_module("torch._functorch.predispatch")?;
+                super::ops_functorch::PRIMITIVES
+                    .into_iter()
+                    .filter_map(|name| predispatch.getattr(name).ok().map(|f| (name, f)))
+                    .collect()
+            },
             loop_operators: {
                 let higher_order = torch.getattr("ops")?.getattr("higher_order")?;
                 ["while_loop", "scan"]

@@ -49,6 +49,7 @@ mod ops_dict_subclass;
 mod ops_exceptions;
 mod ops_function_attrs;
 mod ops_functools;
+mod ops_functorch;
 mod ops_generators;
 mod ops_graph;
 mod ops_itertools;

@@ -579,12 +579,14 @@ impl<'py> Tracer<'py> {
         let h = self.h.clone();
         let polyfill = match obj.is_instance_of::<pyo3::types::PyCFunction>()
             || obj.is_instance_of::<pyo3::types::PyType>()
+            || obj.is_instance_of::<pyo3::types::PyFunction>()
         {
             true => h.polyfills.get_item(obj).ok(),
             false => None,
         };
         if let Some(polyfill) = polyfill {
-            // A C function or class (`itertools.cycle`) whose Python version is traced.
+            // A C function or class (`itertools.cycle`), or a Python function written in a
+            // way the trace cannot follow (`tree_map_`), whose Python version is traced.
             self.pin_identity(callee);
             return self.call_python(&polyfill, args, kwargs);
         }
@@ -693,6 +695,9 @@ impl<'py> Tracer<'py> {
         }
         if self.is_compile_region_call(obj) {
             return self.compile_region_call(args, kwargs);
+        }
+        if let Some(name) = self.functorch_primitive(obj) {
+            return self.functorch_call(name, args, kwargs);
         }
         if torch_disabled {
             // Run as it is, after the graph: the hook leaves the wrapper's frames and all
