@@ -414,10 +414,28 @@ def same_tensor_metadata(first, second) -> bool:
                and a.requires_grad == b.requires_grad for a, b in zip(first, second))
 
 
+# Forward-AD levels entered for real by traced code (`ops_functorch`) and not yet left.
+_OPEN_DUAL_LEVELS: list = []
+
+
+def run_state_primitive(name: str, function, args, kwargs):
+    """A functorch or autograd state primitive made for real by the trace, the forward-AD
+    levels it enters and leaves noted."""
+    result = function(*args, **kwargs)
+    if name == "_enter_dual_level":
+        _OPEN_DUAL_LEVELS.append(result)
+    elif name == "_exit_dual_level":
+        level = kwargs.get("level", args[0] if args else None)
+        if level in _OPEN_DUAL_LEVELS:
+            _OPEN_DUAL_LEVELS.remove(level)
+    return result
+
+
 def leave_functorch_transforms() -> None:
-    """Leaves the functorch transforms a trace entered for real (the vmap levels of a traced
-    `torch.vmap`) and did not leave: a trace stopped inside one. Frames are traced outside
-    every transform, so all of them are the trace's."""
+    """Leaves the functorch transforms a trace entered for real (the levels of a traced
+    `torch.vmap`, `torch.func.grad`, `jvp`, and forward-AD levels) and did not leave: a trace
+    stopped inside one. Frames are traced outside every transform, so all of them are the
+    trace's."""
     from torch._C import _functorch
 
     leave = {_functorch.TransformType.Vmap: _functorch._vmap_decrement_nesting,
@@ -425,6 +443,8 @@ def leave_functorch_transforms() -> None:
              _functorch.TransformType.Jvp: _functorch._jvp_decrement_nesting}
     while (top := _functorch.peek_interpreter_stack()) is not None:
         leave[top.key()]()
+    while _OPEN_DUAL_LEVELS:
+        torch._C._exit_dual_level(level=_OPEN_DUAL_LEVELS.pop())
 
 
 def is_scalar_bool(fakes) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 
 import torch
+import torch.autograd.forward_ad
 import torch.utils._pytree as pytree
 
 
@@ -58,8 +59,55 @@ def tree_map_(func, tree, *rests, is_leaf=None):
     return tree
 
 
+def tree_map(func, tree, *rests, is_leaf=None):
+    """`torch.utils._pytree.tree_map`: torch unflattens a lazy `map`, which the trace makes
+    eagerly and so refuses for a function with effects (`jvp` unpacking its duals); a list
+    made in order calls it as torch's does."""
+    leaves, treespec = pytree.tree_flatten(tree, is_leaf=is_leaf)
+    flat_args = [leaves] + [treespec.flatten_up_to(r) for r in rests]
+    return treespec.unflatten([func(*args) for args in zip(*flat_args)])
+
+
+class _SetFwdGradEnabled:
+    """`torch.autograd.forward_ad._set_fwd_grad_enabled` (`jvp`'s switch of forward-mode AD),
+    as torch's: switched when made, put back on leaving; a plain class the trace follows
+    (torch's derives from a decorator helper the trace does not make)."""
+
+    def __init__(self, mode):
+        self.prev = torch._C._is_fwd_grad_enabled()
+        torch._C._set_fwd_grad_enabled(mode)
+
+    def __enter__(self):
+        pass
+
+    def __exit__(self, exc_type, exc_value, traceback):
+        torch._C._set_fwd_grad_enabled(self.prev)
+
+
+def set_fwd_grad_enabled(mode):
+    return _SetFwdGradEnabled(mode)
+
+
+class _DualLevel:
+    """`torch.autograd.forward_ad.dual_level`, as torch's: a forward-AD level entered and
+    left around the block."""
+
+    def __enter__(self):
+        return torch.autograd.forward_ad.enter_dual_level()
+
+    def __exit__(self, exc_type, exc_value, traceback):
+        torch.autograd.forward_ad.exit_dual_level()
+
+
+def dual_level():
+    return _DualLevel()
+
+
 POLYFILLS = {
+    torch.autograd.forward_ad.dual_level: dual_level,
+    torch.autograd.forward_ad._set_fwd_grad_enabled: set_fwd_grad_enabled,
     pytree.tree_map_: tree_map_,
+    pytree.tree_map: tree_map,
     torch._C._group_tensors_by_device_and_dtype: group_tensors_by_device_and_dtype,
     itertools.cycle: cycle,
 }

@@ -20,6 +20,10 @@ pub(super) struct SavedGlobalState<'py> {
     deterministic_warn_only: bool,
     default_dtype: Bound<'py, PyAny>,
     matmul_precision: Bound<'py, PyAny>,
+    /// Switches `torch.func.grad` makes while it runs (see `ops_functorch`).
+    inplace_requires_grad_allowed: bool,
+    saved_tensors_hooks_enabled: bool,
+    fwd_grad_enabled: bool,
 }
 
 impl<'py> SavedGlobalState<'py> {
@@ -35,6 +39,20 @@ impl<'py> SavedGlobalState<'py> {
                 .is_truthy()?,
             default_dtype: torch.call_method0("get_default_dtype")?,
             matmul_precision: torch.call_method0("get_float32_matmul_precision")?,
+            inplace_requires_grad_allowed: torch
+                .getattr("_C")?
+                .getattr("_functorch")?
+                .call_method0("get_inplace_requires_grad_allowed")?
+                .is_truthy()?,
+            saved_tensors_hooks_enabled: torch
+                .getattr("_C")?
+                .getattr("_autograd")?
+                .call_method0("_saved_tensors_hooks_is_enabled")?
+                .is_truthy()?,
+            fwd_grad_enabled: torch
+                .getattr("_C")?
+                .call_method0("_is_fwd_grad_enabled")?
+                .is_truthy()?,
             torch,
         })
     }
@@ -43,13 +61,35 @@ impl<'py> SavedGlobalState<'py> {
     pub(super) fn restore(&self) -> PyResult<()> {
         let torch = &self.torch;
         let functorch = torch.getattr("_C")?.getattr("_functorch")?;
-        if !functorch.call_method0("peek_interpreter_stack")?.is_none() {
-            // A trace stopped inside `torch.vmap` (see `ops_functorch`): the levels it
-            // entered for real are left (frames are traced outside every transform).
-            torch
-                .py()
-                .import_module("dynamo_rs._capture")?
-                .call_method0("leave_functorch_transforms")?;
+        let capture = torch.py().import_module("dynamo_rs._capture")?;
+        if !functorch.call_method0("peek_interpreter_stack")?.is_none()
+            || capture.getattr("_OPEN_DUAL_LEVELS")?.is_truthy()?
+        {
+            // A trace stopped inside `torch.vmap` or `torch.func.grad` (see
+            // `ops_functorch`): the levels it entered for real are left (frames are traced
+            // outside every transform), and the switches it made put back.
+            capture.call_method0("leave_functorch_transforms")?;
+        }
+        if functorch
+            .call_method0("get_inplace_requires_grad_allowed")?
+            .is_truthy()?
+            != self.inplace_requires_grad_allowed
+        {
+            functorch.call_method1(
+                "set_inplace_requires_grad_allowed",
+                (self.inplace_requires_grad_allowed,),
+            )?;
+        }
+        let c = torch.getattr("_C")?;
+        if c.call_method0("_is_fwd_grad_enabled")?.is_truthy()? != self.fwd_grad_enabled {
+            c.call_method1("_set_fwd_grad_enabled", (self.fwd_grad_enabled,))?;
+        }
+        let autograd = torch.getattr("_C")?.getattr("_autograd")?;
+        let hooks_enabled = autograd
+            .call_method0("_saved_tensors_hooks_is_enabled")?
+            .is_truthy()?;
+        if hooks_enabled != self.saved_tensors_hooks_enabled && self.saved_tensors_hooks_enabled {
+            autograd.call_method0("_saved_tensors_hooks_enable")?;
         }
         torch
             .getattr("_C")?

@@ -56,7 +56,11 @@ pub struct Helpers<'py> {
     /// `ops_compile_region`).
     pub invoke_subgraph_placeholder: Option<Bound<'py, PyAny>>,
     /// The functorch primitives of `torch._functorch.predispatch` (see `ops_functorch`).
-    pub functorch_primitives: Vec<(&'static str, Bound<'py, PyAny>)>,
+    pub functorch_primitives: Vec<(
+        &'static str,
+        super::ops_functorch::Primitive,
+        Bound<'py, PyAny>,
+    )>,
     pub script_function_type: Bound<'py, PyAny>,
     pub module_type: Bound<'py, PyAny>,
     pub tuple_type: Bound<'py, PyAny>,
@@ -290,11 +294,10 @@ impl<'py> Helpers<'py> {
                 .and_then(|m| m.getattr("invoke_subgraph_placeholder"))
                 .ok(),
             functorch_primitives: {
-                let predispatch = py.import_module("torch._functorch.predispatch")?;
-                super::ops_functorch::PRIMITIVES
-                    .into_iter()
-                    .filter_map(|name| predispatch.getattr(name).ok().map(|f| (name, f)))
-                    .collect()
+                // (eager_transforms is imported by torch.func, which a model may not have
+                // imported yet.)
+                py.import_module("torch._functorch.eager_transforms")?;
+                super::ops_functorch::load_primitives(torch.as_any())
             },
             loop_operators: {
                 let higher_order = torch.getattr("ops")?.getattr("higher_order")?;

@@ -696,8 +696,8 @@ impl<'py> Tracer<'py> {
         if self.is_compile_region_call(obj) {
             return self.compile_region_call(args, kwargs);
         }
-        if let Some(name) = self.functorch_primitive(obj) {
-            return self.functorch_call(name, args, kwargs);
+        if let Some(primitive) = self.functorch_primitive(obj) {
+            return self.functorch_call(obj, primitive, args, kwargs);
         }
         if torch_disabled {
             // Run as it is, after the graph: the hook leaves the wrapper's frames and all

@@ -1,16 +1,18 @@
-//! `torch.vmap` (`torch.func.vmap`) inside traced code, as TorchDynamo captures it: the trace
-//! follows torch's own Python implementation (`vmap_impl`), whose calls of the functorch
-//! primitives in `torch._functorch.predispatch` are recorded in the graph as they are —
-//! `lazy_load_decompositions()`, `_vmap_increment_nesting(batch_size, randomness)`,
-//! `_add_batch_dim(x, in_dim, level)`, `_remove_batch_dim(x, level, batch_size, out_dim)`,
-//! `_vmap_decrement_nesting()` — and also made for real while tracing: the vmap level is
-//! entered around the traced function, whose operations then run on batched fake tensors
-//! through functorch's batching rules, as they will when the graph runs (AOTAutograd and
-//! Inductor trace through the primitives). The level numbers are constants of the graph: a
+//! `torch.vmap` and `torch.func.grad` (with what is built on them: `jacrev`, `vjp`, `hessian`,
+//! `grad_and_value`) inside traced code, as TorchDynamo captures them: the trace follows
+//! torch's own Python implementations (`vmap_impl`, `grad_and_value_impl`), whose calls of
+//! the functorch primitives are recorded in the graph as they are — `_vmap_increment_nesting
+//! (batch_size, randomness)`, `_add_batch_dim(x, in_dim, level)`, `_grad_increment_nesting()`,
+//! `_wrap_for_grad(x, level)`, `_autograd_grad(outputs, inputs, create_graph=True)`, ... —
+//! and also made for real while tracing: the transform's level is entered around the traced
+//! function, whose operations then run on batched or gradient-tracking fake tensors through
+//! functorch, as they will when the graph runs (AOTAutograd and Inductor trace through the
+//! primitives). Queries of the state these switch (`get_inplace_requires_grad_allowed`) are
+//! answered while tracing. The level numbers are constants of the graph: a
 //! frame is only compiled outside every functorch transform (`mod.rs`), so they are the same
-//! on every call. A trace that stops inside (a graph break in the vmapped function) leaves the
-//! levels it entered when it ends (`SavedGlobalState::restore`), and the break runs the whole
-//! vmap call as it is.
+//! on every call. A trace that stops inside (a graph break in the transformed function) leaves
+//! the levels and switches it entered when it ends (`SavedGlobalState::restore`), and the
+//! break runs the whole call as it is.
 
 use pyo3::prelude::*;
 
@@ -19,100 +21,212 @@ use super::graph::{Arg, Op};
 use super::translator::{unsupported, CResult, Tracer};
 use super::vars::{VarId, VarKind};
 use crate::eval_frame::owned::OwnedRef;
+use crate::imports::ImportModule;
+use pyo3::types::PyTuple;
 
-/// The functorch primitives, by their name in `torch._functorch.predispatch`.
-pub(super) const PRIMITIVES: [&str; 5] = [
-    "lazy_load_decompositions",
-    "_vmap_increment_nesting",
-    "_vmap_decrement_nesting",
-    "_add_batch_dim",
-    "_remove_batch_dim",
+/// How the trace takes a primitive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Primitive {
+    /// Answered while tracing (a query of functorch's state), not recorded.
+    Query,
+    /// Switches functorch's or autograd's state: recorded, made for real, its result (a
+    /// level, or None) a constant.
+    State,
+    /// Computes on tensors: an operation of the graph like any other (its fakes made by
+    /// running it on the fakes).
+    Tensors,
+}
+
+/// The primitives: where each is found (from `torch`), its name and how it is taken.
+pub(super) const PRIMITIVES: [(&str, &str, Primitive); 26] = [
+    (
+        "_functorch.predispatch",
+        "lazy_load_decompositions",
+        Primitive::State,
+    ),
+    (
+        "_functorch.predispatch",
+        "_vmap_increment_nesting",
+        Primitive::State,
+    ),
+    (
+        "_functorch.predispatch",
+        "_vmap_decrement_nesting",
+        Primitive::State,
+    ),
+    (
+        "_functorch.predispatch",
+        "_add_batch_dim",
+        Primitive::Tensors,
+    ),
+    (
+        "_functorch.predispatch",
+        "_remove_batch_dim",
+        Primitive::Tensors,
+    ),
+    (
+        "_functorch.predispatch",
+        "_unwrap_for_grad",
+        Primitive::Tensors,
+    ),
+    ("_C._functorch", "_grad_increment_nesting", Primitive::State),
+    ("_C._functorch", "_grad_decrement_nesting", Primitive::State),
+    ("_C._functorch", "_wrap_for_grad", Primitive::Tensors),
+    (
+        "_C._functorch",
+        "set_inplace_requires_grad_allowed",
+        Primitive::State,
+    ),
+    (
+        "_C._functorch",
+        "get_inplace_requires_grad_allowed",
+        Primitive::Query,
+    ),
+    (
+        "_functorch.eager_transforms",
+        "_set_tensor_requires_grad",
+        Primitive::Tensors,
+    ),
+    (
+        "_functorch.eager_transforms",
+        "_autograd_grad",
+        Primitive::Tensors,
+    ),
+    (
+        "_C._autograd",
+        "_saved_tensors_hooks_disable",
+        Primitive::State,
+    ),
+    (
+        "_C._autograd",
+        "_saved_tensors_hooks_enable",
+        Primitive::State,
+    ),
+    (
+        "_C._autograd",
+        "_saved_tensors_hooks_get_disabled_error_message",
+        Primitive::Query,
+    ),
+    (
+        "_C._autograd",
+        "_saved_tensors_hooks_is_enabled",
+        Primitive::Query,
+    ),
+    // Forward mode (`jvp`, `jacfwd`, `hessian`).
+    (
+        "_functorch.predispatch",
+        "_jvp_increment_nesting",
+        Primitive::State,
+    ),
+    (
+        "_functorch.predispatch",
+        "_jvp_decrement_nesting",
+        Primitive::State,
+    ),
+    (
+        "_functorch.predispatch",
+        "_enter_dual_level",
+        Primitive::State,
+    ),
+    (
+        "_functorch.predispatch",
+        "_exit_dual_level",
+        Primitive::State,
+    ),
+    ("_functorch.predispatch", "_make_dual", Primitive::Tensors),
+    ("_functorch.predispatch", "_unpack_dual", Primitive::Tensors),
+    ("_C", "_set_fwd_grad_enabled", Primitive::State),
+    ("_C", "_is_fwd_grad_enabled", Primitive::Query),
+    (
+        "autograd.forward_ad",
+        "_maybe_load_decompositions",
+        Primitive::State,
+    ),
 ];
+
+/// The primitives found in this torch, with their functions.
+pub(super) fn load_primitives<'py>(
+    torch: &Bound<'py, PyAny>,
+) -> Vec<(&'static str, Primitive, Bound<'py, PyAny>)> {
+    PRIMITIVES
+        .iter()
+        .filter_map(|&(path, name, kind)| {
+            let mut object = torch.clone();
+            for part in path.split('.').chain([name]) {
+                object = object.getattr(part).ok()?;
+            }
+            Some((name, kind, object))
+        })
+        .collect()
+}
 
 impl<'py> Tracer<'py> {
     /// Which functorch primitive `obj` is, if one.
-    pub(super) fn functorch_primitive(&self, obj: &Bound<'py, PyAny>) -> Option<&'static str> {
+    pub(super) fn functorch_primitive(
+        &self,
+        obj: &Bound<'py, PyAny>,
+    ) -> Option<(&'static str, Primitive)> {
         self.h
             .functorch_primitives
             .iter()
-            .find(|(_, f)| f.is(obj))
-            .map(|(name, _)| *name)
+            .find(|(_, _, f)| f.is(obj))
+            .map(|(name, kind, _)| (*name, *kind))
     }
 
     /// A call of a functorch primitive (see the module docs).
     pub(super) fn functorch_call(
         &mut self,
-        name: &'static str,
+        obj: &Bound<'py, PyAny>,
+        (name, kind): (&'static str, Primitive),
         args: Vec<VarId>,
         kwargs: Vec<(String, VarId)>,
     ) -> CResult<VarId> {
         let py = self.py;
-        if !kwargs.is_empty() {
-            return unsupported(
-                BreakKind::UnsupportedCall,
-                format!("{name}() with keyword arguments"),
-            );
+        let op = Op::CallFunction(OwnedRef::from_bound(obj));
+        if kind == Primitive::Tensors {
+            return self.graph_call(op, name, args, kwargs);
         }
-        let function = self
-            .h
-            .functorch_primitives
-            .iter()
-            .find(|(n, _)| *n == name)
-            .map(|(_, f)| f.clone())
-            .expect("a primitive");
-        // Every argument but the tensor of `_add_batch_dim`/`_remove_batch_dim` is an int or
-        // a string known while tracing, or a size of a dynamic dimension.
-        let mut values = Vec::new();
-        let mut graph_args = Vec::new();
-        for (i, &arg) in args.iter().enumerate() {
-            if i == 0 && name.ends_with("_batch_dim") {
-                let VarKind::Tensor { node, fake } = self.kind(arg) else {
-                    return unsupported(
-                        BreakKind::UnsupportedCall,
-                        format!("{name}() of something that is not a tensor"),
-                    );
-                };
-                values.push(fake.bind(py).clone());
-                graph_args.push(Arg::Node(*node));
-                continue;
-            }
-            match self.kind(arg) {
+        // Ints, bools and strings known while tracing, or a size of a dynamic dimension (a
+        // vmap's batch size: its symbol, as under TorchDynamo).
+        let value_of = |this: &Self, arg: VarId| -> CResult<(Bound<'py, PyAny>, Arg)> {
+            match this.kind(arg) {
                 VarKind::Const(value) => {
                     let value = value.bind(py).clone();
-                    graph_args.push(Arg::Const(OwnedRef::from_bound(&value)));
-                    values.push(value);
+                    let graph_arg = Arg::Const(OwnedRef::from_bound(&value));
+                    Ok((value, graph_arg))
                 }
-                // A batch size from a dynamic dimension: its symbol (as under TorchDynamo).
-                VarKind::Symbolic { node, fake } => {
-                    values.push(fake.bind(py).clone());
-                    graph_args.push(Arg::Node(*node));
+                VarKind::Symbolic { node, fake } if kind == Primitive::State => {
+                    Ok((fake.bind(py).clone(), Arg::Node(*node)))
                 }
-                _ => {
-                    return unsupported(
-                        BreakKind::UnsupportedCall,
-                        format!("{name}() with an argument not known while tracing"),
-                    )
-                }
+                _ => unsupported(
+                    BreakKind::UnsupportedCall,
+                    format!("{name}() with an argument not known while tracing"),
+                ),
             }
+        };
+        let (mut values, mut graph_args) = (Vec::new(), Vec::new());
+        for &arg in &args {
+            let (value, graph_arg) = value_of(self, arg)?;
+            values.push(value);
+            graph_args.push(graph_arg);
         }
-        // Made for real (torch's own function): on the fake tensor for the batch-dimension
-        // primitives (a batched fake, or the plain fake under it), on torch's functorch
-        // state for the others.
-        let result = function.call1(pyo3::types::PyTuple::new(py, &values)?)?;
-        let op = Op::CallFunction(OwnedRef::from_bound(&function));
-        if name.ends_with("_batch_dim") {
-            let node = self.graph.add(
-                op,
-                name,
-                graph_args,
-                Vec::new(),
-                OwnedRef::from_bound(&result),
-            );
-            return self.wrap_node_result(node, &result, name);
+        let (keywords, mut graph_kwargs) = (pyo3::types::PyDict::new(py), Vec::new());
+        for (key, arg) in &kwargs {
+            let (value, graph_arg) = value_of(self, *arg)?;
+            keywords.set_item(key, value)?;
+            graph_kwargs.push((key.clone(), graph_arg));
         }
+        if kind == Primitive::Query {
+            return Ok(self.constant(&obj.call(PyTuple::new(py, &values)?, Some(&keywords))?));
+        }
+        // Through `_capture.run_state_primitive`, which notes the forward-AD levels entered
+        // (`SavedGlobalState::restore` leaves those a stopped trace did not).
+        let result = py.import_module("dynamo_rs._capture")?.call_method1(
+            "run_state_primitive",
+            (name, obj, PyTuple::new(py, &values)?, keywords),
+        )?;
         let none = OwnedRef::from_bound(&py.None().into_bound(py));
-        self.graph.add(op, name, graph_args, Vec::new(), none);
-        // The level `_vmap_increment_nesting` entered (a constant of the graph), or None.
+        self.graph.add(op, name, graph_args, graph_kwargs, none);
         Ok(self.constant(&result))
     }
 }
