@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch.func import functional_call, grad, grad_and_value, hessian, jacfwd, jacrev, jvp, vjp, vmap
 
 import dynamo_rs
+from operator_harness import assert_same_values, check_against_torchdynamo, seeded_inputs
 
 pytestmark = [pytest.mark.usefixtures("reset_compilers"),
               pytest.mark.filterwarnings("ignore::UserWarning")]
@@ -107,24 +108,6 @@ def grad_of_grad(x):
     return grad(grad(lambda a: a.sin().sum() if a.dim() == 0 else a.sin().sum()))(x.sum())
 
 
-def _inputs(shapes, seed=1):
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randn(*s, generator=g) for s in shapes]
-
-
-def _flat(value) -> list:
-    if isinstance(value, dict):
-        return [t for k in sorted(value) for t in _flat(value[k])]
-    if isinstance(value, (tuple, list)):
-        return [t for v in value for t in _flat(v)]
-    return [value]
-
-
-def _same(got, expected) -> None:
-    for g, e in zip(_flat(got), _flat(expected), strict=True):
-        torch.testing.assert_close(g, e)
-
-
 def _state_as_found() -> None:
     assert torch._C._functorch.peek_interpreter_stack() is None
     assert not torch._C._functorch.get_inplace_requires_grad_allowed()
@@ -135,18 +118,9 @@ def _state_as_found() -> None:
 @pytest.mark.parametrize("backend", ["eager", "aot_eager"])
 @pytest.mark.parametrize(("fn", "shapes"), CASES)
 def test_transform_as_eager(fn, shapes, backend) -> None:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        theirs = torch._dynamo.testing.CompileCounterWithBackend(backend)
-        torch.compile(fn, backend=theirs)(*_inputs(shapes))
-        ours = torch._dynamo.testing.CompileCounterWithBackend(backend)
-        compiled = dynamo_rs.compile(fn, backend=ours)
-        for seed in (1, 2):
-            _same(compiled(*_inputs(shapes, seed)), fn(*_inputs(shapes, seed)))
-            _state_as_found()
+    ours, theirs, _ = check_against_torchdynamo(
+        fn, lambda f, seed: f(*seeded_inputs(shapes, seed)), backend, _state_as_found)
     assert ours.frame_count == theirs.frame_count
-    assert ours.op_count == theirs.op_count
-    assert not compiled._dynamo_rs_converter.failures
 
 
 @pytest.mark.parametrize("transform", ["grad", "vjp", "jvp", "jacfwd", "hessian"])
@@ -171,7 +145,7 @@ def test_graph_break_inside_the_transform_runs_the_call_as_eagerly(transform, ca
 
     compiled = dynamo_rs.compile(fn, backend="eager")
     x = torch.randn(4)
-    _same(compiled(x), fn(x))
+    assert_same_values(compiled(x), fn(x))
     _state_as_found()
     assert "inside" in capsys.readouterr().out
 

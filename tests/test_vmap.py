@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch.func import functional_call, stack_module_state, vmap
 
 import dynamo_rs
+from operator_harness import assert_same_values, check_against_torchdynamo, seeded_inputs
 
 pytestmark = [pytest.mark.usefixtures("reset_compilers"),
               pytest.mark.filterwarnings("ignore::UserWarning")]
@@ -119,22 +120,6 @@ def unbatched_output_expanded(x):
     return vmap(lambda a: torch.ones(2) * 3, randomness="same")(x)
 
 
-def _inputs(shapes, seed=1):
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randn(*s, generator=g) for s in shapes]
-
-
-def _flat(value) -> list:
-    if isinstance(value, (tuple, list)):
-        return [t for v in value for t in _flat(v)]
-    return [value]
-
-
-def _same(got, expected) -> None:
-    for g, e in zip(_flat(got), _flat(expected), strict=True):
-        torch.testing.assert_close(g, e)
-
-
 def _no_transform_left() -> None:
     assert torch._C._functorch.peek_interpreter_stack() is None
 
@@ -142,19 +127,10 @@ def _no_transform_left() -> None:
 @pytest.mark.parametrize("backend", ["eager", "aot_eager"])
 @pytest.mark.parametrize(("fn", "shapes"), CASES)
 def test_vmap_as_eager(fn, shapes, backend) -> None:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        theirs = torch._dynamo.testing.CompileCounterWithBackend(backend)
-        torch.compile(fn, backend=theirs)(*_inputs(shapes))
-        ours = torch._dynamo.testing.CompileCounterWithBackend(backend)
-        compiled = dynamo_rs.compile(fn, backend=ours)
-        for seed in (1, 2):
-            _same(compiled(*_inputs(shapes, seed)), fn(*_inputs(shapes, seed)))
-            _no_transform_left()
+    ours, theirs, compiled = check_against_torchdynamo(
+        fn, lambda f, seed: f(*seeded_inputs(shapes, seed)), backend, _no_transform_left)
     assert ours.frame_count == theirs.frame_count == 1
-    assert ours.op_count == theirs.op_count
     assert not compiled._dynamo_rs_converter.breaks
-    assert not compiled._dynamo_rs_converter.failures
 
 
 def test_a_new_batch_size_compiles_a_dynamic_batch() -> None:
@@ -168,7 +144,7 @@ def test_a_new_batch_size_compiles_a_dynamic_batch() -> None:
     compiled = dynamo_rs.compile(fn, backend=counter)
     for n in (3, 5, 7, 2):
         x = torch.randn(n, 4)
-        _same(compiled(x), fn(x))
+        assert_same_values(compiled(x), fn(x))
         _no_transform_left()
     assert counter.frame_count == 2  # static, then the batch dimension dynamic
     assert not compiled._dynamo_rs_converter.breaks
@@ -186,7 +162,7 @@ def test_graph_break_inside_the_vmapped_function_runs_the_call_as_eagerly(capsys
 
     compiled = dynamo_rs.compile(fn, backend="eager")
     x = torch.randn(3, 4)
-    _same(compiled(x), fn(x))
+    assert_same_values(compiled(x), fn(x))
     _no_transform_left()
     assert "inside" in capsys.readouterr().out
     assert compiled._dynamo_rs_converter.breaks
@@ -220,8 +196,8 @@ def test_called_inside_an_eager_vmap_the_frame_runs_as_it_is() -> None:
     counter = torch._dynamo.testing.CompileCounter()
     inner = dynamo_rs.compile(lambda a: vmap(torch.sin)(a) * 2, backend=counter)
     x = torch.randn(2, 3, 4)
-    _same(vmap(inner)(x), vmap(lambda a: vmap(torch.sin)(a) * 2)(x))
+    assert_same_values(vmap(inner)(x), vmap(lambda a: vmap(torch.sin)(a) * 2)(x))
     _no_transform_left()
     assert counter.frame_count == 0
-    _same(inner(x[0]), torch.sin(x[0]) * 2)
+    assert_same_values(inner(x[0]), torch.sin(x[0]) * 2)
     assert counter.frame_count == 1

@@ -30,6 +30,7 @@ use pyo3::prelude::*;
 
 use super::break_reasons::BreakKind;
 use super::graph::Arg;
+use super::subgraph::FunctionBody;
 use super::translator::{unsupported, CResult, Tracer};
 use super::vars::{VarId, VarKind};
 use crate::eval_frame::owned::OwnedRef;
@@ -106,23 +107,18 @@ impl<'py> Tracer<'py> {
                 "checkpoint(use_reentrant=True) where no input needs a gradient",
             );
         }
-        let (result, body) = self.trace_body(WHAT, |t| {
-            t.call_function(function, function_args.to_vec(), passed)
-        })?;
-        let mut outputs = Vec::new();
-        self.body_result_tensors(WHAT, result, &mut outputs)?;
-        outputs.retain(|&v| self.tensor_node(v).is_some_and(|n| body.contains(n)));
-        if outputs.is_empty() {
+        let (result, traced) =
+            self.trace_function_body(WHAT, function, function_args.to_vec(), passed)?;
+        let Some(FunctionBody {
+            outputs,
+            output_nodes,
+            lifted,
+            module,
+        }) = traced
+        else {
             // Nothing the function computed reaches its result.
             return Ok(result);
-        }
-        let output_nodes: Vec<_> = outputs
-            .iter()
-            .filter_map(|&v| self.tensor_node(v))
-            .collect();
-        let lifted = self.lifted_inputs(&[&body], &[])?;
-        self.check_body_writes(WHAT, &body, &lifted)?;
-        let module = self.body_module(&body, &lifted, &output_nodes)?;
+        };
         let get = self.submodule("wrap_body_0", &module);
         let mut call_args = vec![Arg::Node(get)];
         call_args.extend(lifted.iter().map(|&n| Arg::Node(n)));

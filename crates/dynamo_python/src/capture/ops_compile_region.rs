@@ -17,7 +17,8 @@ use std::collections::HashMap;
 use pyo3::prelude::*;
 
 use super::break_reasons::BreakKind;
-use super::graph::{Arg, NodeId};
+use super::graph::Arg;
+use super::subgraph::FunctionBody;
 use super::translator::{unsupported, CResult, Tracer};
 use super::vars::VarId;
 use crate::eval_frame::owned::OwnedRef;
@@ -47,23 +48,18 @@ impl<'py> Tracer<'py> {
                 "a compile region without a function",
             );
         };
-        let (result, body) = self.trace_body(WHAT, |t| {
-            t.call_function(function, function_args.to_vec(), kwargs)
-        })?;
-        let mut outputs = Vec::new();
-        self.body_result_tensors(WHAT, result, &mut outputs)?;
-        outputs.retain(|&v| self.tensor_node(v).is_some_and(|n| body.contains(n)));
-        if outputs.is_empty() {
+        let (result, traced) =
+            self.trace_function_body(WHAT, function, function_args.to_vec(), kwargs)?;
+        let Some(FunctionBody {
+            outputs,
+            output_nodes,
+            lifted,
+            module,
+        }) = traced
+        else {
             // Nothing the region computed reaches its result.
             return Ok(result);
-        }
-        let output_nodes: Vec<NodeId> = outputs
-            .iter()
-            .filter_map(|&v| self.tensor_node(v))
-            .collect();
-        let lifted = self.lifted_inputs(&[&body], &[])?;
-        self.check_body_writes(WHAT, &body, &lifted)?;
-        let module = self.body_module(&body, &lifted, &output_nodes)?;
+        };
         let fingerprint: String = py
             .import_module("dynamo_rs._capture")?
             .call_method1("region_fingerprint", (&module,))?

@@ -37,112 +37,49 @@ pub enum Primitive {
     Tensors,
 }
 
-/// The primitives: where each is found (from `torch`), its name and how it is taken.
-pub(super) const PRIMITIVES: [(&str, &str, Primitive); 26] = [
-    (
-        "_functorch.predispatch",
-        "lazy_load_decompositions",
-        Primitive::State,
-    ),
-    (
-        "_functorch.predispatch",
-        "_vmap_increment_nesting",
-        Primitive::State,
-    ),
-    (
-        "_functorch.predispatch",
-        "_vmap_decrement_nesting",
-        Primitive::State,
-    ),
-    (
-        "_functorch.predispatch",
-        "_add_batch_dim",
-        Primitive::Tensors,
-    ),
-    (
-        "_functorch.predispatch",
-        "_remove_batch_dim",
-        Primitive::Tensors,
-    ),
-    (
-        "_functorch.predispatch",
-        "_unwrap_for_grad",
-        Primitive::Tensors,
-    ),
-    ("_C._functorch", "_grad_increment_nesting", Primitive::State),
-    ("_C._functorch", "_grad_decrement_nesting", Primitive::State),
-    ("_C._functorch", "_wrap_for_grad", Primitive::Tensors),
-    (
-        "_C._functorch",
-        "set_inplace_requires_grad_allowed",
-        Primitive::State,
-    ),
-    (
-        "_C._functorch",
-        "get_inplace_requires_grad_allowed",
-        Primitive::Query,
-    ),
-    (
-        "_functorch.eager_transforms",
-        "_set_tensor_requires_grad",
-        Primitive::Tensors,
-    ),
-    (
-        "_functorch.eager_transforms",
-        "_autograd_grad",
-        Primitive::Tensors,
-    ),
-    (
-        "_C._autograd",
-        "_saved_tensors_hooks_disable",
-        Primitive::State,
-    ),
-    (
-        "_C._autograd",
-        "_saved_tensors_hooks_enable",
-        Primitive::State,
-    ),
-    (
-        "_C._autograd",
-        "_saved_tensors_hooks_get_disabled_error_message",
-        Primitive::Query,
-    ),
-    (
-        "_C._autograd",
-        "_saved_tensors_hooks_is_enabled",
-        Primitive::Query,
-    ),
-    // Forward mode (`jvp`, `jacfwd`, `hessian`).
-    (
-        "_functorch.predispatch",
-        "_jvp_increment_nesting",
-        Primitive::State,
-    ),
-    (
-        "_functorch.predispatch",
-        "_jvp_decrement_nesting",
-        Primitive::State,
-    ),
-    (
-        "_functorch.predispatch",
-        "_enter_dual_level",
-        Primitive::State,
-    ),
-    (
-        "_functorch.predispatch",
-        "_exit_dual_level",
-        Primitive::State,
-    ),
-    ("_functorch.predispatch", "_make_dual", Primitive::Tensors),
-    ("_functorch.predispatch", "_unpack_dual", Primitive::Tensors),
-    ("_C", "_set_fwd_grad_enabled", Primitive::State),
-    ("_C", "_is_fwd_grad_enabled", Primitive::Query),
-    (
-        "autograd.forward_ad",
-        "_maybe_load_decompositions",
-        Primitive::State,
-    ),
-];
+// Where the primitives are found, from `torch`.
+const PREDISPATCH: &str = "_functorch.predispatch";
+const FUNCTORCH: &str = "_C._functorch";
+const AUTOGRAD: &str = "_C._autograd";
+const TRANSFORMS: &str = "_functorch.eager_transforms";
+
+/// The primitives: where each is found, its name and how it is taken.
+pub(super) const PRIMITIVES: [(&str, &str, Primitive); 26] = {
+    use Primitive::{Query, State, Tensors};
+    [
+        (PREDISPATCH, "lazy_load_decompositions", State),
+        (PREDISPATCH, "_vmap_increment_nesting", State),
+        (PREDISPATCH, "_vmap_decrement_nesting", State),
+        (PREDISPATCH, "_add_batch_dim", Tensors),
+        (PREDISPATCH, "_remove_batch_dim", Tensors),
+        (PREDISPATCH, "_unwrap_for_grad", Tensors),
+        (FUNCTORCH, "_grad_increment_nesting", State),
+        (FUNCTORCH, "_grad_decrement_nesting", State),
+        (FUNCTORCH, "_wrap_for_grad", Tensors),
+        (FUNCTORCH, "set_inplace_requires_grad_allowed", State),
+        (FUNCTORCH, "get_inplace_requires_grad_allowed", Query),
+        (TRANSFORMS, "_set_tensor_requires_grad", Tensors),
+        (TRANSFORMS, "_autograd_grad", Tensors),
+        (AUTOGRAD, "_saved_tensors_hooks_disable", State),
+        (AUTOGRAD, "_saved_tensors_hooks_enable", State),
+        (
+            AUTOGRAD,
+            "_saved_tensors_hooks_get_disabled_error_message",
+            Query,
+        ),
+        (AUTOGRAD, "_saved_tensors_hooks_is_enabled", Query),
+        // Forward mode (`jvp`, `jacfwd`, `hessian`).
+        (PREDISPATCH, "_jvp_increment_nesting", State),
+        (PREDISPATCH, "_jvp_decrement_nesting", State),
+        (PREDISPATCH, "_enter_dual_level", State),
+        (PREDISPATCH, "_exit_dual_level", State),
+        (PREDISPATCH, "_make_dual", Tensors),
+        (PREDISPATCH, "_unpack_dual", Tensors),
+        ("_C", "_set_fwd_grad_enabled", State),
+        ("_C", "_is_fwd_grad_enabled", Query),
+        ("autograd.forward_ad", "_maybe_load_decompositions", State),
+    ]
+};
 
 /// The primitives found in this torch, with their functions.
 pub(super) fn load_primitives<'py>(
@@ -198,7 +135,30 @@ impl<'py> Tracer<'py> {
                 VarKind::Symbolic { node, fake } if kind == Primitive::State => {
                     Ok((fake.bind(py).clone(), Arg::Node(*node)))
                 }
-                _ => unsupported(
+                VarKind::Tensor { .. }
+                | VarKind::Symbolic { .. }
+                | VarKind::Slice(_)
+                | VarKind::Unrealized(_)
+                | VarKind::Object(_)
+                | VarKind::Tuple(_)
+                | VarKind::List(_)
+                | VarKind::Dict(_)
+                | VarKind::DictView { .. }
+                | VarKind::Null
+                | VarKind::Method { .. }
+                | VarKind::Iter { .. }
+                | VarKind::Generator { .. }
+                | VarKind::Lazy(_)
+                | VarKind::Function(_)
+                | VarKind::Partial { .. }
+                | VarKind::CellRef(_)
+                | VarKind::Super { .. }
+                | VarKind::Instance { .. }
+                | VarKind::GradModeContext { .. }
+                | VarKind::GradModeWrapped { .. }
+                | VarKind::GradModeExit { .. }
+                | VarKind::StateContext(_)
+                | VarKind::NdArray(_) => unsupported(
                     BreakKind::UnsupportedCall,
                     format!("{name}() with an argument not known while tracing"),
                 ),

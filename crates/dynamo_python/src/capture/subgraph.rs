@@ -39,6 +39,16 @@ impl Body {
     }
 }
 
+/// A function traced as the body of an operation (`Tracer::trace_function_body`).
+pub(super) struct FunctionBody<'py> {
+    /// The tensors of its result it computed, and their nodes.
+    pub outputs: Vec<VarId>,
+    pub output_nodes: Vec<NodeId>,
+    /// What it read from before it: the subgraph's inputs.
+    pub lifted: Vec<NodeId>,
+    pub module: Bound<'py, PyAny>,
+}
+
 impl<'py> Tracer<'py> {
     /// Traces `trace` as the body of an operation named `what` (for messages), refusing
     /// effects outside it; returns its result and its span. Its nodes are discarded from
@@ -80,6 +90,40 @@ impl<'py> Tracer<'py> {
         }
         self.discarded_nodes.push(first..end);
         Ok((result, body))
+    }
+
+    /// `function(*args, **kwargs)` traced as a body (`trace_body`) whose own tensors in its
+    /// result are the outputs of a subgraph reading what it read from before (tensors it
+    /// returns as it got them stay as they are): its result, and unless nothing it computed
+    /// reaches the result, the subgraph.
+    pub(super) fn trace_function_body(
+        &mut self,
+        what: &str,
+        function: VarId,
+        args: Vec<VarId>,
+        kwargs: Vec<(String, VarId)>,
+    ) -> CResult<(VarId, Option<FunctionBody<'py>>)> {
+        let (result, body) = self.trace_body(what, |t| t.call_function(function, args, kwargs))?;
+        let mut outputs = Vec::new();
+        self.body_result_tensors(what, result, &mut outputs)?;
+        outputs.retain(|&v| self.tensor_node(v).is_some_and(|n| body.contains(n)));
+        if outputs.is_empty() {
+            return Ok((result, None));
+        }
+        let output_nodes: Vec<NodeId> = outputs
+            .iter()
+            .filter_map(|&v| self.tensor_node(v))
+            .collect();
+        let lifted = self.lifted_inputs(&[&body], &[])?;
+        self.check_body_writes(what, &body, &lifted)?;
+        let module = self.body_module(&body, &lifted, &output_nodes)?;
+        let traced = FunctionBody {
+            outputs,
+            output_nodes,
+            lifted,
+            module,
+        };
+        Ok((result, Some(traced)))
     }
 
     /// What `bodies` read from before them, in first-use order after `first_inputs`.
