@@ -115,6 +115,11 @@ def linear_then_work_after(x):
     return vmap(F.linear, in_dims=(0, None))(x, W).relu().sum()
 
 
+@case((3, 2))
+def an_output_not_batched(x):
+    return vmap(lambda a: (a * 2, torch.ones(2)), out_dims=(0, None))(x)
+
+
 @case((4, 6))
 def unbatched_output_expanded(x):
     return vmap(lambda a: torch.ones(2) * 3, randomness="same")(x)

@@ -27,7 +27,8 @@ use pyo3::types::PyTuple;
 /// How the trace takes a primitive.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Primitive {
-    /// Answered while tracing (a query of functorch's state), not recorded.
+    /// Answered while tracing (a query of functorch's state, or of what a fake tensor is:
+    /// `is_batchedtensor`), not recorded.
     Query,
     /// Switches functorch's or autograd's state: recorded, made for real, its result (a
     /// level, or None) a constant.
@@ -44,7 +45,7 @@ const AUTOGRAD: &str = "_C._autograd";
 const TRANSFORMS: &str = "_functorch.eager_transforms";
 
 /// The primitives: where each is found, its name and how it is taken.
-pub(super) const PRIMITIVES: [(&str, &str, Primitive); 26] = {
+pub(super) const PRIMITIVES: [(&str, &str, Primitive); 29] = {
     use Primitive::{Query, State, Tensors};
     [
         (PREDISPATCH, "lazy_load_decompositions", State),
@@ -58,6 +59,9 @@ pub(super) const PRIMITIVES: [(&str, &str, Primitive); 26] = {
         (FUNCTORCH, "_wrap_for_grad", Tensors),
         (FUNCTORCH, "set_inplace_requires_grad_allowed", State),
         (FUNCTORCH, "get_inplace_requires_grad_allowed", Query),
+        (FUNCTORCH, "is_batchedtensor", Query),
+        (FUNCTORCH, "is_gradtrackingtensor", Query),
+        (FUNCTORCH, "is_functorch_wrapped_tensor", Query),
         (TRANSFORMS, "_set_tensor_requires_grad", Tensors),
         (TRANSFORMS, "_autograd_grad", Tensors),
         (AUTOGRAD, "_saved_tensors_hooks_disable", State),
@@ -135,6 +139,11 @@ impl<'py> Tracer<'py> {
                 VarKind::Symbolic { node, fake } if kind == Primitive::State => {
                     Ok((fake.bind(py).clone(), Arg::Node(*node)))
                 }
+                // A query of what a tensor is: asked of its fake (batched under a traced
+                // vmap as the real one is when the graph runs).
+                VarKind::Tensor { node, fake } if kind == Primitive::Query => {
+                    Ok((fake.bind(py).clone(), Arg::Node(*node)))
+                }
                 VarKind::Tensor { .. }
                 | VarKind::Symbolic { .. }
                 | VarKind::Slice(_)
@@ -177,7 +186,13 @@ impl<'py> Tracer<'py> {
             graph_kwargs.push((key.clone(), graph_arg));
         }
         if kind == Primitive::Query {
-            return Ok(self.constant(&obj.call(PyTuple::new(py, &values)?, Some(&keywords))?));
+            let answer = obj.call(PyTuple::new(py, &values)?, Some(&keywords))?;
+            if graph_args.iter().any(|a| matches!(a, Arg::Node(_))) {
+                // Asked of a tensor: a node of the graph too, as TorchDynamo records it.
+                let none = OwnedRef::from_bound(&py.None().into_bound(py));
+                self.graph.add(op, name, graph_args, graph_kwargs, none);
+            }
+            return Ok(self.constant(&answer));
         }
         // Through `_capture.run_state_primitive`, which notes the forward-AD levels entered
         // (`SavedGlobalState::restore` leaves those a stopped trace did not).
