@@ -9,6 +9,7 @@ model and language tests check the same on everything they trace (conftest turns
 
 from __future__ import annotations
 
+import itertools
 import operator
 import os
 import random
@@ -760,6 +761,29 @@ def test_clamp_and_interpolate(mode, seed):
                         kwargs["align_corners"] = rng.choice([None, False, True])
             tally.run(mode, op, args, kwargs)
     assert tally.answered > 150
+
+
+def test_eval_batch_norm_of_slices_and_permuted_layouts(mode):
+    """Eval-mode batch norm of inputs that are not row-major: slices of the channels or of
+    the last dimension of a larger tensor (a batch of one: row-major but for the leading
+    stride), and every permutation of a dense layout, each answer checked against
+    FakeTensorMode."""
+    tally = Tally()
+    with torch.no_grad():
+        for n, c, h, w, d in itertools.product([1, 2], [1, 3], [1, 3], [1, 2], [0, 2]):
+            shape = (n, c, h, w) + ((d,) if d else ())
+            with mode:
+                inputs = [torch.empty(n, c + extra, *shape[2:])[:, cut]
+                          for extra in (1, 4) for cut in (slice(None, c), slice(extra, None))]
+                inputs.append(torch.empty(*shape[:-1], shape[-1] + 2)[..., :shape[-1]])
+                orders = itertools.permutations(range(len(shape)))
+                for order in itertools.islice(orders, 0, None, 1 if len(shape) == 4 else 9):
+                    dense = torch.empty(*[shape[i] for i in order])
+                    inputs.append(dense.permute(*[order.index(i) for i in range(len(shape))]))
+                stats = torch.empty(c)
+            for x in inputs:
+                tally.run(mode, F.batch_norm, (x, stats, stats, stats, stats), {"training": False})
+    assert tally.answered > 300, (tally.answered, tally.declined)
 
 
 @SEEDS

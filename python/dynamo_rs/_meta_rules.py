@@ -534,12 +534,20 @@ def _batch_norm(mode, args, kwargs):
     if training is not False or mean is None or var is None:
         return None
     tensors = [t for t in (x, mean, var, w, b) if t is not None]
-    if not _ready(mode, *tensors) or not _same_float(*tensors) or x.dim() < 2 or not _canonical(x):
+    if not _ready(mode, *tensors) or not _same_float(*tensors) or x.dim() < 2:
         return None
     channels = (x.shape[1],)
     if any(tuple(t.shape) != channels for t in tensors[1:]):
         return None
-    return _contiguous(mode, x, tuple(x.shape))
+    # Row-major for a row-major input, also one whose leading dimensions of size 1 have
+    # larger strides (a slice of the channels of a larger batch of one: hybrid attention
+    # nets' split projections); other layouts are left to FakeTensorMode.
+    sizes, strides = tuple(x.shape), x.stride()
+    canonical = tuple(_native.contiguous_strides(sizes))
+    lead = next((i for i, n in enumerate(sizes) if n != 1), len(sizes))
+    if strides[lead:] != canonical[lead:] or any(s < c for s, c in zip(strides[:lead], canonical)):
+        return None  # (a smaller stride on a leading 1 is a permuted layout torch keeps)
+    return _contiguous(mode, x, sizes)
 
 
 def _layer_norm(mode, args, kwargs):
