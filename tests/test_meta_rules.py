@@ -763,6 +763,31 @@ def test_clamp_and_interpolate(mode, seed):
     assert tally.answered > 150
 
 
+def test_matmul_of_broadcast_batches_and_any_layout(mode):
+    """`a @ b` with a batched first operand: batches broadcast (or not: torch's error, and
+    `bmm` never broadcasts), operands transposed or sliced — each answer checked against
+    FakeTensorMode."""
+    tally = Tally()
+    batches_a = [(1,), (3,), (2, 3), (2, 1), (4, 2, 3)]
+    batches_b = [(), (1,), (3,), (2, 3), (2, 1), (5,)]
+    for ab, bb in itertools.product(batches_a, batches_b):
+        for (m_, k, n), layout in itertools.product([(4, 5, 6), (1, 5, 6)], ["plain", "t", "slice"]):
+            with mode:
+                if layout == "t":
+                    a = torch.empty(*ab, k, m_).transpose(-1, -2)
+                    b = torch.empty(*bb, n, k).transpose(-1, -2)
+                else:
+                    cut = 3 if layout == "slice" else 0
+                    a = torch.empty(*ab, m_, k + cut)[..., :k]
+                    b = torch.empty(*bb, k, n + cut)[..., :n]
+            for target in (operator.matmul, torch.bmm):
+                try:
+                    tally.run(mode, target, (a, b))
+                except RuntimeError:
+                    assert _meta_rules.infer(mode, target, (a, b), {}) is None
+    assert tally.answered > 150, (tally.answered, tally.declined)
+
+
 def test_eval_batch_norm_of_slices_and_permuted_layouts(mode):
     """Eval-mode batch norm of inputs that are not row-major: slices of the channels or of
     the last dimension of a larger tensor (a batch of one: row-major but for the leading

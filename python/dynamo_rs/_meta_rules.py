@@ -430,9 +430,9 @@ def _addmm(mode, args, kwargs):
 
 def _matmul(mode, args, kwargs):
     """`a @ b` (and `bmm`) on the paths whose result is a fresh contiguous tensor: 2-D @ 2-D,
-    batched operands with equal batch dimensions (computed by one bmm), and a contiguous
-    batched operand @ 2-D (folded into one mm). Broadcast batches, 1-D operands and a 2-D
-    first operand (computed transposed) are left to FakeTensorMode."""
+    and a batched first operand with a 2-D or batched second one (batches broadcast). 1-D
+    operands and a 2-D first operand with a batched second one (computed transposed) are left
+    to FakeTensorMode."""
     if kwargs or len(args) != 2:
         return None
     a, b = args
@@ -444,19 +444,39 @@ def _matmul(mode, args, kwargs):
         return None
     if a.dim() == 2 and b.dim() == 2:
         out = (a.shape[0], b.shape[1])
-    elif a.dim() >= 3 and b.dim() == a.dim() and a.shape[:-2] == b.shape[:-2]:
-        out = (*a.shape[:-1], b.shape[-1])
-    elif a.dim() >= 3 and b.dim() == 2 and _canonical(a):
-        out = (*a.shape[:-1], b.shape[-1])
+    elif a.dim() >= 3:
+        # Batched first operand: one bmm over the broadcast batch (or one mm with `a`
+        # folded), whatever the operands' layouts — a fresh row-major result (checked over
+        # broadcast batches, transposed, sliced and permuted operands).
+        batch = _broadcast_batch(a.shape[:-2], b.shape[:-2])
+        if batch is None:
+            return None
+        out = (*batch, a.shape[-2], b.shape[-1])
     else:
         return None
     return _contiguous(mode, a, out)
+
+
+def _broadcast_batch(first, second):
+    """The broadcast of two batch shapes, or None when they do not broadcast."""
+    first, second = tuple(first), tuple(second)
+    length = max(len(first), len(second))
+    first = (1,) * (length - len(first)) + first
+    second = (1,) * (length - len(second)) + second
+    batch = []
+    for x, y in zip(first, second):
+        if x != y and 1 not in (x, y):
+            return None
+        batch.append(y if x == 1 else x)
+    return tuple(batch)
 
 
 def _bmm(mode, args, kwargs):
     """`torch.bmm`: 3-D operands only (anything else is an error torch reports)."""
     if kwargs or len(args) != 2 or any(not isinstance(t, FakeTensor) or t.dim() != 3 for t in args):
         return None
+    if args[0].shape[0] != args[1].shape[0]:
+        return None  # bmm does not broadcast: torch's error
     return _matmul(mode, args, kwargs)
 
 
