@@ -163,3 +163,17 @@ def test_errors_inside_grad_reach_the_caller_as_eagerly() -> None:
             dynamo_rs.compile(fn, backend="eager")(torch.randn(3))
     assert "scalar" in str(expected.value)
     _state_as_found()
+
+
+def test_called_with_saved_tensor_hooks_disabled_the_frame_runs_as_it_is() -> None:
+    # The graph of `grad` disables and re-enables the hooks as it found them: a graph made
+    # inside `disable_saved_tensors_hooks` would leave them disabled when called outside.
+    counter = torch._dynamo.testing.CompileCounter()
+    compiled = dynamo_rs.compile(grad_of_a_scalar_function, backend=counter)
+    x = torch.randn(5)
+    with torch.autograd.graph.disable_saved_tensors_hooks("off"):
+        assert_same_values(compiled(x), grad_of_a_scalar_function(x))
+    assert counter.frame_count == 0
+    assert_same_values(compiled(x), grad_of_a_scalar_function(x))
+    _state_as_found()
+    assert counter.frame_count == 1

@@ -399,6 +399,16 @@ impl Converter {
             // would call them on fake tensors. The call runs as it is.
             return Ok(py.None());
         }
+        if !torch_c
+            .getattr("_autograd")?
+            .call_method0("_saved_tensors_hooks_is_enabled")?
+            .is_truthy()?
+        {
+            // Inside `disable_saved_tensors_hooks`: `torch.func.grad` traced here would
+            // leave the switch as it found it, which no guard records (see `ops_functorch`).
+            // The call runs as it is.
+            return Ok(py.None());
+        }
         if let Some(entry) = this.load_persisted(py, frame, slf.as_any())? {
             return Ok(entry);
         }
