@@ -28,6 +28,7 @@ SAME_OBJECT = [
     object.__new__, torch.nn.Linear, torch.nn.Linear.forward, collections.OrderedDict,
     types.FunctionType, sys.modules["builtins"].__dict__, torch.nn.functional.__dict__,
     _helper, None, True, 3, "text", Ellipsis,
+    torch.ops.aten.shallow_copy_data_, torch.ops.aten.add.Tensor, torch.ops.aten.sym_size.int,
 ]
 
 EQUAL_VALUE = [
@@ -42,6 +43,8 @@ def _stable_id(obj) -> str:
     name = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None)
     if isinstance(obj, dict):
         name = f"dict-of-{obj.get('__name__')}"
+    if isinstance(obj, torch._ops.OpOverloadPacket):
+        name = str(obj)
     return str(name) if name is not None else repr(obj)
 
 
@@ -92,6 +95,10 @@ def test_a_missing_name_is_a_mismatch() -> None:
         _persist.decode(["named", "torch.nn.functional", "no_such_function_here", None])
     with pytest.raises(_persist.Mismatch):
         _persist.decode(["module", "no_such_module_dynamo_rs_test"])
+    with pytest.raises(_persist.Mismatch):
+        _persist.decode(["op", "no_such_namespace_dynamo_rs", "f", None])
+    with pytest.raises(_persist.Mismatch):
+        _persist.decode(["op", "aten", "add", "no_such_overload"])
 
 
 def test_code_hash_ignores_line_numbers_but_not_code() -> None:

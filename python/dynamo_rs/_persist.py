@@ -307,6 +307,12 @@ def encode(obj):
     torch_name = _torch_attr_name(obj)
     if torch_name is not None:
         return ["torch", torch_name]
+    if isinstance(obj, (torch._ops.OpOverloadPacket, torch._ops.OpOverload)):
+        # An operator of `torch.ops` by namespace, name and overload (`aten.shallow_copy_data_`).
+        overload = obj._overloadname if isinstance(obj, torch._ops.OpOverload) else None
+        packet = obj.overloadpacket if overload is not None else obj
+        namespace, name = packet._qualified_op_name.split("::", 1)
+        return ["op", namespace, name, overload]
     named = _name_of(obj)
     if named is not None:
         facts = _function_facts(obj) if isinstance(obj, types.FunctionType) else None
@@ -401,6 +407,12 @@ def decode(value, nodes=None):
             if not isinstance(obj, types.FunctionType) or _function_facts(obj) != value[3]:
                 raise Mismatch(f"{value[1]}.{value[2]} changed")
         return obj
+    if tag == "op":
+        try:
+            op = getattr(getattr(torch.ops, value[1]), value[2])
+            return op if value[3] is None else getattr(op, value[3])
+        except (AttributeError, RuntimeError):
+            raise Mismatch(f"no operator {value[1]}::{value[2]}") from None
     if tag == "attribute":
         owner = decode(value[1])
         try:

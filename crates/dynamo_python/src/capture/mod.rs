@@ -70,6 +70,7 @@ mod ops_sets;
 mod ops_state_context;
 mod ops_super;
 mod ops_symbolic;
+mod ops_tensor_data;
 mod ops_tensor_functions;
 mod ops_tensor_grad;
 mod ops_tensor_method;

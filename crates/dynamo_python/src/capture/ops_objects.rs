@@ -146,8 +146,12 @@ impl<'py> Tracer<'py> {
         value: Option<VarId>,
     ) -> CResult<()> {
         let py = self.py;
-        if name == "grad" && matches!(self.kind(obj), VarKind::Tensor { .. }) {
-            return self.store_tensor_grad(obj, value);
+        if matches!(self.kind(obj), VarKind::Tensor { .. }) {
+            match name {
+                "grad" => return self.store_tensor_grad(obj, value),
+                "data" => return self.store_tensor_data(obj, value),
+                _ => {}
+            }
         }
         if self.descriptor_store(obj, name, value)? {
             return Ok(());

@@ -98,7 +98,7 @@ impl<'py> Tracer<'py> {
 
 /// Whether every size of the fake tensor is a plain int (comparing symbolic sizes would
 /// guard them).
-fn static_sizes(fake: &Bound<'_, PyAny>) -> PyResult<bool> {
+pub(super) fn static_sizes(fake: &Bound<'_, PyAny>) -> PyResult<bool> {
     for size in fake.getattr("shape")?.try_iter()? {
         if !size?.is_exact_instance_of::<pyo3::types::PyInt>() {
             return Ok(false);
