@@ -1033,6 +1033,28 @@ def str_format_and_join(x):
     s = "{}-{}".format("a", 3) + ",".join(["x", "y"])
     return x * len(s)
 @case(T34)
+def join_of_a_generator_expression(x):
+    return x * len(" ".join(str(i) for i in range(3)))
+@case(T34)
+def join_of_map_str(x):
+    return x * len(",".join(map(str, x.shape)))
+@case(T34)
+def join_of_a_generator_over_tensors(x):
+    ts = [x, x * 2]
+    return x + len("|".join(str(tuple(t.shape)) for t in ts))
+@case(T34)
+def bytes_join_of_a_generator(x):
+    return x * len(b"-".join(b"ab"[:i] for i in range(4)))
+def _names(seen):
+    seen.append(1)
+    yield "a"
+    seen.append(2)
+    yield "b"
+@case(T34, list)
+def join_of_a_user_generator_with_effects(x, seen):
+    s = ".".join(_names(seen))
+    return x * len(s) + len(seen), seen
+@case(T34)
 def string_methods(x):
     s = "Conv2d_Block"
     ok = s.lower().startswith("conv") and s.split("_")[1] == "Block" and s.endswith("k")

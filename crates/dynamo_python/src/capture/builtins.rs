@@ -473,6 +473,20 @@ impl<'py> Tracer<'py> {
             };
             return Ok(self.add(kind, None));
         }
+        if args.len() == 1
+            && kwargs.is_empty()
+            && matches!(
+                self.kind(args[0]),
+                VarKind::Iter { .. } | VarKind::Generator { .. } | VarKind::Lazy(_)
+            )
+            && joins_an_iterable(func)?
+        {
+            // `sep.join(iterator)` iterates it to the end first, as `list(iterator)` does
+            // (a generator runs here, its effects in order).
+            let items = self.items_of(args[0])?;
+            let items = self.add(VarKind::List(items), None);
+            return self.call_builtin(func, vec![items], Vec::new());
+        }
         if is("id") && args.len() == 1 && kwargs.is_empty() {
             // `id(module)` (a cache key, a registry lookup): the object's identity, guarded.
             if let VarKind::Object(v) = self.kind(args[0]) {
@@ -833,4 +847,19 @@ impl<'py> Tracer<'py> {
         }
         Ok(Some(best))
     }
+}
+
+/// Whether `func` is `str.join` or `bytes.join` bound to a separator: it iterates its
+/// argument once, so an iterator the trace holds (a generator expression, `map(str, ...)`)
+/// may be given as the items it has left.
+pub(super) fn joins_an_iterable(func: &Bound<'_, PyAny>) -> PyResult<bool> {
+    if !func.is_instance_of::<pyo3::types::PyCFunction>() {
+        return Ok(false);
+    }
+    let Ok(receiver) = func.getattr("__self__") else {
+        return Ok(false);
+    };
+    Ok(func.getattr("__name__")?.extract::<String>()? == "join"
+        && (receiver.is_exact_instance_of::<pyo3::types::PyString>()
+            || receiver.is_exact_instance_of::<pyo3::types::PyBytes>()))
 }

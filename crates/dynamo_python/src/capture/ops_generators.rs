@@ -274,10 +274,11 @@ impl<'py> Tracer<'py> {
         {
             return Ok(());
         }
-        // `list(gen)`, `tuple(gen)`, `sorted(gen)` take every item before doing anything
+        // `list(gen)`, `tuple(gen)`, `sorted(gen)`, `sep.join(gen)` take every item before doing anything
         // else: running it to the end first is Python's own order, whatever its body does.
         let is = |name: &str| builtins.getattr(name).is_ok_and(|b| b.is(callee));
-        let collector = ["list", "tuple", "sorted"].iter().any(|name| is(name));
+        let collector = ["list", "tuple", "sorted"].iter().any(|name| is(name))
+            || super::builtins::joins_an_iterable(callee)?;
         // `sum(gen)`, `max(gen)`, `min(gen)` take every item too, combining each with the
         // ones before as it comes: the same as taking them all first, unless the generator
         // changes a tensor in place that an earlier item is (checked below).
