@@ -86,7 +86,24 @@ def explicit_false_stays_in_the_graph(x):
     return (torch.ones(2, requires_grad=False) * x,)
 
 
-CASES = [factory_ones, factory_tensor, factory_full, factory_like, factory_random,
+def requires_grad_false_on_a_detached_copy(x):
+    # Asks for what the tensor already is: nothing changes, no break (as TorchDynamo).
+    y = x.clone().detach().requires_grad_(False)
+    return (y * 2,)
+
+
+def requires_grad_keyword_false_on_an_input(x):
+    return (x.requires_grad_(requires_grad=False) * 3,)
+
+
+def requires_grad_true_on_a_tensor_that_needs_it(x):
+    leaf = torch.ones(2, requires_grad=True)
+    y = (leaf * x).requires_grad_(True)
+    return leaf, y.sum()
+
+
+CASES = [requires_grad_false_on_a_detached_copy, requires_grad_keyword_false_on_an_input,
+         requires_grad_true_on_a_tensor_that_needs_it, factory_ones, factory_tensor, factory_full, factory_like, factory_random,
          factory_under_no_grad, new_method, requires_grad_method, requires_grad_attribute,
          parameter_made_here, detached_copy_made_a_leaf, leaf_used_in_a_larger_graph,
          explicit_false_stays_in_the_graph]

@@ -158,17 +158,13 @@ impl<'py> Tracer<'py> {
                 let value = fake.call_method(name, self.python_args(&args)?, Some(&py_kwargs))?;
                 Ok(self.constant(&value))
             }
-            // `x.requires_grad_()` on a tensor that already needs gradients changes nothing
+            // `x.requires_grad_(flag)` asking for what the tensor already is changes nothing
             // (transformers' `enable_input_require_grads` hook on the embeddings' output, which
-            // the weights already make need them): the tensor itself.
+            // the weights already make need them; `y.detach().requires_grad_(False)`): the
+            // tensor itself, as under TorchDynamo.
             "requires_grad_"
-                if kwargs.is_empty()
-                    && self.needs_grad(receiver)
-                    && args.iter().all(|&a| {
-                        matches!(self.kind(a), VarKind::Const(v)
-                            if v.bind(py).is_instance_of::<pyo3::types::PyBool>()
-                                && v.bind(py).is_truthy().unwrap_or(false))
-                    }) =>
+                if self.requires_grad_request(&args, &kwargs)
+                    == Some(self.needs_grad(receiver)) =>
             {
                 Ok(receiver)
             }
@@ -269,5 +265,24 @@ impl<'py> Tracer<'py> {
             .getattr("shape_env")?
             .getattr(setting)?
             .is_truthy()
+    }
+}
+
+impl Tracer<'_> {
+    /// The flag of `requires_grad_(flag)` / `requires_grad_(requires_grad=flag)` (True when
+    /// not given), when it is a constant bool; None otherwise.
+    fn requires_grad_request(&self, args: &[VarId], kwargs: &[(String, VarId)]) -> Option<bool> {
+        let flag = match (args, kwargs) {
+            ([], []) => return Some(true),
+            ([a], []) => *a,
+            ([], [(name, v)]) if name == "requires_grad" => *v,
+            _ => return None,
+        };
+        match self.kind(flag) {
+            VarKind::Const(v) if v.bind(self.py).is_instance_of::<pyo3::types::PyBool>() => {
+                v.bind(self.py).is_truthy().ok()
+            }
+            _ => None,
+        }
     }
 }
