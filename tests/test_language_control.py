@@ -181,7 +181,9 @@ def raise_from_caught_by_outer_handler(x):
             return y - 1
     except KeyError as e:
         return y + isinstance(e.__cause__, ValueError)
-@case(T34, gap='a class statement inside the traced function (LOAD_BUILD_CLASS): a new class on every call')
+# A class statement breaks the graph at its `__build_class__` call (a new class on every
+# call), as under TorchDynamo: the code around it is captured.
+@case(T34, recompiles=True)
 def class_statement_with_a_method(x):
     y = x + 1
 
@@ -191,7 +193,7 @@ def class_statement_with_a_method(x):
         def twice(self, t):
             return t * self.scale
     return Scaler().twice(y) - 1
-@case(T34, gap='a class statement inside the traced function (LOAD_BUILD_CLASS): a new class on every call')
+@case(T34, recompiles=True)
 def raise_and_catch_custom(x):
     class Stop(Exception):
         pass
@@ -199,6 +201,51 @@ def raise_and_catch_custom(x):
         raise Stop("done")
     except Stop:
         return x + 1
+@case(T34, recompiles=True)
+def class_statement_reading_a_local(x):
+    k = x.shape[0]
+
+    class Holder:
+        size = k
+
+        def __init__(self, t):
+            self.t = t * 2
+    return Holder(x).t + Holder.size
+@case(T34, recompiles=True)
+def class_statement_with_super(x):
+    class Base:
+        def f(self, t):
+            return t + 1
+
+    class Child(Base):
+        def f(self, t):
+            return super().f(t) * 2
+    return Child().f(x)
+def _make_class_and_use(x):
+    class Local:
+        factor = 3
+    return x * Local.factor
+@case(T34, recompiles=True)
+def class_statement_in_a_called_function(x):
+    y = x.sin()
+    return _make_class_and_use(y) + 1
+@case(T34, recompiles=True)
+def dataclass_defined_in_the_function(x):
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Pair:
+        a: torch.Tensor
+        b: int = 2
+    p = Pair(x + 1)
+    return p.a * p.b
+@case(T34, recompiles=True)
+def class_statement_in_a_loop(x):
+    for i in range(2):
+        class Step:
+            k = i
+        x = x + Step.k
+    return x
 @case(T34)
 def exception_in_inlined_function(x):
     def check(n):

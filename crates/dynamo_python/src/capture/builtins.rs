@@ -101,6 +101,13 @@ impl<'py> Tracer<'py> {
         let h = self.h.clone();
         let b = &h.builtins;
         let name = function_name(func);
+        if b.getattr("__build_class__").is_ok_and(|f| f.is(func)) {
+            return unsupported(
+                BreakKind::UnsupportedCall,
+                "a class statement (its body runs eagerly at the break, making a new class on \
+                 every call, as under TorchDynamo)",
+            );
+        }
         let is = |n: &str| b.getattr(n).map(|x| x.is(func)).unwrap_or(false);
         if is("len") && args.len() == 1 {
             if let VarKind::Instance {

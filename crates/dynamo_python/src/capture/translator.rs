@@ -1287,6 +1287,17 @@ impl<'py> Tracer<'py> {
                 f.stack.push(none); // what next() sends back
                 Ok(Flow::Continue)
             }
+            // A class statement: `__build_class__`, whose call (running the class body,
+            // making a new class on every call) breaks the graph — the generated code runs it.
+            LoadBuildClass => {
+                let build = self
+                    .py
+                    .import_module("builtins")?
+                    .getattr("__build_class__")?;
+                let build = self.constant(&build);
+                f.stack.push(build);
+                Ok(Flow::Continue)
+            }
             // `assert` failing: the exception class (raised by RAISE_VARARGS, a break point
             // the generated code runs itself).
             LoadAssertionError => {
@@ -1319,10 +1330,10 @@ impl<'py> Tracer<'py> {
             Send if f.yields.is_some() || f.suspends => self.op_send(f, ins),
             DeleteSubscr => self.op_delete_subscr(f),
             PushExcInfo | CheckExcMatch | CheckEgMatch | WithExceptStart | GetAiter | GetAnext
-            | BeforeAsyncWith | EndAsyncFor | GetYieldFromIter | PrintExpr | LoadBuildClass
-            | ReturnGenerator | ImportStar | SetupAnnotations | YieldValue | AsyncGenWrap
-            | PrepReraiseStar | PopExcept | StoreName | DeleteName | DeleteGlobal | LoadName
-            | Reraise | Send | GetAwaitable | DeleteDeref | LoadClassderef => unsupported(
+            | BeforeAsyncWith | EndAsyncFor | GetYieldFromIter | PrintExpr | ReturnGenerator
+            | ImportStar | SetupAnnotations | YieldValue | AsyncGenWrap | PrepReraiseStar
+            | PopExcept | StoreName | DeleteName | DeleteGlobal | LoadName | Reraise | Send
+            | GetAwaitable | DeleteDeref | LoadClassderef => unsupported(
                 BreakKind::UnsupportedInstruction,
                 format!("the {} instruction", ins.opcode.name()),
             ),
