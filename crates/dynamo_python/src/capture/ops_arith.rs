@@ -979,6 +979,12 @@ impl<'py> Tracer<'py> {
                 )?;
                 Ok(Flow::Continue)
             }
+            VarKind::NdArray(_) => {
+                // `a[i] = v`: one node changing the array's tensor (see `ops_numpy`).
+                let setitem = self.h.operator.getattr("setitem")?;
+                self.numpy_operator(&setitem, &[container, index, value])?;
+                Ok(Flow::Continue)
+            }
             VarKind::Dict(_) if self.changeable_container(container) => {
                 let key = self.key_value(index)?;
                 self.check_hashable(&key)?;
@@ -1052,8 +1058,7 @@ impl<'py> Tracer<'py> {
             | VarKind::GradModeContext { .. }
             | VarKind::GradModeWrapped { .. }
             | VarKind::GradModeExit { .. }
-            | VarKind::StateContext(_)
-            | VarKind::NdArray(_)) => unsupported(
+            | VarKind::StateContext(_)) => unsupported(
                 BreakKind::UnreplayableSideEffect,
                 format!(
                     "item assignment on {} (a side effect to replay)",

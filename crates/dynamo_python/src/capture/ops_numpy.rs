@@ -15,8 +15,12 @@
 //! (`to_numpy_helper`: `tensor.numpy(force=True)`) — a new array, not one sharing the
 //! input's memory (TorchDynamo's behaviour).
 //!
-//! Refused (a graph break): what needs the data (`tolist`, `item`, `bool(...)`, boolean
-//! masks), what changes an array in place (`a += 1`, `out=`, `sort`, `fill`), `np.random`,
+//! In-place operators (`a += 1`) and item assignment (`a[i] = v`) change the array's tensor
+//! in place (one node each, as under TorchDynamo), and with it the tensor it shares memory
+//! with — not on an array the frame was given (or a view of one): another input may share
+//! its memory unseen (TorchDynamo gives a stale read there under AOTAutograd). Refused (a
+//! graph break): what needs the data (`tolist`, `item`, `bool(...)`,
+//! boolean masks), other in-place changes (`out=`, `sort`, `fill`), `np.random`,
 //! functions `torch._numpy` does not have, and tensors handed to NumPy functions directly
 //! (not through `.numpy()`). Sizes (`shape`, `ndim`, `size`, `len`) are the tensor's own,
 //! symbolic ones too. An array given to the frame is an array over the graph input
@@ -290,12 +294,13 @@ impl<'py> Tracer<'py> {
         }
         let py = self.py;
         let name = super::ops_call::function_name(op);
-        if super::ops_arith::IN_PLACE_OPERATORS.contains(&name.as_str())
-            || name == "setitem"
-            || name == "truth"
-            || name == "not_"
-            || name == "index"
-        {
+        let in_place = super::ops_arith::IN_PLACE_OPERATORS.contains(&name.as_str());
+        if (in_place || name == "setitem") && args.len() >= 2 {
+            if let Some(tensor) = self.ndarray_tensor(args[0]) {
+                return self.numpy_in_place(op, &name, tensor, args).map(Some);
+            }
+        }
+        if in_place || name == "setitem" || name == "truth" || name == "not_" || name == "index" {
             return unsupported(
                 BreakKind::UnsupportedOperation,
                 format!("operator.{name} on a NumPy array (in place, or needing its values)"),
@@ -313,6 +318,77 @@ impl<'py> Tracer<'py> {
             .call1((op,))?;
         self.numpy_node(&wrapper, &format!("wrapped_{name}"), args, &[])
             .map(Some)
+    }
+
+    /// `a += b` (any in-place operator) and `a[i] = v` on an array the trace holds: one graph
+    /// node changing the array's tensor in place through `torch._numpy`, as TorchDynamo
+    /// records them — the tensor the array came from (`x.numpy()`, an array given to the
+    /// frame) changes with it, as the memory they share does eagerly. The operator gives the
+    /// array itself back.
+    fn numpy_in_place(
+        &mut self,
+        op: &Bound<'py, PyAny>,
+        name: &str,
+        tensor: VarId,
+        args: &[VarId],
+    ) -> CResult<VarId> {
+        if self.shares_a_given_arrays_memory(tensor)? {
+            return unsupported(
+                BreakKind::UnreplayableSideEffect,
+                "changing in place a NumPy array the frame was given (a tensor given too may \
+                 share its memory, which backends cannot see: AOTAutograd would read it stale)",
+            );
+        }
+        let utils = self.py.import_module("torch._dynamo.utils")?;
+        let (wrapper, node_name) = if name == "setitem" {
+            let wrapper = utils
+                .getattr("numpy_method_wrapper")?
+                .call1(("__setitem__",))?;
+            (wrapper, "wrapped___setitem__".to_string())
+        } else {
+            let wrapper = utils.getattr("numpy_operator_wrapper")?.call1((op,))?;
+            (wrapper, format!("wrapped_{name}"))
+        };
+        let result = self.numpy_node(&wrapper, &node_name, args, &[])?;
+        if name == "setitem" {
+            return Ok(result);
+        }
+        // NumPy changes the array itself or raises (a result that cannot be cast back);
+        // anything else is not what the trace models.
+        if self.ndarray_tensor(result) != Some(tensor) {
+            return unsupported(
+                BreakKind::UnsupportedOperation,
+                format!("operator.{name} on a NumPy array that gave a new array"),
+            );
+        }
+        Ok(args[0])
+    }
+
+    /// Whether `tensor` shares storage with the graph input of a NumPy array the frame was
+    /// given (`torch.as_tensor(array)`): that storage is the array's memory, which another
+    /// input (the tensor the array came from, another array over it) may share without any
+    /// storage in common — so a change made through one and read through the other is
+    /// invisible to AOTAutograd's alias analysis.
+    fn shares_a_given_arrays_memory(&self, tensor: VarId) -> CResult<bool> {
+        let py = self.py;
+        let storage = |fake: &Bound<'py, PyAny>| -> PyResult<usize> {
+            fake.call_method0("untyped_storage")?
+                .getattr("_cdata")?
+                .extract()
+        };
+        let mine = storage(&self.fake_value(tensor)?)?;
+        for input in &self.inputs {
+            if matches!(&*input.source, super::source::Source::AsTensor(_)) {
+                let fake = self.graph.nodes[input.node.0 as usize]
+                    .fake
+                    .bind(py)
+                    .clone();
+                if storage(&fake)? == mine {
+                    return Ok(true);
+                }
+            }
+        }
+        Ok(false)
     }
 
     /// `a.name` of an array: shape, dtype, ndim, size (and other values that are not arrays)
