@@ -380,3 +380,48 @@ def test_an_array_given_to_the_frame_changed_in_place(backend) -> None:
         np.testing.assert_allclose(a_compiled, a_eager)
         torch.testing.assert_close(x_compiled, x_eager)
         dynamo_rs.reset()
+
+
+def _mutate_tensor_read_array(a, x):
+    x.add_(1)
+    return a * 2
+
+
+def _read_array_mutate_tensor(a, x):
+    b = a + 0
+    x.mul_(3)
+    return b, a * 1
+
+
+class _Holder:
+    pass
+
+
+def _mutate_then_read_an_attribute_array(h, x):
+    x.add_(1)
+    return h.arr * 2
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+@pytest.mark.parametrize("fn", [_mutate_tensor_read_array, _read_array_mutate_tensor,
+                                _mutate_then_read_an_attribute_array], ids=lambda f: f.__name__)
+def test_a_tensor_and_its_array_given_together(fn, backend) -> None:
+    """A tensor and an array over its memory (`x.numpy()`) given to one frame, the tensor
+    changed in place: `torch.as_tensor(array)` has a storage of its own, so AOTAutograd
+    sees two unrelated inputs and read the array stale (a wrong result, TorchDynamo's too).
+    The graph breaks at the change (or at the array read after it): the values are eager's."""
+    def args():
+        x = torch.ones(3)
+        if fn is _mutate_then_read_an_attribute_array:
+            h = _Holder()
+            h.arr = x.numpy()
+            return h, x
+        return x.numpy(), x
+
+    expected_args, got_args = args(), args()
+    expected = fn(*expected_args)
+    got = dynamo_rs.compile(fn, backend=backend)(*got_args)
+    for e, g in zip(expected if isinstance(expected, tuple) else (expected,),
+                    got if isinstance(got, tuple) else (got,)):
+        np.testing.assert_allclose(g, e)
+    torch.testing.assert_close(got_args[1], expected_args[1])

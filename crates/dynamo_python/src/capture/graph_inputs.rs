@@ -51,6 +51,7 @@ impl<'py> Tracer<'py> {
                 return Ok(existing);
             }
         }
+        self.refuse_changes_beside_arrays(matches!(&*source, Source::AsTensor(_)))?;
         let name = source.graph_name();
         let path = source.describe();
         // Tensors a module owns stay static unless marked (TorchDynamo's

@@ -20,7 +20,8 @@ fn node_mutates_in_place(py: Python<'_>, node: &graph::Node) -> bool {
     let name = node.name.trim_end_matches(|c: char| c.is_ascii_digit());
     let in_place_name = (name.ends_with('_') && !name.ends_with("__"))
         || name.starts_with("setitem")
-        || ops_arith_in_place(name);
+        || ops_arith_in_place(name)
+        || numpy_wrapper_in_place(name.trim_end_matches('_'));
     in_place_name || node_has_out_argument(py, node)
 }
 
@@ -34,7 +35,20 @@ pub(crate) fn node_calls_in_place(py: Python<'_>, node: &graph::Node) -> bool {
     (target.ends_with('_') && !target.ends_with("__"))
         || target == "setitem"
         || ops_arith_in_place(&target)
+        || numpy_wrapper_in_place(&target)
         || node_has_out_argument(py, node)
+}
+
+/// Whether a node name or target is one of `torch._dynamo.utils`' NumPy wrappers of an
+/// in-place operation (`ops_numpy`): `wrapped_iadd` (`a += b`), `wrapped___setitem__`
+/// (`a[i] = v`), `wrapped___imul__` (`a.__imul__(b)`). Trailing underscores are ignored
+/// (`node_mutates_in_place` strips the digits of a unique name, leaving one).
+fn numpy_wrapper_in_place(name: &str) -> bool {
+    let Some(operation) = name.strip_prefix("wrapped_") else {
+        return false;
+    };
+    let operation = operation.trim_matches('_');
+    operation == "setitem" || ops_arith_in_place(operation)
 }
 
 /// Whether the in-place `node`, one of `nodes[from..]`, may change a tensor that existed

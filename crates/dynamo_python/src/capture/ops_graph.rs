@@ -131,6 +131,9 @@ impl<'py> Tracer<'py> {
             graph_kwargs,
             OwnedRef::from_bound(&result),
         );
+        if changes_state {
+            self.refuse_changes_beside_arrays(false)?;
+        }
         if let Some(argument) = returned_argument {
             return Ok(argument);
         }
@@ -251,7 +254,12 @@ impl<'py> Tracer<'py> {
             Op::CallMethod(method) => method.as_str(),
             _ => name,
         };
-        let plain = base.trim_start_matches("__").trim_end_matches("__");
+        // (NumPy operations are `torch._dynamo.utils` wrappers named `wrapped_<operation>`.)
+        let plain = base
+            .strip_prefix("wrapped_")
+            .unwrap_or(base)
+            .trim_start_matches("__")
+            .trim_end_matches("__");
         // `and_`, `or_`, `not_`, `is_`: the operator module's names, not in-place forms.
         let operator_name = matches!(base, "and_" | "or_" | "not_" | "is_");
         if (base.ends_with('_')

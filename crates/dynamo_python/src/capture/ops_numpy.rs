@@ -332,13 +332,6 @@ impl<'py> Tracer<'py> {
         tensor: VarId,
         args: &[VarId],
     ) -> CResult<VarId> {
-        if self.shares_a_given_arrays_memory(tensor)? {
-            return unsupported(
-                BreakKind::UnreplayableSideEffect,
-                "changing in place a NumPy array the frame was given (a tensor given too may \
-                 share its memory, which backends cannot see: AOTAutograd would read it stale)",
-            );
-        }
         let utils = self.py.import_module("torch._dynamo.utils")?;
         let (wrapper, node_name) = if name == "setitem" {
             let wrapper = utils
@@ -364,31 +357,38 @@ impl<'py> Tracer<'py> {
         Ok(args[0])
     }
 
-    /// Whether `tensor` shares storage with the graph input of a NumPy array the frame was
-    /// given (`torch.as_tensor(array)`): that storage is the array's memory, which another
-    /// input (the tensor the array came from, another array over it) may share without any
-    /// storage in common — so a change made through one and read through the other is
-    /// invisible to AOTAutograd's alias analysis.
-    fn shares_a_given_arrays_memory(&self, tensor: VarId) -> CResult<bool> {
-        let py = self.py;
-        let storage = |fake: &Bound<'py, PyAny>| -> PyResult<usize> {
-            fake.call_method0("untyped_storage")?
-                .getattr("_cdata")?
-                .extract()
-        };
-        let mine = storage(&self.fake_value(tensor)?)?;
-        for input in &self.inputs {
-            if matches!(&*input.source, super::source::Source::AsTensor(_)) {
-                let fake = self.graph.nodes[input.node.0 as usize]
-                    .fake
-                    .bind(py)
-                    .clone();
-                if storage(&fake)? == mine {
-                    return Ok(true);
-                }
-            }
+    /// Whether the trace has a graph input made from a NumPy array the frame was given.
+    pub(super) fn has_array_input(&self) -> bool {
+        self.inputs
+            .iter()
+            .any(|i| matches!(&*i.source, super::source::Source::AsTensor(_)))
+    }
+
+    /// Refuses a graph that both takes a NumPy array the frame was given and changes one of
+    /// its inputs in place. `torch.as_tensor(array)` makes a storage of its own over the
+    /// array's memory, which other inputs may share (the tensor the array came from,
+    /// `x.numpy()` given beside `x`; two views of one array) with nothing in common that
+    /// AOTAutograd's alias analysis sees: a change made through one would be read stale
+    /// through the other (TorchDynamo's graph does read it stale). The graph breaks at the
+    /// change, or at the array read after it, and that part runs eagerly. `adds_array`: an
+    /// array input is being added now.
+    pub(super) fn refuse_changes_beside_arrays(&self, adds_array: bool) -> CResult<()> {
+        if !(adds_array || self.has_array_input()) {
+            return Ok(());
         }
-        Ok(false)
+        let nodes = &self.graph.nodes;
+        let changes_an_input = nodes.iter().any(|node| {
+            super::node_calls_in_place(self.py, node)
+                && super::in_place::changes_older_tensor(self.py, nodes, 0, node)
+        });
+        if changes_an_input {
+            return unsupported(
+                BreakKind::UnreplayableSideEffect,
+                "a graph input changed in place in a graph that takes a NumPy array the frame \
+                 was given (the array's memory may be another input's, unseen by the backend)",
+            );
+        }
+        Ok(())
     }
 
     /// `a.name` of an array: shape, dtype, ndim, size (and other values that are not arrays)
