@@ -247,6 +247,39 @@ def class_statement_in_a_loop(x):
         x = x + Step.k
     return x
 @case(T34)
+def raise_from_inside_an_except_block(x):
+    try:
+        try:
+            raise KeyError("a")
+        except KeyError as e:
+            raise ValueError("b") from e
+    except ValueError as e:
+        return x + isinstance(e.__cause__, KeyError) + e.__suppress_context__
+@case(T34)
+def implicit_context_of_a_raise_in_an_except_block(x):
+    try:
+        try:
+            raise KeyError("a")
+        except KeyError:
+            raise ValueError("b")
+    except ValueError as e:
+        return x * 2 + isinstance(e.__context__, KeyError) + (e.__cause__ is None)
+@case(T34)
+def raise_in_a_nested_except_block(x):
+    y = x + 1
+    try:
+        try:
+            y = y * 2
+            raise IndexError
+        except IndexError:
+            try:
+                raise KeyError("k")
+            except KeyError as inner:
+                raise RuntimeError("wrapped") from inner
+    except RuntimeError as e:
+        y = y + len(str(e)) + isinstance(e.__context__, KeyError)
+    return y
+@case(T34)
 def exception_in_inlined_function(x):
     def check(n):
         if n > 2:

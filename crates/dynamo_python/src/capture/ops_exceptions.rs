@@ -330,13 +330,41 @@ impl<'py> Tracer<'py> {
         )
     }
 
-    /// `RAISE_VARARGS` in inlined code, or in a `try` block of the compiled frame: `raise E`,
-    /// `raise E(...)`, `raise E from cause`.
+    /// Whether an exception raised by the instruction just stepped in `f` reaches a handler
+    /// of `f`'s own `try` statements: directly, or through the cleanups of the `except`
+    /// blocks it is raised in (each ends in a `RERAISE` whose handler is the next one out) —
+    /// `raise ValueError(...) from e` inside an `except` block of an outer `try`.
+    fn caught_in_frame(&self, f: &FrameState<'py>) -> bool {
+        let Some(ins) = f.pc.checked_sub(1).and_then(|i| f.instructions.get(i)) else {
+            return false;
+        };
+        let mut handler = ins.handler;
+        // Each step moves one `except` block out; nesting is shallow.
+        for _ in 0..32 {
+            let Some(h) = handler else {
+                return false;
+            };
+            if self.is_grad_mode_cleanup(f, h) {
+                return false;
+            }
+            if !is_except_cleanup(f, h) {
+                return true;
+            }
+            handler = f.instructions[h.target.index()..]
+                .iter()
+                .find(|i| i.opcode == Opcode::Reraise)
+                .and_then(|i| i.handler);
+        }
+        false
+    }
+
+    /// `RAISE_VARARGS` in inlined code, or in a `try` block of the compiled frame (or an
+    /// `except` block inside one): `raise E`, `raise E(...)`, `raise E from cause`.
     /// A bare `raise` (the exception being handled) is not traced.
     pub(super) fn op_raise(&mut self, f: &mut FrameState<'py>, argc: u32) -> CResult<Flow> {
         // In the compiled frame itself only inside a `try` whose handler the trace follows
         // (`catch`); a raise that would leave the frame is a graph break.
-        if f.is_root && !self.in_try {
+        if f.is_root && !self.in_try && !self.caught_in_frame(f) {
             return unsupported(
                 BreakKind::UnsupportedInstruction,
                 "the RAISE_VARARGS instruction",
@@ -377,6 +405,14 @@ impl<'py> Tracer<'py> {
                 "raising something that is not an exception",
             );
         };
+        // Python chains the exception being handled (`__context__`), and `from` sets the
+        // cause and hides that context in tracebacks.
+        if let Some(&handled) = f.handled.last() {
+            let context = self.python_value(handled)?;
+            if !context.is(&exception) {
+                exception.setattr("__context__", context)?;
+            }
+        }
         if let Some(cause) = cause {
             let cause = self.python_value(cause)?;
             exception.setattr("__cause__", cause)?;
