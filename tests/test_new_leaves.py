@@ -102,7 +102,31 @@ def requires_grad_true_on_a_tensor_that_needs_it(x):
     return leaf, y.sum()
 
 
-CASES = [requires_grad_false_on_a_detached_copy, requires_grad_keyword_false_on_an_input,
+def leaf_made_under_no_grad_stays_inside(x):
+    # transformers' MRA without its kernel: a leaf made with grad mode off, used with it
+    # off — in the graph, as TorchDynamo does.
+    with torch.no_grad():
+        leaf = torch.zeros_like(x).requires_grad_()
+        y = leaf * 2 + x
+    return (y + 1,)
+
+
+def leaf_made_under_no_grad_returned(x):
+    with torch.no_grad():
+        leaf = torch.zeros_like(x).requires_grad_()
+        y = leaf + x
+    return leaf, y
+
+
+def leaf_made_under_no_grad_used_with_grad_on(x):
+    with torch.no_grad():
+        leaf = torch.ones_like(x).requires_grad_()
+        y = leaf * x
+    return leaf, y + (leaf * 3).sum()
+
+
+CASES = [leaf_made_under_no_grad_stays_inside, leaf_made_under_no_grad_returned,
+         leaf_made_under_no_grad_used_with_grad_on, requires_grad_false_on_a_detached_copy, requires_grad_keyword_false_on_an_input,
          requires_grad_true_on_a_tensor_that_needs_it, factory_ones, factory_tensor, factory_full, factory_like, factory_random,
          factory_under_no_grad, new_method, requires_grad_method, requires_grad_attribute,
          parameter_made_here, detached_copy_made_a_leaf, leaf_used_in_a_larger_graph,

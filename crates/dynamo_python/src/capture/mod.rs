@@ -891,6 +891,13 @@ impl Converter {
         tracer.leave_open_states()?;
         let (plans, replays, rebuilder) = rebuild::plan_all(tracer, roots)?;
         let outputs = rebuilder.outputs;
+        if outputs.iter().any(|o| tracer.no_grad_leaves.contains(o)) {
+            return unsupported(
+                BreakKind::UnsupportedCall,
+                "a leaf made with requires_grad_() in the graph is handed out (it would not \
+                 need gradients)",
+            );
+        }
         let shared: Vec<(u32, Rebuild)> = rebuilder
             .definitions
             .into_iter()

@@ -77,6 +77,20 @@ impl<'py> Tracer<'py> {
         if changes_state && self.state_changing_op.is_none() {
             self.state_changing_op = Some(name.to_string());
         }
+        if self.grad_enabled && !self.no_grad_leaves.is_empty() {
+            let leaf = args.iter().chain(kwargs.iter().map(|(_, v)| v)).any(|&a| {
+                matches!(self.kind(a), VarKind::Tensor { node, .. } if self.no_grad_leaves.contains(node))
+            });
+            if leaf {
+                return unsupported(
+                    BreakKind::UnsupportedCall,
+                    format!(
+                        "{name} with grad mode on, of a leaf requires_grad_() made in the graph \
+                         with grad mode off (its result would need gradients)"
+                    ),
+                );
+            }
+        }
         let fake_args = args
             .iter()
             .map(|&a| self.fake_value(a))

@@ -9,6 +9,7 @@ use super::break_reasons::BreakKind;
 use super::graph::Op;
 use super::translator::{kind_name, unsupported, CResult, Tracer};
 use super::vars::{VarId, VarKind};
+use crate::eval_frame::owned::OwnedRef;
 
 /// Tensor methods whose non-tensor answer a fake tensor gives as the real tensor would: from
 /// the metadata the tensor guards fix (dtype, device, sizes, strides, layout), or from the
@@ -212,6 +213,13 @@ impl<'py> Tracer<'py> {
                 BreakKind::UnsupportedCall,
                 format!("tensor.{name}() acts outside the graph"),
             ),
+            "requires_grad_"
+                if !self.grad_enabled
+                    && self.requires_grad_request(&args, &kwargs) == Some(true)
+                    && self.tensor_given(receiver).is_none() =>
+            {
+                self.no_grad_leaf(receiver)
+            }
             // A tensor turned into a leaf that needs gradients (`x.detach().requires_grad_()`
             // before `torch.autograd.grad`): autograd state, which a compiled graph's outputs
             // do not carry (AOTAutograd hands back tensors the later `grad` call cannot
@@ -269,6 +277,49 @@ impl<'py> Tracer<'py> {
 }
 
 impl Tracer<'_> {
+    /// `t.requires_grad_()` on a tensor made in the trace while grad mode is off
+    /// (transformers' MRA without its kernel: `torch.zeros_like(q).requires_grad_()` under
+    /// `no_grad`): what is computed from it needs no gradient, so the graph can make the leaf
+    /// itself — TorchDynamo's nodes, `requires_grad_` between two
+    /// `set_inplace_requires_grad_allowed` switches (AOTAutograd traces the graph under
+    /// functorch, which refuses it otherwise). The leaf must stay inside the graph and out of
+    /// gradient-recording operations: using it with grad mode on again, or handing it out
+    /// (returned, stored, live at a break), is refused (see `no_grad_leaves`).
+    fn no_grad_leaf(&mut self, tensor: VarId) -> CResult<VarId> {
+        let py = self.py;
+        let functorch = self.h.torch.getattr("_C")?.getattr("_functorch")?;
+        let allowed: bool = functorch
+            .call_method0("get_inplace_requires_grad_allowed")?
+            .extract()?;
+        let switch = functorch.getattr("set_inplace_requires_grad_allowed")?;
+        let record_switch = |t: &mut Self, on: bool| -> CResult<()> {
+            let arg = super::graph::Arg::Const(OwnedRef::from_bound(
+                &pyo3::types::PyBool::new(py, on).to_owned().into_any(),
+            ));
+            t.graph.add(
+                Op::CallFunction(OwnedRef::from_bound(&switch)),
+                "set_inplace_requires_grad_allowed",
+                vec![arg],
+                Vec::new(),
+                OwnedRef::from_bound(&py.None().into_bound(py)),
+            );
+            Ok(())
+        };
+        record_switch(self, true)?;
+        let made = self.graph_call(
+            Op::CallMethod("requires_grad_".into()),
+            "requires_grad_",
+            vec![tensor],
+            Vec::new(),
+        );
+        record_switch(self, allowed)?;
+        let made = made?;
+        if let VarKind::Tensor { node, .. } = *self.kind(made) {
+            self.no_grad_leaves.push(node);
+        }
+        Ok(made)
+    }
+
     /// The flag of `requires_grad_(flag)` / `requires_grad_(requires_grad=flag)` (True when
     /// not given), when it is a constant bool; None otherwise.
     fn requires_grad_request(&self, args: &[VarId], kwargs: &[(String, VarId)]) -> Option<bool> {

@@ -126,6 +126,10 @@ pub struct Tracer<'py> {
     pub draws_random: bool,
     /// Grad mode as the traced code sees it (changed by grad-mode `with` blocks).
     pub grad_enabled: bool,
+    /// Tensors made in the trace and turned into leaves that need gradients with grad mode
+    /// off (`ops_tensor_method`, `requires_grad_`): their nodes. The graph refuses to use
+    /// one with grad mode on or to hand one out.
+    pub no_grad_leaves: Vec<super::graph::NodeId>,
     /// Torch's global settings as the frame was called: the guard's self-check runs in them.
     pub(super) entry_state: Option<super::global_state::SavedGlobalState<'py>>,
     /// Field names of tuples that came from named tuples (`torch.topk(...).values`).
@@ -355,6 +359,7 @@ impl<'py> Tracer<'py> {
             state_changing_op: None,
             draws_random: false,
             grad_enabled: true,
+            no_grad_leaves: Vec::new(),
             entry_state: None,
             tuple_fields: HashMap::new(),
             tuple_classes: HashMap::new(),
