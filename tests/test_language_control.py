@@ -280,6 +280,32 @@ def raise_in_a_nested_except_block(x):
         y = y + len(str(e)) + isinstance(e.__context__, KeyError)
     return y
 @case(T34)
+def exc_info_in_an_except_block(x):
+    import sys
+    try:
+        raise KeyError("a")
+    except KeyError:
+        kind, value, _ = sys.exc_info()
+    return x + (kind is KeyError) + isinstance(value, LookupError)
+def _handled_kind():
+    import sys
+    return sys.exc_info()[0]
+@case(T34)
+def exc_info_read_by_a_helper_called_from_a_handler(x):
+    try:
+        try:
+            raise ValueError("v")
+        except ValueError:
+            inner = _handled_kind()
+            raise IndexError("i")
+    except IndexError:
+        outer = _handled_kind()
+    return x * 2 + (inner is ValueError) + (outer is IndexError)
+@case(T34)
+def exc_info_outside_a_handler(x):
+    import sys
+    return x + (sys.exc_info()[0] is None)
+@case(T34)
 def exception_in_inlined_function(x):
     def check(n):
         if n > 2:

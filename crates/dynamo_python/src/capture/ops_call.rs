@@ -594,6 +594,15 @@ impl<'py> Tracer<'py> {
             self.pin_identity(callee);
             return Ok(result);
         }
+        if args.is_empty()
+            && kwargs.is_empty()
+            && obj.is(&py.import_module("sys")?.getattr("exc_info")?)
+        {
+            if let Some(info) = self.exc_info()? {
+                self.pin_identity(callee);
+                return Ok(info);
+            }
+        }
         if let Some(result) = self.shape_env_query(obj, &args, &kwargs)? {
             self.pin_identity(callee);
             return Ok(result);

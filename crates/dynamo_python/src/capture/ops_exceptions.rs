@@ -274,7 +274,25 @@ impl<'py> Tracer<'py> {
         f.stack.push(previous);
         f.stack.push(exception);
         f.handled.push(exception);
+        self.handled_exceptions.push(exception);
         Ok(Flow::Continue)
+    }
+
+    /// `sys.exc_info()` inside an `except` block the trace entered: the exception being
+    /// handled, its class and traceback. Outside one the answer is a caller's (the frame may
+    /// be called from a handler the trace never saw): None then, and the call breaks.
+    pub(super) fn exc_info(&mut self) -> CResult<Option<VarId>> {
+        let Some(&exception) = self.handled_exceptions.last() else {
+            return Ok(None);
+        };
+        let value = self.python_value(exception)?;
+        let class = self.constant(&value.get_type().into_any());
+        let traceback = value.getattr("__traceback__")?;
+        let traceback = self.add(VarKind::Object(OwnedRef::from_bound(&traceback)), None);
+        Ok(Some(self.add(
+            VarKind::Tuple(vec![class, exception, traceback]),
+            None,
+        )))
     }
 
     /// `CHECK_EXC_MATCH`: `isinstance(exception, classes)`, the exception kept.

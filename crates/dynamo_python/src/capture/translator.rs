@@ -130,6 +130,9 @@ pub struct Tracer<'py> {
     /// off (`ops_tensor_method`, `requires_grad_`): their nodes. The graph refuses to use
     /// one with grad mode on or to hand one out.
     pub no_grad_leaves: Vec<super::graph::NodeId>,
+    /// The exceptions being handled by `except` blocks the trace is inside, innermost last,
+    /// across inlined frames (Python's per-thread stack that `sys.exc_info()` reads).
+    pub handled_exceptions: Vec<VarId>,
     /// Torch's global settings as the frame was called: the guard's self-check runs in them.
     pub(super) entry_state: Option<super::global_state::SavedGlobalState<'py>>,
     /// Field names of tuples that came from named tuples (`torch.topk(...).values`).
@@ -360,6 +363,7 @@ impl<'py> Tracer<'py> {
             draws_random: false,
             grad_enabled: true,
             no_grad_leaves: Vec::new(),
+            handled_exceptions: Vec::new(),
             entry_state: None,
             tuple_fields: HashMap::new(),
             tuple_classes: HashMap::new(),
@@ -1321,6 +1325,7 @@ impl<'py> Tracer<'py> {
             CheckExcMatch if self.tracing_handler(f) => self.op_check_exc_match(f),
             PopExcept if self.tracing_handler(f) => {
                 f.handled.pop();
+                self.handled_exceptions.pop();
                 self.pop(f).map(|_| Flow::Continue)
             }
             Reraise if self.tracing_handler(f) => self.op_reraise(f),
