@@ -414,6 +414,103 @@ def test_enough_cases() -> None:
     assert len(CASES) >= 20, len(CASES)
 
 
+
+# --- exceptions thrown into generators: gen.throw and contextmanager's __exit__ -------------
+@contextlib.contextmanager
+def _catching(seen):
+    try:
+        yield
+    except ValueError as e:
+        seen.append(str(e))
+
+
+@contextlib.contextmanager
+def _cleaning(seen):
+    try:
+        yield
+    finally:
+        seen.append("cleaned")
+
+
+@case(t(3, 4), list)
+def contextmanager_catches_the_blocks_exception(x, seen):
+    with _catching(seen):
+        y = x + 1
+        raise ValueError("inside")
+    return x * 2, seen
+
+
+@case(t(3, 4), list)
+def contextmanager_cleans_up_and_an_outer_try_catches(x, seen):
+    try:
+        with _cleaning(seen):
+            raise KeyError("k")
+    except KeyError:
+        x = x - 1
+    return x, seen
+
+
+@case(t(3, 4))
+def suppress_around_a_raise(x):
+    with contextlib.suppress(IndexError):
+        x = x * 3
+        raise IndexError("i")
+    return x + 1
+
+
+class _Swallow:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, value, tb):
+        return kind is not None and issubclass(kind, LookupError)
+
+
+@case(t(3, 4))
+def user_context_manager_swallows(x):
+    with _Swallow():
+        x = x + 2
+        raise KeyError("k")
+    return x * 2
+
+
+def _answers():
+    try:
+        yield 1
+    except KeyError:
+        yield 10
+    yield 100
+
+
+@case(t(3, 4))
+def throw_caught_by_the_generator(x):
+    it = _answers()
+    first = next(it)
+    second = it.throw(KeyError("k"))
+    third = next(it)
+    return x * (first + second + third)
+
+
+@case(t(3, 4))
+def throw_not_caught_reaches_the_consumer(x):
+    it = _answers()
+    next(it)
+    try:
+        it.throw(ValueError("v"))
+    except ValueError:
+        x = x + 7
+    return x, list(it)
+
+
+@case(t(3, 4))
+def throw_into_a_generator_not_started(x):
+    it = _answers()
+    try:
+        it.throw(KeyError("k"))
+    except KeyError as e:
+        x = x * 2 + len(e.args)
+    return x, list(it)
+
 @pytest.mark.parametrize(("name", "fn", "make", "spec"), params(CASES))
 def test_case(name, fn, make, spec) -> None:
     check_case(fn, make, spec)

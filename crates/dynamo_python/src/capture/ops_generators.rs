@@ -30,7 +30,7 @@ pub const MAX_YIELDS: usize = 10_000;
 
 /// The methods of a generator the trace models (`throw` is not: the trace would have to
 /// raise inside the generator's frame).
-pub const GENERATOR_METHODS: [&str; 3] = ["send", "__next__", "close"];
+pub const GENERATOR_METHODS: [&str; 4] = ["send", "__next__", "close", "throw"];
 
 /// The frame of a generator the trace made.
 #[derive(Debug)]
@@ -118,6 +118,19 @@ impl<'py> Tracer<'py> {
     /// Resumes generator `id`, `sent` being what its `yield` evaluates to (None for
     /// `next()`): runs its frame to the next `yield` or to its end.
     pub fn resume_generator(&mut self, id: VarId, sent: Option<VarId>) -> CResult<Resumed> {
+        self.resume_generator_with(id, sent, None)
+    }
+
+    /// `resume_generator`, or with `thrown`: `gen.throw(exception)` — the exception raised
+    /// at the `yield` the generator is suspended at, where its own handlers may catch it
+    /// (`contextlib.contextmanager`'s `__exit__` throws the `with` block's exception into
+    /// the generator); a generator not started yet is finished and raises it at once.
+    fn resume_generator_with(
+        &mut self,
+        id: VarId,
+        sent: Option<VarId>,
+        thrown: Option<Bound<'py, PyAny>>,
+    ) -> CResult<Resumed> {
         let py = self.py;
         let &VarKind::Generator { frame } = self.kind(id) else {
             return unsupported(BreakKind::Internal, "resuming something not a generator");
@@ -136,8 +149,28 @@ impl<'py> Tracer<'py> {
             }
         };
         let started = state.pc > 0;
+        let thrown_in = thrown.is_some();
+        if let Some(exception) = thrown {
+            let detail = format!("{} thrown into a generator", exception.get_type().name()?);
+            let raised = self.raised::<()>(PyErr::from_value(exception), detail);
+            let err = raised.expect_err("raised always fails");
+            let at_yield = state.pc.checked_sub(1).map(|i| state.instructions[i]);
+            let caught = match at_yield {
+                Some(ins) if started => {
+                    let locations = self.location_stack.len();
+                    self.catch(&mut state, &ins, &err, locations)?
+                }
+                _ => false,
+            };
+            if !caught {
+                self.generators[frame] = GeneratorFrame::Finished;
+                return Err(err);
+            }
+        }
         match sent {
             // What the `yield` it is suspended at evaluates to.
+            // Thrown in: the handler runs instead of the `yield` evaluating to a value.
+            _ if thrown_in => {}
             _ if started => state.stack.push(sent.unwrap_or(none)),
             Some(value) if !matches!(self.kind(value), VarKind::Const(v) if v.bind(py).is_none()) =>
             {
@@ -176,6 +209,34 @@ impl<'py> Tracer<'py> {
         }
     }
 
+    /// The exception `gen.throw(...)` raises: `throw(exception)`, `throw(cls)`,
+    /// `throw(cls, value[, traceback])` (the forms contextlib's `__exit__` uses).
+    fn thrown_exception(&mut self, args: &[VarId]) -> CResult<Bound<'py, PyAny>> {
+        let first = self.python_value(args[0])?;
+        let value = match args.get(1) {
+            Some(&v) => Some(self.python_value(v)?),
+            None => None,
+        };
+        let base = self.h.builtins.getattr("BaseException")?;
+        if first.is_instance(&base)? {
+            return Ok(first);
+        }
+        let is_class = first
+            .cast::<pyo3::types::PyType>()
+            .is_ok_and(|c| c.is_subclass(&base).unwrap_or(false));
+        if !is_class {
+            return unsupported(
+                BreakKind::Generator,
+                "throw() of something that is not an exception",
+            );
+        }
+        match value {
+            Some(v) if v.is_instance(&first)? => Ok(v),
+            Some(v) if !v.is_none() => Ok(first.call1((v,))?),
+            _ => Ok(first.call0()?),
+        }
+    }
+
     /// `next()` of a generator that returned `value`: StopIteration, raised by the traced
     /// code (its handlers may catch it, as `contextlib`'s `__exit__` does).
     pub(super) fn stop_iteration<T>(&mut self, value: VarId) -> CResult<T> {
@@ -189,7 +250,8 @@ impl<'py> Tracer<'py> {
         self.raise_builtin("StopIteration", value)
     }
 
-    /// `gen.send(value)`, `gen.__next__()`, `gen.close()` (see `GENERATOR_METHODS`).
+    /// `gen.send(value)`, `gen.__next__()`, `gen.throw(...)`, `gen.close()` (see
+    /// `GENERATOR_METHODS`).
     pub(super) fn generator_method(
         &mut self,
         generator: VarId,
@@ -203,6 +265,10 @@ impl<'py> Tracer<'py> {
                 self.resume_generator(generator, Some(value))?
             }
             ("__next__", []) if kwargs.is_empty() => self.resume_generator(generator, None)?,
+            ("throw", [_, ..]) if kwargs.is_empty() && args.len() <= 3 => {
+                let exception = self.thrown_exception(args)?;
+                self.resume_generator_with(generator, None, Some(exception))?
+            }
             ("close", []) if kwargs.is_empty() => {
                 let &VarKind::Generator { frame } = self.kind(generator) else {
                     unreachable!("checked by the caller");

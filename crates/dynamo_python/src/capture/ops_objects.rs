@@ -63,6 +63,38 @@ impl<'py> Tracer<'py> {
         self.store_attr(obj, name, value)
     }
 
+    /// `e.__traceback__ = tb` (and `__cause__`, `__context__`, `__suppress_context__`) on an
+    /// exception the trace raised: the exception object exists only inside the trace, so
+    /// the store is made on it directly (contextlib's `__exit__` restores the traceback of
+    /// the exception a `with` block raised before passing it on).
+    fn exception_state_store(
+        &mut self,
+        obj: VarId,
+        name: &str,
+        value: Option<VarId>,
+    ) -> CResult<bool> {
+        const STATE: [&str; 4] = [
+            "__traceback__",
+            "__cause__",
+            "__context__",
+            "__suppress_context__",
+        ];
+        let (Some(value), true) = (value, STATE.contains(&name)) else {
+            return Ok(false);
+        };
+        let VarKind::Object(exception) = self.kind(obj) else {
+            return Ok(false);
+        };
+        let exception = exception.bind(self.py).clone();
+        let base = self.h.builtins.getattr("BaseException")?;
+        if self.source(obj).is_some() || !exception.is_instance(&base)? {
+            return Ok(false);
+        }
+        let value = self.python_value(value)?;
+        exception.setattr(name, value)?;
+        Ok(true)
+    }
+
     pub(super) fn op_delete_attr(&mut self, f: &mut FrameState<'py>, i: u32) -> CResult<Flow> {
         let name = f.names.get_item(i as usize)?.to_string();
         let obj = self.pop(f)?;
@@ -152,6 +184,9 @@ impl<'py> Tracer<'py> {
                 "data" => return self.store_tensor_data(obj, value),
                 _ => {}
             }
+        }
+        if self.exception_state_store(obj, name, value)? {
+            return Ok(());
         }
         if self.descriptor_store(obj, name, value)? {
             return Ok(());
