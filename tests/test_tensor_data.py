@@ -225,17 +225,21 @@ def _train_step(model, x):
     return loss
 
 
-@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
-def test_clipping_in_a_training_step_matches_eager(backend):
-    """Parameters changed through `.data` before a forward and backward: the loss, the
-    parameters and every gradient equal eager's, with AOTAutograd too."""
+def _model_and_twin():
+    """A small model, an equal copy for the eager run, an input and a graph counter."""
     reset_all()
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(3, 8), nn.Tanh(), nn.Linear(8, 2))
     twin = nn.Sequential(nn.Linear(3, 8), nn.Tanh(), nn.Linear(8, 2))
     twin.load_state_dict(model.state_dict())
-    x = torch.randn(5, 3)
-    counter = CompileCounter()
+    return model, twin, torch.randn(5, 3), CompileCounter()
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_clipping_in_a_training_step_matches_eager(backend):
+    """Parameters changed through `.data` before a forward and backward: the loss, the
+    parameters and every gradient equal eager's, with AOTAutograd too."""
+    model, twin, x, counter = _model_and_twin()
     compiled = dynamo_rs.compile(_train_step, backend=counter if backend == "eager" else backend)
     for _ in range(2):
         expected = _train_step(twin, x)
@@ -260,13 +264,7 @@ def test_manual_sgd_through_set_data_matches_eager(backend):
     """Training steps whose update is `p.data = p.data - lr * p.grad`: the losses, the
     parameters after three steps and the gradients equal eager's, with AOTAutograd too (the
     parameters are graph inputs that require grad, their data swapped in the graph)."""
-    reset_all()
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(3, 8), nn.Tanh(), nn.Linear(8, 2))
-    twin = nn.Sequential(nn.Linear(3, 8), nn.Tanh(), nn.Linear(8, 2))
-    twin.load_state_dict(model.state_dict())
-    x = torch.randn(5, 3)
-    counter = CompileCounter()
+    model, twin, x, counter = _model_and_twin()
     compiled = dynamo_rs.compile(_sgd, backend=counter if backend == "eager" else backend)
     for _ in range(3):
         for m in (model, twin):

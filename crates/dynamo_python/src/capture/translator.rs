@@ -1298,26 +1298,10 @@ impl<'py> Tracer<'py> {
             }
             // A class statement: `__build_class__`, whose call (running the class body,
             // making a new class on every call) breaks the graph — the generated code runs it.
-            LoadBuildClass => {
-                let build = self
-                    .py
-                    .import_module("builtins")?
-                    .getattr("__build_class__")?;
-                let build = self.constant(&build);
-                f.stack.push(build);
-                Ok(Flow::Continue)
-            }
+            LoadBuildClass => self.push_builtin(f, "__build_class__"),
             // `assert` failing: the exception class (raised by RAISE_VARARGS, a break point
             // the generated code runs itself).
-            LoadAssertionError => {
-                let class = self
-                    .py
-                    .import_module("builtins")?
-                    .getattr("AssertionError")?;
-                let class = self.constant(&class);
-                f.stack.push(class);
-                Ok(Flow::Continue)
-            }
+            LoadAssertionError => self.push_builtin(f, "AssertionError"),
             // Not traced yet: the frame runs eagerly.
             // Handlers the trace entered (see `ops_exceptions`); otherwise the compiled
             // frame's are only reached through the graph-break machinery.
@@ -1348,6 +1332,14 @@ impl<'py> Tracer<'py> {
                 format!("the {} instruction", ins.opcode.name()),
             ),
         }
+    }
+
+    /// Pushes the builtin `name` (what `LOAD_BUILD_CLASS` and `LOAD_ASSERTION_ERROR` load).
+    fn push_builtin(&mut self, f: &mut FrameState<'py>, name: &str) -> CResult<Flow> {
+        let builtin = self.py.import_module("builtins")?.getattr(name)?;
+        let builtin = self.constant(&builtin);
+        f.stack.push(builtin);
+        Ok(Flow::Continue)
     }
 
     /// Starts translating a call of `code` (an inlined function).
