@@ -350,9 +350,9 @@ impl<'py> Tracer<'py> {
 
     /// Whether an exception raised by the instruction just stepped in `f` reaches a handler
     /// of `f`'s own `try` statements or a traced context manager's `__exit__`: directly, or
-    /// through the cleanups of the `except` and grad-mode `with` blocks it is raised in
-    /// (each ends in a `RERAISE` whose handler is the next one out) — `raise
-    /// ValueError(...) from e` inside an `except` block of an outer `try`.
+    /// through the cleanups of the `except` blocks it is raised in (each ends in a `RERAISE`
+    /// whose handler is the next one out) — `raise ValueError(...) from e` inside an
+    /// `except` block of an outer `try`.
     fn caught_in_frame(&self, f: &FrameState<'py>) -> bool {
         let Some(ins) = f.pc.checked_sub(1).and_then(|i| f.instructions.get(i)) else {
             return false;
@@ -365,15 +365,15 @@ impl<'py> Tracer<'py> {
             };
             if self.is_grad_mode_cleanup(f, h) {
                 // A traced context manager's `__exit__` sees it (and may swallow it:
-                // `contextlib.suppress`, a `contextmanager` catching it); a grad-mode block
-                // only passes it on to the next handler out.
+                // `contextlib.suppress`, a `contextmanager` catching it). The cleanup of a
+                // grad-mode or autocast block is not traced: the raise stays a graph break,
+                // which the generated code runs inside the block.
                 let exit = (h.depth as usize)
                     .checked_sub(1)
                     .and_then(|d| f.stack.get(d));
-                if exit.is_some_and(|e| self.with_exits.contains(e)) {
-                    return true;
-                }
-            } else if !is_except_cleanup(f, h) {
+                return exit.is_some_and(|e| self.with_exits.contains(e));
+            }
+            if !is_except_cleanup(f, h) {
                 return true;
             }
             handler = f.instructions[h.target.index()..]
