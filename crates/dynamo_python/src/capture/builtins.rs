@@ -480,20 +480,6 @@ impl<'py> Tracer<'py> {
             };
             return Ok(self.add(kind, None));
         }
-        if args.len() == 1
-            && kwargs.is_empty()
-            && matches!(
-                self.kind(args[0]),
-                VarKind::Iter { .. } | VarKind::Generator { .. } | VarKind::Lazy(_)
-            )
-            && joins_an_iterable(func)?
-        {
-            // `sep.join(iterator)` iterates it to the end first, as `list(iterator)` does
-            // (a generator runs here, its effects in order).
-            let items = self.items_of(args[0])?;
-            let items = self.add(VarKind::List(items), None);
-            return self.call_builtin(func, vec![items], Vec::new());
-        }
         if is("id") && args.len() == 1 && kwargs.is_empty() {
             // `id(module)` (a cache key, a registry lookup): the object's identity, guarded.
             if let VarKind::Object(v) = self.kind(args[0]) {
@@ -717,7 +703,8 @@ impl<'py> Tracer<'py> {
             "filter",
         ]
         .iter()
-        .any(|n| is(n));
+        .any(|n| is(n))
+            || joins_an_iterable(func)?;
         let holds_iterator = args.iter().chain(kwargs.iter().map(|(_, v)| v)).any(|&a| {
             matches!(
                 self.kind(a),

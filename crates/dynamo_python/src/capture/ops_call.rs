@@ -596,6 +596,7 @@ impl<'py> Tracer<'py> {
         }
         if args.is_empty()
             && kwargs.is_empty()
+            && obj.is_instance_of::<pyo3::types::PyCFunction>()
             && obj.is(&py.import_module("sys")?.getattr("exc_info")?)
         {
             if let Some(info) = self.exc_info()? {

@@ -340,8 +340,8 @@ impl<'py> Tracer<'py> {
         {
             return Ok(());
         }
-        // `list(gen)`, `tuple(gen)`, `sorted(gen)`, `sep.join(gen)` take every item before doing anything
-        // else: running it to the end first is Python's own order, whatever its body does.
+        // `list(gen)`, `tuple(gen)`, `sorted(gen)`, `sep.join(gen)` take every item before
+        // doing anything else: running it to the end first is Python's own order, whatever its body does.
         let is = |name: &str| builtins.getattr(name).is_ok_and(|b| b.is(callee));
         let collector = ["list", "tuple", "sorted"].iter().any(|name| is(name))
             || super::builtins::joins_an_iterable(callee)?;

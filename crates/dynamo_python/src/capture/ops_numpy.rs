@@ -18,12 +18,12 @@
 //! In-place operators (`a += 1`) and item assignment (`a[i] = v`) change the array's tensor
 //! in place (one node each, as under TorchDynamo), and with it the tensor it shares memory
 //! with — not on an array the frame was given (or a view of one): another input may share
-//! its memory unseen (TorchDynamo gives a stale read there under AOTAutograd). Refused (a
-//! graph break): what needs the data (`tolist`, `item`, `bool(...)`,
-//! boolean masks), other in-place changes (`out=`, `sort`, `fill`), `np.random`,
-//! functions `torch._numpy` does not have, and tensors handed to NumPy functions directly
-//! (not through `.numpy()`). Sizes (`shape`, `ndim`, `size`, `len`) are the tensor's own,
-//! symbolic ones too. An array given to the frame is an array over the graph input
+//! its memory unseen (TorchDynamo gives a stale read there under AOTAutograd; see
+//! `refuse_changes_beside_arrays`). Refused (a graph break): what needs the data (`tolist`,
+//! `item`, `bool(...)`, boolean masks), other in-place changes (`out=`, `sort`, `fill`),
+//! `np.random`, functions `torch._numpy` does not have, and tensors handed to NumPy
+//! functions directly (not through `.numpy()`). Sizes (`shape`, `ndim`, `size`, `len`) are
+//! the tensor's own, symbolic ones too. An array given to the frame is an array over the graph input
 //! `torch.as_tensor(array)` (`Source::AsTensor`, see `ndarray_input`); handed back, it is
 //! that same array.
 
@@ -322,9 +322,8 @@ impl<'py> Tracer<'py> {
 
     /// `a += b` (any in-place operator) and `a[i] = v` on an array the trace holds: one graph
     /// node changing the array's tensor in place through `torch._numpy`, as TorchDynamo
-    /// records them — the tensor the array came from (`x.numpy()`, an array given to the
-    /// frame) changes with it, as the memory they share does eagerly. The operator gives the
-    /// array itself back.
+    /// records them — the tensor the array came from (`x.numpy()`) changes with it, as the
+    /// memory they share does eagerly. The operator gives the array itself back.
     fn numpy_in_place(
         &mut self,
         op: &Bound<'py, PyAny>,

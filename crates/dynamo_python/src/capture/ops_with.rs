@@ -156,7 +156,6 @@ impl<'py> Tracer<'py> {
     /// Records `torch._C._set_grad_enabled(enabled)` and sets it for the rest of the trace.
     pub fn set_grad_enabled(&mut self, enabled: bool) -> CResult<()> {
         let py = self.py;
-
         let setter = py
             .import_module("torch")?
             .getattr("_C")?
