@@ -55,9 +55,54 @@ def pops_and_reads(state, x):
     return x * value + state.get("missing", 1.0)
 
 
+# A missing key read from an existing `defaultdict` adds the factory's value even when no
+# store follows: the new entry (and what is done to it) must reach the real dict. Each was a
+# wrong result: the entry was made only in the trace.
+def appends_to_missing_list(state, x):
+    state["seen"][x.shape[0]].append(x.sum())
+    return x * len(state["seen"][x.shape[0]])
+
+
+def fills_nested_default(state, x):
+    inner = state["seen"]["inner"]
+    inner[x.shape[0]] = inner.get(x.shape[0], 0) + 1
+    return x * inner[x.shape[0]]
+
+
+def reads_missing_key_only(state, x):
+    _ = state["seen"]["probe"]
+    return x * len(state["seen"]), sorted(map(str, state["seen"]))
+
+
+def checks_then_touches(state, x):
+    if "k" in state["seen"]:
+        return x + len(state["seen"]["k"])
+    state["seen"]["k"]
+    return x - 1
+
+
+def getitem_method_of_missing(state, x):
+    state["seen"].__getitem__("m").append(1)
+    return x * len(state["seen"]["m"])
+
+
+def keyed_by_a_parameter(state, x):
+    key = state["key"]
+    state["seen"][key].append(x.sum())
+    return sum(state["seen"][key]) + x
+
+
+MISSING_KEY_FUNCTIONS = {f.__name__: f for f in [
+    appends_to_missing_list, fills_nested_default, reads_missing_key_only, checks_then_touches,
+    getitem_method_of_missing, keyed_by_a_parameter]}
+
+
 def _state(kind):
     if kind == "counts_calls":
         return _counts_state()
+    if kind in MISSING_KEY_FUNCTIONS:
+        factory = dict if kind == "fills_nested_default" else list
+        return {"seen": collections.defaultdict(factory), "key": torch.nn.Parameter(torch.zeros(1))}
     if kind == "registers_on_first_use":
         return collections.OrderedDict(a=1)
     return collections.OrderedDict(scale=3.0)
@@ -70,7 +115,18 @@ def _counts_state():
 
 
 FUNCTIONS = {"counts_calls": counts_calls, "registers_on_first_use": registers_on_first_use,
-             "pops_and_reads": pops_and_reads}
+             "pops_and_reads": pops_and_reads, **MISSING_KEY_FUNCTIONS}
+
+
+def _contents(state):
+    """A deep copy of `state` with `defaultdict`s as plain dicts (in order) and tensor keys by
+    position, so that contents are compared, not identities."""
+    if isinstance(state, dict):
+        return [(k if not isinstance(k, torch.Tensor) else "tensor", _contents(v))
+                for k, v in state.items()]
+    if isinstance(state, list):
+        return [_contents(v) for v in state]
+    return copy.deepcopy(state)
 
 
 def _same(a, b):
@@ -98,7 +154,7 @@ def test_state_changes_match_eager(name):
         outs = []
         for n in [3, 3, 5, 3]:
             outs.append(run(state, torch.arange(float(n))))
-            outs.append(copy.deepcopy(dict(state)))
+            outs.append(_contents(state))
             outs.append(list(state))
         results[front] = (outs, counter.frame_count if front != "eager" else None)
     for got, expected in zip(results["dynamo_rs"][0], results["eager"][0]):

@@ -875,8 +875,10 @@ impl<'py> Tracer<'py> {
                         return Ok(*v);
                     }
                 }
-                // A defaultdict the trace made: the factory's value, stored under the key.
+                // A defaultdict: the factory's value, stored under the key — a change to the
+                // dict like `d[key] = value`, replayed into one that existed before the call.
                 if let Some(&factory) = self.dict_defaults.get(&container) {
+                    self.may_change_container(container, "a missing key's default")?;
                     let value = self.call_function(factory, Vec::new(), Vec::new())?;
                     let key = OwnedRef::from_bound(&key);
                     if let VarKind::Dict(entries) = &mut self.vars[container.0 as usize].kind {

@@ -727,7 +727,7 @@ impl<'py> Tracer<'py> {
             }
             return unsupported(
                 BreakKind::Requested,
-                "a function disabled with torch.compiler.disable",
+                format!("{} (disabled with torch.compiler.disable)", describe(obj)),
             );
         }
         if h.always_false.iter().any(|f| f.is(obj)) {

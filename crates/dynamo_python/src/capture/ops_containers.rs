@@ -314,6 +314,12 @@ impl<'py> Tracer<'py> {
                     (Some(v), _) => Ok(v),
                     (None, Some(&default)) => Ok(default),
                     (None, None) if name == "get" => Ok(self.constant(&none())),
+                    // `d.__getitem__(k)` of a defaultdict runs its `__missing__`, as `d[k]`.
+                    (None, None)
+                        if name == "__getitem__" && self.dict_defaults.contains_key(&receiver) =>
+                    {
+                        self.subscript(receiver, args[0])
+                    }
                     (None, None) => self.raise_key_error(key),
                 }
             }
