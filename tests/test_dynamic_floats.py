@@ -186,3 +186,66 @@ def test_a_frame_with_a_graph_break_and_float_arguments_under_aot_autograd():
         # float a constant in each: the second call's symbolic float was refused and the
         # part before the break traced again at once, not run eagerly.
         assert len(graphs) == 2 * calls
+
+
+# Floats read from elsewhere than the frame's arguments — a global config dict, an attribute
+# of a plain object or of a module, a learning rate in a dict handed in — are automatic-
+# dynamic too, as TorchDynamo wraps every float: each of these recompiled per value before.
+CONFIG = {"scale": 0.5}
+
+
+class _Holder:
+    scale = 0.5
+
+
+HOLDER = _Holder()
+
+
+class _Scaled(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.scale = 0.5
+        self.norm = torch.nn.LayerNorm(2)
+
+    def forward(self, x):
+        return self.norm(x) * self.scale
+
+
+MODULE = _Scaled()
+
+
+def _set_everywhere(s):
+    CONFIG["scale"] = s
+    HOLDER.scale = s
+    MODULE.scale = s
+
+
+ELSEWHERE = {
+    "global_dict": (lambda x, group: x * CONFIG["scale"] + 1),
+    "global_object_attribute": (lambda x, group: x / HOLDER.scale),
+    "module_attribute": (lambda x, group: MODULE(x)),
+    # `layer_norm` specialises its `eps` (a guard on its value): a graph per value, as under
+    # TorchDynamo — compared for values and counts only.
+    "layer_norm_eps": (lambda x, group: F.layer_norm(x, (2,), eps=group["lr"] / 10)),
+    "item_of_a_dict_argument": (lambda x, group: x.add(x, alpha=-group["lr"])),
+    "branch_on_a_global": (lambda x, group: x * 2 if CONFIG["scale"] > 0.5 else x - 1),
+}
+
+
+@pytest.mark.parametrize("name", list(ELSEWHERE))
+def test_floats_read_from_elsewhere_match_torchdynamo(name):
+    fn = ELSEWHERE[name]
+    x = torch.randn(2)
+    counts = []
+    for front in ("dynamo_rs", "torch"):
+        counter = CompileCounter() if front == "dynamo_rs" else torch._dynamo.testing.CompileCounter()
+        compiled = (dynamo_rs.compile if front == "dynamo_rs" else torch.compile)(fn, backend=counter)
+        for s in VALUES:
+            _set_everywhere(s)
+            got = compiled(x, {"lr": s})
+            if front == "dynamo_rs":
+                torch.testing.assert_close(got, fn(x, {"lr": s}))
+        counts.append(counter.frame_count)
+    assert counts[0] == counts[1], counts
+    if name != "layer_norm_eps":
+        assert counts[0] < len(set(VALUES)), "a float must not recompile per value"

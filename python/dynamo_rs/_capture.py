@@ -225,7 +225,13 @@ def run_fake(mode: FakeTensorMode, target, args, kwargs):
     # is not row-major at all: true of strides torch infers from sizes, not of a stride with
     # a symbol of its own (automatic dynamic strides), which FakeTensorMode compares,
     # recording guards. With such strides about, symbolic calls are FakeTensorMode's.
-    if config.meta_rules and (static_call or not getattr(mode, "dynamo_rs_stride_symbols", False)):
+    # A symbolic float argument (an `eps` or a scale seen with two values) may be specialised
+    # by the operation's own meta function, a guard on its value a rule would not record.
+    symbolic_float = not static_call and (
+        any(type(a) is torch.SymFloat for a in args)
+        or any(type(v) is torch.SymFloat for v in kwargs.values()))
+    if config.meta_rules and not symbolic_float and (
+            static_call or not getattr(mode, "dynamo_rs_stride_symbols", False)):
         rules = _meta_rules if static_call else _symbolic_rules
         result = rules.infer(mode, target, args, kwargs)
         if result is not None:

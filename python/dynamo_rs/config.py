@@ -10,8 +10,8 @@
   raises (or returns something not callable) raises `dynamo_rs.BackendCompilerFailed`, as
   under torch.compile; True: every failure is a warning and the frame runs uncompiled;
   False: every failure raises.
-- skip_torch (True): never intercept frames of torch's own files (user code calling into
-  torch is still captured; torch's modules are inlined from there). Applies to code objects
+- skip_torch (True): never intercept frames of torch's own files but `torch.optim`'s (user
+  code calling into torch is still captured; torch's modules are inlined from there). Applies to code objects
   first seen after the change, and to all after `dynamo_rs.reset()`.
 - meta_rules (True): compute the fake results of common operations (elementwise, views,
   linear, conv2d, batch_norm, layer_norm) by our own shape rules instead of running them
@@ -121,8 +121,14 @@ class _Config(types.ModuleType):
             value = bool(value)
             prefixes = [p for p in (_package_dir("dynamo_rs"),) if p]
             if value:
-                prefixes += [p for p in (_package_dir("torch"),) if p] + _GENERATED_CODE_DIRS
+                torch_dir = _package_dir("torch")
+                prefixes += [p for p in (torch_dir,) if p] + _GENERATED_CODE_DIRS
                 prefixes += _standard_library_dirs()
+                if torch_dir:
+                    # Optimizer steps are compiled, as under torch.compile: `torch.compile(
+                    # opt.step)`, or the `step` a compiled training loop calls after its
+                    # `backward()` graph break.
+                    prefixes.append("!" + os.path.join(torch_dir, "optim", ""))
             _native.configure(skip_prefixes=prefixes)
         elif name == "guard_check_mode":
             if value not in ("fast", "debug"):

@@ -79,6 +79,12 @@ impl<'py> Tracer<'py> {
                 format!("{what} on a container of an object copied while tracing"),
             );
         }
+        if self.capturable_groups.contains(&id) {
+            return unsupported(
+                BreakKind::UnreplayableSideEffect,
+                format!("{what} on an optimizer's param group (traced with capturable=True)"),
+            );
+        }
         if self.source(id).is_none() {
             return Ok(());
         }

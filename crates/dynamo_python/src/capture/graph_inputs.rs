@@ -138,11 +138,13 @@ impl<'py> Tracer<'py> {
     /// A frame argument that is an int or a float, when the dynamic-shape policy makes it
     /// symbolic (`_shapes.dynamic_int`, `dynamic_float`): a graph input whose fake is a SymInt
     /// or SymFloat, guarded by type here and by the shape guard for its value. None: a
-    /// constant as usual.
+    /// constant as usual. `automatic_only`: symbolic only once seen with another value, even
+    /// under `dynamic=True`.
     pub(super) fn int_input(
         &mut self,
         value: &Bound<'py, PyAny>,
         source: Rc<Source>,
+        automatic_only: bool,
     ) -> CResult<Option<VarId>> {
         let key = self.guards.sources.intern(&source);
         if let Some(&existing) = self.input_by_source.get(&key) {
@@ -164,7 +166,11 @@ impl<'py> Tracer<'py> {
                 value,
                 code,
                 source.describe(),
-                self.dynamic,
+                if automatic_only && self.dynamic == Some(true) {
+                    None
+                } else {
+                    self.dynamic
+                },
             ),
         )?;
         if symbolic.is_none() {

@@ -66,6 +66,7 @@ mod ops_nested_compile;
 mod ops_numpy;
 mod ops_objects;
 mod ops_operator_getters;
+mod ops_optimizer;
 mod ops_sets;
 mod ops_state_context;
 mod ops_super;

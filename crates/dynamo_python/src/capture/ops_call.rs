@@ -649,6 +649,10 @@ impl<'py> Tracer<'py> {
             self.pin_identity(callee);
             return self.tensor_method(args[0], &name, args[1..].to_vec(), kwargs);
         }
+        if let Some(result) = self.optimizer_init_group(obj, &args, &kwargs)? {
+            self.pin_identity(callee);
+            return Ok(result);
+        }
         // Only inlining a user function leaves its identity unread (its code and closure
         // are guarded instead); every other way of calling depends on which object it is.
         let torch_disabled = torch_disabled(obj);
@@ -1026,6 +1030,9 @@ impl<'py> Tracer<'py> {
         kwargs: Vec<(String, VarId)>,
     ) -> CResult<VarId> {
         let py = self.py;
+        if let Some(result) = self.optimizer_init_group(func, &args, &kwargs)? {
+            return Ok(result);
+        }
         if let Some(module) = self.module_to_without_change(func, &args, &kwargs)? {
             return Ok(module);
         }

@@ -204,6 +204,9 @@ impl<'py> Tracer<'py> {
     /// `obj.name` for any tracker.
     pub fn get_attr(&mut self, obj: VarId, name: &str) -> CResult<VarId> {
         let value = self.read_attr(obj, name)?;
+        if name == "param_groups" {
+            self.optimizer_param_groups(obj, value)?;
+        }
         if self.is_private(obj) {
             self.mark_private_containers(value);
         }
@@ -518,12 +521,20 @@ impl<'py> Tracer<'py> {
                         && !value.is_instance_of::<pyo3::types::PyType>()
                         && !value.is_instance_of::<pyo3::types::PyModule>()
                     {
-                        if let Some(id) = self.int_input(&attr, s.clone())? {
+                        if let Some(id) = self.int_input(&attr, s.clone(), false)? {
                             return Ok(id);
                         }
                     }
                 }
-                self.wrap(&attr, source)
+                // Floats read from classes and Python modules (`math.pi`, a class constant)
+                // stay constants (see `Tracer::wrap`), with what is read from them.
+                let static_floats = value.is_instance_of::<pyo3::types::PyType>()
+                    || value.is_instance_of::<pyo3::types::PyModule>();
+                let outer = self.static_floats;
+                self.static_floats = outer || static_floats;
+                let wrapped = self.wrap(&attr, source);
+                self.static_floats = outer;
+                wrapped
             }
             VarKind::Tuple(items)
                 if self

@@ -258,6 +258,35 @@ impl<'py> Tracer<'py> {
                     format!("tensor.{name}() changes the sizes or strides of a frame's input"),
                 )
             }
+            "addcdiv" | "addcdiv_" | "addcmul" | "addcmul_"
+                if args.len() == 2
+                    && matches!(kwargs.as_slice(), [(k, v)]
+                        if k == "value" && matches!(self.kind(*v), VarKind::Tensor { .. })) =>
+            {
+                // A tensor `value` (an optimizer's step size once its step count is a
+                // tensor): a Scalar argument, which eager reads with `.item()` — data a graph
+                // does not have. Written as the same sum with `value` a tensor operand,
+                // `x + (t1 / t2) * value`, as TorchDynamo rewrites it.
+                let value = kwargs[0].1;
+                let combine = if name.starts_with("addcdiv") {
+                    "div"
+                } else {
+                    "mul"
+                };
+                let combined =
+                    self.graph_call(Op::CallMethod(combine.into()), combine, args, Vec::new())?;
+                let in_place = if name.ends_with('_') {
+                    "addcmul_"
+                } else {
+                    "addcmul"
+                };
+                self.graph_call(
+                    Op::CallMethod(in_place.into()),
+                    in_place,
+                    vec![receiver, combined, value],
+                    Vec::new(),
+                )
+            }
             _ => {
                 let mut all = vec![receiver];
                 all.extend(args);

@@ -254,6 +254,12 @@ pub struct Tracer<'py> {
     pub effects_floor: u32,
     /// Trackers of the lists and dicts read from private objects (not to be changed).
     pub private_containers: std::collections::HashSet<VarId>,
+    /// While wrapping a value read from a class or a Python module: its floats (and those of
+    /// what it holds) stay constants, never symbolic (see `wrap`).
+    pub static_floats: bool,
+    /// An optimizer's param groups whose `capturable` entry the trace reads as True (see
+    /// `ops_optimizer`): not to be changed.
+    pub capturable_groups: std::collections::HashSet<VarId>,
     /// Values read through an `nn.Module`'s attributes (`self.config`, and what is read
     /// from those in turn): their int attributes stay specialised, as TorchDynamo keeps ints
     /// read through modules (`allow_unspec_int_on_nn_module` off).
@@ -404,6 +410,8 @@ impl<'py> Tracer<'py> {
             effects: 0,
             effects_floor: u32::MAX,
             private_containers: Default::default(),
+            capturable_groups: Default::default(),
+            static_floats: false,
             module_reached: Default::default(),
             lazy_tuple_items: false,
             containers_being_wrapped: Vec::new(),
@@ -769,12 +777,16 @@ impl<'py> Tracer<'py> {
             }
         }
         let argument_item = source.as_deref().is_some_and(Source::is_argument_item);
-        if argument_item
-            && (value.is_exact_instance_of::<pyo3::types::PyInt>()
-                || value.is_exact_instance_of::<pyo3::types::PyFloat>())
-        {
-            let source = source.clone().expect("matched");
-            if let Some(id) = self.int_input(value, source)? {
+        let float = !self.static_floats && value.is_exact_instance_of::<pyo3::types::PyFloat>();
+        if let Some(s) = source.as_ref().filter(|_| {
+            float || (argument_item && value.is_exact_instance_of::<pyo3::types::PyInt>())
+        }) {
+            // The frame's int and float arguments, and floats read from anywhere else (a
+            // learning rate in an optimizer's param group, a scale in a global config dict,
+            // a module's attribute) but classes and Python modules — as TorchDynamo wraps
+            // floats: symbolic once seen with two values, instead of one recompile per
+            // value. Only the arguments are made symbolic from the start by `dynamic=True`.
+            if let Some(id) = self.int_input(value, s.clone(), !argument_item)? {
                 return Ok(id);
             }
         }
