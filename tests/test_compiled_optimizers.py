@@ -42,6 +42,12 @@ CONFIGS = [
     ("RMSprop", dict(momentum=0.9, centered=True)),
     ("Rprop", {}),
     ("ASGD", {}),
+    # The multi-tensor implementations (`torch._foreach_*` operations).
+    ("Adam", dict(foreach=True)),
+    ("AdamW", dict(foreach=True, amsgrad=True)),
+    ("SGD", dict(foreach=True, momentum=0.9)),
+    ("RAdam", dict(foreach=True)),
+    ("Rprop", dict(foreach=True)),
     # Neither front end captures these (a `.item()` on the step count, a closure
     # re-evaluating the model): both run them eagerly, with eager's results.
     ("Adafactor", {}),
@@ -107,6 +113,16 @@ def test_optimizer_step_matches_eager(name, kwargs, reset_compilers):
     torch._dynamo.reset()
     _, _, theirs = _run_steps("torch", name, kwargs)
     assert ours.frame_count == theirs.frame_count, (ours.frame_count, theirs.frame_count)
+
+
+@pytest.mark.parametrize("kwargs", [dict(fused=True), dict(fused=True, amsgrad=True)])
+def test_fused_adam_matches_eager(kwargs, reset_compilers):
+    """The fused kernel: traced as one `_fused_adam_` node in a process where TorchDynamo has
+    not disabled it (its `torch.compile` does on first use), run as it is where it has."""
+    params, state, _ = _run_steps("eager", "Adam", kwargs)
+    ours_params, ours_state, _ = _run_steps("dynamo_rs", "Adam", kwargs)
+    _close(ours_params, params)
+    _close(ours_state, state)
 
 
 @pytest.mark.parametrize("name", ["SGD", "Adam", "RMSprop"])

@@ -527,9 +527,17 @@ impl<'py> Tracer<'py> {
                     }
                 }
                 // Floats read from classes and Python modules (`math.pi`, a class constant)
-                // stay constants (see `Tracer::wrap`), with what is read from them.
+                // stay constants (see `Tracer::wrap`), with what is read from them; so do
+                // those of torch's own layers (a BatchNorm's `eps` and `momentum`: a hundred
+                // reads in a ResNet, never changed).
                 let static_floats = value.is_instance_of::<pyo3::types::PyType>()
-                    || value.is_instance_of::<pyo3::types::PyModule>();
+                    || value.is_instance_of::<pyo3::types::PyModule>()
+                    || (attr.is_exact_instance_of::<pyo3::types::PyFloat>()
+                        && value.is_instance(&self.h.module_type)?
+                        && value
+                            .get_type()
+                            .module()
+                            .is_ok_and(|m| m.to_string().starts_with("torch.nn.")));
                 let outer = self.static_floats;
                 self.static_floats = outer || static_floats;
                 let wrapped = self.wrap(&attr, source);
