@@ -9,6 +9,7 @@ counts equal TorchDynamo's. They ran eagerly before (torch's own files were neve
 from __future__ import annotations
 
 import copy
+import math
 import os
 import subprocess
 import sys
@@ -300,3 +301,54 @@ print(counter.frame_count)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONWARNINGS": "ignore"})
     assert out.stdout.split()[-1] == "1", out.stdout + out.stderr
+
+
+class _HandWrittenAdam(torch.optim.Optimizer):
+    """An optimizer as research code writes one: its own `step`, an int step count and
+    moments in `self.state[p]`, made on the first step."""
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8):
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps))
+
+    @torch.no_grad()
+    def step(self):
+        for group in self.param_groups:
+            b1, b2 = group["betas"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if len(state) == 0:
+                    state["step"] = 0
+                    state["m"] = torch.zeros_like(p)
+                    state["v"] = torch.zeros_like(p)
+                state["step"] += 1
+                m, v = state["m"], state["v"]
+                m.mul_(b1).add_(p.grad, alpha=1 - b1)
+                v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
+                bias1 = 1 - b1 ** state["step"]
+                bias2 = 1 - b2 ** state["step"]
+                denom = (v.sqrt() / math.sqrt(bias2)).add_(group["eps"])
+                p.addcdiv_(m, denom, value=-group["lr"] / bias1)
+
+
+def test_a_hand_written_optimizer_with_an_int_step_count(reset_compilers):
+    """The step count (an int in a dict reached from the frame's `self`) becomes symbolic
+    once it changes, as under TorchDynamo: three graphs for twelve steps, where one graph
+    per step ran into the cache limit and left the step eager."""
+    results, counts = {}, {}
+    for front in ("eager", "dynamo_rs", "torch"):
+        torch._dynamo.reset()
+        model = _model()
+        opt = _HandWrittenAdam(model.parameters(), lr=0.01)
+        counter = CompileCounter() if front == "dynamo_rs" else torch._dynamo.testing.CompileCounter()
+        step = {"eager": opt.step, "dynamo_rs": dynamo_rs.compile(opt.step, backend=counter),
+                "torch": torch.compile(opt.step, backend=counter)}[front]
+        for i in range(12):
+            opt.zero_grad()
+            _loss(model, i).backward()
+            step()
+        results[front] = list(model.parameters())
+        counts[front] = counter.frame_count
+    _close(results["dynamo_rs"], results["eager"])
+    assert counts["dynamo_rs"] == counts["torch"], counts

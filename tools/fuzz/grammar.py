@@ -41,6 +41,9 @@ G_LIST = {g_list!r}
 G_DICT = {g_dict!r}
 G_SET = {g_set!r}
 G_T = torch.full(S, {g_float})
+# Read with missing keys: the default each makes is a change to the dict.
+G_DD = collections.defaultdict(list)
+G_CNT = collections.defaultdict(int)
 
 
 class Point:
@@ -128,6 +131,10 @@ WORLD_MUTATIONS = (
     "ns['G_DICT']['{k}'] = {i}",
     "ns['G_DICT'].pop('a', None)",
     "ns['G_SET'].add({i})",
+    "ns['G_DD']['{k}'].append({i})",
+    "ns['G_DD'].clear()",
+    "ns['G_CNT']['{k}'] = {i}",
+    "ns['G_CNT'].pop('a', None)",
     "ns['G_T'] = torch.full(ns['S'], {f})",
     "ns['G_T'] = torch.full(ns['S'], {f}, dtype=torch.float64)",
     "ns['Point'].scale = {i}",
@@ -348,6 +355,8 @@ class Generator:
             choices.append(lambda: f"len({self.pick(self.views)})")
         if not self.pure:
             choices.append(lambda: "G_BUMP()")
+            choices.append(lambda: f"len(G_DD['{self.pick('abc')}'])")
+            choices.append(lambda: f"G_CNT['{self.pick('abc')}']")
         return self.pick(choices)()
 
     def expr_F(self, d: int) -> str:
@@ -557,7 +566,9 @@ class Generator:
             f"m0.k = {e('I')}",
         ]
         if not self.pure:
-            options += [f"G_INT = {e('I')}", "G_INT += 1", f"G_T = {e('T')}", "G_BUMP()"]
+            options += [f"G_INT = {e('I')}", "G_INT += 1", f"G_T = {e('T')}", "G_BUMP()",
+                        f"G_DD['{k}'].append({e('I')})", f"G_CNT['{k}'] += {e('I')}",
+                        f"G_DD['{k}']", f"G_DD.setdefault('{k}', []).append({e('I')})"]
         return Stmt(self.pick(options))
 
     def block(self, depth: int, extra: dict[str, str] | None = None) -> list[Stmt]:

@@ -513,35 +513,40 @@ impl<'py> Tracer<'py> {
                 // becomes symbolic, instead of one recompile per value. Modules' ints (layer
                 // indices, sizes), those of objects read through modules (a model's config:
                 // `num_hidden_layers` sizes its cache) and those of classes and Python
-                // modules stay specialised, as under TorchDynamo.
+                // modules stay specialised, as under TorchDynamo — and so do the ints in
+                // what is read from them (see `Tracer::wrap`).
+                let specialized = value.is_instance_of::<pyo3::types::PyType>()
+                    || value.is_instance_of::<pyo3::types::PyModule>();
+                let through_module = self.reached_through_module(obj)?;
+                let mut static_ints = specialized || through_module;
                 if let Some(s) = &source {
                     if attr.is_exact_instance_of::<pyo3::types::PyInt>()
                         && s.is_rooted_in_locals()
-                        && !self.reached_through_module(obj)?
-                        && !value.is_instance_of::<pyo3::types::PyType>()
-                        && !value.is_instance_of::<pyo3::types::PyModule>()
+                        && !static_ints
                     {
                         if let Some(id) = self.int_input(&attr, s.clone(), false)? {
                             return Ok(id);
                         }
+                        static_ints = true; // decided: a constant
                     }
                 }
                 // Floats read from classes and Python modules (`math.pi`, a class constant)
-                // stay constants (see `Tracer::wrap`), with what is read from them; so do
-                // those of torch's own layers (a BatchNorm's `eps` and `momentum`: a hundred
-                // reads in a ResNet, never changed).
-                let static_floats = value.is_instance_of::<pyo3::types::PyType>()
-                    || value.is_instance_of::<pyo3::types::PyModule>()
+                // stay constants, with what is read from them; so do those of torch's own
+                // layers (a BatchNorm's `eps` and `momentum`: a hundred reads in a ResNet,
+                // never changed).
+                let static_floats = specialized
                     || (attr.is_exact_instance_of::<pyo3::types::PyFloat>()
+                        && through_module
                         && value.is_instance(&self.h.module_type)?
                         && value
                             .get_type()
                             .module()
                             .is_ok_and(|m| m.to_string().starts_with("torch.nn.")));
-                let outer = self.static_floats;
-                self.static_floats = outer || static_floats;
+                let outer = (self.static_floats, self.static_ints);
+                self.static_floats = outer.0 || static_floats;
+                self.static_ints = outer.1 || static_ints;
                 let wrapped = self.wrap(&attr, source);
-                self.static_floats = outer;
+                (self.static_floats, self.static_ints) = outer;
                 wrapped
             }
             VarKind::Tuple(items)

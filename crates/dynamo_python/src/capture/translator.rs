@@ -257,6 +257,8 @@ pub struct Tracer<'py> {
     /// While wrapping a value read from a class or a Python module: its floats (and those of
     /// what it holds) stay constants, never symbolic (see `wrap`).
     pub static_floats: bool,
+    /// The same for ints, while wrapping a value read through a module (see `wrap`).
+    pub static_ints: bool,
     /// An optimizer's param groups whose `capturable` entry the trace reads as True (see
     /// `ops_optimizer`): not to be changed.
     pub capturable_groups: std::collections::HashSet<VarId>,
@@ -412,6 +414,7 @@ impl<'py> Tracer<'py> {
             private_containers: Default::default(),
             capturable_groups: Default::default(),
             static_floats: false,
+            static_ints: false,
             module_reached: Default::default(),
             lazy_tuple_items: false,
             containers_being_wrapped: Vec::new(),
@@ -778,14 +781,17 @@ impl<'py> Tracer<'py> {
         }
         let argument_item = source.as_deref().is_some_and(Source::is_argument_item);
         let float = !self.static_floats && value.is_exact_instance_of::<pyo3::types::PyFloat>();
-        if let Some(s) = source.as_ref().filter(|_| {
-            float || (argument_item && value.is_exact_instance_of::<pyo3::types::PyInt>())
+        let int = value.is_exact_instance_of::<pyo3::types::PyInt>();
+        if let Some(s) = source.as_ref().filter(|s| {
+            float || (int && (argument_item || (!self.static_ints && s.is_rooted_in_locals())))
         }) {
-            // The frame's int and float arguments, and floats read from anywhere else (a
+            // The frame's int and float arguments; floats read from anywhere else (a
             // learning rate in an optimizer's param group, a scale in a global config dict,
-            // a module's attribute) but classes and Python modules — as TorchDynamo wraps
-            // floats: symbolic once seen with two values, instead of one recompile per
-            // value. Only the arguments are made symbolic from the start by `dynamic=True`.
+            // a module's attribute) but classes and Python modules; ints reached from the
+            // frame's locals other than through modules (a step count in an optimizer's
+            // state, a counter in a dict handed in) — as TorchDynamo wraps numbers: symbolic
+            // once seen with two values, instead of one recompile per value. Only the
+            // arguments are made symbolic from the start by `dynamic=True`.
             if let Some(id) = self.int_input(value, s.clone(), !argument_item)? {
                 return Ok(id);
             }
