@@ -332,6 +332,68 @@ def getattr_missing_caught(x):
         return x - 1
 
 
+
+# A raise inside a grad-mode or autocast block inside `try`: the block's cleanup puts the mode
+# back and the exception goes on to the handler (the frame ran eagerly before).
+@case(T34)
+def raise_inside_no_grad_caught_outside(x):
+    try:
+        with torch.no_grad():
+            y = x * 2
+            raise ValueError("bad")
+    except ValueError:
+        y = x + 1
+    return y, torch.is_grad_enabled()
+@case(T34)
+def conditional_raise_inside_no_grad(x):
+    try:
+        with torch.no_grad():
+            if x.shape[0] > 1:
+                raise KeyError("k")
+            y = x
+    except KeyError as e:
+        y = x - len(str(e))
+    return y * 2
+def _checked(x):
+    if x.dim() == 2:
+        raise IndexError("two dims")
+    return x
+@case(T34)
+def raise_in_a_helper_called_inside_no_grad(x):
+    try:
+        with torch.no_grad():
+            y = _checked(x) * 3
+    except IndexError:
+        y = x.sum(0)
+    return y
+@case(T34)
+def raise_through_nested_grad_modes(x):
+    try:
+        with torch.no_grad():
+            with torch.enable_grad():
+                z = x * 2
+                raise RuntimeError("deep")
+    except RuntimeError:
+        z = x - 2
+    return z, torch.is_grad_enabled()
+@case(lambda: t(3, 4)().requires_grad_())
+def grad_mode_restored_after_the_handler(x):
+    try:
+        with torch.no_grad():
+            raise ValueError
+    except ValueError:
+        pass
+    y = x * 2
+    return y.requires_grad, y.detach()
+@case(T34, ops=lambda theirs: theirs - 2)  # TorchDynamo records the disabled block too
+def raise_inside_a_disabled_autocast_block(x):
+    try:
+        with torch.autocast("cpu", enabled=False):
+            raise RuntimeError("r")
+    except RuntimeError:
+        return x + 3
+
+
 @pytest.fixture(autouse=True)
 def fresh_caches():
     reset_all()

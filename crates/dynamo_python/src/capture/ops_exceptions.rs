@@ -318,11 +318,19 @@ impl<'py> Tracer<'py> {
 
     /// `WITH_EXCEPT_START`: an exception raised while tracing a `with` block reaches its
     /// cleanup; the bound `__exit__` below it (an entered user context manager's, traced as
-    /// any call) is called with `(type, exception, traceback)` and its answer pushed: true
-    /// swallows the exception (`contextlib.suppress`), false raises it again.
+    /// any call; a grad-mode or autocast block's, which puts the mode back and answers None)
+    /// is called with `(type, exception, traceback)` and its answer pushed: true swallows the
+    /// exception (`contextlib.suppress`), false raises it again.
     pub(super) fn op_with_except_start(&mut self, f: &mut FrameState<'py>) -> CResult<Flow> {
         let n = f.stack.len();
-        if n < 4 || !self.with_exits.contains(&f.stack[n - 4]) {
+        let exit_kind_known = n >= 4
+            && (self.with_exits.contains(&f.stack[n - 4])
+                || matches!(
+                    self.kind(f.stack[n - 4]),
+                    VarKind::GradModeExit { .. }
+                        | VarKind::StateContext(super::vars::StateContextVar::Exit { .. })
+                ));
+        if !exit_kind_known {
             return unsupported(
                 BreakKind::UnsupportedInstruction,
                 "the WITH_EXCEPT_START instruction (an exception leaving a with block that is not a traced context manager)",
@@ -365,15 +373,16 @@ impl<'py> Tracer<'py> {
             };
             if self.is_grad_mode_cleanup(f, h) {
                 // A traced context manager's `__exit__` sees it (and may swallow it:
-                // `contextlib.suppress`, a `contextmanager` catching it). The cleanup of a
-                // grad-mode or autocast block is not traced: the raise stays a graph break,
-                // which the generated code runs inside the block.
+                // `contextlib.suppress`, a `contextmanager` catching it). A grad-mode or
+                // autocast block's cleanup puts its mode back and raises it again, on to the
+                // next handler out: caught if that one is.
                 let exit = (h.depth as usize)
                     .checked_sub(1)
                     .and_then(|d| f.stack.get(d));
-                return exit.is_some_and(|e| self.with_exits.contains(e));
-            }
-            if !is_except_cleanup(f, h) {
+                if exit.is_some_and(|e| self.with_exits.contains(e)) {
+                    return true;
+                }
+            } else if !is_except_cleanup(f, h) {
                 return true;
             }
             handler = f.instructions[h.target.index()..]
