@@ -249,3 +249,30 @@ def test_floats_read_from_elsewhere_match_torchdynamo(name):
     assert counts[0] == counts[1], counts
     if name != "layer_norm_eps":
         assert counts[0] < len(set(VALUES)), "a float must not recompile per value"
+
+
+DECAY = {"value": 1.5}
+
+
+def _decay_global(x):
+    v = DECAY["value"]
+    DECAY["value"] = math.sqrt(abs(v * v / 2))
+    return x * 2
+
+
+def test_a_float_made_python_again_is_guarded_by_its_inputs():
+    """`math.sqrt` of a symbolic float needs a Python float: its inputs are specialised to
+    their values, not the computed `v * v / 2` — whose guard, recomputed as `v ** 2 / 2`
+    (sympy's form), rounds differently in the last bit for some values (v = 0.375 - 1 ulp)
+    and failed on the frame it was built for."""
+    x = torch.ones(2)
+    DECAY["value"] = 1.5
+    compiled = dynamo_rs.compile(_decay_global, backend=CompileCounter())
+    expected = dict(DECAY)
+    for i in range(8):
+        if i == 4:
+            x = x.detach().requires_grad_()  # a recompile at v = 0.37499999999999994
+        torch.testing.assert_close(compiled(x), x * 2)
+        v = expected["value"]
+        expected["value"] = math.sqrt(abs(v * v / 2))
+        assert DECAY["value"] == expected["value"]

@@ -300,6 +300,24 @@ def dynamic_float(mode, value: float, code, name: str, policy):
     return result
 
 
+def pin_float_inputs(fake) -> None:
+    """Before a SymFloat computed from symbolic floats is made a Python float: each of those
+    inputs is specialised to its exact value (`Eq(s, value)`), so the guard compares inputs,
+    never a value computed again by the guard. Float arithmetic differs in its last bit by how
+    it is written — the user's `x * x` and the guard's `x ** 2` (sympy's form of it) can round
+    apart, and a guard `Eq(x**2 / 2, value)` would then fail on the very frame it was made for."""
+    import sympy
+
+    expr = fake.node.expr
+    if isinstance(expr, sympy.Symbol) or not expr.free_symbols:
+        return
+    env = fake.node.shape_env
+    for symbol in sorted(expr.free_symbols, key=str):
+        value = env.var_to_val.get(symbol)
+        if value is not None:
+            env.evaluate_expr(sympy.Eq(symbol, value))
+
+
 def _number_is_dynamic(value, code, kind: str, name: str, policy) -> bool:
     """Records this call's value of the number argument `name` of `code`; whether it is to be
     symbolic (`dynamic=True`, or seen with another value before)."""

@@ -77,6 +77,10 @@ impl<'py> Tracer<'py> {
     pub fn specialize(&self, fake: &Bound<'py, PyAny>) -> CResult<Bound<'py, PyAny>> {
         let py = self.py;
         let shapes = py.import_module("torch.fx.experimental.symbolic_shapes")?;
+        if fake.get_type().name()? == "SymFloat" {
+            py.import_module("dynamo_rs._shapes")?
+                .call_method1("pin_float_inputs", (fake,))?;
+        }
         let value = match shapes.getattr("guard_scalar")?.call1((fake,)) {
             Ok(value) => value,
             // A value read from a tensor (`.item()` under `capture_scalar_outputs`) has no
