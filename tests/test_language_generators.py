@@ -404,6 +404,30 @@ def next_of_an_empty_iterator_inside_a_list_comprehension_stays_stop_iteration(x
         return x + 5
 
 
+
+# A generator checked for its type by the function it is handed to (`clip_grad_norm_` asks
+# `isinstance(parameters, types.GeneratorType)`), in a frame split by a graph break after it:
+# the trace that stops at the break runs the generator ahead, and it is still a generator.
+def _norm_of(params):
+    import types
+    is_generator = isinstance(params, types.GeneratorType)
+    return sum(p.abs().sum() for p in list(params)), is_generator
+def _rows(x):
+    for row in x:
+        yield row
+@case(T34)
+def generator_type_checked_before_a_break(x):
+    total, was_generator = _norm_of(_rows(x))
+    print("", end="")
+    return total + was_generator
+@case(T34)
+def clip_grad_norm_of_parameters_before_a_break(x):
+    lin = torch.nn.Linear(4, 2)
+    lin.weight.grad = torch.ones_like(lin.weight)
+    norm = torch.nn.utils.clip_grad_norm_(lin.parameters(), 0.5)
+    print("", end="")
+    return x.sum() + norm
+
 @pytest.fixture(autouse=True)
 def fresh_caches():
     reset_all()

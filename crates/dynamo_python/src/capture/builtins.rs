@@ -312,9 +312,11 @@ impl<'py> Tracer<'py> {
         }
         if is("isinstance")
             && args.len() == 2
-            && matches!(self.kind(args[0]), VarKind::Generator { .. })
+            && (matches!(self.kind(args[0]), VarKind::Generator { .. })
+                || self.generators_run_ahead.contains(&args[0]))
         {
-            // A generator function's generator: its class is known.
+            // A generator function's generator (or the iterator over what one yielded, run
+            // ahead in a trace that stops at a graph break): its class is known.
             let generator_type = py.import_module("types")?.getattr("GeneratorType")?;
             let cls = self.python_value(args[1])?;
             let answer = b.getattr("issubclass")?.call1((&generator_type, &cls))?;

@@ -58,7 +58,9 @@ impl<'py> Tracer<'py> {
     /// known items but not a generator suspended mid-way.
     pub(super) fn new_generator(&mut self, mut state: FrameState<'py>) -> CResult<VarId> {
         if self.stop_at.is_some() {
-            return self.run_ahead(state, "a generator");
+            let iterator = self.run_ahead(state, "a generator")?;
+            self.generators_run_ahead.insert(iterator);
+            return Ok(iterator);
         }
         state.suspends = true;
         let frame = self.generators.len();

@@ -208,6 +208,9 @@ pub struct Tracer<'py> {
     /// The bound `__exit__` of each user context manager entered by the trace: see
     /// `ops_with::user_context_enter`.
     pub with_exits: std::collections::HashSet<VarId>,
+    /// Iterators over what a generator the trace made yielded, run ahead (in a trace that
+    /// stops at a graph break): `isinstance(it, types.GeneratorType)` still holds of them.
+    pub generators_run_ahead: std::collections::HashSet<VarId>,
     /// The frames of the generators the trace made (see `VarKind::Generator`).
     pub generators: Vec<super::ops_generators::GeneratorFrame<'py>>,
     /// The cells of the compiled frame's own cell variables, by address: a function made in
@@ -413,6 +416,7 @@ impl<'py> Tracer<'py> {
             effects_floor: u32::MAX,
             private_containers: Default::default(),
             capturable_groups: Default::default(),
+            generators_run_ahead: Default::default(),
             static_floats: false,
             static_ints: false,
             module_reached: Default::default(),
