@@ -1254,11 +1254,12 @@ pub fn class_source(ty: &Bound<'_, PyType>) -> std::rc::Rc<super::source::Source
 fn is_torch_module(module: &str) -> bool {
     // Pure-Python helpers whose classes are traced like the user's (as TorchDynamo inlines
     // them): distributions, `torch.func.functional_call`'s `NamedMemberAccessor`, pytree specs
-    // (`tree_map`, `tree_flatten`).
-    const TRACED: [&str; 3] = [
+    // (`tree_map`, `tree_flatten`), `GradScaler`'s per-device `_MultiDeviceReplicator`.
+    const TRACED: [&str; 4] = [
         "torch.distributions.",
         "torch.nn.utils.",
         "torch.utils._pytree",
+        "torch.amp.grad_scaler",
     ];
     (module == "torch" || module.starts_with("torch."))
         && !TRACED.iter().any(|prefix| module.starts_with(prefix))
