@@ -352,3 +352,29 @@ def test_a_hand_written_optimizer_with_an_int_step_count(reset_compilers):
         counts[front] = counter.frame_count
     _close(results["dynamo_rs"], results["eager"])
     assert counts["dynamo_rs"] == counts["torch"], counts
+
+
+def test_momentum_over_two_param_groups_compiles_the_first_step(reset_compilers):
+    """The first step writes the momentum buffers of the first group before `_init_group`
+    runs for the second: changes the real state does not have yet, but not to anything the
+    second group's `_init_group` reads — it still runs for real (the step ran eagerly)."""
+    results, counts = {}, {}
+    for front in ("eager", "dynamo_rs", "torch"):
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        net = _Net()
+        opt = torch.optim.SGD(_groups(net), lr=0.01, momentum=0.9, nesterov=True)
+        counter = CompileCounter() if front == "dynamo_rs" else torch._dynamo.testing.CompileCounter()
+        step = {"eager": opt.step, "dynamo_rs": dynamo_rs.compile(opt.step, backend=counter),
+                "torch": torch.compile(opt.step, backend=counter)}[front]
+        for i in range(3):
+            opt.zero_grad()
+            x, y = _batch(i)
+            torch.nn.functional.mse_loss(net(x), y).backward()
+            step()
+        results[front] = list(net.parameters())
+        counts[front] = counter.frame_count
+        if front == "dynamo_rs":
+            assert not step._dynamo_rs_converter.failures, step._dynamo_rs_converter.failures
+    _close(results["dynamo_rs"], results["eager"])
+    assert counts["dynamo_rs"] == counts["torch"], counts

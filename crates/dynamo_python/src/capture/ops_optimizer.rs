@@ -74,8 +74,8 @@ impl<'py> Tracer<'py> {
     /// `opt._init_group(group, [], [], ...)` of a `torch.optim` optimizer: run for real on
     /// the real group and fresh lists, whose contents become the trace's lists (see the
     /// module's comment). None when the call is not one this can do (the method is then
-    /// inlined): another receiver or arguments, or changes this trace has not made yet
-    /// to objects the method could read.
+    /// inlined): another receiver or arguments, or changes this trace has not carried out
+    /// yet to objects the method reads (see `pending_changes_reach`).
     pub(super) fn optimizer_init_group(
         &mut self,
         function: &Bound<'py, PyAny>,
@@ -94,11 +94,7 @@ impl<'py> Tracer<'py> {
             return Ok(None);
         };
         let opt = opt.bind(py).clone();
-        if !kwargs.is_empty()
-            || !self.is_optimizer(&opt)?
-            || !self.mutations.is_empty()
-            || !self.written_containers.is_empty()
-        {
+        if !kwargs.is_empty() || !self.is_optimizer(&opt)? {
             return Ok(None);
         }
         // The group (an existing dict the trace read), then empty lists the trace made.
@@ -134,6 +130,9 @@ impl<'py> Tracer<'py> {
         let Some((group, group_source, real_group)) = group else {
             return Ok(None);
         };
+        if self.pending_changes_reach(&opt, &real_group)? {
+            return Ok(None);
+        }
         let result = match method.call1(PyTuple::new(py, &real_args)?) {
             Ok(result) => result,
             Err(err) => {
@@ -174,6 +173,37 @@ impl<'py> Tracer<'py> {
             }
         }
         Ok(Some(self.constant(&result)))
+    }
+
+    /// Whether a change this trace has made but not yet carried out (it is replayed after
+    /// the graph) is to something `_init_group` reads for `group`: the optimizer's attributes,
+    /// the group, the optimizer's `state` or the state of one of the group's parameters, a
+    /// parameter's attributes (`p.grad = ...`). The real objects do not have those changes
+    /// yet. (The previous group's state written by the step is not one of them.)
+    fn pending_changes_reach(
+        &self,
+        opt: &Bound<'py, PyAny>,
+        group: &Bound<'py, PyAny>,
+    ) -> PyResult<bool> {
+        let py = self.py;
+        let state = opt.getattr("state")?;
+        let mut read = vec![opt.clone(), group.clone(), state.clone()];
+        for param in group.get_item("params")?.try_iter()? {
+            let param = param?;
+            if let Some(entries) = state.cast::<pyo3::types::PyDict>()?.get_item(&param)? {
+                read.push(entries);
+            }
+            read.push(param);
+        }
+        let touched = |object: &Bound<'py, PyAny>| read.iter().any(|r| r.is(object));
+        if self.mutations.iter().any(|m| touched(&m.object.bind(py))) {
+            return Ok(true);
+        }
+        Ok(self.written_containers.iter().any(|id| {
+            self.container_by_object
+                .values()
+                .any(|(v, object)| v == id && touched(&object.bind(py)))
+        }))
     }
 
     /// Guards what `_init_group` read — the group's entries, which tensors its parameters
