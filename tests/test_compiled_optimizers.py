@@ -76,17 +76,19 @@ def _optimizer(name, kwargs, params):
     return getattr(torch.optim, name)(params, **kwargs)
 
 
+def _compiled_step(front, step, backend="eager"):
+    """`step` as `front` runs it ("eager", "dynamo_rs" or "torch"), and the graph counter."""
+    if front == "eager":
+        return step, None
+    counter = torch._dynamo.testing.CompileCounterWithBackend(backend)
+    compile_ = dynamo_rs.compile if front == "dynamo_rs" else torch.compile
+    return compile_(step, backend=counter), counter
+
+
 def _run_steps(front, name, kwargs, steps=4, backend="eager"):
     model = _model()
     opt = _optimizer(name, kwargs, model.parameters())
-    if front == "dynamo_rs":
-        counter = torch._dynamo.testing.CompileCounterWithBackend(backend)
-        step = dynamo_rs.compile(opt.step, backend=counter)
-    elif front == "torch":
-        counter = torch._dynamo.testing.CompileCounterWithBackend(backend)
-        step = torch.compile(opt.step, backend=counter)
-    else:
-        counter, step = None, opt.step
+    step, counter = _compiled_step(front, opt.step, backend)
     for i in range(steps):
         opt.zero_grad()
         _loss(model, i).backward()
@@ -332,25 +334,37 @@ class _HandWrittenAdam(torch.optim.Optimizer):
                 p.addcdiv_(m, denom, value=-group["lr"] / bias1)
 
 
-def test_a_hand_written_optimizer_with_an_int_step_count(reset_compilers):
-    """The step count (an int in a dict reached from the frame's `self`) becomes symbolic
-    once it changes, as under TorchDynamo: three graphs for twelve steps, where one graph
-    per step ran into the cache limit and left the step eager."""
-    results, counts = {}, {}
+def _steps_side_by_side(make, steps):
+    """`steps` steps of the optimizer `make()` builds with its model (eagerly, compiled by
+    dynamo_rs, by TorchDynamo): the parameters by front, the graph counts by front, and
+    dynamo_rs's compiled step."""
+    results, counts, ours = {}, {}, None
     for front in ("eager", "dynamo_rs", "torch"):
         torch._dynamo.reset()
-        model = _model()
-        opt = _HandWrittenAdam(model.parameters(), lr=0.01)
-        counter = CompileCounter() if front == "dynamo_rs" else torch._dynamo.testing.CompileCounter()
-        step = {"eager": opt.step, "dynamo_rs": dynamo_rs.compile(opt.step, backend=counter),
-                "torch": torch.compile(opt.step, backend=counter)}[front]
-        for i in range(12):
+        torch.manual_seed(0)
+        model, opt = make()
+        step, counter = _compiled_step(front, opt.step)
+        for i in range(steps):
             opt.zero_grad()
             _loss(model, i).backward()
             step()
         results[front] = list(model.parameters())
-        counts[front] = counter.frame_count
+        counts[front] = counter.frame_count if counter else None
+        ours = step if front == "dynamo_rs" else ours
     _close(results["dynamo_rs"], results["eager"])
+    return counts, ours
+
+
+def test_a_hand_written_optimizer_with_an_int_step_count(reset_compilers):
+    """The step count (an int in a dict reached from the frame's `self`) becomes symbolic
+    once it changes, as under TorchDynamo: three graphs for twelve steps, where one graph
+    per step ran into the cache limit and left the step eager."""
+
+    def make():
+        model = _model()
+        return model, _HandWrittenAdam(model.parameters(), lr=0.01)
+
+    counts, _ = _steps_side_by_side(make, 12)
     assert counts["dynamo_rs"] == counts["torch"], counts
 
 
@@ -358,23 +372,11 @@ def test_momentum_over_two_param_groups_compiles_the_first_step(reset_compilers)
     """The first step writes the momentum buffers of the first group before `_init_group`
     runs for the second: changes the real state does not have yet, but not to anything the
     second group's `_init_group` reads — it still runs for real (the step ran eagerly)."""
-    results, counts = {}, {}
-    for front in ("eager", "dynamo_rs", "torch"):
-        torch._dynamo.reset()
-        torch.manual_seed(0)
+
+    def make():
         net = _Net()
-        opt = torch.optim.SGD(_groups(net), lr=0.01, momentum=0.9, nesterov=True)
-        counter = CompileCounter() if front == "dynamo_rs" else torch._dynamo.testing.CompileCounter()
-        step = {"eager": opt.step, "dynamo_rs": dynamo_rs.compile(opt.step, backend=counter),
-                "torch": torch.compile(opt.step, backend=counter)}[front]
-        for i in range(3):
-            opt.zero_grad()
-            x, y = _batch(i)
-            torch.nn.functional.mse_loss(net(x), y).backward()
-            step()
-        results[front] = list(net.parameters())
-        counts[front] = counter.frame_count
-        if front == "dynamo_rs":
-            assert not step._dynamo_rs_converter.failures, step._dynamo_rs_converter.failures
-    _close(results["dynamo_rs"], results["eager"])
+        return net, torch.optim.SGD(_groups(net), lr=0.01, momentum=0.9, nesterov=True)
+
+    counts, ours = _steps_side_by_side(make, 3)
+    assert not ours._dynamo_rs_converter.failures, ours._dynamo_rs_converter.failures
     assert counts["dynamo_rs"] == counts["torch"], counts

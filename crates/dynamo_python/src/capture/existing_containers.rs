@@ -60,7 +60,16 @@ impl<'py> Tracer<'py> {
     pub fn is_existing_container(&self, id: VarId) -> bool {
         self.source(id).is_some()
             && matches!(self.kind(id), VarKind::List(_) | VarKind::Dict(_))
-            && self.container_by_object.values().any(|(v, _)| *v == id)
+            && self.existing_container_object(id).is_some()
+    }
+
+    /// The real object an existing container's tracker `id` stands for (see
+    /// `container_by_object`), if it is one.
+    pub(super) fn existing_container_object(&self, id: VarId) -> Option<Bound<'py, PyAny>> {
+        self.container_by_object
+            .values()
+            .find(|(tracker, _)| *tracker == id)
+            .map(|(_, object)| object.bind(self.py).clone())
     }
 
     /// Whether the trace may change the container `id`: one it made, or an existing list or

@@ -107,12 +107,7 @@ impl<'py> Tracer<'py> {
                     let Some(source) = self.source(arg) else {
                         return Ok(None);
                     };
-                    let Some(real) = self
-                        .container_by_object
-                        .values()
-                        .find(|(v, _)| *v == arg)
-                        .map(|(_, o)| o.bind(py).clone())
-                    else {
+                    let Some(real) = self.existing_container_object(arg) else {
                         return Ok(None);
                     };
                     real_args.push(real.clone());
@@ -199,11 +194,11 @@ impl<'py> Tracer<'py> {
         if self.mutations.iter().any(|m| touched(&m.object.bind(py))) {
             return Ok(true);
         }
-        Ok(self.written_containers.iter().any(|id| {
-            self.container_by_object
-                .values()
-                .any(|(v, object)| v == id && touched(&object.bind(py)))
-        }))
+        Ok(self
+            .written_containers
+            .iter()
+            .filter_map(|&id| self.existing_container_object(id))
+            .any(|object| touched(&object)))
     }
 
     /// Guards what `_init_group` read — the group's entries, which tensors its parameters
@@ -218,7 +213,6 @@ impl<'py> Tracer<'py> {
         group_source: &Rc<Source>,
         real_group: &Bound<'py, PyAny>,
     ) -> CResult<Vec<(OwnedRef, Rc<Source>)>> {
-        let py = self.py;
         if let VarKind::Dict(entries) = self.kind(group) {
             for (_, value) in entries.clone() {
                 self.kind(value);
@@ -284,7 +278,6 @@ impl<'py> Tracer<'py> {
                 }
             }
         }
-        let _ = py;
         Ok(sources)
     }
 }
