@@ -88,7 +88,47 @@ class InChild(torch.nn.Module):
         return self.child(x) + self.child(x * 2)
 
 
+class StoredBackInPlace(torch.nn.Module):
+    """Stores a buffer back into its own slot after changing it in place: `add_` returns the
+    buffer itself, as does an operation with `out=` (spectral norm's power method)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("u", torch.ones(4))
+        self.register_buffer("v", torch.zeros(4))
+
+    def forward(self, x):
+        self.u = self.u.add_(x.mean())
+        self.v = torch.mul(self.u, 2, out=self.v)
+        self.u = self.u
+        return x * self.u + self.v
+
+
+class StoredBackThenReplaced(torch.nn.Module):
+    """A buffer stored back into its slot, then replaced by a new tensor and read again."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("u", torch.ones(4))
+
+    def forward(self, x):
+        self.u = self.u.mul_(0.5)
+        self.u = self.u + x.sum(0)
+        return x * self.u
+
+
+def spectral_norm_training() -> torch.nn.Module:
+    return torch.nn.utils.parametrizations.spectral_norm(torch.nn.Linear(4, 3)).train()
+
+
 CASES = {
+    "buffer stored back after an in-place change": (StoredBackInPlace, [(2, 4)] * 3, 0),
+    "buffer stored back, then replaced": (StoredBackThenReplaced, [(2, 4)] * 3, 0),
+    "spectral norm in training (power iteration with out=)": (
+        spectral_norm_training,
+        [(2, 4)] * 3,
+        0,
+    ),
     "cache refreshed when the size changes": (SizeCache, [(2, 4), (2, 4), (2, 6), (2, 6), (2, 4)], 0),
     "buffer replaced on every call": (RunningCount, [(3, 4), (3, 4), (3, 4)], 0),
     # The `_buffers` dict is not read in a trace that replaced one of its entries (the store

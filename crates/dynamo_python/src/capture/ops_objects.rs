@@ -658,11 +658,23 @@ impl<'py> Tracer<'py> {
         value: VarId,
     ) -> CResult<bool> {
         let py = self.py;
-        let computed_tensor =
-            matches!(self.kind(value), VarKind::Tensor { .. }) && self.source(value).is_none();
-        if !computed_tensor {
+        if !matches!(self.kind(value), VarKind::Tensor { .. }) {
             return Ok(false);
         }
+        // `self.buf = op(..., out=self.buf)` (spectral norm's power method) stores the buffer
+        // back into its own slot: nothing changes but what the guards below pin down.
+        let own_slot = Rc::new(super::source::Source::Item(
+            Rc::new(super::source::Source::Attr(
+                source.clone(),
+                "_buffers".into(),
+            )),
+            super::source::ItemKey::Str(name.to_string()),
+        ));
+        let stored_back = match self.source(value) {
+            None => false,
+            Some(s) if s.describe() == own_slot.describe() => true,
+            Some(_) => return Ok(false),
+        };
         let dict = real.getattr("__dict__")?;
         let key = pyo3::types::PyString::intern(py, name).into_any();
         let mut tables = Vec::new();
@@ -690,7 +702,9 @@ impl<'py> Tracer<'py> {
                 super::guards::GuardKind::Contains(OwnedRef::from_bound(&key), present),
             );
         }
-        self.buffer_stores.insert(real.as_ptr() as usize);
+        if !stored_back {
+            self.buffer_stores.insert(real.as_ptr() as usize);
+        }
         Ok(true)
     }
 
