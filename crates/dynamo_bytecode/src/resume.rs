@@ -10,8 +10,10 @@
 //! LOAD_FAST arg_c; STORE_FAST slot + shift        frame's own cell object, in place of the
 //!                                                 fresh one (see `resume_instructions`)
 //! RESUME 0
-//! LOAD_FAST arg_k; STORE_FAST slot + shift      for each live local passed in
-//! PUSH_NULL | LOAD_FAST arg_j                    for each stack value, bottom first
+//! DELETE_FAST arg_c                              for each cell passed in
+//! LOAD_FAST arg_k; STORE_FAST slot + shift;      for each live local passed in
+//!     DELETE_FAST arg_k
+//! PUSH_NULL | LOAD_FAST arg_j; DELETE_FAST arg_j for each stack value, bottom first
 //! JUMP_FORWARD <target>
 //! <the original body, every local slot shifted past the arguments>
 //! ```
@@ -124,9 +126,15 @@ pub fn resume_instructions(
         emit(Opcode::StoreFast, Operand::Local(slot + shift));
     }
     emit(Opcode::Resume, Operand::Int(0));
+    // Each argument is unbound once moved: it would keep its value alive after the body
+    // drops it (`x = layer(x)`), and `locals()` would show it.
+    for k in 0..layout.cells.len() as u32 {
+        emit(Opcode::DeleteFast, Operand::Local(first_cell_arg + k));
+    }
     for (k, &slot) in layout.locals.iter().enumerate() {
         emit(Opcode::LoadFast, Operand::Local(stack_args + k as u32));
         emit(Opcode::StoreFast, Operand::Local(slot + shift));
+        emit(Opcode::DeleteFast, Operand::Local(stack_args + k as u32));
     }
     let mut next_arg = 0;
     for (k, &null) in layout.stack_nulls.iter().enumerate() {
@@ -134,6 +142,7 @@ pub fn resume_instructions(
             emit(Opcode::PushNull, Operand::None);
         } else {
             emit(Opcode::LoadFast, Operand::Local(next_arg));
+            emit(Opcode::DeleteFast, Operand::Local(next_arg));
             next_arg += 1;
             if layout.stack_contexts.contains(&k) {
                 emit(Opcode::BeforeWith, Operand::None);
@@ -228,17 +237,20 @@ mod tests {
         let out = resume_instructions(&sample(), 1, 4, &layout, 0).unwrap();
         let ops: Vec<_> = out.iter().map(|i| (i.opcode, i.operand)).collect();
         // 2 arguments: the stack value (slot 0) and local 0 (slot 1); originals shift by 2.
+        // Each argument is unbound once moved.
         assert_eq!(ops[0], (Opcode::Resume, Operand::Int(0)));
         assert_eq!(ops[1], (Opcode::LoadFast, Operand::Local(1)));
         assert_eq!(ops[2], (Opcode::StoreFast, Operand::Local(2)));
-        assert_eq!(ops[3], (Opcode::PushNull, Operand::None));
-        assert_eq!(ops[4], (Opcode::LoadFast, Operand::Local(0)));
-        // The jump lands on the original instruction 4, now at 6 + (4 - 1) = 9.
-        assert_eq!(ops[5], (Opcode::Jump, Operand::Jump(InstrIndex(9))));
-        assert_eq!(out[9].opcode, Opcode::PopJumpIfFalse);
+        assert_eq!(ops[3], (Opcode::DeleteFast, Operand::Local(1)));
+        assert_eq!(ops[4], (Opcode::PushNull, Operand::None));
+        assert_eq!(ops[5], (Opcode::LoadFast, Operand::Local(0)));
+        assert_eq!(ops[6], (Opcode::DeleteFast, Operand::Local(0)));
+        // The jump lands on the original instruction 4, now at 8 + (4 - 1) = 11.
+        assert_eq!(ops[7], (Opcode::Jump, Operand::Jump(InstrIndex(11))));
+        assert_eq!(out[11].opcode, Opcode::PopJumpIfFalse);
         // The body's own jump is renumbered the same way, and its locals shifted.
-        assert_eq!(out[9].operand, Operand::Jump(InstrIndex(12)));
-        assert_eq!(out[12].operand, Operand::Local(2));
+        assert_eq!(out[11].operand, Operand::Jump(InstrIndex(14)));
+        assert_eq!(out[14].operand, Operand::Local(2));
     }
 
     #[test]
@@ -261,7 +273,8 @@ mod tests {
             let ops: Vec<_> = out.iter().map(|i| (i.opcode, i.operand)).collect();
             let jump = ops.iter().position(|(op, _)| *op == Opcode::Jump).unwrap();
             // The stack value is pushed first, then the receiver lands in slot 0.
-            assert_eq!(ops[jump - 3], (Opcode::LoadFast, Operand::Local(0)));
+            assert_eq!(ops[jump - 4], (Opcode::LoadFast, Operand::Local(0)));
+            assert_eq!(ops[jump - 3], (Opcode::DeleteFast, Operand::Local(0)));
             assert_eq!(ops[jump - 2], load);
             assert_eq!(ops[jump - 1], (Opcode::StoreFast, Operand::Local(0)));
         }

@@ -379,6 +379,18 @@ impl<'py> CodeGen<'py> {
         self.outputs_local = Some(slot);
     }
 
+    /// Unbinds the temps rebuilds read (the graph's outputs, shared objects): nothing is
+    /// rebuilt after this.
+    pub fn drop_rebuild_temps(&mut self) {
+        let mut slots: Vec<u32> = self.shared_slots.values().copied().collect();
+        slots.extend(self.outputs_local.take());
+        slots.sort_unstable();
+        for slot in slots {
+            self.emit(Opcode::DeleteFast, Operand::Local(slot));
+        }
+        self.shared_slots.clear();
+    }
+
     /// Builds each shared object once, in order, into a temp of its own.
     pub fn define_shared(&mut self, shared: &[(u32, Rebuild)]) -> CResult<()> {
         for (id, plan) in shared {

@@ -42,6 +42,9 @@ pub struct FrameState<'py> {
     /// The exceptions whose `except` blocks this frame is in, innermost last
     /// (`PUSH_EXC_INFO` .. `POP_EXCEPT`): what a bare `raise` raises again.
     pub handled: Vec<VarId>,
+    /// The dict `locals()` handed out in this frame (Python refreshes and returns the same
+    /// one at each call).
+    pub locals_dict: Option<VarId>,
 }
 
 /// Builds the state for translating `code` with globals and builtins.
@@ -127,6 +130,7 @@ pub fn frame_state<'py>(
         yields: None,
         suspends: false,
         handled: Vec::new(),
+        locals_dict: None,
         lines,
         code: code.clone(),
     })

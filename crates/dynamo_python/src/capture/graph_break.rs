@@ -126,6 +126,50 @@ fn uses_zero_argument_super(code: &Bound<'_, PyAny>) -> CResult<bool> {
     Ok(argcount > 0 && freevars.iter().any(|name| name == "__class__"))
 }
 
+/// The number of argument slots of `code` (positional, keyword-only, `*args`, `**kwargs`).
+fn argument_count(code: &Bound<'_, PyAny>) -> CResult<u32> {
+    let positional: u32 = code.getattr("co_argcount")?.extract()?;
+    let keyword_only: u32 = code.getattr("co_kwonlyargcount")?.extract()?;
+    let flags: u32 = code.getattr("co_flags")?.extract()?;
+    Ok(positional + keyword_only + u32::from(flags & 0x04 != 0) + u32::from(flags & 0x08 != 0))
+}
+
+/// Whether `code` names a function that reads the frame's locals (`locals()`, `eval(...)`,
+/// `sys._getframe()`): split at a break, such a frame keeps every local it has bound, not
+/// only those its code reads again, so what they see is the original's.
+fn names_frame_readers(code: &Bound<'_, PyAny>) -> CResult<bool> {
+    const READERS: [&str; 9] = [
+        "locals",
+        "vars",
+        "dir",
+        "eval",
+        "exec",
+        "_getframe",
+        "currentframe",
+        "stack",
+        "getouterframes",
+    ];
+    let names: Vec<String> = code.getattr("co_names")?.extract()?;
+    Ok(names.iter().any(|n| READERS.contains(&n.as_str())))
+}
+
+/// Whether `code` names a weak reference (`weakref.ref(y)`, `WeakValueDictionary`): such a
+/// frame keeps every local it has bound alive across a break, as the original does until it
+/// returns — a local no code reads again may still be what a weak reference points to.
+fn names_weak_references(code: &Bound<'_, PyAny>) -> CResult<bool> {
+    const WEAK: [&str; 7] = [
+        "weakref",
+        "ref",
+        "proxy",
+        "finalize",
+        "WeakValueDictionary",
+        "WeakKeyDictionary",
+        "WeakSet",
+    ];
+    let names: Vec<String> = code.getattr("co_names")?.extract()?;
+    Ok(names.iter().any(|n| WEAK.contains(&n.as_str())))
+}
+
 /// The name of every resume function starts with this: the hook compiles them even when
 /// no tensor is among their arguments.
 pub const RESUME_PREFIX: &str = "__resume_at_";
@@ -280,9 +324,15 @@ impl Converter {
         } else {
             false
         };
+        let reads_frame = names_frame_readers(split.code)?;
+        let keeps_all = reads_frame || names_weak_references(split.code)?;
         let exit_to = |target: usize| {
-            let mut locals: Vec<u32> = liveness
-                .live_locals(target)
+            let passed = if keeps_all {
+                (0..varnames).collect()
+            } else {
+                liveness.live_locals(target)
+            };
+            let mut locals: Vec<u32> = passed
                 .into_iter()
                 .filter(|&slot| {
                     slot < varnames
@@ -343,6 +393,24 @@ impl Converter {
             roots.push(value);
             local_plan.insert(slot, roots.len() - 1);
         }
+        // A call that reads the frame (`eval`, `sys._getframe`) sees every local the original
+        // code has bound there, live after the break or not, in its own slot.
+        let frame_read = (tracer.frame_read_break || reads_frame)
+            && matches!(continuation, Continuation::Run { .. });
+        if frame_read {
+            for slot in 0..varnames {
+                let bound = state.locals[slot as usize];
+                if let Some(value) = bound {
+                    if !cells.slots.contains(&slot)
+                        && !local_plan.contains_key(&slot)
+                        && tracer.rebuildable(value)
+                    {
+                        roots.push(value);
+                        local_plan.insert(slot, roots.len() - 1);
+                    }
+                }
+            }
+        }
         // The generated code sets the mode of the blocks the break is in again before the
         // instruction.
         let break_grad_mode = tracer.end_in_entry_grad_mode()?;
@@ -393,6 +461,37 @@ impl Converter {
         // Stores the trace made to existing objects, before the instruction sees them.
         gen.replay(&graph.replays)?;
         gen.set_grad_mode(break_grad_mode)?;
+        if frame_read {
+            // Each local into its own slot, and the generated code's temps gone: the frame
+            // reads as the original's would.
+            let mut slots: Vec<u32> = local_temps.keys().copied().collect();
+            slots.sort_unstable();
+            for slot in slots {
+                if slot >= varnames {
+                    continue;
+                }
+                gen.emit_instruction(Opcode::LoadFast, Operand::Local(local_temps[&slot]));
+                gen.emit_instruction(Opcode::StoreFast, Operand::Local(slot));
+                gen.emit_instruction(Opcode::DeleteFast, Operand::Local(local_temps[&slot]));
+                local_temps.insert(slot, slot);
+            }
+        }
+        // Nothing is rebuilt from the graph's outputs after this: the tuple is not kept alive
+        // through the instruction and the rest of the frame.
+        gen.drop_rebuild_temps();
+        // Every value is in the stack and the temps now: the frame's own arguments are
+        // unbound before the instruction, the temps as they are handed on to the resume
+        // function. A value then lives where the original has it alone (the instruction, the
+        // resume function's frame), and is freed when the code there drops it. Kept when the
+        // instruction reads the frame.
+        let release = !frame_read;
+        if release {
+            for slot in 0..argument_count(split.code)? {
+                if !state.cells.contains_key(&(slot as usize)) {
+                    gen.emit_instruction(Opcode::DeleteFast, Operand::Local(slot));
+                }
+            }
+        }
         if let Some((h, _)) = &handler {
             // The stack is the original's, so the original handler's depth is right here.
             gen.begin_handled(h.depth, false);
@@ -422,6 +521,7 @@ impl Converter {
                 &local_temps,
                 &state_blocks,
                 true,
+                release,
             )
         };
         match continuation {
@@ -485,6 +585,7 @@ impl Converter {
                 &local_temps,
                 &[],
                 false,
+                release,
             )?;
         }
         let new_code = gen.assemble()?;
@@ -514,6 +615,7 @@ impl Converter {
         local_temps: &HashMap<u32, u32>,
         contexts: &[(usize, Bound<'py, PyAny>)],
         rebase: bool,
+        release: bool,
     ) -> CResult<()> {
         // STORE_FAST pops the top first; a NULL stored leaves the temp unbound, harmlessly.
         let mut stack_temps = Vec::with_capacity(nulls.len());
@@ -559,15 +661,20 @@ impl Converter {
             gen.emit_instruction(Opcode::StoreFast, Operand::Local(stack_temps[*k]));
         }
         let mut argc = 0;
+        let mut pass = |gen: &mut CodeGen<'py>, temp: u32| {
+            gen.emit_instruction(Opcode::LoadFast, Operand::Local(temp));
+            if release {
+                gen.emit_instruction(Opcode::DeleteFast, Operand::Local(temp));
+            }
+            argc += 1;
+        };
         for (k, null) in nulls.iter().enumerate() {
             if !null {
-                gen.emit_instruction(Opcode::LoadFast, Operand::Local(stack_temps[k]));
-                argc += 1;
+                pass(gen, stack_temps[k]);
             }
         }
         for slot in &exit.locals {
-            gen.emit_instruction(Opcode::LoadFast, Operand::Local(local_temps[slot]));
-            argc += 1;
+            pass(gen, local_temps[slot]);
         }
         for &slot in &exit.cells {
             gen.load_closure(slot);

@@ -153,7 +153,14 @@ impl<'py> Tracer<'py> {
         }
         // A cell handed to a resume function (the original frame's own): read and written
         // through its source (`cell_contents`), a new one on every call.
-        if ty.is(&py.import_module("types")?.getattr("CellType")?) {
+        // So are a frame (`sys._getframe()` handed on at a break; the trace reads nothing of
+        // it, see `read_attr`) and a weak reference (calling it is a graph break); what the
+        // trace does with the object itself guards its identity (`pin_identity`).
+        let types = py.import_module("types")?;
+        if ty.is(&types.getattr("CellType")?)
+            || ty.is(&types.getattr("FrameType")?)
+            || ty.is(&py.import_module("weakref")?.getattr("ReferenceType")?)
+        {
             self.guards.add(
                 source.clone(),
                 GuardKind::Type(OwnedRef::from_bound(ty.as_any())),

@@ -47,6 +47,7 @@ mod ops_copy;
 mod ops_deque;
 mod ops_dict_subclass;
 mod ops_exceptions;
+mod ops_frame_locals;
 mod ops_function_attrs;
 mod ops_functools;
 mod ops_functorch;
@@ -484,6 +485,7 @@ impl Converter {
             // guard records tensors' dispatch keys.
             tracer.restore_global_state();
             let mut retry = new_tracer()?;
+            retry.frame_read_break = tracer.frame_read_break;
             let mut split =
                 this.convert(py, &mut retry, frame, slf.as_any(), Some(index), &mut None);
             restore_global_state()?;
@@ -491,6 +493,7 @@ impl Converter {
                 if floats_specialized(py, err)? {
                     // As for the whole frame above: the part before the break, floats constant.
                     retry = new_tracer()?;
+                    retry.frame_read_break = tracer.frame_read_break;
                     split =
                         this.convert(py, &mut retry, frame, slf.as_any(), Some(index), &mut None);
                     restore_global_state()?;

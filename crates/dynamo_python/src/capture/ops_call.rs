@@ -128,6 +128,16 @@ impl<'py> Tracer<'py> {
             f.stack.push(result);
             return Ok(Flow::Continue);
         }
+        if args.is_empty() && kwargs.is_empty() {
+            for name in ["locals", "vars", "dir"] {
+                if self.is_builtin(callee, name) {
+                    if let Some(result) = self.frame_reading_builtin(f, name)? {
+                        f.stack.push(result);
+                        return Ok(Flow::Continue);
+                    }
+                }
+            }
+        }
         let result = self.call_function(callee, args, kwargs)?;
         f.stack.push(result);
         Ok(Flow::Continue)
@@ -383,6 +393,7 @@ impl<'py> Tracer<'py> {
         if let Some(result) = self.call_module_slice(callee, &args, &kwargs)? {
             return Ok(result);
         }
+        self.refuse_frame_reading_call(callee)?;
         let py = self.py;
         if let Some(result) = self.iteration_dunder_call(callee, &args, &kwargs)? {
             return Ok(result);

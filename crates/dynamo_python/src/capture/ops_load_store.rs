@@ -255,6 +255,14 @@ impl<'py> Tracer<'py> {
             VarKind::Function(_) => self.function_attr(obj, name),
             VarKind::Const(value) | VarKind::Object(value) => {
                 let value = value.bind(py).clone();
+                // A running frame's `f_locals`, `f_lineno`, `f_back` change as it runs (and
+                // the frame is a new object on every call).
+                if value.get_type().name()? == "frame" && value.get_type().module()? == "builtins" {
+                    return unsupported(
+                        BreakKind::UnsupportedOperation,
+                        format!("reading .{name} of a frame object"),
+                    );
+                }
                 // A store earlier in this trace decides what the read sees (`module.NAME`
                 // after a `global NAME` store in that module's code, too).
                 if value.is_instance_of::<pyo3::types::PyModule>() {

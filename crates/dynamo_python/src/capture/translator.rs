@@ -211,6 +211,10 @@ pub struct Tracer<'py> {
     /// Iterators over what a generator the trace made yielded, run ahead (in a trace that
     /// stops at a graph break): `isinstance(it, types.GeneratorType)` still holds of them.
     pub generators_run_ahead: std::collections::HashSet<VarId>,
+    /// The trace stopped at a call that reads the calling frame (`eval`, `exec`,
+    /// `sys._getframe`): a split there hands that call the frame's locals as the original
+    /// code has them (see `ops_frame_locals`).
+    pub frame_read_break: bool,
     /// The frames of the generators the trace made (see `VarKind::Generator`).
     pub generators: Vec<super::ops_generators::GeneratorFrame<'py>>,
     /// The cells of the compiled frame's own cell variables, by address: a function made in
@@ -417,6 +421,7 @@ impl<'py> Tracer<'py> {
             private_containers: Default::default(),
             capturable_groups: Default::default(),
             generators_run_ahead: Default::default(),
+            frame_read_break: false,
             static_floats: false,
             static_ints: false,
             module_reached: Default::default(),
@@ -1002,10 +1007,6 @@ impl<'py> Tracer<'py> {
         Ok(self.add(VarKind::Object(OwnedRef::from_bound(value)), source))
     }
 
-    /// A tensor's bound method read from `source` (`y.add`, handed to a resume function when
-    /// a graph break fell inside the call's arguments): the method of the tensor it is bound
-    /// to, which becomes a graph input like any tensor. Guarded by the method's type and
-    /// name, not identity (each call binds a new method object).
     /// A Python function bound to an object, read from `source` (the `__exit__` of a context
     /// manager a graph break handed to a resume function, a callback passed in): the function
     /// with its receiver, each from its own source. Binding makes a new method object each
@@ -1047,20 +1048,38 @@ impl<'py> Tracer<'py> {
         )))
     }
 
+    /// A tensor's or a builtin container's bound method read from `source` (`y.add`,
+    /// `outs.append`, handed to a resume function when a graph break fell inside the call's
+    /// arguments): the method of the receiver's tracker (a tensor becomes a graph input like
+    /// any tensor). Guarded by the method's type and name, not identity (each call binds a
+    /// new method object).
     fn wrap_tensor_method(
         &mut self,
         value: &Bound<'py, PyAny>,
         source: &Rc<Source>,
     ) -> CResult<Option<VarId>> {
         let py = self.py;
-        let builtin_method = py.import_module("types")?.getattr("BuiltinMethodType")?;
-        if !value.get_type().is(&builtin_method) {
+        let types = py.import_module("types")?;
+        // `od.__setitem__` of an OrderedDict is a method-wrapper.
+        let builtin_method = value.get_type().into_any();
+        if !builtin_method.is(&types.getattr("BuiltinMethodType")?)
+            && !builtin_method.is(&types.getattr("MethodWrapperType")?)
+        {
             return Ok(None);
         }
         let Ok(receiver) = value.getattr("__self__") else {
             return Ok(None);
         };
-        if !receiver.is_instance(&self.h.tensor_type)? {
+        let container = [
+            &self.h.list_type,
+            &self.h.dict_type,
+            &py.get_type::<pyo3::types::PySet>().into_any(),
+            &py.import_module("collections")?.getattr("deque")?,
+            &py.import_module("collections")?.getattr("OrderedDict")?,
+        ]
+        .into_iter()
+        .any(|t| receiver.get_type().is(t));
+        if !container && !receiver.is_instance(&self.h.tensor_type)? {
             return Ok(None);
         }
         let name = value.getattr("__name__")?;

@@ -115,6 +115,23 @@ impl InterpreterFrame {
     }
 }
 
+impl InterpreterFrame {
+    /// Takes the value out of localsplus slot `index`, leaving it unbound: the caller owns
+    /// the reference the frame held (null if the slot was unbound).
+    ///
+    /// # Safety
+    /// `frame` is a live frame that has not started and `index < co_nlocalsplus` of its code.
+    pub unsafe fn take_local(frame: *mut InterpreterFrame, index: usize) -> *mut ffi::PyObject {
+        // SAFETY: as for `local`; the slot is ours to clear, the frame never runs its code.
+        unsafe {
+            let slot = ptr::addr_of_mut!((*frame).localsplus)
+                .cast::<*mut ffi::PyObject>()
+                .add(index);
+            std::mem::replace(&mut *slot, ptr::null_mut())
+        }
+    }
+}
+
 /// Returns the frame object for `frame`, creating it (and linking `frame` to its caller so
 /// that `f_back` is right) if there is none yet. Mirrors CPython's
 /// `_PyFrame_MakeAndSetFrameObject`: the new object's one reference belongs to

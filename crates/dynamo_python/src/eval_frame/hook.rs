@@ -198,6 +198,10 @@ unsafe fn eval_frame(
     let code = unsafe { (*frame).f_code };
     if PENDING.with(|p| p.get()) == code {
         PENDING.with(|p| p.set(ptr::null_mut()));
+        // The runner's frame holds its arguments now: the references taken out of the
+        // frame it replaces are let go (see `run::HANDOFF`).
+        // SAFETY: GIL held (contract).
+        unsafe { super::run::release_handoff() };
         // SAFETY: forwarded contract.
         return unsafe { eval_default(tstate, frame, throw) };
     }

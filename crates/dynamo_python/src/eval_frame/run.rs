@@ -12,6 +12,11 @@
 //! The runner takes the original function's globals, builtins and closure for the call
 //! (see `CallFunction`), and the hook lets the runner's frame through uninterpreted by
 //! recognising its code (see `hook::PENDING`).
+//!
+//! The arguments are taken out of the original frame (which never runs) and let go of once
+//! the runner's frame has bound its own references (see [`HANDOFF`]): otherwise the original
+//! frame would keep every argument alive until the call returns — for the resume function of
+//! a graph break, the activations it was handed, which its code may drop long before.
 
 use std::ptr;
 
@@ -23,6 +28,26 @@ use super::cache::{CacheEntry, FrameLayout};
 use super::cpython311::InterpreterFrame;
 use super::hook::PENDING;
 use super::owned::OwnedRef;
+
+thread_local! {
+    /// The argument references taken out of the frame being replaced, for the call under
+    /// way: released by the hook when the runner's frame starts (it holds its own by then),
+    /// or by `call` if binding failed before that.
+    pub(super) static HANDOFF: std::cell::RefCell<Vec<*mut ffi::PyObject>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Releases the references of [`HANDOFF`].
+///
+/// # Safety
+/// GIL held.
+pub(super) unsafe fn release_handoff() {
+    let taken = HANDOFF.with(|h| std::mem::take(&mut *h.borrow_mut()));
+    for value in taken {
+        // SAFETY: each is a reference `run_entry` took out of a frame (GIL held).
+        unsafe { ffi::Py_XDECREF(value) };
+    }
+}
 
 /// Makes the runner function for `code`, with nothing borrowed yet.
 ///
@@ -177,12 +202,17 @@ pub unsafe fn run_entry(
             }
             args.push(value);
         }
+        let argument_slots = positional
+            + kwonly
+            + usize::from(layout.has_varargs)
+            + usize::from(layout.has_varkw);
         if !layout.has_varargs && !layout.has_varkw {
             let kwnames = layout
                 .kwonly_names
                 .as_ref()
                 .map_or(ptr::null_mut(), OwnedRef::as_ptr);
-            return call(runner, entry, args.as_slice(), positional, kwnames);
+            let taken = take_arguments(frame, argument_slots);
+            return call(runner, entry, args.as_slice(), positional, kwnames, taken);
         }
         // Rebuild `*args` and `**kwargs` as separate arguments.
         let mut slot = positional + kwonly;
@@ -233,14 +263,27 @@ pub unsafe fn run_entry(
             }
             OwnedRef::from_owned(tuple)
         };
+        let taken = take_arguments(frame, argument_slots);
         call(
             runner,
             entry,
             &all,
             nargs,
             kwnames.as_ref().map_or(ptr::null_mut(), OwnedRef::as_ptr),
+            taken,
         )
     }
+}
+
+/// The references of the first `slots` localsplus slots of `frame` (all bound), taken out.
+///
+/// # Safety
+/// `frame` is live, has not started, and has at least `slots` localsplus slots.
+unsafe fn take_arguments(frame: *mut InterpreterFrame, slots: usize) -> Vec<*mut ffi::PyObject> {
+    // SAFETY: caller's contract.
+    (0..slots)
+        .map(|i| unsafe { InterpreterFrame::take_local(frame, i) })
+        .collect()
 }
 
 /// # Safety
@@ -251,12 +294,18 @@ unsafe fn call(
     args: &[*mut ffi::PyObject],
     nargs: usize,
     kwnames: *mut ffi::PyObject,
+    taken: Vec<*mut ffi::PyObject>,
 ) -> *mut ffi::PyObject {
     let previous = PENDING.with(|p| p.replace(entry.code.as_ptr()));
+    // `args` borrow from `taken` (or from what its objects hold), alive until released.
+    let previous_handoff = HANDOFF.with(|h| std::mem::replace(&mut *h.borrow_mut(), taken));
     // SAFETY: caller's contract; vectorcall borrows the argument array for the call.
     let result = unsafe { ffi::PyObject_Vectorcall(runner, args.as_ptr(), nargs, kwnames) };
-    // Normally the hook cleared it on entering the runner's frame; not if binding failed.
+    // Normally the hook cleared both on entering the runner's frame; not if binding failed.
     PENDING.with(|p| p.set(previous));
+    // SAFETY: GIL held.
+    unsafe { release_handoff() };
+    HANDOFF.with(|h| *h.borrow_mut() = previous_handoff);
     result
 }
 
