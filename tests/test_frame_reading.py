@@ -151,6 +151,13 @@ def locals_after_a_break_with_a_stack_value(x):
     return out[0] * x, sorted(locals())
 
 
+@case(T34)
+def locals_views_returned(x):
+    a = x.sum()
+    _break()
+    return x * a, locals().keys()
+
+
 def test_enough_cases() -> None:
     assert len(CASES) >= 18, len(CASES)
 

@@ -579,6 +579,22 @@ def dict_items_sorted(x):
     d = {"b": 2, "a": 1}
     return x * [k for k, _ in sorted(d.items())].index("b")
 @case(T34)
+def dict_of_tensors_items_sorted(x):
+    d = {"b": x * 2, "a": x, "c": x - 1}
+    return {k: v.sum() for k, v in sorted(d.items(), reverse=True)}
+@case(T34)
+def list_of_pairs_with_tensors_sorted_by_name(x):
+    pairs = [("conv", x), ("bn", x + 1), ("act", x * 3)]
+    return [t.mean() for _, t in sorted(pairs)]
+@case(T34)
+def max_of_pairs_with_tensors(x):
+    scored = [(2, x), (5, x * 2), (1, x * 3)]
+    return max(scored)[1], min(scored, key=lambda p: p[0])[1]
+@case(T34)
+def sorted_nested_tuples_with_tensors(x):
+    rows = [((1, "b"), x), ((1, "a"), x * 2), ((0, "z"), x * 3)]
+    return torch.stack([t for _, t in sorted(rows)])
+@case(T34)
 def dict_keys_set_ops(x):
     d = {"a": 1, "b": 2}
     return x * len(d.keys() & {"a", "z"})

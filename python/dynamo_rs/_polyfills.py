@@ -111,3 +111,21 @@ POLYFILLS = {
     torch._C._group_tensors_by_device_and_dtype: group_tensors_by_device_and_dtype,
     itertools.cycle: cycle,
 }
+
+
+class ComparedWhileTracing(Exception):
+    """Raised when sorting (`min`, `max`) while tracing compares an item it does not know."""
+
+
+class Incomparable:
+    """Stands for a tensor (or another traced value) inside a tuple sorted while tracing: the
+    tuples are ordered by their known items, and Python's tuple comparison never reaches this
+    one unless those are equal (each stand-in is its own object, so identity decides nothing)."""
+
+    __slots__ = ()
+
+    def _compared(self, other):
+        raise ComparedWhileTracing
+
+    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = _compared
+    __hash__ = None

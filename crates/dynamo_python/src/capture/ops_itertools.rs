@@ -312,25 +312,60 @@ impl<'py> Tracer<'py> {
         );
         let order: Vec<usize> = match order {
             Ok(order) => order.extract()?,
-            Err(err) => return self.raised(err, "sorting raised while tracing"),
+            Err(err) => return self.order_failed(err, "sorting"),
         };
         Ok(order.into_iter().map(|i| items[i]).collect())
     }
 
-    /// The keys things are ordered by, as Python values: constants, or tuples of constants
-    /// (`sorted(d.items())`), compared as Python compares them; anything else is refused
-    /// (`what` names the ordering in the message).
+    /// What ordering raised: an item compared that the trace does not know (a tensor in a
+    /// tuple whose known items were equal) is a graph break; anything else, the user's error.
+    fn order_failed<T>(&mut self, err: PyErr, what: &str) -> CResult<T> {
+        let compared = self
+            .py
+            .import_module("dynamo_rs._polyfills")?
+            .getattr("ComparedWhileTracing")?;
+        if err.value(self.py).is_instance(&compared)? {
+            return unsupported(
+                BreakKind::UnsupportedOperation,
+                format!("{what} of tuples whose known items are equal (a tensor compared)"),
+            );
+        }
+        self.raised(err, format!("{what} raised while tracing"))
+    }
+
+    /// A tuple key as Python compares it: its constants as they are, each other item (a
+    /// tensor: `sorted(d.items())` of a dict of tensors) a stand-in that raises if compared.
+    fn tuple_key_value(&mut self, k: VarId) -> CResult<Bound<'py, PyAny>> {
+        let py = self.py;
+        let VarKind::Tuple(items) = self.kind(k) else {
+            return Ok(self.python_value(k)?);
+        };
+        let items = items.clone();
+        let incomparable = py
+            .import_module("dynamo_rs._polyfills")?
+            .getattr("Incomparable")?;
+        let mut values = Vec::with_capacity(items.len());
+        for item in items {
+            let value = match self.kind(item) {
+                VarKind::Const(v) => v.bind(py).clone(),
+                VarKind::Tuple(_) => self.tuple_key_value(item)?,
+                _ => incomparable.call0()?,
+            };
+            values.push(value);
+        }
+        Ok(PyTuple::new(py, values)?.into_any())
+    }
+
+    /// The keys things are ordered by, as Python values: constants, or tuples (`sorted(d.items())`)
+    /// compared as Python compares them — by their constants, a tensor in one must never
+    /// decide; anything else is refused (`what` names the ordering in the message).
     fn key_values(&mut self, keys: &[VarId], what: &str) -> CResult<Bound<'py, PyTuple>> {
         let py = self.py;
         let mut values = Vec::with_capacity(keys.len());
         for &k in keys {
-            // Tuples of constants too (`sorted(d.items())`): compared as Python compares them.
-            if matches!(self.kind(k), VarKind::Tuple(_)) && !self.contains_tensor(k) {
-                let value = self.python_value(k)?;
-                if self.h.is_constant(&value)? {
-                    values.push(value);
-                    continue;
-                }
+            if matches!(self.kind(k), VarKind::Tuple(_)) {
+                values.push(self.tuple_key_value(k)?);
+                continue;
             }
             match self.kind(k) {
                 VarKind::Const(v) => values.push(v.bind(py).clone()),
@@ -422,7 +457,7 @@ impl<'py> Tracer<'py> {
         match chosen.and_then(|c| c.extract::<i64>()) {
             Ok(-1) => Ok(default.expect("-1 stands for the default")),
             Ok(i) => Ok(items[i as usize]),
-            Err(err) => self.raised(err, format!("{name}() raised while tracing")),
+            Err(err) => self.order_failed(err, &format!("{name}()")),
         }
     }
 

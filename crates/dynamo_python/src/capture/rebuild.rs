@@ -669,10 +669,19 @@ fn rebuild_inline(tracer: &Tracer<'_>, id: VarId, r: &mut Rebuilder) -> CResult<
                 .collect::<CResult<_>>()?,
             kwargs: Vec::new(),
         },
+        // A view of a dict (`d.items()`, `locals().keys()` returned): the view of the dict
+        // as rebuilt (the same object wherever else it is reached).
+        VarKind::DictView { dict, which } => Rebuild::Call {
+            func: Box::new(Rebuild::Attr {
+                base: Box::new(rebuild_plan(tracer, *dict, r)?),
+                name: which.method().to_string(),
+            }),
+            args: Vec::new(),
+            kwargs: Vec::new(),
+        },
         // Kinds the generated code cannot make (listed, so that a new kind must be placed
         // here or given a plan).
-        other @ (VarKind::DictView { .. }
-        | VarKind::Null
+        other @ (VarKind::Null
         // A generator's frame, suspended mid-way, is not an object the code can make.
         | VarKind::Generator { .. }
         | VarKind::Lazy(_)

@@ -275,15 +275,23 @@ pub unsafe fn run_entry(
     }
 }
 
-/// The references of the first `slots` localsplus slots of `frame` (all bound), taken out.
+/// The references of the first `slots` localsplus slots of `frame` (all bound), taken out;
+/// none while someone holds the frame's frame object (the callback that compiled it keeps
+/// it, a test reads its `f_locals` afterwards): the frame must still show its arguments.
 ///
 /// # Safety
 /// `frame` is live, has not started, and has at least `slots` localsplus slots.
 unsafe fn take_arguments(frame: *mut InterpreterFrame, slots: usize) -> Vec<*mut ffi::PyObject> {
-    // SAFETY: caller's contract.
-    (0..slots)
-        .map(|i| unsafe { InterpreterFrame::take_local(frame, i) })
-        .collect()
+    // SAFETY: caller's contract; a frame object, if any, is live while the frame is.
+    unsafe {
+        let frame_obj = (*frame).frame_obj;
+        if !frame_obj.is_null() && ffi::Py_REFCNT(frame_obj.cast()) > 1 {
+            return Vec::new();
+        }
+        (0..slots)
+            .map(|i| InterpreterFrame::take_local(frame, i))
+            .collect()
+    }
 }
 
 /// # Safety
