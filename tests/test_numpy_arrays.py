@@ -104,6 +104,19 @@ def array_through_a_helper(x):
         return (v - v.mean()) / (v.std() + 1e-5)
     return torch.as_tensor(normalise(x.numpy())).relu()
 @case(T34)
+def torch_tensor_of_an_array_with_dtype(x):
+    counts = torch.tensor(np.arange(4), dtype=torch.float32)
+    return counts + x[:, 0].sum()
+@case(T34)
+def torch_tensor_copies_the_array(x):
+    a = x.numpy() * 2
+    t = torch.tensor(a)
+    t.add_(1)
+    return torch.from_numpy(a), t
+@case(T34)
+def as_tensor_of_an_array_with_dtype_and_device(x):
+    return torch.as_tensor(np.cos(x.numpy()), dtype=torch.float64, device="cpu")
+@case(T34)
 def tensor_ops_after_numpy(x):
     y = torch.from_numpy(np.tanh(x.numpy()))
     return y.softmax(-1) @ x.T

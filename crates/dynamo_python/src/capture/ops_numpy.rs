@@ -132,6 +132,40 @@ impl<'py> Tracer<'py> {
             return self.numpy_array_from_constants(obj, args, kwargs);
         }
         let torch = py.import_module("torch")?;
+        // `torch.tensor(array, dtype=)` and `torch.as_tensor(array, dtype=, device=)`: the
+        // array's tensor converted (`torch.tensor` always copies).
+        let copies = obj.is(&torch.getattr("tensor")?);
+        if copies || (obj.is(&torch.getattr("as_tensor")?) && !kwargs.is_empty()) {
+            let (Some(&array), true) = (args.first(), args.len() == 1) else {
+                return unsupported(
+                    BreakKind::UnsupportedCall,
+                    "torch.tensor of a NumPy array with other positional arguments",
+                );
+            };
+            if kwargs.iter().any(|(k, _)| k != "dtype" && k != "device") {
+                return unsupported(
+                    BreakKind::UnsupportedCall,
+                    "torch.tensor of a NumPy array with requires_grad= or pin_memory=",
+                );
+            }
+            let Some(tensor) = self.ndarray_tensor(array) else {
+                return unsupported(
+                    BreakKind::UnsupportedCall,
+                    "torch.tensor of a container holding NumPy arrays",
+                );
+            };
+            let result = if kwargs.is_empty() {
+                self.tensor_method(tensor, "clone", Vec::new(), Vec::new())?
+            } else {
+                let mut kwargs = kwargs.to_vec();
+                if copies {
+                    let copy = self.constant(pyo3::types::PyBool::new(py, true).as_any());
+                    kwargs.push(("copy".to_string(), copy));
+                }
+                self.tensor_method(tensor, "to", Vec::new(), kwargs)?
+            };
+            return Ok(Some(result));
+        }
         let to_tensor = obj.is(&torch.getattr("from_numpy")?)
             || (obj.is(&torch.getattr("as_tensor")?) && kwargs.is_empty());
         if to_tensor {
