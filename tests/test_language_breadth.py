@@ -595,6 +595,13 @@ def sorted_nested_tuples_with_tensors(x):
     rows = [((1, "b"), x), ((1, "a"), x * 2), ((0, "z"), x * 3)]
     return torch.stack([t for _, t in sorted(rows)])
 @case(T34)
+def dict_and_list_new_then_filled(x):
+    d = dict.__new__(dict)
+    d["a"] = x
+    items = list.__new__(list)
+    items.append(d["a"] * 2)
+    return d, items
+@case(T34)
 def dict_keys_set_ops(x):
     d = {"a": 1, "b": 2}
     return x * len(d.keys() & {"a", "z"})

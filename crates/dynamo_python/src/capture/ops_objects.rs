@@ -808,6 +808,24 @@ impl<'py> Tracer<'py> {
     ) -> CResult<Option<VarId>> {
         let py = self.py;
         let object_new = self.h.builtins.getattr("object")?.getattr("__new__")?;
+        if args.len() == 1 && kwargs.is_empty() {
+            // `dict.__new__(dict)`, `list.__new__(list)`: an empty one (their `__init__`
+            // only fills it).
+            let h = self.h.clone();
+            for (container, empty) in [(&h.dict_type, true), (&h.list_type, false)] {
+                let new = container.getattr("__new__")?;
+                let of_itself = matches!(self.kind(args[0]),
+                    VarKind::Const(c) | VarKind::Object(c) if c.bind(py).is(container));
+                if func.eq(&new)? && of_itself {
+                    let kind = if empty {
+                        VarKind::Dict(Vec::new())
+                    } else {
+                        VarKind::List(Vec::new())
+                    };
+                    return Ok(Some(self.add(kind, None)));
+                }
+            }
+        }
         if !func.is(&object_new) || args.len() != 1 || !kwargs.is_empty() {
             return Ok(None);
         }
