@@ -336,3 +336,95 @@ def test_transformers_gradient_checkpointing(name) -> None:
             torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5)
     assert ours.frame_count <= theirs.frame_count
     assert not compiled._dynamo_rs_converter.failures
+
+
+class _DropoutBlocks(nn.Module):
+    """Checkpointed blocks that draw random numbers (dropout in training), as transformer
+    layers under `gradient_checkpointing_enable()` do."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(4, 8), nn.Linear(8, 4)
+
+    def block(self, x):
+        return self.b(F.dropout(self.a(x).relu(), 0.3, training=True))
+
+    def forward(self, x):
+        h = cp.checkpoint(self.block, x, use_reentrant=False)
+        return cp.checkpoint(self.block, h + x, use_reentrant=False).sum()
+
+
+# (`aot_eager_decomp_partition` is captured too, but decomposes dropout into other random
+# operations than eager's: its numbers differ from eager's with or without checkpointing.)
+@pytest.mark.parametrize(("backend", "captured"), [("aot_eager", True), ("eager", False)])
+def test_checkpointed_random_numbers(backend, captured) -> None:
+    """Through AOTAutograd (whose partitioner keeps what random operations drew for backward)
+    a checkpointed function drawing random numbers is captured, as under TorchDynamo; run as
+    it is (`eager`), torch's operation would recompute it with new draws (TorchDynamo's
+    gradients are then wrong): a graph break there, eager's results either way."""
+    torch.manual_seed(0)
+    model = _DropoutBlocks()
+
+    def step(run):
+        model.zero_grad(set_to_none=True)
+        x = torch.randn(3, 4, requires_grad=True, generator=torch.Generator().manual_seed(2))
+        torch.manual_seed(11)
+        out = run(x)
+        out.backward()
+        return out.detach(), x.grad, [p.grad for p in model.parameters()], torch.rand(1)
+
+    expected = step(model)
+    compiled = dynamo_rs.compile(model, backend=backend)
+    for _ in range(2):
+        assert_same(list(step(compiled)), list(expected))
+    converter = compiled._dynamo_rs_converter
+    if captured:
+        assert converter.graphs == 1 and not converter.breaks and not converter.failures
+    else:
+        assert converter.breaks
+
+
+@pytest.mark.parametrize("name", ["bert", "gpt2"])
+def test_transformers_gradient_checkpointing_with_dropout(name) -> None:
+    """Gradient checkpointing in training with the models' own dropout on, through
+    `aot_eager`: loss and gradients equal eager's (the same draws), graphs no more than
+    TorchDynamo's (each layer ran eagerly before, behind a graph break)."""
+    from test_zoo import _SMALL
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSequenceClassification
+
+    torch.manual_seed(0)
+    config = AutoConfig.for_model(name)
+    for key, value in _SMALL.items():
+        if hasattr(config, key):
+            setattr(config, key, value)
+    config.pad_token_id = 0
+    auto = AutoModelForSequenceClassification if name == "bert" else AutoModelForCausalLM
+    model = auto.from_config(config).train()
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    ids = torch.randint(1, 128, (2, 12), generator=torch.Generator().manual_seed(3))
+    mask = torch.ones(2, 12, dtype=torch.long)
+    mask[1, 9:] = 0
+    labels = torch.tensor([0, 1]) if name == "bert" else ids
+
+    def loss_and_grads(run):
+        model.zero_grad(set_to_none=True)
+        torch.manual_seed(21)
+        loss = run(input_ids=ids, attention_mask=mask, labels=labels).loss
+        loss.backward()
+        return loss.detach(), [p.grad for p in model.parameters()]
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected_loss, expected_grads = loss_and_grads(model)
+        theirs = torch._dynamo.testing.CompileCounterWithBackend("aot_eager")
+        loss_and_grads(torch.compile(model, backend=theirs))
+        compiled = dynamo_rs.compile(model, backend="aot_eager")
+        loss, grads = loss_and_grads(compiled)
+    torch.testing.assert_close(loss, expected_loss)
+    for g, e in zip(grads, expected_grads, strict=True):
+        assert (g is None) == (e is None)
+        if e is not None:
+            torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5)
+    converter = compiled._dynamo_rs_converter
+    assert converter.graphs <= theirs.frame_count, (converter.graphs, theirs.frame_count)
+    assert not any("random" in reason for _, reason in converter.breaks)

@@ -46,11 +46,19 @@ def compile(  # noqa: A001 - the name mirrors torch.compile
         _inductor_keys.start()
     else:
         compiler = resolve_backend(backend)
+    # Backends that run graphs through AOTAutograd's partitioner, which keeps what random
+    # operations drew for backward: a checkpointed function with dropout can be captured.
+    random_recompute = isinstance(backend, str) and backend in _AOT_BACKENDS
     converter = _native.Converter(compiler, fullgraph=fullgraph, dynamic=dynamic,
-                                  cache_key=_cache_key(backend, mode, options, fullgraph, dynamic))
+                                  cache_key=_cache_key(backend, mode, options, fullgraph, dynamic),
+                                  random_recompute=random_recompute)
     if isinstance(model, torch.nn.Module):
         return OptimizedModule(model, converter)
     return _compiled_function(model, converter)
+
+
+_AOT_BACKENDS = frozenset(("inductor", "aot_eager", "aot_eager_decomp_partition",
+                           "aot_eager_decomp_partition_with_mode"))
 
 
 def _cache_key(backend, mode, options, fullgraph, dynamic) -> str | None:

@@ -127,6 +127,11 @@ pub struct Converter {
     /// keys (`dynamo_rs/_persist.py`); None: entries of this converter are never persisted
     /// (a backend given as a callable, which no later process can be known to share).
     cache_key: Option<String>,
+    /// The backend runs graphs through AOTAutograd's partitioner (`inductor`, `aot_eager`):
+    /// a checkpointed function drawing random numbers is recomputed with the same draws,
+    /// so it can be captured (see `ops_checkpoint`). Run as it is (`eager`, a callable),
+    /// torch's checkpoint operation recomputes with other draws: a graph break instead.
+    random_recompute: bool,
     stats: std::sync::Mutex<ConverterStats>,
     /// Where functions inlined into a frame that failed will be split when they run as frames
     /// of their own (see `SplitHint`).
@@ -199,18 +204,20 @@ impl Converter {
 #[pymethods]
 impl Converter {
     #[new]
-    #[pyo3(signature = (backend, *, fullgraph=false, dynamic=None, cache_key=None))]
+    #[pyo3(signature = (backend, *, fullgraph=false, dynamic=None, cache_key=None, random_recompute=false))]
     fn new(
         backend: Py<PyAny>,
         fullgraph: bool,
         dynamic: Option<bool>,
         cache_key: Option<String>,
+        random_recompute: bool,
     ) -> Self {
         Converter {
             backend,
             fullgraph,
             dynamic,
             cache_key,
+            random_recompute,
             stats: std::sync::Mutex::new(ConverterStats::default()),
             split_hints: std::sync::Mutex::new(Vec::new()),
             root_code: std::sync::OnceLock::new(),
@@ -758,6 +765,7 @@ impl Converter {
 
         tracer.root_code = Some(OwnedRef::from_bound(&code));
         tracer.dynamic = self.dynamic;
+        tracer.random_recompute = self.random_recompute;
         let mut state = frame_state(&code, globals.clone(), builtins, true)?;
         let argcount: usize = code.getattr("co_argcount")?.extract::<usize>()?
             + code.getattr("co_kwonlyargcount")?.extract::<usize>()?;

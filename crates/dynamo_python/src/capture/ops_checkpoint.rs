@@ -20,7 +20,8 @@
 //!
 //! Not captured (a graph break at the call, as before): a `context_fn` (selective
 //! checkpointing policies), a function whose result holds anything else, random numbers
-//! drawn inside, and `use_reentrant=True` when no input needs a gradient (eagerly nothing then gets a
+//! drawn inside unless the backend goes through AOTAutograd (`inductor`, `aot_eager`; not
+//! with `preserve_rng_state=False`), and `use_reentrant=True` when no input needs a gradient (eagerly nothing then gets a
 //! gradient through the function, which the higher-order operation would not reproduce).
 //! With grad mode off nothing is recomputed and the function is simply inlined.
 
@@ -72,6 +73,7 @@ impl<'py> Tracer<'py> {
             .into_iter()
             .partition(|(k, _)| CHECKPOINT_KEYWORDS.contains(&k.as_str()));
         let mut reentrant = true;
+        let mut preserve_rng_state = true;
         let mut own_values = Vec::new();
         for (keyword, value) in &own {
             if keyword == "context_fn" {
@@ -87,6 +89,9 @@ impl<'py> Tracer<'py> {
             let value = value.bind(py).clone();
             if keyword == "use_reentrant" && !value.is_none() {
                 reentrant = value.is_truthy()?;
+            }
+            if keyword == "preserve_rng_state" {
+                preserve_rng_state = value.is_truthy()?;
             }
             own_values.push((keyword.clone(), Arg::Const(OwnedRef::from_bound(&value))));
         }
@@ -107,6 +112,12 @@ impl<'py> Tracer<'py> {
                 "checkpoint(use_reentrant=True) where no input needs a gradient",
             );
         }
+        // Random numbers drawn inside (dropout in a training transformer layer): a backend
+        // that runs the graph through AOTAutograd keeps what they drew for backward (its
+        // partitioner does not recompute random operations; Inductor draws its own, alike
+        // in the recomputation), as TorchDynamo relies on. Run as it is, torch's operation
+        // recomputes with other draws (it turns `preserve_rng_state` off): a graph break.
+        self.random_in_next_body = preserve_rng_state && self.random_recompute;
         let (result, traced) =
             self.trace_function_body(WHAT, function, function_args.to_vec(), passed)?;
         let Some(FunctionBody {

@@ -2,8 +2,9 @@
 //! traced inline and then moved out of the graph into GraphModules of their own.
 //!
 //! A body is traced as any call (`trace_body`), with no effect allowed outside it — no stores
-//! to objects older than it, no random numbers, in-place changes only to tensors it made
-//! (the operation may run it again, or not at all). Its nodes are then dropped from the graph
+//! to objects older than it, no random numbers (unless its operation draws them again alike:
+//! `random_in_next_body`), in-place changes only to tensors it made (the operation may run it
+//! again, or not at all). Its nodes are then dropped from the graph
 //! (`discarded_nodes`): the graph inputs first read inside stay, and so do the nodes of traces
 //! made only to check something (an `autograd.Function`'s forward, a nested body), which their
 //! own operation stands for. `lifted_inputs` lists what bodies read from before them (tensors,
@@ -59,6 +60,8 @@ impl<'py> Tracer<'py> {
         trace: impl FnOnce(&mut Self) -> CResult<VarId>,
     ) -> CResult<(VarId, Body)> {
         let py = self.py;
+        // Asked for this body only: a body traced inside it decides for itself.
+        let random_ok = std::mem::take(&mut self.random_in_next_body);
         let first = self.graph.nodes.len();
         let nested_before = self.discarded_nodes.len();
         let (result, changed_python) = self.counting_effects(trace)?;
@@ -77,12 +80,13 @@ impl<'py> Tracer<'py> {
             })
             .collect();
         let body = Body { ops, nested };
-        if body
-            .ops
-            .iter()
-            .any(|&i| super::node_draws_random(py, &self.graph.nodes[i]))
+        if !random_ok
+            && body
+                .ops
+                .iter()
+                .any(|&i| super::node_draws_random(py, &self.graph.nodes[i]))
         {
-            // Run again (checkpoint) or not at all (cond), the draws would differ from eager's.
+            // Run not at all (cond), or again, the draws would differ from eager's.
             return unsupported(
                 BreakKind::UnsupportedCall,
                 format!("{what} that draws random numbers"),

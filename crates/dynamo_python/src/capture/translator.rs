@@ -215,6 +215,12 @@ pub struct Tracer<'py> {
     /// `sys._getframe`): a split there hands that call the frame's locals as the original
     /// code has them (see `ops_frame_locals`).
     pub frame_read_break: bool,
+    /// The next body `trace_body` traces may draw random numbers: a checkpointed function,
+    /// whose recomputation restores the random generators' state first (see
+    /// `ops_checkpoint`). Taken (reset) by `trace_body`.
+    pub random_in_next_body: bool,
+    /// See `Converter::random_recompute`.
+    pub random_recompute: bool,
     /// The frames of the generators the trace made (see `VarKind::Generator`).
     pub generators: Vec<super::ops_generators::GeneratorFrame<'py>>,
     /// The cells of the compiled frame's own cell variables, by address: a function made in
@@ -422,6 +428,8 @@ impl<'py> Tracer<'py> {
             capturable_groups: Default::default(),
             generators_run_ahead: Default::default(),
             frame_read_break: false,
+            random_in_next_body: false,
+            random_recompute: false,
             static_floats: false,
             static_ints: false,
             module_reached: Default::default(),
