@@ -134,31 +134,41 @@ fn argument_count(code: &Bound<'_, PyAny>) -> CResult<u32> {
     Ok(positional + keyword_only + u32::from(flags & 0x04 != 0) + u32::from(flags & 0x08 != 0))
 }
 
-/// Whether `code` names a function that reads the frame's locals (`locals()`, `eval(...)`,
-/// `sys._getframe()`): split at a break, such a frame keeps every local it has bound, not
-/// only those its code reads again, so what they see is the original's.
-fn names_frame_readers(code: &Bound<'_, PyAny>) -> CResult<bool> {
-    const READERS: [&str; 9] = [
-        "locals",
-        "vars",
-        "dir",
-        "eval",
-        "exec",
-        "_getframe",
-        "currentframe",
-        "stack",
-        "getouterframes",
-    ];
-    let names: Vec<String> = code.getattr("co_names")?.extract()?;
-    Ok(names.iter().any(|n| READERS.contains(&n.as_str())))
+/// The names `state`'s code loads as globals (`LOAD_GLOBAL`), and as attributes or methods
+/// (`LOAD_ATTR`, `LOAD_METHOD`).
+fn loaded_names(state: &FrameState<'_>) -> CResult<(Vec<String>, Vec<String>)> {
+    let (mut globals, mut attributes) = (Vec::new(), Vec::new());
+    for ins in &state.instructions {
+        let arg = ins.effect_arg() as usize;
+        match ins.opcode {
+            Opcode::LoadGlobal => globals.push(state.names.get_item(arg >> 1)?.to_string()),
+            Opcode::LoadAttr | Opcode::LoadMethod => {
+                attributes.push(state.names.get_item(arg)?.to_string())
+            }
+            _ => {}
+        }
+    }
+    Ok((globals, attributes))
 }
 
-/// Whether `code` names a weak reference (`weakref.ref(y)`, `WeakValueDictionary`): such a
+/// Whether the code calls a builtin that reads the frame's locals (`locals()`, `eval(...)`)
+/// or reaches the frame itself (`sys._getframe()`, `inspect.currentframe()`): split at a
+/// break, such a frame keeps every local it has bound, not only those its code reads again,
+/// so what they see is the original's.
+fn names_frame_readers(globals: &[String], attributes: &[String]) -> bool {
+    const BUILTINS: [&str; 5] = ["locals", "vars", "dir", "eval", "exec"];
+    const FRAME_GETTERS: [&str; 3] = ["_getframe", "currentframe", "getouterframes"];
+    globals
+        .iter()
+        .any(|n| BUILTINS.contains(&n.as_str()) || FRAME_GETTERS.contains(&n.as_str()))
+        || attributes.iter().any(|n| FRAME_GETTERS.contains(&n.as_str()))
+}
+
+/// Whether the code makes weak references (`weakref.ref(y)`, `WeakValueDictionary`): such a
 /// frame keeps every local it has bound alive across a break, as the original does until it
 /// returns — a local no code reads again may still be what a weak reference points to.
-fn names_weak_references(code: &Bound<'_, PyAny>) -> CResult<bool> {
-    const WEAK: [&str; 7] = [
-        "weakref",
+fn names_weak_references(globals: &[String], attributes: &[String]) -> bool {
+    const WEAK: [&str; 6] = [
         "ref",
         "proxy",
         "finalize",
@@ -166,8 +176,11 @@ fn names_weak_references(code: &Bound<'_, PyAny>) -> CResult<bool> {
         "WeakKeyDictionary",
         "WeakSet",
     ];
-    let names: Vec<String> = code.getattr("co_names")?.extract()?;
-    Ok(names.iter().any(|n| WEAK.contains(&n.as_str())))
+    globals.iter().any(|n| n == "weakref")
+        && globals
+            .iter()
+            .chain(attributes)
+            .any(|n| WEAK.contains(&n.as_str()))
 }
 
 /// The name of every resume function starts with this: the hook compiles them even when
@@ -324,8 +337,9 @@ impl Converter {
         } else {
             false
         };
-        let reads_frame = names_frame_readers(split.code)?;
-        let keeps_all = reads_frame || names_weak_references(split.code)?;
+        let (globals, attributes) = loaded_names(state)?;
+        let reads_frame = names_frame_readers(&globals, &attributes);
+        let keeps_all = reads_frame || names_weak_references(&globals, &attributes);
         let exit_to = |target: usize| {
             let passed = if keeps_all {
                 (0..varnames).collect()
@@ -467,7 +481,8 @@ impl Converter {
             let mut slots: Vec<u32> = local_temps.keys().copied().collect();
             slots.sort_unstable();
             for slot in slots {
-                if slot >= varnames {
+                // (Cell variables are in their cells already.)
+                if slot >= varnames || cells.slots.contains(&slot) {
                     continue;
                 }
                 gen.emit_instruction(Opcode::LoadFast, Operand::Local(local_temps[&slot]));
@@ -486,8 +501,11 @@ impl Converter {
         // instruction reads the frame.
         let release = !frame_read;
         if release {
+            // (An argument that is also a cell variable holds its cell, which the resume
+            // function is handed.)
+            let cellvars: Vec<String> = split.code.getattr("co_cellvars")?.extract()?;
             for slot in 0..argument_count(split.code)? {
-                if !state.cells.contains_key(&(slot as usize)) {
+                if !cellvars.contains(&state.slot_names[slot as usize]) {
                     gen.emit_instruction(Opcode::DeleteFast, Operand::Local(slot));
                 }
             }
