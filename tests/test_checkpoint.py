@@ -305,18 +305,15 @@ def test_the_graph_holds_the_operation_over_a_subgraph() -> None:
     assert "tag_activation_checkpoint" in gm.code
 
 
-@pytest.mark.parametrize("name", ["gpt2", "llama", "bert"])
-def test_transformers_gradient_checkpointing(name) -> None:
-    """`model.gradient_checkpointing_enable()` in training: every layer checkpointed through
-    transformers' `GradientCheckpointingLayer`; loss and every gradient equal eager, no more
-    graphs than TorchDynamo."""
-    from test_zoo import training_setup
-
-    model, kwargs = training_setup(name)
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+def _training_step_side_by_side(model, kwargs, our_backend):
+    """One training step of `model(**kwargs)` eagerly, under TorchDynamo (`aot_eager`,
+    counted) and under dynamo_rs with `our_backend`, the random generators seeded alike
+    before each: loss and every gradient must equal eager's. Returns TorchDynamo's counter
+    and our compiled model."""
 
     def loss_and_grads(run):
         model.zero_grad(set_to_none=True)
+        torch.manual_seed(21)
         loss = run(**kwargs).loss
         loss.backward()
         return loss.detach(), [p.grad for p in model.parameters()]
@@ -326,14 +323,27 @@ def test_transformers_gradient_checkpointing(name) -> None:
         expected_loss, expected_grads = loss_and_grads(model)
         theirs = torch._dynamo.testing.CompileCounterWithBackend("aot_eager")
         loss_and_grads(torch.compile(model, backend=theirs))
-        ours = torch._dynamo.testing.CompileCounterWithBackend("aot_eager")
-        compiled = dynamo_rs.compile(model, backend=ours)
+        compiled = dynamo_rs.compile(model, backend=our_backend)
         loss, grads = loss_and_grads(compiled)
     torch.testing.assert_close(loss, expected_loss)
     for g, e in zip(grads, expected_grads, strict=True):
         assert (g is None) == (e is None)
         if e is not None:
             torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5)
+    return theirs, compiled
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama", "bert"])
+def test_transformers_gradient_checkpointing(name) -> None:
+    """`model.gradient_checkpointing_enable()` in training: every layer checkpointed through
+    transformers' `GradientCheckpointingLayer`; loss and every gradient equal eager, no more
+    graphs than TorchDynamo."""
+    from test_zoo import training_setup
+
+    model, kwargs = training_setup(name)
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    ours = torch._dynamo.testing.CompileCounterWithBackend("aot_eager")
+    theirs, compiled = _training_step_side_by_side(model, kwargs, ours)
     assert ours.frame_count <= theirs.frame_count
     assert not compiled._dynamo_rs_converter.failures
 
@@ -406,25 +416,8 @@ def test_transformers_gradient_checkpointing_with_dropout(name) -> None:
     mask[1, 9:] = 0
     labels = torch.tensor([0, 1]) if name == "bert" else ids
 
-    def loss_and_grads(run):
-        model.zero_grad(set_to_none=True)
-        torch.manual_seed(21)
-        loss = run(input_ids=ids, attention_mask=mask, labels=labels).loss
-        loss.backward()
-        return loss.detach(), [p.grad for p in model.parameters()]
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        expected_loss, expected_grads = loss_and_grads(model)
-        theirs = torch._dynamo.testing.CompileCounterWithBackend("aot_eager")
-        loss_and_grads(torch.compile(model, backend=theirs))
-        compiled = dynamo_rs.compile(model, backend="aot_eager")
-        loss, grads = loss_and_grads(compiled)
-    torch.testing.assert_close(loss, expected_loss)
-    for g, e in zip(grads, expected_grads, strict=True):
-        assert (g is None) == (e is None)
-        if e is not None:
-            torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5)
+    theirs, compiled = _training_step_side_by_side(
+        model, {"input_ids": ids, "attention_mask": mask, "labels": labels}, "aot_eager")
     converter = compiled._dynamo_rs_converter
     assert converter.graphs <= theirs.frame_count, (converter.graphs, theirs.frame_count)
     assert not any("random" in reason for _, reason in converter.breaks)

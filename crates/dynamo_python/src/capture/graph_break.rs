@@ -161,7 +161,9 @@ fn names_frame_readers(globals: &[String], attributes: &[String]) -> bool {
     globals
         .iter()
         .any(|n| BUILTINS.contains(&n.as_str()) || FRAME_GETTERS.contains(&n.as_str()))
-        || attributes.iter().any(|n| FRAME_GETTERS.contains(&n.as_str()))
+        || attributes
+            .iter()
+            .any(|n| FRAME_GETTERS.contains(&n.as_str()))
 }
 
 /// Whether the code makes weak references (`weakref.ref(y)`, `WeakValueDictionary`): such a

@@ -121,7 +121,10 @@ impl<'py> Tracer<'py> {
             self.frame_read_break = true;
             return unsupported(
                 BreakKind::UnsupportedCall,
-                format!("calling {} (it reads the calling frame)", super::ops_call::function_name(&obj)),
+                format!(
+                    "calling {} (it reads the calling frame)",
+                    super::ops_call::function_name(&obj)
+                ),
             );
         }
         Ok(())
@@ -131,11 +134,12 @@ impl<'py> Tracer<'py> {
     fn cell_is_empty(&self, f: &FrameState<'py>, slot: usize) -> bool {
         match f.cells.get(&slot) {
             Some(Cell::Traced(cell)) => cell.borrow().is_none(),
-            Some(Cell::Real(cell, _)) => match self.mutated_attr(&cell.bind(self.py), "cell_contents")
-            {
-                Some(stored) => stored.is_none(),
-                None => cell.bind(self.py).getattr("cell_contents").is_err(),
-            },
+            Some(Cell::Real(cell, _)) => {
+                match self.mutated_attr(&cell.bind(self.py), "cell_contents") {
+                    Some(stored) => stored.is_none(),
+                    None => cell.bind(self.py).getattr("cell_contents").is_err(),
+                }
+            }
             None => true,
         }
     }

@@ -338,7 +338,7 @@ impl<'py> Tracer<'py> {
     fn tuple_key_value(&mut self, k: VarId) -> CResult<Bound<'py, PyAny>> {
         let py = self.py;
         let VarKind::Tuple(items) = self.kind(k) else {
-            return Ok(self.python_value(k)?);
+            return self.python_value(k);
         };
         let items = items.clone();
         let incomparable = py

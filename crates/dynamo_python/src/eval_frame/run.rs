@@ -202,10 +202,8 @@ pub unsafe fn run_entry(
             }
             args.push(value);
         }
-        let argument_slots = positional
-            + kwonly
-            + usize::from(layout.has_varargs)
-            + usize::from(layout.has_varkw);
+        let argument_slots =
+            positional + kwonly + usize::from(layout.has_varargs) + usize::from(layout.has_varkw);
         if !layout.has_varargs && !layout.has_varkw {
             let kwnames = layout
                 .kwonly_names
