@@ -91,6 +91,31 @@ def locals_in_a_loop(x):
         x = x + i
     return seen, x
 @case(T34)
+def locals_in_a_comprehension(x):
+    return [sorted(locals()) for _ in range(2)], x + 1
+@case(T34)
+def locals_in_a_generator(x):
+    def scopes():
+        step = 1
+        yield sorted(locals())
+    return list(scopes()), x + 1
+
+
+class _UsesSuper:
+    def method(self, x):
+        super().__init__()
+        return sorted(locals()), x + 1
+
+
+@case(T34)
+def locals_of_a_method_using_super(x):
+    return _UsesSuper().method(x)
+@case(T34)
+def locals_with_star_arguments_and_keywords(x):
+    def inner(a, *rest, k=1, **named):
+        return sorted(locals()), a * k, rest, named
+    return inner(x, 1, 2, k=3, z=4)
+@case(T34)
 def locals_items_forwarded_as_kwargs(x):
     def combine(x, scale):
         return x * scale
@@ -159,7 +184,7 @@ def locals_views_returned(x):
 
 
 def test_enough_cases() -> None:
-    assert len(CASES) >= 18, len(CASES)
+    assert len(CASES) >= 23, len(CASES)
 
 
 @pytest.fixture(autouse=True)
