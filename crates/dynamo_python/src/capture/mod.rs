@@ -813,10 +813,10 @@ impl Converter {
         tracer.stop_at = stop_at;
 
         self.stats().traces += 1;
-        let result = match {
-            let _no_gc = GcPaused::new();
-            tracer.run(&mut state)
-        } {
+        let no_gc = GcPaused::new();
+        let translated = tracer.run(&mut state);
+        drop(no_gc);
+        let result = match translated {
             Ok(result) => Some(result),
             Err(CaptureError::BreakPoint) => None,
             Err(err) => {
@@ -1197,9 +1197,8 @@ struct GcPaused {
 impl GcPaused {
     fn new() -> GcPaused {
         // SAFETY: the GIL is held by every caller (the translator runs under it).
-        GcPaused {
-            was_enabled: unsafe { pyo3::ffi::PyGC_Disable() } != 0,
-        }
+        let was_enabled = unsafe { pyo3::ffi::PyGC_Disable() } != 0;
+        GcPaused { was_enabled }
     }
 }
 
