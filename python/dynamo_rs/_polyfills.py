@@ -129,3 +129,29 @@ class Incomparable:
 
     __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = _compared
     __hash__ = None
+
+
+class ResumeIterator:
+    """An iterator live at a graph break (over a list, a zip, a generator run ahead), made
+    again for the rest of the frame from the items it had left. Plain Python with its items
+    in a tuple and its position in an int, so that a trace of the rest reads each item
+    through a guarded source (`it.items[k]`) and replays the position it advanced to; a
+    builtin tuple iterator could not be read without advancing it, and the rest of the frame
+    ran eagerly (and compiled again on every call, guarded by the iterator's identity)."""
+
+    def __init__(self, items):
+        self.items = items
+        self.pos = 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        pos = self.pos
+        if pos >= len(self.items):
+            raise StopIteration
+        self.pos = pos + 1
+        return self.items[pos]
+
+    def __length_hint__(self):
+        return max(len(self.items) - self.pos, 0)

@@ -603,7 +603,7 @@ fn rebuild_inline(tracer: &Tracer<'_>, id: VarId, r: &mut Rebuilder) -> CResult<
                 name: name.clone(),
             }
         }
-        // An iterator live at a graph break: `iter((remaining items...))`. Python's iterator
+        // An iterator live at a graph break: `ResumeIterator((remaining items...))`. Python's iterator
         // reads its list live; the rebuilt one reads a copy, which is the same only while
         // no one else can change that list: none from a source, and none reachable from
         // the other values rebuilt (`Rebuilder::watched_by_iter`).
@@ -639,8 +639,13 @@ fn rebuild_inline(tracer: &Tracer<'_>, id: VarId, r: &mut Rebuilder) -> CResult<
                 .into_iter()
                 .map(|i| rebuild_plan(tracer, i, r))
                 .collect::<CResult<_>>()?;
+            // Plain Python (`_polyfills.ResumeIterator`), so that a trace of the rest of the
+            // frame reads its items through sources and replays how far it got.
             Rebuild::Converted {
-                into: OwnedRef::from_bound(&tracer.h.builtins.getattr("iter")?),
+                into: OwnedRef::from_bound(
+                    &py.import_module("dynamo_rs._polyfills")?
+                        .getattr("ResumeIterator")?,
+                ),
                 value: Box::new(Rebuild::Tuple(items)),
             }
         }

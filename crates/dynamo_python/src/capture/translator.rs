@@ -989,6 +989,9 @@ impl<'py> Tracer<'py> {
             return Ok(self.add(VarKind::GradModeExit { previous }, source));
         }
         if let Some(s) = &source {
+            if let Some(iterator) = self.wrap_resume_iterator(value, s)? {
+                return Ok(iterator);
+            }
             if let Some(method) = self.wrap_tensor_method(value, s)? {
                 return Ok(method);
             }
@@ -1053,6 +1056,51 @@ impl<'py> Tracer<'py> {
             receiver,
             &name,
             Some(OwnedRef::from_bound(&func)),
+        )))
+    }
+
+    /// An iterator a graph break handed on (`_polyfills.ResumeIterator`, made by the code
+    /// before the break from the items it had left): an iterator over its items, each read
+    /// through `it.items[k]`. Its position is guarded (it starts where the break left it). How
+    /// far the trace takes it is not written back: the object is the resume function's alone
+    /// (made for the call, rebuilt anew at a later break).
+    fn wrap_resume_iterator(
+        &mut self,
+        value: &Bound<'py, PyAny>,
+        source: &Rc<Source>,
+    ) -> CResult<Option<VarId>> {
+        let py = self.py;
+        let class = py
+            .import_module("dynamo_rs._polyfills")?
+            .getattr("ResumeIterator")?;
+        if !value.get_type().is(&class) {
+            return Ok(None);
+        }
+        self.guards.add(
+            source.clone(),
+            GuardKind::Type(OwnedRef::from_bound(&class)),
+        );
+        let position = value.getattr("pos")?;
+        self.guards.add(
+            Rc::new(Source::Attr(source.clone(), "pos".into())),
+            GuardKind::Equals(OwnedRef::from_bound(&position)),
+        );
+        let items_source = Rc::new(Source::Attr(source.clone(), "items".into()));
+        let items = self.wrap(&value.getattr("items")?, Some(items_source))?;
+        let VarKind::Tuple(items) = self.kind(items) else {
+            return Ok(None);
+        };
+        let start: usize = position.extract()?;
+        let remaining = items.get(start..).unwrap_or_default().to_vec();
+        Ok(Some(self.add(
+            VarKind::Iter {
+                items: remaining,
+                next: 0,
+                watched: Vec::new(),
+                handed_on: false,
+                exhausted: false,
+            },
+            None,
         )))
     }
 
