@@ -1,6 +1,7 @@
 """Values made anew on every call that a graph break hands to a resume function: the bound
 method of a list, dict, set, deque or OrderedDict (`outs.append(layer(x))` where `layer`
-breaks — the method is on the stack), a weak reference, a frame object. Each was guarded by
+breaks — the method is on the stack) or of a constant (`print("loss {}".format(t.item()))`:
+not rebuildable before, so the whole frame ran eagerly), a weak reference, a frame object. Each was guarded by
 its identity, so the resume function compiled again on every call until the cache limit and
 then ran eagerly. Now each is guarded by what it is (the receiver and the method's name; the
 type), and the calls after the first compile nothing (no new trace at all, with or without
@@ -98,6 +99,33 @@ def frame_across_a_break(x):
     return y + (frame is not None)
 
 
+def format_of_an_item(x):
+    # A training loop's log line: `.item()` breaks the graph inside the arguments of a
+    # string's bound `format` (which ran the whole frame eagerly: not rebuildable).
+    y = x * 2
+    print("loss {:.3f}".format(y.sum().item()))
+    return y + 1
+
+
+def join_of_a_breaking_call(x):
+    y = x.sin()
+    text = ", ".join([str(_layer(y).shape[0]), "rows"])
+    return y * len(text)
+
+
+def format_method_with_keywords(x):
+    y = x.exp()
+    print("{name}: {value:.2f}".format(name="mean", value=y.mean().item()))
+    return y - 1
+
+
+def printf_style_and_f_string_of_an_item(x):
+    y = x.cos()
+    total = y.sum().item()
+    print("total %.2f" % total, f"{total:.1f}")
+    return y * 3
+
+
 def iterators_live_across_a_break(x):
     # What `AveragedModel.update_parameters` does: iterators over parameters made before a
     # break, consumed by a loop after it.
@@ -129,10 +157,21 @@ CASES = [
     frame_across_a_break,
     iterators_live_across_a_break,
     iterator_partly_consumed_across_a_break,
+    format_of_an_item,
+    join_of_a_breaking_call,
+    format_method_with_keywords,
+    printf_style_and_f_string_of_an_item,
 ]
 
 # TorchDynamo's resume function is not handed the dead `y`, which is freed: `ref()` is None.
 DYNAMO_WRONG = {weak_reference_across_a_break: TypeError}
+# The rest of the frame formats the `.item()` float it is handed, a new value on every call:
+# the first trace of the rest formats the value it saw (guarded by it); the next, with the
+# float symbolic once it changed, breaks the graph at the formatting instead (each resume
+# function so made sees the float change once more), and once those are made the calls trace
+# nothing more; the string made is passed on to `print` without a guard on its text.
+FORMATS_A_NEW_FLOAT = {format_of_an_item, format_method_with_keywords,
+                       printf_style_and_f_string_of_an_item}
 # (ours, TorchDynamo's) where they differ: TorchDynamo runs the whole frame eagerly (a
 # generator live at the break); we make the graph before it and the loop's after it.
 OUR_GRAPHS = {iterators_live_across_a_break: (2, 0)}
@@ -145,7 +184,7 @@ def test_resume_functions_compile_once(fn) -> None:
     theirs = torch._dynamo.testing.CompileCounter()
     reference = torch.compile(fn, backend=theirs)
     traced_after_first = None
-    for call in range(5):
+    for call in range(6):
         x = torch.randn(3, 4)
         with contextlib.redirect_stdout(io.StringIO()) as eager_out:
             expected = fn(x)
@@ -159,7 +198,7 @@ def test_resume_functions_compile_once(fn) -> None:
                 reference(x)
         torch.testing.assert_close(got, expected)
         assert our_out.getvalue() == eager_out.getvalue()
-        if call == 0:
+        if call == (3 if fn in FORMATS_A_NEW_FLOAT else 0):
             traced_after_first = len(compiled._dynamo_rs_converter.frames)
     assert len(compiled._dynamo_rs_converter.frames) == traced_after_first, \
         [f[0] for f in compiled._dynamo_rs_converter.frames[traced_after_first:]]

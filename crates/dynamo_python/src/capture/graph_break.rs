@@ -263,7 +263,7 @@ impl Converter {
         let stack = state.stack.clone();
         let nulls: Vec<bool> = stack
             .iter()
-            .map(|&id| matches!(tracer.kind(id), VarKind::Null))
+            .map(|&id| matches!(tracer.kind_unobserved(id), VarKind::Null))
             .collect();
         // The stack right after the instruction: what it did not touch, then what it pushed.
         let (kept, exits) = match continuation {
@@ -525,7 +525,7 @@ impl Converter {
         let mut state_blocks = Vec::new();
         for (k, &id) in stack[..kept].iter().enumerate() {
             if let VarKind::StateContext(super::vars::StateContextVar::Exit { spec }) =
-                *tracer.kind(id)
+                *tracer.kind_unobserved(id)
             {
                 state_blocks.push((k, tracer.state_handoff(spec)?));
             }

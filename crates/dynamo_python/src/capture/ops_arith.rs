@@ -34,6 +34,11 @@ impl<'py> Tracer<'py> {
     pub(super) fn op_binary(&mut self, f: &mut FrameState<'py>, kind: u32) -> CResult<Flow> {
         let rhs = self.pop(f)?;
         let lhs = self.pop(f)?;
+        // `"%.3f" % loss` (printf-style formatting).
+        if matches!(self.kind(lhs), VarKind::Const(c) if c.bind(self.py).is_instance_of::<pyo3::types::PyString>())
+        {
+            self.refuse_formatting_symbolic_floats(&[rhs])?;
+        }
         let op = self.h.binary_ops.get_item(kind as usize)?;
         let result = self.apply_operator(&op, vec![lhs, rhs])?;
         f.stack.push(result);

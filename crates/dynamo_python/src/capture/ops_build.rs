@@ -193,6 +193,7 @@ impl<'py> Tracer<'py> {
                 "formatting a tensor into a string",
             );
         }
+        self.refuse_formatting_symbolic_floats(&[value])?;
         if let Some(type_name) = self.formatted_by_python(value)? {
             return unsupported(
                 BreakKind::UnsupportedOperation,

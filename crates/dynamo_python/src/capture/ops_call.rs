@@ -394,6 +394,7 @@ impl<'py> Tracer<'py> {
             return Ok(result);
         }
         self.refuse_frame_reading_call(callee)?;
+        self.refuse_formatting_call(callee, &args, &kwargs)?;
         let py = self.py;
         if let Some(result) = self.iteration_dunder_call(callee, &args, &kwargs)? {
             return Ok(result);

@@ -72,6 +72,63 @@ impl<'py> Tracer<'py> {
         matches!(self.kind(id), VarKind::Symbolic { .. })
     }
 
+    /// Refuses to turn a symbolic float among `ids` (in tuples and lists too) into text: a
+    /// float the frame is handed anew on every call (the `.item()` of a loss passed on at a
+    /// graph break, made symbolic when it changed) would be guarded by its exact value, and
+    /// the frame traced again on every call. At a graph break the generated code formats it.
+    pub(super) fn refuse_formatting_symbolic_floats(&self, ids: &[VarId]) -> CResult<()> {
+        let py = self.py;
+        for &id in ids {
+            match self.kind_unobserved(id) {
+                VarKind::Symbolic { fake, .. }
+                    if fake.bind(py).get_type().name()? == "SymFloat" =>
+                {
+                    return unsupported(
+                        BreakKind::UnsupportedOperation,
+                        "formatting a float that changes from call to call (its value would \
+                         be guarded)",
+                    );
+                }
+                VarKind::Tuple(items) | VarKind::List(items) => {
+                    let items = items.clone();
+                    self.refuse_formatting_symbolic_floats(&items)?;
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// `str(v)`, `repr(v)`, `format(v, spec)` and a string's own methods (`"{}".format(v)`,
+    /// `", ".join(...)`) given a symbolic float: see `refuse_formatting_symbolic_floats`.
+    pub(super) fn refuse_formatting_call(
+        &self,
+        callee: VarId,
+        args: &[VarId],
+        kwargs: &[(String, VarId)],
+    ) -> CResult<()> {
+        let (VarKind::Object(obj) | VarKind::Const(obj)) = self.kind_unobserved(callee) else {
+            return Ok(());
+        };
+        let obj = obj.bind(self.py).clone();
+        if !obj.is_instance_of::<pyo3::types::PyCFunction>() {
+            return Ok(());
+        }
+        let b = &self.h.builtins;
+        let formats = ["str", "repr", "format", "ascii"]
+            .iter()
+            .any(|n| b.getattr(*n).is_ok_and(|f| f.is(&obj)))
+            || obj
+                .getattr("__self__")
+                .is_ok_and(|s| s.is_instance_of::<pyo3::types::PyString>());
+        if formats {
+            self.refuse_formatting_symbolic_floats(args)?;
+            let values: Vec<VarId> = kwargs.iter().map(|(_, v)| *v).collect();
+            self.refuse_formatting_symbolic_floats(&values)?;
+        }
+        Ok(())
+    }
+
     /// The Python value of a symbolic value, specialised: the ShapeEnv records the guard.
     /// Notes where, so a `mark_dynamic` dimension specialised here can name the line.
     pub fn specialize(&self, fake: &Bound<'py, PyAny>) -> CResult<Bound<'py, PyAny>> {

@@ -399,6 +399,14 @@ fn rebuild_inline(tracer: &Tracer<'_>, id: VarId, r: &mut Rebuilder) -> CResult<
                     );
                 }
                 let obj = v.bind(py);
+                // A builtin method of a constant (`"loss {}".format`, `", ".join` on the stack
+                // when their argument breaks the graph): looked up again on the constant.
+                if let Some((receiver, name)) = constant_bound_method(tracer, &obj)? {
+                    return Ok(Rebuild::Attr {
+                        base: Box::new(Rebuild::Const(OwnedRef::from_bound(&receiver))),
+                        name,
+                    });
+                }
                 // A method bound while tracing is bound to the object the trace saw, which
                 // need not be the one this call has: not a constant.
                 let bound = obj
@@ -700,6 +708,37 @@ fn rebuild_inline(tracer: &Tracer<'_>, id: VarId, r: &mut Rebuilder) -> CResult<
             )
         }
     })
+}
+
+/// `(receiver, name)` when `obj` is a builtin method bound to a constant (a string, a number,
+/// a tuple of constants) that the receiver's own attribute `name` gives again.
+pub(super) fn constant_bound_method<'py>(
+    tracer: &Tracer<'py>,
+    obj: &Bound<'py, PyAny>,
+) -> CResult<Option<(Bound<'py, PyAny>, String)>> {
+    let py = tracer.py;
+    let types = py.import_module("types")?;
+    let kind = obj.get_type().into_any();
+    if !kind.is(&types.getattr("BuiltinMethodType")?)
+        && !kind.is(&types.getattr("MethodWrapperType")?)
+    {
+        return Ok(None);
+    }
+    let Ok(receiver) = obj.getattr("__self__") else {
+        return Ok(None);
+    };
+    if receiver.is_none()
+        || receiver.is_instance_of::<pyo3::types::PyModule>()
+        || !tracer.h.is_constant(&receiver)?
+    {
+        return Ok(None);
+    }
+    let name: String = obj.getattr("__name__")?.extract()?;
+    let again = receiver.getattr(name.as_str());
+    if !again.is_ok_and(|m| m.eq(obj).unwrap_or(false)) {
+        return Ok(None);
+    }
+    Ok(Some((receiver, name)))
 }
 
 /// A function made by `MAKE_FUNCTION` in the trace, made again by the generated code from

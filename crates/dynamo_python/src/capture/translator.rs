@@ -828,7 +828,12 @@ impl<'py> Tracer<'py> {
             let guard = source
                 .clone()
                 .map(|s| (s, GuardKind::Equals(OwnedRef::from_bound(value))));
-            let pending = if item_of_container {
+            // A string the frame is given (a resume function's `print` argument formatted
+            // before the break, a new text on every call) is guarded only if the trace reads
+            // it, as an item of a container is: passed on as it is, it is loaded again.
+            let frame_string = value.is_exact_instance_of::<pyo3::types::PyString>()
+                && matches!(source.as_deref(), Some(Source::Local(_)));
+            let pending = if item_of_container || frame_string {
                 guard
             } else {
                 if let Some((s, guard)) = guard {
@@ -992,6 +997,9 @@ impl<'py> Tracer<'py> {
             if let Some(iterator) = self.wrap_resume_iterator(value, s)? {
                 return Ok(iterator);
             }
+            if let Some(method) = self.wrap_constant_method(value, s)? {
+                return Ok(method);
+            }
             if let Some(method) = self.wrap_tensor_method(value, s)? {
                 return Ok(method);
             }
@@ -1056,6 +1064,37 @@ impl<'py> Tracer<'py> {
             receiver,
             &name,
             Some(OwnedRef::from_bound(&func)),
+        )))
+    }
+
+    /// A builtin method of a constant read from `source` (`"loss {}".format` handed on at a
+    /// break inside its arguments: `.item()`): a new object on every call, the same method
+    /// of the same constant — guarded by both, never by identity.
+    fn wrap_constant_method(
+        &mut self,
+        value: &Bound<'py, PyAny>,
+        source: &Rc<Source>,
+    ) -> CResult<Option<VarId>> {
+        let Some((receiver, name)) = super::rebuild::constant_bound_method(self, value)? else {
+            return Ok(None);
+        };
+        let attr = |n: &str| Rc::new(Source::Attr(source.clone(), n.to_string()));
+        self.guards.add(
+            source.clone(),
+            GuardKind::Type(OwnedRef::from_bound(value.get_type().as_any())),
+        );
+        self.guards.add(
+            attr("__self__"),
+            GuardKind::Equals(OwnedRef::from_bound(&receiver)),
+        );
+        let name = pyo3::types::PyString::new(self.py, &name);
+        self.guards.add(
+            attr("__name__"),
+            GuardKind::Equals(OwnedRef::from_bound(name.as_any())),
+        );
+        Ok(Some(self.add(
+            VarKind::Object(OwnedRef::from_bound(value)),
+            Some(source.clone()),
         )))
     }
 
