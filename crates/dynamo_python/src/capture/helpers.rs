@@ -391,6 +391,21 @@ fn is_numpy_instance(value: &Bound<'_, PyAny>, kinds: &[&str]) -> PyResult<bool>
 }
 
 /// Whether `value` is a NumPy integer scalar (immutable, like an int).
+/// The object a builtin method (`"{}".format`, `outs.append`, `t.add`) or a method-wrapper
+/// (`od.__setitem__`) is bound to; None for anything else.
+pub fn builtin_method_receiver<'py>(
+    obj: &Bound<'py, PyAny>,
+) -> PyResult<Option<Bound<'py, PyAny>>> {
+    let types = obj.py().import_module("types")?;
+    let kind = obj.get_type().into_any();
+    if !kind.is(&types.getattr("BuiltinMethodType")?)
+        && !kind.is(&types.getattr("MethodWrapperType")?)
+    {
+        return Ok(None);
+    }
+    Ok(obj.getattr("__self__").ok())
+}
+
 pub fn is_numpy_integer(value: &Bound<'_, PyAny>) -> PyResult<bool> {
     is_numpy_instance(value, &["integer"])
 }

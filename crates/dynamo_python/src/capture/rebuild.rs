@@ -716,15 +716,7 @@ pub(super) fn constant_bound_method<'py>(
     tracer: &Tracer<'py>,
     obj: &Bound<'py, PyAny>,
 ) -> CResult<Option<(Bound<'py, PyAny>, String)>> {
-    let py = tracer.py;
-    let types = py.import_module("types")?;
-    let kind = obj.get_type().into_any();
-    if !kind.is(&types.getattr("BuiltinMethodType")?)
-        && !kind.is(&types.getattr("MethodWrapperType")?)
-    {
-        return Ok(None);
-    }
-    let Ok(receiver) = obj.getattr("__self__") else {
+    let Some(receiver) = super::helpers::builtin_method_receiver(obj)? else {
         return Ok(None);
     };
     if receiver.is_none()

@@ -1154,15 +1154,8 @@ impl<'py> Tracer<'py> {
         source: &Rc<Source>,
     ) -> CResult<Option<VarId>> {
         let py = self.py;
-        let types = py.import_module("types")?;
-        // `od.__setitem__` of an OrderedDict is a method-wrapper.
         let builtin_method = value.get_type().into_any();
-        if !builtin_method.is(&types.getattr("BuiltinMethodType")?)
-            && !builtin_method.is(&types.getattr("MethodWrapperType")?)
-        {
-            return Ok(None);
-        }
-        let Ok(receiver) = value.getattr("__self__") else {
+        let Some(receiver) = super::helpers::builtin_method_receiver(value)? else {
             return Ok(None);
         };
         let container = [
