@@ -88,6 +88,7 @@ mod subgraph;
 pub mod tensor_check;
 pub mod translator;
 pub mod vars;
+mod wrap_handed_on;
 
 use self::break_reasons::{Break, BreakKind};
 use std::collections::HashMap;
