@@ -272,11 +272,7 @@ impl<'py> CodeGen<'py> {
             .map(|n| cellvars.contains(n) || freevars.contains(n))
             .collect();
         let all_varnames: Vec<String> = code.getattr("co_varnames")?.extract()?;
-        let flags: u32 = code.getattr("co_flags")?.extract()?;
-        let arguments = code.getattr("co_argcount")?.extract::<usize>()?
-            + code.getattr("co_kwonlyargcount")?.extract::<usize>()?
-            + usize::from(flags & 0x04 != 0) // CO_VARARGS
-            + usize::from(flags & 0x08 != 0); // CO_VARKEYWORDS
+        let arguments = super::helpers::argument_slots(code)?;
         let argument_names = &all_varnames[..arguments.min(all_varnames.len())];
         let entry_cells = slot_names
             .iter()

@@ -126,14 +126,6 @@ fn uses_zero_argument_super(code: &Bound<'_, PyAny>) -> CResult<bool> {
     Ok(argcount > 0 && freevars.iter().any(|name| name == "__class__"))
 }
 
-/// The number of argument slots of `code` (positional, keyword-only, `*args`, `**kwargs`).
-fn argument_count(code: &Bound<'_, PyAny>) -> CResult<u32> {
-    let positional: u32 = code.getattr("co_argcount")?.extract()?;
-    let keyword_only: u32 = code.getattr("co_kwonlyargcount")?.extract()?;
-    let flags: u32 = code.getattr("co_flags")?.extract()?;
-    Ok(positional + keyword_only + u32::from(flags & 0x04 != 0) + u32::from(flags & 0x08 != 0))
-}
-
 /// The names `state`'s code loads as globals (`LOAD_GLOBAL`), and as attributes or methods
 /// (`LOAD_ATTR`, `LOAD_METHOD`).
 fn loaded_names(state: &FrameState<'_>) -> CResult<(Vec<String>, Vec<String>)> {
@@ -156,7 +148,7 @@ fn loaded_names(state: &FrameState<'_>) -> CResult<(Vec<String>, Vec<String>)> {
 /// break, such a frame keeps every local it has bound, not only those its code reads again,
 /// so what they see is the original's.
 fn names_frame_readers(globals: &[String], attributes: &[String]) -> bool {
-    const BUILTINS: [&str; 5] = ["locals", "vars", "dir", "eval", "exec"];
+    use super::ops_frame_locals::FRAME_READING_BUILTINS as BUILTINS;
     const FRAME_GETTERS: [&str; 3] = ["_getframe", "currentframe", "getouterframes"];
     globals
         .iter()
@@ -506,7 +498,7 @@ impl Converter {
             // (An argument that is also a cell variable holds its cell, which the resume
             // function is handed.)
             let cellvars: Vec<String> = split.code.getattr("co_cellvars")?.extract()?;
-            for slot in 0..argument_count(split.code)? {
+            for slot in 0..super::helpers::argument_slots(split.code)? as u32 {
                 if !cellvars.contains(&state.slot_names[slot as usize]) {
                     gen.emit_instruction(Opcode::DeleteFast, Operand::Local(slot));
                 }

@@ -391,6 +391,16 @@ fn is_numpy_instance(value: &Bound<'_, PyAny>, kinds: &[&str]) -> PyResult<bool>
 }
 
 /// Whether `value` is a NumPy integer scalar (immutable, like an int).
+/// The number of argument slots of `code`: positional, keyword-only, `*args`, `**kwargs`
+/// (the first localsplus slots, bound when a frame starts).
+pub fn argument_slots(code: &Bound<'_, PyAny>) -> PyResult<usize> {
+    let flags: u32 = code.getattr("co_flags")?.extract()?;
+    Ok(code.getattr("co_argcount")?.extract::<usize>()?
+        + code.getattr("co_kwonlyargcount")?.extract::<usize>()?
+        + usize::from(flags & 0x04 != 0) // CO_VARARGS
+        + usize::from(flags & 0x08 != 0)) // CO_VARKEYWORDS
+}
+
 /// The object a builtin method (`"{}".format`, `outs.append`, `t.add`) or a method-wrapper
 /// (`od.__setitem__`) is bound to; None for anything else.
 pub fn builtin_method_receiver<'py>(

@@ -771,7 +771,7 @@ impl Converter {
         let argcount: usize = code.getattr("co_argcount")?.extract::<usize>()?
             + code.getattr("co_kwonlyargcount")?.extract::<usize>()?;
         let flags: u32 = code.getattr("co_flags")?.extract()?;
-        let nargs = argcount + usize::from(flags & 0x04 != 0) + usize::from(flags & 0x08 != 0);
+        let nargs = helpers::argument_slots(&code)?;
         // Generators and coroutines (CO_GENERATOR, CO_COROUTINE, CO_ITERABLE_COROUTINE,
         // CO_ASYNC_GENERATOR) cannot be run again as a call.
         tracer.rerun_on_error = flags & (0x20 | 0x80 | 0x100 | 0x200) == 0;
@@ -1473,11 +1473,7 @@ pub(crate) fn rerun_plan(
     if !tracer.graph_ops_in_try || tracer.state_changing_op.is_some() {
         return Ok(None);
     }
-    let flags: u32 = code.getattr("co_flags")?.extract()?;
-    let parameters = code.getattr("co_argcount")?.extract::<usize>()?
-        + code.getattr("co_kwonlyargcount")?.extract::<usize>()?
-        + usize::from(flags & 0x04 != 0)
-        + usize::from(flags & 0x08 != 0);
+    let parameters = helpers::argument_slots(code)?;
     Ok(Some(codegen::Rerun {
         grad_mode: tracer.guards.grad_mode.unwrap_or(true),
         parameters,

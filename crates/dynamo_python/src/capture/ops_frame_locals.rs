@@ -11,6 +11,9 @@ use super::translator::{unsupported, CResult, FrameState, Tracer};
 use super::vars::{Cell, VarId, VarKind};
 use crate::eval_frame::owned::OwnedRef;
 
+/// The builtins that read the calling frame's locals.
+pub(super) const FRAME_READING_BUILTINS: [&str; 5] = ["locals", "vars", "dir", "eval", "exec"];
+
 /// `CO_OPTIMIZED`: a function's frame, whose locals live in fast slots.
 const CO_OPTIMIZED: u32 = 0x1;
 
@@ -111,7 +114,7 @@ impl<'py> Tracer<'py> {
             return Ok(());
         }
         let b = &self.h.builtins;
-        let reads_frame = ["eval", "exec", "locals", "vars", "dir"]
+        let reads_frame = FRAME_READING_BUILTINS
             .iter()
             .any(|n| b.getattr(*n).is_ok_and(|f| f.is(&obj)))
             || pyo3::types::PyModule::import(self.py, "sys")?
