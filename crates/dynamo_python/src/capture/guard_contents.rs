@@ -155,11 +155,15 @@ impl<'py> Tracer<'py> {
         // through its source (`cell_contents`), a new one on every call.
         // So are a frame (`sys._getframe()` handed on at a break; the trace reads nothing of
         // it, see `read_attr`) and a weak reference (calling it is a graph break); what the
-        // trace does with the object itself guards its identity (`pin_identity`).
+        // trace does with the object itself guards its identity (`pin_identity`). A
+        // `torch.Generator` too: its methods run on the real object at graph breaks (read
+        // through the type), and a draw given one breaks the graph, so a generator made per
+        // call (`torch.Generator().manual_seed(s)`) is no reason to compile again.
         let types = py.import_module("types")?;
         if ty.is(&types.getattr("CellType")?)
             || ty.is(&types.getattr("FrameType")?)
             || ty.is(&py.import_module("weakref")?.getattr("ReferenceType")?)
+            || ty.is(&py.import_module("torch")?.getattr("Generator")?)
         {
             self.guards.add(
                 source.clone(),

@@ -506,7 +506,12 @@ impl<'py> Tracer<'py> {
                             )),
                         );
                     }
-                    return self.wrap(&attr, None);
+                    let method = self.wrap(&attr, None)?;
+                    if bound_builtin {
+                        self.bound_builtin_receivers
+                            .insert(method, (obj, name.to_string()));
+                    }
+                    return Ok(method);
                 }
                 let source = self.source(obj).map(|s| self.attr_source(&value, s, name));
                 if source.is_none() && attr.is_instance(&self.h.tensor_type)? {

@@ -407,6 +407,19 @@ fn rebuild_inline(tracer: &Tracer<'_>, id: VarId, r: &mut Rebuilder) -> CResult<
                         name,
                     });
                 }
+                // A builtin method read from a tracked object: read again from the
+                // receiver this call has (unless the trace stored to that attribute since:
+                // its replay would come first).
+                if let Some((receiver, name)) = tracer.bound_builtin_receivers.get(&id).filter(|(receiver, name)| {
+                    tracer
+                        .real_unpinned(*receiver)
+                        .is_some_and(|real| tracer.mutated_attr(&real, name).is_none())
+                }) {
+                    return Ok(Rebuild::Attr {
+                        base: Box::new(rebuild_plan(tracer, *receiver, r)?),
+                        name: name.clone(),
+                    });
+                }
                 // A method bound while tracing is bound to the object the trace saw, which
                 // need not be the one this call has: not a constant.
                 let bound = obj

@@ -193,6 +193,11 @@ pub struct Tracer<'py> {
     /// dict's fingerprint, so an iterator sees a key deleted and added again (same length,
     /// same order), which Python's dict iterator does not let pass.
     pub dict_removals: HashMap<VarId, usize>,
+    /// Builtin methods read from a tracked object (`g.manual_seed` of a `torch.Generator`
+    /// local): the receiver and the name, so a break that hands one on looks it up again on
+    /// the receiver, as the original's `LOAD_METHOD` did (the bound method itself is a new
+    /// object on every read, and bound to this call's receiver).
+    pub bound_builtin_receivers: HashMap<VarId, (VarId, String)>,
     /// Sets the trace made, by object address (kept alive): see `ops_sets`.
     pub fresh_sets: HashMap<usize, (VarId, OwnedRef)>,
     /// Existing sets the trace changes, by the address of the real set: the copy that
@@ -404,6 +409,7 @@ impl<'py> Tracer<'py> {
             identity_sources: Vec::new(),
             written_containers: Vec::new(),
             dict_removals: HashMap::new(),
+            bound_builtin_receivers: HashMap::new(),
             fresh_sets: HashMap::new(),
             set_copies: HashMap::new(),
             fresh_deques: HashMap::new(),
