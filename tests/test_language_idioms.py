@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
+import heapq
 import math
 import operator
 import typing
@@ -801,6 +802,100 @@ def _constant_scale():
 @case(T34)
 def assume_constant_result_function(x):
     return x * _constant_scale()
+
+
+# --- heapq (its C functions traced as the module's Python versions), zip over iterators
+# that outlive it, object() sentinels -----------------------------------------------------
+
+@case(T34)
+def heapq_heapify_and_pop(x):
+    h = [5, 1, 4, 2]
+    heapq.heapify(h)
+    first = heapq.heappop(h)
+    second = heapq.heappop(h)
+    return x * first + second + h[0]
+
+
+@case(T34)
+def heapq_push_then_pop_in_order(x):
+    h = []
+    for p in (3, 1, 2):
+        heapq.heappush(h, (p, p * 10))
+    rows = [heapq.heappop(h)[1] for _ in range(len(h))]
+    return x[:, :1] * torch.tensor(rows, dtype=x.dtype)
+
+
+@case(T34)
+def heapq_priority_queue_of_tensors(x):
+    # Ties broken by a counter, so tensors are never compared.
+    h = []
+    for i, row in enumerate(x):
+        heapq.heappush(h, (-(i % 2), i, row))
+    _, _, a = heapq.heappop(h)
+    _, _, b = heapq.heappushpop(h, (5, 9, x[0] * 3))
+    return a + b
+
+
+@case(T34)
+def heapq_replace_and_nsmallest(x):
+    h = [1, 3, 5]
+    heapq.heapreplace(h, 4)
+    return x * heapq.nsmallest(2, [7, 2, 9, 4])[1] + heapq.nlargest(1, h)[0]
+
+
+@case(T34)
+def heapq_nlargest_with_key(x):
+    sizes = {"a": x.shape[0], "b": x.shape[1], "c": 1}
+    top = heapq.nlargest(2, sizes.items(), key=lambda kv: kv[1])
+    return x.sum(0)[: top[1][1]] * top[0][1]
+
+
+@case(T34)
+def heapq_merge_sorted_lists(x):
+    order = list(heapq.merge([1, 4], [2, 3]))
+    return x[:, order[1]] + order[-1]
+
+
+@case(T34)
+def zip_with_range_then_rest_of_iterator(x):
+    it = iter([x, x + 1, x * 2, x - 3])
+    head = [a * i for i, a in zip(range(2), it)]
+    return sum(head) + sum(it)
+
+
+@case(T34)
+def zip_iterator_before_the_shortest_loses_an_item(x):
+    it = iter([x, x + 1, x * 2, x - 3])
+    pairs = list(zip(it, range(2)))
+    return pairs[1][0] + next(it)
+
+
+@case(T34)
+def zip_of_two_iterators_then_both(x):
+    a = iter([x, x.cos()])
+    b = iter([x.sin(), x * 2, x * 3, x * 4])
+    total = sum(u * v for u, v in zip(a, b))
+    return total + sum(b) + len(list(a))
+
+
+_FALLBACK = object()
+
+
+@case(T34)
+def sentinel_made_in_forward(x):
+    missing = object()
+    d = {"scale": 2.0}
+    scale = d.get("scale", missing)
+    shift = d.get("shift", missing)
+    if shift is missing:
+        shift = 1.0
+    return x * scale + shift
+
+
+@case(T34)
+def module_level_sentinel_and_a_new_one(x):
+    mine = object()
+    return x + (1 if mine is not _FALLBACK else 2) + (mine is mine) + (object() is object())
 
 
 def test_enough_cases() -> None:

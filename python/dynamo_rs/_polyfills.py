@@ -103,6 +103,36 @@ def dual_level():
     return _DualLevel()
 
 
+def _pure_python_heapq():
+    """`heapq` as its Python source defines it: the module replaces its functions with C
+    ones from `_heapq` when that imports, which is kept from importing here."""
+    import heapq
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("dynamo_rs._heapq_in_python", heapq.__file__)
+    module = importlib.util.module_from_spec(spec)
+    had, accelerator = "_heapq" in sys.modules, sys.modules.get("_heapq")
+    sys.modules["_heapq"] = None  # `from _heapq import *` raises ImportError
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        if had:
+            sys.modules["_heapq"] = accelerator
+        else:
+            del sys.modules["_heapq"]
+    return heapq, module
+
+
+def _heapq_polyfills():
+    heapq, in_python = _pure_python_heapq()
+    names = ("heappush", "heappop", "heapify", "heapreplace", "heappushpop", "_heapify_max",
+             "_heappop_max", "_heapreplace_max")
+    return {getattr(heapq, n): getattr(in_python, n) for n in names
+            if hasattr(heapq, n) and hasattr(in_python, n)
+            and getattr(heapq, n) is not getattr(in_python, n)}
+
+
 POLYFILLS = {
     torch.autograd.forward_ad.dual_level: dual_level,
     torch.autograd.forward_ad._set_fwd_grad_enabled: set_fwd_grad_enabled,
@@ -110,6 +140,7 @@ POLYFILLS = {
     pytree.tree_map: tree_map,
     torch._C._group_tensors_by_device_and_dtype: group_tensors_by_device_and_dtype,
     itertools.cycle: cycle,
+    **_heapq_polyfills(),
 }
 
 

@@ -535,6 +535,39 @@ impl<'py> Tracer<'py> {
                 Some((_, v)) => self.python_value(*v)?.is_truthy()?,
                 None => false,
             };
+            // Iterators are advanced round by round, as Python's zip does: one that outlives
+            // the zip keeps the items it did not take (`zip(range(n), it)` takes n from
+            // `it`; an iterator before the shortest argument loses one more), so the code
+            // may go on with it (`heapq.nsmallest`).
+            if !strict
+                && args
+                    .iter()
+                    .any(|&a| matches!(self.kind(a), VarKind::Iter { .. }))
+            {
+                let mut lists = Vec::with_capacity(args.len());
+                for &a in &args {
+                    lists.push(match self.kind(a) {
+                        VarKind::Iter { .. } => None,
+                        _ => Some(self.items_of(a)?),
+                    });
+                }
+                let mut tuples = Vec::new();
+                'rounds: for round in 0.. {
+                    let mut items = Vec::with_capacity(args.len());
+                    for (&a, list) in args.iter().zip(&lists) {
+                        let item = match list {
+                            Some(list) => list.get(round).copied(),
+                            None => self.iter_advance(a)?,
+                        };
+                        match item {
+                            Some(item) => items.push(item),
+                            None => break 'rounds,
+                        }
+                    }
+                    tuples.push(self.add(VarKind::Tuple(items), None));
+                }
+                return Ok(self.new_iter(tuples, &args));
+            }
             let lists = args
                 .iter()
                 .map(|&a| self.items_of(a))

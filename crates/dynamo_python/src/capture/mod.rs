@@ -68,6 +68,7 @@ mod ops_numpy;
 mod ops_objects;
 mod ops_operator_getters;
 mod ops_optimizer;
+mod ops_sequence_compare;
 mod ops_sets;
 mod ops_state_context;
 mod ops_super;

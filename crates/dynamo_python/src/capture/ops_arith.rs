@@ -472,6 +472,11 @@ impl<'py> Tracer<'py> {
                 }
             }
         }
+        if args.len() == 2 && matches!(name.as_str(), "lt" | "le" | "gt" | "ge" | "eq" | "ne") {
+            if let Some(answer) = self.compare_sequences(&name, args[0], args[1])? {
+                return Ok(answer);
+            }
+        }
         if args.iter().any(|&a| self.contains_tensor(a)) {
             return unsupported(
                 BreakKind::UnsupportedOperation,

@@ -616,6 +616,18 @@ impl<'py> Tracer<'py> {
                 return Ok(info);
             }
         }
+        if args.is_empty()
+            && kwargs.is_empty()
+            && obj.is_instance_of::<pyo3::types::PyType>()
+            && obj.is(&py.import_module("builtins")?.getattr("object")?)
+        {
+            // `sentinel = object()`: a new object with no state, compared by identity in
+            // the trace. It cannot stand for the next call's: handing it on (returned,
+            // stored, live at a graph break) is refused as for any object made here.
+            self.pin_identity(callee);
+            let sentinel = obj.call0()?;
+            return Ok(self.add(VarKind::Object(OwnedRef::from_bound(&sentinel)), None));
+        }
         if let Some(result) = self.shape_env_query(obj, &args, &kwargs)? {
             self.pin_identity(callee);
             return Ok(result);

@@ -743,6 +743,8 @@ impl<'py> Tracer<'py> {
             VarKind::Iter { .. } if name == "__next__" || name == "__iter__" => {
                 Ok(self.method(obj, name, None))
             }
+            // The object a method is bound to (`yield from next.__self__` in `heapq.merge`).
+            &VarKind::Method { receiver, .. } if name == "__self__" => Ok(receiver),
             other @ (VarKind::Symbolic { .. }
             | VarKind::Slice(_)
             | VarKind::DictView { .. }
