@@ -27,6 +27,7 @@ from dynamo_rs import _meta_rules, _rule_check
 SEEDS = pytest.mark.parametrize("seed", range(int(os.environ.get("DYNAMO_RS_META_SEEDS", "1"))))
 
 DTYPES = [torch.float32, torch.float32, torch.float64, torch.float16, torch.int64]
+FLOAT_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 
 
 def strided(rng: random.Random, shape, dtype=torch.float32):
@@ -598,6 +599,19 @@ def test_layers(mode, seed):
             else:
                 tally.run(mode, "mean", (x, dims, rng.random() < 0.5))
             with mode:
+                x = strided(rng, random_shape(rng, ndim=rng.randint(1, 4)), rng.choice(FLOAT_DTYPES))
+            dims = rng.choice([None, 0, -1, (0, -1), [1]])
+            if isinstance(dims, (tuple, list)) and x.dim() < 2:
+                dims = 0
+            order = rng.choice([2, 1, 2.0, 0.5, 3, 0, float("inf"), float("-inf"), "fro", "nuc"])
+            keepdim = rng.random() < 0.5
+            norm = rng.choice(["norm", torch.norm, torch.linalg.vector_norm])
+            if norm is torch.linalg.vector_norm:
+                order = 2 if order in ("fro", "nuc") else order
+                tally.run(mode, norm, (x,), {"ord": order, "dim": dims, "keepdim": keepdim})
+            else:
+                tally.run(mode, norm, (x, order, dims, keepdim))
+            with mode:
                 x = strided(rng, [rng.randint(1, 2), rng.randint(1, 3), rng.randint(3, 9), rng.randint(3, 9)])
             tally.run(mode, F.adaptive_avg_pool2d, (x, rng.choice([1, (2, 3), (None, 2)])))
             tally.run(mode, F.max_pool2d, (x, rng.choice([2, 3]), rng.choice([None, 1, 2]), rng.choice([0, 1])))
@@ -727,7 +741,8 @@ def test_clamps_pooling_padding_and_group_norm(mode, seed):
 @SEEDS
 def test_clamp_and_interpolate(mode, seed):
     """clamp with number bounds over every layout and dtype; F.interpolate (nearest,
-    bilinear) by size or scale factor over contiguous, channels-last and permuted images."""
+    nearest-exact, bilinear, bicubic) by size or scale factor over contiguous, channels-last
+    and permuted images, size-1 dimensions included (a one-channel attention map)."""
     rng = random.Random(11 + 1000 * seed)
     tally = Tally()
     with torch.no_grad():
@@ -748,7 +763,7 @@ def test_clamp_and_interpolate(mode, seed):
                         x = x.to(memory_format=torch.channels_last)
                     if rng.random() < 0.1:
                         x = x.permute(0, 1, 3, 2)
-                    how = rng.choice(["nearest", "bilinear"])
+                    how = rng.choice(["nearest", "bilinear", "bicubic", "nearest-exact"])
                     op, args = F.interpolate, (x,)
                     if rng.random() < 0.5:
                         size = rng.choice([rng.randint(1, 12), (rng.randint(1, 12), rng.randint(1, 12)),
@@ -757,7 +772,7 @@ def test_clamp_and_interpolate(mode, seed):
                     else:
                         kwargs = {"scale_factor": rng.choice([2, 2.0, 0.5, 1.7, (2, 3), 5.0, 0.3]), "mode": how,
                                   "recompute_scale_factor": rng.choice([None, True, False])}
-                    if how == "bilinear":
+                    if how in ("bilinear", "bicubic"):
                         kwargs["align_corners"] = rng.choice([None, False, True])
             tally.run(mode, op, args, kwargs)
     assert tally.answered > 150

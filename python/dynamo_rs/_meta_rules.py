@@ -23,6 +23,7 @@ import operator
 import torch
 import torch.nn.functional as F
 from torch._subclasses import fake_tensor as fake_tensor_module
+from torch._prims_common import suggest_memory_format as _suggest_memory_format
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 from dynamo_rs import _constant_fakes, _meta_run, _native
@@ -188,6 +189,9 @@ SIGNATURES = {
         lambda query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, *, enable_gqa=False:
         (query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)),
     "mean": lambda input, dim=None, keepdim=False, *, dtype=None: (input, dim, keepdim, dtype),
+    "norm": lambda input, p="fro", dim=None, keepdim=False, dtype=None: (input, p, dim, keepdim, dtype),
+    "vector_norm": (
+        lambda x, ord=2, dim=None, keepdim=False, *, dtype=None: (x, ord, dim, keepdim, dtype)),
     "interpolate": (
         lambda input, size=None, scale_factor=None, mode="nearest", align_corners=None,
         recompute_scale_factor=None, antialias=False:
@@ -699,22 +703,29 @@ def _pool2d(mode, x, kernel, stride, padding, dilation):
 
 
 def _interpolate(mode, args, kwargs):
-    """`F.interpolate` of a 4-d float image, `nearest` or `bilinear`, to a size given or by
-    a scale factor: (N, C, H', W') with H' = floor(H * scale) as torch computes it, in the
-    input's layout (contiguous or channels-last; size-1 dimensions, where the layout is
-    ambiguous, are left to FakeTensorMode)."""
+    """`F.interpolate` of a 4-d float image (`nearest`, `nearest-exact`, `bilinear`,
+    `bicubic`), to a size given or by a scale factor: (N, C, H', W') with H' = floor(H * scale)
+    as torch computes it, laid out as torch's kernels lay it out: a fresh tensor made
+    contiguous in the format torch suggests for the input (`suggest_memory_format`), which
+    keeps row-major strides where size-1 dimensions make them channels-last too. Inputs are
+    canonical or exactly channels-last (other strides on a size-1 dimension can steer the
+    decompositions elsewhere: left to FakeTensorMode)."""
     bound = _bind(SIGNATURES["interpolate"], args, kwargs)
     if bound is None:
         return None
     x, size, scale, how, align_corners, recompute, antialias = bound
-    if not interpolation_supported(how, align_corners, antialias) or not isinstance(x, FakeTensor):
+    supported = interpolation_supported(how, align_corners, antialias) or (
+        antialias is False
+        and ((how == "bicubic" and align_corners in (None, True, False))
+             or (how == "nearest-exact" and align_corners is None)))
+    if not supported or not isinstance(x, FakeTensor):
         return None
     if not _ready(mode, x):
         return None
-    if x.dim() != 4 or x.dtype not in _FLOATS or min(x.shape[1:]) == 1:
+    if x.dim() != 4 or x.dtype not in _FLOATS:
         return None
-    channels_last = x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()
-    if not (_canonical(x) or channels_last):
+    exactly_channels_last = x.stride() == tuple(_native.strides_in_format(x.shape, True))
+    if not (_canonical(x) or exactly_channels_last):
         return None
     if (size is None) == (scale is None) or recompute not in (None, True, False):
         return None
@@ -729,10 +740,27 @@ def _interpolate(mode, args, kwargs):
         if scales is None or not all(type(f) in _NUMBERS and f > 0 for f in scales):
             return None
         sizes = [math.floor(float(n) * f) for n, f in zip(x.shape[2:], scales)]
-    if min(sizes) <= 1:
-        return None  # empty results raise; size-1 dimensions make the layout ambiguous
+    if min(sizes) < 1:
+        return None  # torch raises
     out = (x.shape[0], x.shape[1], *sizes)
-    return _new(mode, x, out, _native.strides_in_format(out, channels_last))
+    in_format = _suggest_memory_format(x)
+    strides = _native.contiguous_strides(out)
+    if in_format is torch.channels_last and not _is_channels_last_contiguous(out, strides):
+        strides = _native.strides_in_format(out, True)
+    return _new(mode, x, out, strides)
+
+
+def _is_channels_last_contiguous(sizes, strides) -> bool:
+    """`Tensor.is_contiguous(memory_format=torch.channels_last)` of these sizes and strides:
+    dimensions C, W, H, N in that order each step by the product of the ones before, size-1
+    dimensions excepted."""
+    expected = 1
+    for d in (1, 3, 2, 0):
+        if sizes[d] != 1:
+            if strides[d] != expected:
+                return False
+            expected *= sizes[d]
+    return True
 
 
 def spatial_pair(value, scalar_types) -> list | None:
@@ -1375,7 +1403,33 @@ def _mean(mode, args, kwargs):
     bound = _bind(SIGNATURES["mean"], args, kwargs)
     if bound is None:
         return None
-    x, dim, keepdim, dtype = bound
+    return _float_reduction(mode, *bound)
+
+
+def _norm(signature):
+    """`x.norm(p, dim, keepdim)`, `torch.norm`, `torch.linalg.vector_norm` of a real float
+    tensor with a numeric order (or `"fro"`, the 2-norm over the dimensions given): a
+    reduction in the input's dtype, as `mean` is. Torch's own reference implementation
+    answers them otherwise, a few milliseconds the first time (an `F.normalize` per block)."""
+
+    def rule(mode, args, kwargs):
+        bound = _bind(SIGNATURES[signature], args, kwargs)
+        if bound is None:
+            return None
+        x, order, dim, keepdim, dtype = bound
+        if order == "fro":
+            if dim is not None and not (type(dim) is int or (isinstance(dim, (tuple, list)) and len(dim) <= 2)):
+                return None
+        elif type(order) not in _NUMBERS:
+            return None
+        return _float_reduction(mode, x, dim, keepdim, dtype)
+
+    return rule
+
+
+def _float_reduction(mode, x, dim, keepdim, dtype):
+    """The result of reducing the canonical float tensor `x` over `dim` (None: every
+    dimension), keeping its dtype."""
     if dtype is not None or type(keepdim) is not bool or not _ready(mode, x) or x.dtype not in _FLOATS:
         return None
     if not _canonical(x):
@@ -1407,6 +1461,7 @@ RULES = {
     operator.pow: _pow, torch.pow: _pow, "pow": _pow,
     "to": _cast(None), **{name: _cast(dtype) for name, dtype in _CASTS.items()},
     torch.mean: _mean, "mean": _mean,
+    torch.norm: _norm("norm"), "norm": _norm("norm"), torch.linalg.vector_norm: _norm("vector_norm"),
     torch.neg: _unary, operator.neg: _unary, "neg": _unary,
     F.relu: _with_inplace, torch.relu: _unary, "relu": _unary,
     F.silu: _with_inplace, F.hardswish: _with_inplace, F.hardsigmoid: _with_inplace,
