@@ -154,6 +154,9 @@ pub struct Converter {
 struct SplitHint {
     code: OwnedRef,
     index: usize,
+    /// The object the failing frame's first argument held: the hint is for that frame's
+    /// calls only (`UnwoundFrame::receiver`).
+    receiver: Option<OwnedRef>,
     /// The break's place and reason, as the failing trace reported them.
     location: String,
     reason: Break,
@@ -704,12 +707,13 @@ impl Converter {
             return;
         }
         let mut hints = self.split_hints.lock().unwrap_or_else(|e| e.into_inner());
-        for (code, index, depth) in &tracer.unwound {
-            hints.retain(|h| h.code.as_ptr() != code.as_ptr());
+        for unwound in &tracer.unwound {
+            hints.retain(|h| h.code.as_ptr() != unwound.code.as_ptr());
             hints.push(SplitHint {
-                code: code.clone(),
-                index: *index,
-                location: tracer.location_from(*depth),
+                code: unwound.code.clone(),
+                index: unwound.index,
+                receiver: unwound.receiver.clone(),
+                location: tracer.location_from(unwound.depth),
                 reason: reason.clone(),
             });
         }
@@ -727,10 +731,19 @@ impl Converter {
             return Ok(None);
         }
         let code = frame.getattr("f_code")?;
-        Ok(hints
-            .iter()
-            .position(|h| h.code.as_ptr() == code.as_ptr())
-            .map(|i| hints.remove(i)))
+        let Some(i) = hints.iter().position(|h| h.code.as_ptr() == code.as_ptr()) else {
+            return Ok(None);
+        };
+        if let Some(receiver) = &hints[i].receiver {
+            // Another object running the same code (the next layer): traced the usual way;
+            // the hint stays for the object it was made for.
+            let first_name = code.getattr("co_varnames")?.get_item(0)?;
+            let first = frame.getattr("f_locals")?.get_item(first_name).ok();
+            if !first.is_some_and(|f| f.as_ptr() == receiver.as_ptr()) {
+                return Ok(None);
+            }
+        }
+        Ok(Some(hints.remove(i)))
     }
 
     /// Adds the time since `since` to `phase` and returns now.

@@ -77,7 +77,7 @@ impl<'py> Tracer<'py> {
         }
         self.raised = None;
         self.location_stack.truncate(locations);
-        self.unwound.retain(|&(_, _, depth)| depth < locations);
+        self.unwound.retain(|u| u.depth < locations);
         Ok(None)
     }
 
@@ -255,7 +255,7 @@ impl<'py> Tracer<'py> {
         f.pc = handler.target.index();
         // The frames the exception came through were left without popping their place.
         self.location_stack.truncate(locations);
-        self.unwound.retain(|&(_, _, depth)| depth < locations);
+        self.unwound.retain(|u| u.depth < locations);
         Ok(true)
     }
 

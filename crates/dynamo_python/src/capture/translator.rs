@@ -76,6 +76,19 @@ pub struct GraphInput {
     pub example: OwnedRef,
 }
 
+/// An inlined frame a failed trace unwound through (see `Tracer::unwound`).
+pub struct UnwoundFrame {
+    pub code: OwnedRef,
+    /// The instruction it was at: the failing one, or the call into the next frame.
+    pub index: usize,
+    /// Its depth in `location_stack`.
+    pub depth: usize,
+    /// The object its first argument held (`self` of a method), if one: the same code run
+    /// for another object (the next layer of a stack, only some of which break) need not
+    /// fail where this one did.
+    pub receiver: Option<OwnedRef>,
+}
+
 pub struct Tracer<'py> {
     pub py: Python<'py>,
     pub h: Rc<Helpers<'py>>,
@@ -99,7 +112,7 @@ pub struct Tracer<'py> {
     /// could be split there as a root, and its depth in `location_stack`. The frame hook
     /// calls those functions next as frames of their own, which then fail at the same place
     /// (see `Converter::split_hints`).
-    pub unwound: Vec<(OwnedRef, usize, usize)>,
+    pub unwound: Vec<UnwoundFrame>,
     /// Whether the trace stopped at `stop_at`.
     pub reached_stop: bool,
     /// Whether the instruction being translated is covered by an exception handler of its
@@ -1104,13 +1117,32 @@ impl<'py> Tracer<'py> {
             Err(CaptureError::Unsupported(_)) if !frame.is_root && self.stop_at.is_none() => {
                 let index = frame.pc.saturating_sub(1);
                 if super::graph_break::can_split_at(&frame.instructions, &frame.code, index)? {
-                    self.unwound
-                        .push((OwnedRef::from_bound(&frame.code), index, locations - 1));
+                    let receiver = self.first_argument_object(frame)?;
+                    self.unwound.push(UnwoundFrame {
+                        code: OwnedRef::from_bound(&frame.code),
+                        index,
+                        depth: locations - 1,
+                        receiver,
+                    });
                 }
             }
             Err(_) => {}
         }
         result
+    }
+
+    /// The object (not a tensor, container or constant) `frame`'s first argument holds.
+    fn first_argument_object(&self, frame: &FrameState<'py>) -> PyResult<Option<OwnedRef>> {
+        if frame.code.getattr("co_argcount")?.extract::<usize>()? == 0 {
+            return Ok(None);
+        }
+        let Some(Some(first)) = frame.locals.first() else {
+            return Ok(None);
+        };
+        Ok(match self.kind_unobserved(*first) {
+            VarKind::Object(value) => Some(value.clone()),
+            _ => None,
+        })
     }
 
     /// Where the translator is: the innermost frame first, then the frames it was inlined from.
