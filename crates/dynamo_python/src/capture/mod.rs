@@ -739,7 +739,7 @@ impl Converter {
             // the hint stays for the object it was made for.
             let first_name = code.getattr("co_varnames")?.get_item(0)?;
             let first = frame.getattr("f_locals")?.get_item(first_name).ok();
-            if !first.is_some_and(|f| f.as_ptr() == receiver.as_ptr()) {
+            if first.is_none_or(|f| f.as_ptr() != receiver.as_ptr()) {
                 return Ok(None);
             }
         }

@@ -77,6 +77,7 @@ pub struct GraphInput {
 }
 
 /// An inlined frame a failed trace unwound through (see `Tracer::unwound`).
+#[derive(Debug)]
 pub struct UnwoundFrame {
     pub code: OwnedRef,
     /// The instruction it was at: the failing one, or the call into the next frame.
