@@ -878,6 +878,13 @@ def zip_of_two_iterators_then_both(x):
     return total + sum(b) + len(list(a))
 
 
+@case(T34)
+def tuples_holding_tensors_compared_by_known_items(x):
+    a, b = (1, 0, x), (1, 1, x * 2)
+    same = (a == a) + ([1, x] != [1, x, 2]) + ((2, x) > (1, x.cos())) + ((0, [1, x]) < (0, [2, x]))
+    return x * (a < b) + same + (b >= a) * 2
+
+
 _FALLBACK = object()
 
 

@@ -66,9 +66,10 @@ impl<'py> Tracer<'py> {
     /// them compared in turn).
     fn known_equal(&mut self, x: VarId, y: VarId) -> CResult<Option<bool>> {
         match (self.kind(x), self.kind(y)) {
+            // The same object is equal without `__eq__` (a NaN to itself), as in Python.
             (VarKind::Const(p), VarKind::Const(q)) => {
                 let (p, q) = (p.bind(self.py).clone(), q.bind(self.py).clone());
-                Ok(Some(p.eq(q)?))
+                Ok(Some(p.is(&q) || p.eq(q)?))
             }
             _ => self.sequence_order("eq", x, y),
         }
