@@ -1,6 +1,9 @@
-"""Tensors handed to a frame inside tuples become graph inputs only when the trace uses them
-(as TorchDynamo realises its inputs lazily): `out, _ = self.lstm(x)` split at the LSTM hands
-its resume function `(out, (h, c))`, and `h`, `c` cost no placeholder, fake tensor or guard.
+"""Tensors handed to a frame as arguments, or inside argument tuples, become graph inputs only
+when the trace uses them (as TorchDynamo realises its inputs lazily): `out, _ = self.lstm(x)`
+split at the LSTM hands its resume function `(out, (h, c))`, and `h`, `c` cost no placeholder,
+fake tensor or guard; a frame split at a branch hands the conditions it has not read yet on to
+its resume functions without guarding them (so the same tensor passed for two of them, then
+two tensors, does not compile the frame again).
 
 Each case runs eagerly, under dynamo_rs and under TorchDynamo (results, graph counts); the
 graphs' placeholders show which tensors became inputs, and changing an unused tensor must
@@ -246,3 +249,144 @@ def test_lstm_states_in_resume_functions(shapes) -> None:
     assert all("L_stack0_1_1_" not in inputs for inputs in graphs), graphs
     assert any("L_stack0_1_0_" in inputs for inputs in graphs), graphs
     assert any(inputs == ["L_stack0_0_"] for inputs in graphs), graphs
+
+
+# --- tensor arguments -------------------------------------------------------------------
+
+
+def branch_chain(x, c1, c2, c3):
+    # Each branch splits the frame; the resume functions of both sides of one branch join at
+    # the next, so n conditions make 2n + 1 graphs, not 2^n.
+    x = x + 1
+    if c1:
+        x = x + 2
+    x = x + 3
+    if c2:
+        x = x + 4
+    x = x + 5
+    if c3:
+        x = x + 6
+    return x + 7
+
+
+def swapped_across_a_break(a, b):
+    a, b = b, a
+    print("break")
+    return a - b * 2
+
+
+def overwritten_across_a_break(a, b):
+    a = b
+    print("break")
+    return a + b * 2
+
+
+def rotated_across_a_break(a, b):
+    c = a
+    a = b
+    b = c
+    print("break")
+    return a * 2 - b
+
+
+def deleted_across_a_break(a, b):
+    c = a * 2
+    del a
+    print("break")
+    return c + b
+
+
+def read_through_locals(a, b):
+    names = locals()
+    return names["a"] + names["b"] * 2
+
+
+def read_by_a_closure_after_a_break(a, b):
+    def shifted():
+        return a + 1
+
+    print("break")
+    return shifted() * b
+
+
+def compared_by_identity(a, b):
+    return a + 1 if a is b else a - 1
+
+
+def unused_until_after_a_break(x, y):
+    z = x.sin()
+    print("break")
+    return z + y
+
+
+def returned_untouched(x, y):
+    return x.cos(), y
+
+
+TRUE, FALSE = torch.tensor([True]), torch.tensor([False])
+
+
+def _pairs():
+    a, b = t(3), t(3) + 5
+    return [(a, b), (b, a), (a, a)]
+
+
+ARGUMENT_CASES = {
+    "swapped_across_a_break": swapped_across_a_break,
+    "overwritten_across_a_break": overwritten_across_a_break,
+    "rotated_across_a_break": rotated_across_a_break,
+    "deleted_across_a_break": deleted_across_a_break,
+    "read_through_locals": read_through_locals,
+    "read_by_a_closure_after_a_break": read_by_a_closure_after_a_break,
+    "compared_by_identity": compared_by_identity,
+    "unused_until_after_a_break": unused_until_after_a_break,
+    "returned_untouched": returned_untouched,
+}
+
+
+@pytest.mark.parametrize("name", sorted(ARGUMENT_CASES))
+def test_tensor_argument_case(name) -> None:
+    # Distinct tensors, the same two swapped, and one tensor passed twice (an alias that
+    # matters once both are read).
+    run_cases(ARGUMENT_CASES[name], _pairs())
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["same_condition_objects", "fresh_conditions"])
+def test_branches_on_arguments_join_their_resume_functions(shared) -> None:
+    x = t(10)
+    calls = []
+    for a in (True, False):
+        for b in (True, False):
+            for c in (True, False):
+                conditions = [TRUE if v else FALSE for v in (a, b, c)]
+                if not shared:
+                    conditions = [v.clone() for v in conditions]
+                calls.append((x, *conditions))
+    run_cases(branch_chain, calls)
+
+
+def test_an_argument_only_handed_on_is_neither_input_nor_guarded() -> None:
+    recorder = _Recorder()
+    counter = CompileCounter()
+
+    def backend(gm, example_inputs):
+        counter(gm, example_inputs)
+        return recorder(gm, example_inputs)
+
+    compiled = dynamo_rs.compile(unused_until_after_a_break, backend=backend)
+    x = t(4)
+    for y in (t(4), torch.ones(4, dtype=torch.int64), x, t(1)):
+        torch.testing.assert_close(compiled(x, y), unused_until_after_a_break(x, y))
+    # The graph before the break takes x alone; y's dtype, size or being x itself change
+    # only the resume function's entries.
+    assert _placeholders(recorder.graphs)[0] == ["L_x_"], _placeholders(recorder.graphs)
+    before_break = [g for g in recorder.graphs if len(_placeholders([g])[0]) == 1
+                    and "sin" in str(g.code)]
+    assert len(before_break) == 1, [g.code for g in recorder.graphs]
+    # Returned untouched: the very object passed, and nothing compiled for it.
+    counter2 = CompileCounter()
+    compiled2 = dynamo_rs.compile(returned_untouched, backend=counter2)
+    for y in (t(2), "not a tensor", torch.zeros(3, 3)):
+        out, same = compiled2(x, y)
+        assert same is y
+    assert counter2.frame_count == 1

@@ -7,11 +7,11 @@
 //! dynamic — milliseconds each through torch's ShapeEnv) and a guard on its metadata, for
 //! nothing. TorchDynamo realises such inputs lazily; so does this.
 //!
-//! The tensors in tuples among the frame's arguments (through tuples only) start as
-//! `VarKind::Unrealized`. Only a few instructions move values without looking at them:
+//! Tensor arguments and the tensors in tuples among the frame's arguments (through tuples
+//! only) start as `VarKind::Unrealized`. Only a few instructions move values without looking at them:
 //! loads and stores of locals, `POP_TOP`, `COPY`/`SWAP`, constants, unconditional jumps
-//! (a resume function starts with one), a tuple indexed by a constant, and `UNPACK_SEQUENCE`
-//! of a tuple (which pushes its items). Before any other instruction every unrealized
+//! (a resume function starts with one), a tuple indexed by a constant, `UNPACK_SEQUENCE`
+//! of a tuple (which pushes its items), `BUILD_TUPLE` and `RETURN_VALUE`. Before any other instruction every unrealized
 //! tracker reachable from the stack is realised in place — wrapped as it would have been
 //! at the start (`Tracer::wrap`: placeholder, fake, guard), its tracker id kept so that the
 //! tuples and locals holding it see the tensor. So no operation, call or inlined frame ever
@@ -53,9 +53,12 @@ impl<'py> Tracer<'py> {
         match ins.opcode {
             Nop | Resume | ExtendedArg | Cache | LoadFast | StoreFast | DeleteFast | PopTop
             | LoadConst | Copy | Swap | PushNull | Jump | JumpNoInterrupt => Ok(()),
+            // A tuple holds its items as they are (`return out, state`); what is returned
+            // is rebuilt from its source if nothing realised it.
+            BuildTuple | ReturnValue => Ok(()),
             // Pushes the tuple's items as they are; a tensor unpacked is iterated.
             UnpackSequence => match frame.stack.last() {
-                Some(&top) if matches!(self.kind(top), VarKind::Tuple(_)) => Ok(()),
+                Some(&top) if matches!(self.kind_unobserved(top), VarKind::Tuple(_)) => Ok(()),
                 Some(&top) => self.realize_within(top),
                 None => Ok(()),
             },
@@ -77,8 +80,8 @@ impl<'py> Tracer<'py> {
     fn constant_index_of_tuple(&self, frame: &FrameState<'py>) -> bool {
         let n = frame.stack.len();
         n >= 2
-            && matches!(self.kind(frame.stack[n - 2]), VarKind::Tuple(_))
-            && matches!(self.kind(frame.stack[n - 1]), VarKind::Const(_))
+            && matches!(self.kind_unobserved(frame.stack[n - 2]), VarKind::Tuple(_))
+            && matches!(self.kind_unobserved(frame.stack[n - 1]), VarKind::Const(_))
     }
 
     /// Whether the stack's top `n` values are constants.
@@ -86,13 +89,13 @@ impl<'py> Tracer<'py> {
         frame.stack.len() >= n
             && frame.stack[frame.stack.len() - n..]
                 .iter()
-                .all(|&id| matches!(self.kind(id), VarKind::Const(_)))
+                .all(|&id| matches!(self.kind_unobserved(id), VarKind::Const(_)))
     }
 
     /// Realises `id` if it is unrealized, and the unrealized trackers in it if it is a tuple
     /// (the only container they are ever put in).
     pub(super) fn realize_within(&mut self, id: VarId) -> CResult<()> {
-        match self.kind(id) {
+        match self.kind_unobserved(id) {
             VarKind::Unrealized(_) => self.realize(id),
             VarKind::Tuple(items) => {
                 for item in items.clone() {
@@ -107,7 +110,7 @@ impl<'py> Tracer<'py> {
     /// Makes the unrealized tracker `id` what wrapping its value would have made when the
     /// frame started (a graph input), keeping its id.
     fn realize(&mut self, id: VarId) -> CResult<()> {
-        let VarKind::Unrealized(value) = self.kind(id) else {
+        let VarKind::Unrealized(value) = self.kind_unobserved(id) else {
             return Ok(());
         };
         let value = value.bind(self.py).clone();

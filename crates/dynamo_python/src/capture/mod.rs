@@ -795,9 +795,15 @@ impl Converter {
         for slot in (0..nargs).chain(first_free..state.slot_names.len()) {
             let name = state.slot_names[slot].clone();
             if let Some(value) = f_locals.get_item(&name)? {
-                // The tensors in an argument tuple become graph inputs when first used.
-                tracer.lazy_tuple_items = slot < nargs;
-                let id = tracer.wrap(&value, Some(Rc::new(Source::Local(name))))?;
+                // Tensor arguments, and the tensors in argument tuples, become graph inputs
+                // when first used (`lazy_inputs`): one only handed on at a graph break, or
+                // returned, gets no placeholder and no guard.
+                let id = if slot < argcount && value.get_type().is(&h.tensor_type) {
+                    tracer.unrealized(&value, Rc::new(Source::Local(name)))
+                } else {
+                    tracer.lazy_tuple_items = slot < nargs;
+                    tracer.wrap(&value, Some(Rc::new(Source::Local(name))))?
+                };
                 // `*args` and `**kwargs` are made fresh for each call: the trace may change
                 // them like any container it built (their items keep their sources).
                 if slot >= argcount && slot < nargs {

@@ -73,6 +73,9 @@ impl<'py> Tracer<'py> {
                     None => continue,
                 }
             };
+            // The dict hands its values to any code: a tensor argument not used yet is
+            // made a graph input now (`lazy_inputs`).
+            self.realize_within(value)?;
             let key = PyString::new(self.py, &f.slot_names[slot]).into_any();
             entries.push((OwnedRef::from_bound(&key), value));
         }
