@@ -390,3 +390,84 @@ def test_an_argument_only_handed_on_is_neither_input_nor_guarded() -> None:
         out, same = compiled2(x, y)
         assert same is y
     assert counter2.frame_count == 1
+
+
+# --- constant arguments -----------------------------------------------------------------
+# A flag or a mode string is guarded only once the trace reads it: handed on at a graph
+# break or returned, it is loaded again, so the part of the frame before the break is not
+# compiled again for each value (TorchDynamo's lazy arguments).
+
+
+def _shifted(t, flag):
+    return t * 2 if flag else t - 2
+
+
+def flag_read_after_a_break(x, flag, mode):
+    y = x.sin()
+    print("break")
+    return _shifted(y, flag) * (1 if mode == "a" else -1)
+
+
+def flag_read_before_and_after(x, flag, mode):
+    if flag:
+        x = x + 1
+    print("break")
+    return x * len(mode)
+
+
+def flag_formatted(x, flag, mode):
+    return x + len(f"{mode}-{flag}")
+
+
+def flag_in_a_dict(x, flag, mode):
+    d = {mode: x, "z": flag}
+    return d.get("a", x * 0) + int(d["z"])
+
+
+def flag_returned(x, flag, mode):
+    return x + 1, flag
+
+
+def flag_negated(x, flag, mode):
+    return x if not flag else -x
+
+
+def flag_in_a_closure(x, flag, mode):
+    def pick():
+        return x + 1 if flag else x - 1
+
+    return pick()
+
+
+def mode_by_its_methods(x, flag, mode):
+    return x * len(mode.upper()) + mode.startswith("a")
+
+
+def flag_as_a_keyword(x, flag, mode):
+    return x.sum(dim=0, keepdim=flag) * len(mode)
+
+
+def flag_and_a_tensor_multiplied(x, flag, mode):
+    return x * flag + flag
+
+
+CONSTANT_CASES = [flag_read_after_a_break, flag_read_before_and_after, flag_formatted,
+                  flag_in_a_dict, flag_returned, flag_negated, flag_in_a_closure,
+                  mode_by_its_methods, flag_as_a_keyword, flag_and_a_tensor_multiplied]
+
+
+@pytest.mark.parametrize("fn", CONSTANT_CASES, ids=lambda f: f.__name__)
+def test_constant_argument_case(fn) -> None:
+    x = t(3, 4)
+    run_cases(fn, [(x, flag, mode) for flag in (True, False) for mode in ("a", "b", "cc")])
+
+
+def test_a_flag_read_only_after_a_break_does_not_compile_the_part_before_again() -> None:
+    recorder = _Recorder()
+    compiled = dynamo_rs.compile(flag_read_after_a_break, backend=recorder)
+    x = t(3)
+    for flag in (True, False):
+        for mode in ("a", "b", "cc"):
+            torch.testing.assert_close(compiled(x, flag, mode), flag_read_after_a_break(x, flag, mode))
+    before_break = [g for g in recorder.graphs if "sin" in str(g.code)]
+    assert len(before_break) == 1, [g.code for g in recorder.graphs]

@@ -848,12 +848,14 @@ impl<'py> Tracer<'py> {
             let guard = source
                 .clone()
                 .map(|s| (s, GuardKind::Equals(OwnedRef::from_bound(value))));
-            // A string the frame is given (a resume function's `print` argument formatted
-            // before the break, a new text on every call) is guarded only if the trace reads
-            // it, as an item of a container is: passed on as it is, it is loaded again.
-            let frame_string = value.is_exact_instance_of::<pyo3::types::PyString>()
-                && matches!(source.as_deref(), Some(Source::Local(_)));
-            let pending = if item_of_container || frame_string {
+            // A constant the frame is given (a flag, a mode string, a resume function's
+            // `print` argument formatted before the break, a new text on every call) is
+            // guarded only if the trace reads it, as an item of a container is: passed on
+            // as it is at a graph break, or returned, it is loaded again (TorchDynamo's
+            // lazy arguments), so a flag only the code after a break reads does not
+            // compile the part before it again when it changes.
+            let frame_constant = matches!(source.as_deref(), Some(Source::Local(_)));
+            let pending = if item_of_container || frame_constant {
                 guard
             } else {
                 if let Some((s, guard)) = guard {
