@@ -17,6 +17,7 @@ import torch
 import dynamo_rs
 from dynamo_rs.testing import CompileCounter
 from test_graph_breaks import run_cases, t
+from test_short_circuit_breaks import three_branches_in_a_row
 
 pytestmark = pytest.mark.usefixtures("reset_compilers")
 
@@ -254,21 +255,6 @@ def test_lstm_states_in_resume_functions(shapes) -> None:
 # --- tensor arguments -------------------------------------------------------------------
 
 
-def branch_chain(x, c1, c2, c3):
-    # Each branch splits the frame; the resume functions of both sides of one branch join at
-    # the next, so n conditions make 2n + 1 graphs, not 2^n.
-    x = x + 1
-    if c1:
-        x = x + 2
-    x = x + 3
-    if c2:
-        x = x + 4
-    x = x + 5
-    if c3:
-        x = x + 6
-    return x + 7
-
-
 def swapped_across_a_break(a, b):
     a, b = b, a
     print("break")
@@ -362,7 +348,9 @@ def test_branches_on_arguments_join_their_resume_functions(shared) -> None:
                 if not shared:
                     conditions = [v.clone() for v in conditions]
                 calls.append((x, *conditions))
-    run_cases(branch_chain, calls)
+    # Each branch splits the frame; the resume functions of both sides of one branch join
+    # at the next, so 3 conditions make 7 graphs (2n + 1), not one per path.
+    run_cases(three_branches_in_a_row, calls)
 
 
 def test_an_argument_only_handed_on_is_neither_input_nor_guarded() -> None:

@@ -96,7 +96,8 @@ def test_paths_through_branches_join():
     reference = torch.compile(three_branches_in_a_row, backend=theirs)
     for _ in range(2):
         for bits in range(8):
-            # Distinct tensors per argument: which objects alias is guarded, apart from this.
+            # Distinct tensors per argument (one tensor passed for several conditions:
+            # test_lazy_inputs.py::test_branches_on_arguments_join_their_resume_functions).
             flags = [torch.tensor([float(bits >> k & 1)]) for k in range(3)]
             torch.testing.assert_close(compiled(x, *flags), three_branches_in_a_row(x, *flags))
             reference(x, *flags)
