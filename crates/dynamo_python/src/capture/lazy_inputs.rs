@@ -8,10 +8,11 @@
 //! nothing. TorchDynamo realises such inputs lazily; so does this.
 //!
 //! Tensor arguments and the tensors in tuples among the frame's arguments (through tuples
-//! only) start as `VarKind::Unrealized`. Only a few instructions move values without looking at them:
-//! loads and stores of locals, `POP_TOP`, `COPY`/`SWAP`, constants, unconditional jumps
-//! (a resume function starts with one), a tuple indexed by a constant, `UNPACK_SEQUENCE`
-//! of a tuple (which pushes its items), `BUILD_TUPLE` and `RETURN_VALUE`. Before any other instruction every unrealized
+//! only) start as `VarKind::Unrealized`. Only a few instructions move values without
+//! looking at them: loads and stores of locals, `POP_TOP`, `COPY`/`SWAP`, constants,
+//! unconditional jumps (a resume function starts with one), a tuple indexed by a constant,
+//! `UNPACK_SEQUENCE` of a tuple (which pushes its items), `BUILD_TUPLE` and `RETURN_VALUE`.
+//! Before any other instruction every unrealized
 //! tracker reachable from the stack is realised in place — wrapped as it would have been
 //! at the start (`Tracer::wrap`: placeholder, fake, guard), its tracker id kept so that the
 //! tuples and locals holding it see the tensor. So no operation, call or inlined frame ever

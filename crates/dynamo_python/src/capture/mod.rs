@@ -85,6 +85,7 @@ mod rebuild;
 pub mod shape_guard;
 pub mod source;
 mod source_table;
+mod split_hints;
 mod subgraph;
 pub mod tensor_check;
 pub mod translator;
@@ -109,6 +110,7 @@ use helpers::Helpers;
 use in_place::may_mutate_in_place;
 pub(crate) use in_place::{node_calls_in_place, node_draws_random};
 use source::Source;
+use split_hints::SplitHint;
 use translator::{frame_state, unsupported, CResult, CaptureError, Tracer};
 use vars::VarId;
 
@@ -143,27 +145,6 @@ pub struct Converter {
     /// as torch.compile always traces the function it is given.
     root_code: std::sync::OnceLock<Py<PyAny>>,
 }
-
-/// A frame split at a graph break inside an inlined call runs that call as it is, and the
-/// hook is then called for the callee's frame, whose trace fails at the same place (the call
-/// into the next function, or the unsupported instruction itself). The first trace already
-/// saw where: the callee's frame is traced once, stopped right there, instead of once to
-/// fail and once more to stop. A hint is used once; a trace that fails before reaching its
-/// instruction (another path) is done again the usual way.
-#[derive(Debug)]
-struct SplitHint {
-    code: OwnedRef,
-    index: usize,
-    /// The object the failing frame's first argument held: the hint is for that frame's
-    /// calls only (`UnwoundFrame::receiver`).
-    receiver: Option<OwnedRef>,
-    /// The break's place and reason, as the failing trace reported them.
-    location: String,
-    reason: Break,
-}
-
-/// Hints kept at most (the oldest are dropped): they are taken right after being made.
-const MAX_SPLIT_HINTS: usize = 64;
 
 /// What a converter has done, for tests, the demo and the benchmarks.
 #[derive(Debug, Default)]
@@ -622,130 +603,6 @@ fn python_error_is(py: Python<'_>, err: &PyErr, name: &str) -> PyResult<bool> {
 }
 
 impl Converter {
-    /// Whether this converter's entries go to the persistent capture cache
-    /// (`dynamo_rs.config.capture_cache`, and a backend named by a string).
-    fn persists(&self, py: Python<'_>) -> PyResult<bool> {
-        Ok(self.cache_key.is_some()
-            && py
-                .import_module("dynamo_rs.config")?
-                .getattr("capture_cache")?
-                .is_truthy()?)
-    }
-
-    /// An entry for `frame` read back from the persistent capture cache, bound to this
-    /// frame's objects and compiled by the backend; None when there is none that holds.
-    fn load_persisted(
-        &self,
-        py: Python<'_>,
-        frame: &Bound<'_, PyAny>,
-        converter: &Bound<'_, PyAny>,
-    ) -> PyResult<Option<Py<PyAny>>> {
-        if !self.persists(py)? {
-            return Ok(None);
-        }
-        let start = std::time::Instant::now();
-        let loaded = py
-            .import_module("dynamo_rs._persist")?
-            .call_method1("load", (frame, converter))?;
-        if loaded.is_none() {
-            self.lap("persistent cache", start);
-            return Ok(None);
-        }
-        let (guard, code, backend_seconds): (Py<PyAny>, Py<PyAny>, f64) = loaded.extract()?;
-        let total = start.elapsed().as_secs_f64();
-        let mut stats = self.stats();
-        *stats.phases.entry("persistent cache").or_insert(0.0) += total - backend_seconds;
-        *stats.phases.entry("backend").or_insert(0.0) += backend_seconds;
-        stats.loaded += 1;
-        stats.graphs += 1;
-        Ok(Some((guard, code).into_pyobject(py)?.into_any().unbind()))
-    }
-
-    /// Writes the entry just built for `frame` to the persistent capture cache: its guards
-    /// as the trace recorded them, the graph (`record`), where the graph's inputs come from,
-    /// and the code that calls it. `_persist.save` decides whether it can be written at all
-    /// (every object it refers to must be found again by name in a later process).
-    fn save_persisted<'py>(
-        &self,
-        py: Python<'py>,
-        tracer: &mut Tracer<'py>,
-        frame: &Frame<'_, 'py>,
-        record: &Py<PyAny>,
-        graph: &CompiledGraph<'py>,
-        new_code: &Bound<'py, PyAny>,
-    ) -> PyResult<()> {
-        let description = persist::describe(py, &tracer.guards)?;
-        // Where each graph input comes from, readable: what automatic dynamic shapes record
-        // sizes under (`_shapes.dynamic_dims`), which a bound entry records too.
-        let paths: Vec<String> = graph.inputs.iter().map(|s| s.describe()).collect();
-        description.set_item("input_paths", paths)?;
-        let inputs: Vec<u32> = graph
-            .inputs
-            .iter()
-            .map(|s| tracer.guards.sources.intern(s))
-            .collect();
-        py.import_module("dynamo_rs._persist")?.call_method1(
-            "save",
-            (
-                frame.code,
-                frame.converter,
-                description,
-                inputs,
-                record.bind(py),
-                new_code,
-                graph.compiled.as_ref(),
-                frame.state.slot_names.clone(),
-            ),
-        )?;
-        Ok(())
-    }
-
-    /// Records where the inlined frames a failed trace unwound through will split (see
-    /// `SplitHint`).
-    fn remember_split_hints(&self, tracer: &Tracer<'_>, reason: &Break) {
-        if tracer.unwound.is_empty() {
-            return;
-        }
-        let mut hints = self.split_hints.lock().unwrap_or_else(|e| e.into_inner());
-        for unwound in &tracer.unwound {
-            hints.retain(|h| h.code.as_ptr() != unwound.code.as_ptr());
-            hints.push(SplitHint {
-                code: unwound.code.clone(),
-                index: unwound.index,
-                receiver: unwound.receiver.clone(),
-                location: tracer.location_from(unwound.depth),
-                reason: reason.clone(),
-            });
-        }
-        let excess = hints.len().saturating_sub(MAX_SPLIT_HINTS);
-        hints.drain(..excess);
-    }
-
-    /// The hint made for `frame`'s code, if any (removed: a hint is used once).
-    fn take_split_hint(&self, frame: &Bound<'_, PyAny>) -> PyResult<Option<SplitHint>> {
-        if self.fullgraph {
-            return Ok(None);
-        }
-        let mut hints = self.split_hints.lock().unwrap_or_else(|e| e.into_inner());
-        if hints.is_empty() {
-            return Ok(None);
-        }
-        let code = frame.getattr("f_code")?;
-        let Some(i) = hints.iter().position(|h| h.code.as_ptr() == code.as_ptr()) else {
-            return Ok(None);
-        };
-        if let Some(receiver) = &hints[i].receiver {
-            // Another object running the same code (the next layer): traced the usual way;
-            // the hint stays for the object it was made for.
-            let first_name = code.getattr("co_varnames")?.get_item(0)?;
-            let first = frame.getattr("f_locals")?.get_item(first_name).ok();
-            if first.is_none_or(|f| f.as_ptr() != receiver.as_ptr()) {
-                return Ok(None);
-            }
-        }
-        Ok(Some(hints.remove(i)))
-    }
-
     /// Adds the time since `since` to `phase` and returns now.
     fn lap(&self, phase: &'static str, since: std::time::Instant) -> std::time::Instant {
         let now = std::time::Instant::now();

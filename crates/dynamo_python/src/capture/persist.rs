@@ -6,6 +6,9 @@
 //! The encoding into a file (which objects are portable, how they are named, what must be
 //! re-checked when an entry is bound to a new frame) is Python's; here only the shapes of
 //! sources and guard kinds are known.
+//!
+//! The converter's side is here too: whether its entries persist, loading an entry for a
+//! frame before tracing it, and saving the entry a trace built.
 
 use std::rc::Rc;
 
@@ -15,7 +18,10 @@ use pyo3::types::{PyDict, PyList, PyTuple};
 
 use super::guards::{GuardKind, GuardSet, NativeGuard};
 use super::source::{ItemKey, Source};
+use super::translator::Tracer;
+use super::{CompiledGraph, Converter, Frame};
 use crate::eval_frame::owned::OwnedRef;
+use crate::imports::ImportModule;
 
 /// `set` as a dict: `sources` (one tuple per interned source, parents first: `("local",
 /// None, name)`, `("global", None, name, globals, builtins, root)`, `("cell", None, cell)`,
@@ -233,4 +239,84 @@ pub fn restore_guard(
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(restore_guard, m)?)?;
     Ok(())
+}
+
+impl Converter {
+    /// Whether this converter's entries go to the persistent capture cache
+    /// (`dynamo_rs.config.capture_cache`, and a backend named by a string).
+    pub(super) fn persists(&self, py: Python<'_>) -> PyResult<bool> {
+        Ok(self.cache_key.is_some()
+            && py
+                .import_module("dynamo_rs.config")?
+                .getattr("capture_cache")?
+                .is_truthy()?)
+    }
+
+    /// An entry for `frame` read back from the persistent capture cache, bound to this
+    /// frame's objects and compiled by the backend; None when there is none that holds.
+    pub(super) fn load_persisted(
+        &self,
+        py: Python<'_>,
+        frame: &Bound<'_, PyAny>,
+        converter: &Bound<'_, PyAny>,
+    ) -> PyResult<Option<Py<PyAny>>> {
+        if !self.persists(py)? {
+            return Ok(None);
+        }
+        let start = std::time::Instant::now();
+        let loaded = py
+            .import_module("dynamo_rs._persist")?
+            .call_method1("load", (frame, converter))?;
+        if loaded.is_none() {
+            self.lap("persistent cache", start);
+            return Ok(None);
+        }
+        let (guard, code, backend_seconds): (Py<PyAny>, Py<PyAny>, f64) = loaded.extract()?;
+        let total = start.elapsed().as_secs_f64();
+        let mut stats = self.stats();
+        *stats.phases.entry("persistent cache").or_insert(0.0) += total - backend_seconds;
+        *stats.phases.entry("backend").or_insert(0.0) += backend_seconds;
+        stats.loaded += 1;
+        stats.graphs += 1;
+        Ok(Some((guard, code).into_pyobject(py)?.into_any().unbind()))
+    }
+
+    /// Writes the entry just built for `frame` to the persistent capture cache: its guards
+    /// as the trace recorded them, the graph (`record`), where the graph's inputs come from,
+    /// and the code that calls it. `_persist.save` decides whether it can be written at all
+    /// (every object it refers to must be found again by name in a later process).
+    pub(super) fn save_persisted<'py>(
+        &self,
+        py: Python<'py>,
+        tracer: &mut Tracer<'py>,
+        frame: &Frame<'_, 'py>,
+        record: &Py<PyAny>,
+        graph: &CompiledGraph<'py>,
+        new_code: &Bound<'py, PyAny>,
+    ) -> PyResult<()> {
+        let description = describe(py, &tracer.guards)?;
+        // Where each graph input comes from, readable: what automatic dynamic shapes record
+        // sizes under (`_shapes.dynamic_dims`), which a bound entry records too.
+        let paths: Vec<String> = graph.inputs.iter().map(|s| s.describe()).collect();
+        description.set_item("input_paths", paths)?;
+        let inputs: Vec<u32> = graph
+            .inputs
+            .iter()
+            .map(|s| tracer.guards.sources.intern(s))
+            .collect();
+        py.import_module("dynamo_rs._persist")?.call_method1(
+            "save",
+            (
+                frame.code,
+                frame.converter,
+                description,
+                inputs,
+                record.bind(py),
+                new_code,
+                graph.compiled.as_ref(),
+                frame.state.slot_names.clone(),
+            ),
+        )?;
+        Ok(())
+    }
 }
